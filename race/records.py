@@ -1,0 +1,274 @@
+"""Immutable records that flow between RACE's pure modules.
+
+Everything here is a frozen dataclass with ``to_dict`` / ``from_dict`` so that a
+results file (``results.json``) round-trips exactly. No torch, no optuna.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+class Regime(str, enum.Enum):
+    """The verdict classes of a diagnosis.
+
+    - ``SEARCH_HEAVY``: reward falls as ρ rises; put more compute into rollouts.
+    - ``UPDATE_HEAVY``: reward rises with ρ; put more compute into policy updates.
+    - ``REWARD_HEAVY``: feedback (reward-model inference) takes a dominant share
+      of the budget at the best point; feedback cost is the first lever.
+    - ``BALANCED``: a concave response with its optimum inside the grid.
+    - ``INCONCLUSIVE``: noise dominates; keep the pilot-best point, add seeds.
+    """
+
+    SEARCH_HEAVY = "search-heavy"
+    UPDATE_HEAVY = "update-heavy"
+    REWARD_HEAVY = "reward-heavy"
+    BALANCED = "balanced"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """FLOPs spent by one pilot (or one step), split by where they went."""
+
+    search: float = 0.0
+    learning: float = 0.0
+    reward: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.search + self.learning + self.reward
+
+    @property
+    def rho(self) -> float:
+        """Update fraction ρ = C_learning / C_total (0 when nothing was spent)."""
+        return self.learning / self.total if self.total > 0 else 0.0
+
+    def shares(self) -> dict[str, float]:
+        t = self.total
+        if t <= 0:
+            return {"search": 0.0, "learning": 0.0, "reward": 0.0}
+        return {"search": self.search / t, "learning": self.learning / t, "reward": self.reward / t}
+
+    def __add__(self, other: "FlopBreakdown") -> "FlopBreakdown":
+        return FlopBreakdown(self.search + other.search, self.learning + other.learning,
+                             self.reward + other.reward)
+
+    def scaled(self, factor: float) -> "FlopBreakdown":
+        return FlopBreakdown(self.search * factor, self.learning * factor, self.reward * factor)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"search": self.search, "learning": self.learning, "reward": self.reward,
+                "total": self.total, "rho": self.rho}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FlopBreakdown":
+        return cls(float(d.get("search", 0.0)), float(d.get("learning", 0.0)), float(d.get("reward", 0.0)))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One grid point of the IsoFLOP plan: how a target ρ becomes a GRPO schedule.
+
+    ``flops_per_step`` is the planned cost of one optimizer step (all μ
+    iterations); ``flops`` the planned cost of the whole pilot.
+    """
+
+    rho_target: float
+    prompts_per_step: int       # B_p
+    n_gen: int                  # rollouts generated per prompt
+    n_train: int                # rollouts trained per prompt (max-reward-variance subset)
+    mu: int                     # update iterations per rollout batch
+    steps: int                  # optimizer "outer" steps (one rollout batch each)
+    learning_rate: float
+    lora_rank: int
+    flops_per_step: FlopBreakdown
+    flops: FlopBreakdown
+
+    @property
+    def rho(self) -> float:
+        return self.flops.rho
+
+    @property
+    def batch_size(self) -> int:
+        """B = B_p · n_train: sequences per gradient step (the √B learning-rate rule's B)."""
+        return self.prompts_per_step * self.n_train
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["flops_per_step"] = self.flops_per_step.to_dict()
+        d["flops"] = self.flops.to_dict()
+        d["rho"] = self.rho
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
+        return cls(
+            rho_target=float(d["rho_target"]), prompts_per_step=int(d["prompts_per_step"]),
+            n_gen=int(d["n_gen"]), n_train=int(d["n_train"]), mu=int(d["mu"]), steps=int(d["steps"]),
+            learning_rate=float(d["learning_rate"]), lora_rank=int(d["lora_rank"]),
+            flops_per_step=FlopBreakdown.from_dict(d["flops_per_step"]),
+            flops=FlopBreakdown.from_dict(d["flops"]),
+        )
+
+
+@dataclass(frozen=True)
+class PilotResult:
+    """The outcome of one pilot run (one grid point, one seed).
+
+    ``evals`` maps a target name (e.g. ``"reward"``, ``"pass@1"``) to the
+    per-evaluation-prompt score, a tuple ordered by evaluation-prompt index, so
+    that the bootstrap can resample prompts jointly across pilots.
+    ``curve`` is the reward-vs-FLOPs curve: ``(flops_spent, mean_reward)`` pairs.
+    """
+
+    rho_target: float
+    seed: int
+    flops: FlopBreakdown
+    evals: Mapping[str, tuple[float, ...]]
+    schedule: Schedule | None = None
+    curve: tuple[tuple[float, float], ...] = ()
+    wall_seconds: Mapping[str, float] = field(default_factory=dict)
+    status: str = "complete"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def rho(self) -> float:
+        """Measured ρ (from the FLOPs actually spent)."""
+        return self.flops.rho
+
+    def score(self, target: str) -> float:
+        vals = self.evals[target]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rho_target": self.rho_target, "seed": self.seed, "rho": self.rho,
+            "flops": self.flops.to_dict(),
+            "evals": {k: list(v) for k, v in self.evals.items()},
+            "schedule": self.schedule.to_dict() if self.schedule else None,
+            "curve": [list(p) for p in self.curve],
+            "wall_seconds": dict(self.wall_seconds), "status": self.status, "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PilotResult":
+        return cls(
+            rho_target=float(d["rho_target"]), seed=int(d["seed"]),
+            flops=FlopBreakdown.from_dict(d["flops"]),
+            evals={k: tuple(float(x) for x in v) for k, v in d["evals"].items()},
+            schedule=Schedule.from_dict(d["schedule"]) if d.get("schedule") else None,
+            curve=tuple((float(a), float(b)) for a, b in d.get("curve", ())),
+            wall_seconds={k: float(v) for k, v in d.get("wall_seconds", {}).items()},
+            status=str(d.get("status", "complete")), extra=dict(d.get("extra", {})),
+        )
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    """All seeds of one grid point, summarised for one target."""
+
+    rho_target: float
+    rho_measured: float          # mean measured ρ over seeds
+    n_seeds: int
+    flops: FlopBreakdown         # mean breakdown over seeds
+    reward_mean: float           # mean over seeds and evaluation prompts
+    reward_ci: tuple[float, float]  # bootstrap CI of the mean
+    schedule: Schedule | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rho_target": self.rho_target, "rho_measured": self.rho_measured,
+                "n_seeds": self.n_seeds, "flops": self.flops.to_dict(), "shares": self.flops.shares(),
+                "reward_mean": self.reward_mean, "reward_ci": list(self.reward_ci),
+                "schedule": self.schedule.to_dict() if self.schedule else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PointSummary":
+        return cls(float(d["rho_target"]), float(d["rho_measured"]), int(d["n_seeds"]),
+                   FlopBreakdown.from_dict(d["flops"]), float(d["reward_mean"]),
+                   (float(d["reward_ci"][0]), float(d["reward_ci"][1])),
+                   Schedule.from_dict(d["schedule"]) if d.get("schedule") else None)
+
+
+@dataclass(frozen=True)
+class TargetVerdict:
+    """The regime verdict for one evaluation target."""
+
+    target: str
+    regime: Regime
+    rho_range: tuple[float, float]      # recommended ρ range
+    confidence: float                   # bootstrap agreement with the verdict, in [0, 1]
+    best_rho: float                     # pilot-best grid point (target ρ)
+    best_reward: float
+    slope: float                        # d reward / d log ρ of the log-linear fit
+    slope_ci: tuple[float, float]
+    argmax_ci: tuple[float, float] | None   # CI of the quadratic fit's argmax ρ (None: not concave)
+    points: tuple[PointSummary, ...]
+    fits: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "regime": self.regime.value, "rho_range": list(self.rho_range),
+                "confidence": self.confidence, "best_rho": self.best_rho, "best_reward": self.best_reward,
+                "slope": self.slope, "slope_ci": list(self.slope_ci),
+                "argmax_ci": list(self.argmax_ci) if self.argmax_ci else None,
+                "points": [p.to_dict() for p in self.points], "fits": dict(self.fits),
+                "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TargetVerdict":
+        return cls(
+            target=d["target"], regime=Regime(d["regime"]), rho_range=tuple(d["rho_range"]),
+            confidence=float(d["confidence"]), best_rho=float(d["best_rho"]),
+            best_reward=float(d["best_reward"]), slope=float(d["slope"]), slope_ci=tuple(d["slope_ci"]),
+            argmax_ci=tuple(d["argmax_ci"]) if d.get("argmax_ci") else None,
+            points=tuple(PointSummary.from_dict(p) for p in d["points"]), fits=dict(d.get("fits", {})),
+            warnings=tuple(d.get("warnings", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What RACE concludes from a pilot grid.
+
+    ``regime``, ``rho_range`` and ``confidence`` are those of the primary target
+    (the native training reward by default); ``verdicts`` holds every target's.
+    """
+
+    primary_target: str
+    verdicts: Mapping[str, TargetVerdict]
+    warnings: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> TargetVerdict:
+        return self.verdicts[self.primary_target]
+
+    @property
+    def regime(self) -> Regime:
+        return self.primary.regime
+
+    @property
+    def rho_range(self) -> tuple[float, float]:
+        return self.primary.rho_range
+
+    @property
+    def confidence(self) -> float:
+        return self.primary.confidence
+
+    @property
+    def points(self) -> tuple[PointSummary, ...]:
+        return self.primary.points
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"primary_target": self.primary_target, "regime": self.regime.value,
+                "rho_range": list(self.rho_range), "confidence": self.confidence,
+                "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
+                "warnings": list(self.warnings), "meta": dict(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnosis":
+        return cls(primary_target=d["primary_target"],
+                   verdicts={k: TargetVerdict.from_dict(v) for k, v in d["verdicts"].items()},
+                   warnings=tuple(d.get("warnings", ())), meta=dict(d.get("meta", {})))

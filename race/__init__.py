@@ -8,7 +8,20 @@ from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, R
 
 __version__ = "0.1.0"
 
+_LAZY = {"diagnose": "race.api", "plan_grid": "race.grid", "classify": "race.regime",
+         "GridConfig": "race.config", "load_config": "race.config"}
+
+
+def __getattr__(name: str):
+    """Heavy or secondary entry points load on first use, keeping ``import race`` light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'race' has no attribute {name!r}")
+
+
 __all__ = [
-    "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
+    "classify", "diagnose", "plan_grid", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
     "TargetVerdict", "__version__",
 ]

@@ -1,0 +1,34 @@
+"""The rollout-backend interface: three methods, like lm-evaluation-harness's LM."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass
+class RolloutBatch:
+    """Rollouts for a batch of prompts, grouped by prompt.
+
+    ``completion_ids[i][j]`` are the generated token ids of rollout j of prompt i,
+    up to and including the end-of-sequence token when one was produced (no
+    padding); ``texts[i][j]`` is their decoded text without special tokens.
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[list[int]]]
+    texts: list[list[str]]
+
+
+class RolloutBackend(Protocol):
+    name: str
+    sampling_uses_adapter: bool   # True: sampling runs the unmerged adapter (its FLOPs count in C_search)
+
+    def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int | None = None) -> RolloutBatch:
+        """Sample ``n`` completions per prompt with the current policy."""
+
+    def sync(self) -> float:
+        """Make the policy's latest adapter weights the ones sampled from; returns FLOPs spent doing it."""
+
+    def close(self) -> None:
+        """Release the engine."""

@@ -1,0 +1,148 @@
+"""The Hugging Face rollout backend (CPU and CUDA).
+
+Sampling is a plain KV-cache loop rather than ``model.generate``: on small
+models the per-token overhead of ``generate`` (logits processors, stopping
+criteria, cache bookkeeping) is larger than the model itself. Each prompt is
+prefilled once and its cache repeated for its ``n`` rollouts (prefix sharing,
+as counted by ``flops.search_flops(prefix_shared=True)``).
+
+By default the backend samples from a separate copy of the base model into
+which the adapter is merged after every optimizer step (``W + s·B·A``, a few
+small matmuls): sampling then runs plain linear layers with no LoRA overhead,
+and ``sampling_uses_adapter`` is False, so the meter counts 2·N per token plus
+the merge FLOPs. ``merge_for_sampling=False`` samples through the peft model.
+"""
+from __future__ import annotations
+
+import torch
+
+from race.backends.base import RolloutBatch
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return probs
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    keep = sorted_p.cumsum(-1) - sorted_p < top_p          # always keeps the top token
+    sorted_p = sorted_p * keep
+    return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, eos_id: int, pad_id: int,
+           temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+           device: torch.device | str = "cpu") -> list[list[list[int]]]:
+    """Sample ``n`` continuations of each prompt; returns ids per prompt per rollout (eos kept, no pad)."""
+    from transformers import DynamicCache
+
+    P = len(prompt_ids)
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((P, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((P, width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):            # left padding: prompts end at the same column
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                logits_to_keep=1)
+    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+    cache.batch_repeat_interleave(n)
+    mask = mask.repeat_interleave(n, dim=0)
+    next_pos = pos[:, -1:].repeat_interleave(n, dim=0) + 1
+    B = P * n
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens = []
+    for t in range(max_new_tokens):
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        probs = _top_p_filter(probs, top_p)
+        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        tokens.append(nxt)
+        done = done | (nxt == eos_id)
+        if bool(done.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, (~done | (nxt == eos_id)).long().unsqueeze(1)], dim=1)
+        out = model(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=next_pos,
+                    past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1, :]
+        next_pos = next_pos + 1
+    gen = torch.stack(tokens, dim=1).cpu().tolist()
+    result: list[list[list[int]]] = []
+    for i in range(P):
+        group = []
+        for j in range(n):
+            row = gen[i * n + j]
+            seq = []
+            for tok in row:
+                seq.append(tok)
+                if tok == eos_id:
+                    break
+            group.append(seq)
+        result.append(group)
+    return result
+
+
+def _lora_modules(policy):
+    """(name without the peft prefix, lora layer) for every adapted linear layer."""
+    for name, mod in policy.named_modules():
+        if hasattr(mod, "lora_A") and hasattr(mod, "base_layer") and "default" in getattr(mod, "lora_A", {}):
+            yield name.split("base_model.model.", 1)[-1], mod
+
+
+class HFBackend:
+    """Rollouts from a Transformers model (the policy being trained), on CPU or CUDA."""
+
+    name = "hf"
+
+    def __init__(self, policy, tokenizer, *, model_path: str | None = None, merge_for_sampling: bool = True,
+                 device: str = "cpu", dtype: torch.dtype = torch.float32):
+        self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.sampler = policy
+        self.sampling_uses_adapter = True
+        self._targets: list[tuple[torch.nn.Parameter, torch.Tensor, object]] = []
+        if merge_for_sampling and model_path is not None:
+            from transformers import AutoModelForCausalLM
+
+            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
+            params = dict(base.named_modules())
+            for name, lora in _lora_modules(policy):
+                lin = params[name]
+                # keep the frozen base weight: merged = W0 + s·B·A is recomputed, never accumulated
+                self._targets.append((lin.weight, lora.base_layer.weight.detach(), lora))
+            self.sampler = base
+            self.sampling_uses_adapter = False
+            self.sync()
+
+    def sync(self) -> float:
+        """Merge the current adapter into the sampling copy; returns the merge FLOPs (2·r·in·out per layer)."""
+        flops = 0.0
+        with torch.no_grad():
+            for weight, w0, lora in self._targets:
+                A, B = lora.lora_A["default"].weight, lora.lora_B["default"].weight   # [r, in], [out, r]
+                weight.copy_(w0 + lora.scaling["default"] * (B @ A))
+                flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
+        return flops
+
+    def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int | None = None, generator: torch.Generator | None = None
+                 ) -> RolloutBatch:
+        prompt_ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        if generator is None and seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        was_training = self.sampler.training
+        self.sampler.eval()
+        comp = sample(self.sampler, prompt_ids, n=n, max_new_tokens=max_new_tokens, eos_id=self.eos_id,
+                      pad_id=self.pad_id, temperature=temperature, top_p=top_p, generator=generator,
+                      device=self.device)
+        if was_training:
+            self.sampler.train()
+        # decoded WITH special tokens: rewards can tell a stopped policy from a truncated one
+        texts = [[self.tok.decode(c, skip_special_tokens=False) for c in group] for group in comp]
+        return RolloutBatch(prompt_ids=prompt_ids, completion_ids=comp, texts=texts)
+
+    def close(self) -> None:
+        self.sampler = None

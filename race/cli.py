@@ -1,0 +1,160 @@
+"""The ``race`` command line.
+
+Bad input (unknown model, ρ outside (0, 1), a non-positive budget, a missing
+file, malformed YAML) ends with a one-line ``Error: ...`` and exit code 2,
+never a traceback.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from race.report import FORMATS
+
+
+def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn RACE's validation errors into click usage errors (exit 2, one line)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except (ValueError, FileNotFoundError, KeyError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise click.UsageError(msg) from None
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="race-rl", prog_name="race")
+def main() -> None:
+    """RACE: where should the RL post-training compute go?
+
+    Plans IsoFLOP pilot grids over the update fraction ρ = C_learning / C_total,
+    runs them, and classifies the setup as search-, update- or reward-heavy.
+    """
+
+
+@main.command()
+@click.option("--model", "model", required=True, help="Hugging Face id (shipped configs answer offline) or a folder with config.json.")
+@click.option("--lora-rank", type=click.IntRange(min=1), default=8, show_default=True, help="LoRA rank r on all linear modules.")
+@click.option("--prompt-len", type=click.FloatRange(min=0, min_open=True), default=512, show_default=True, help="Expected prompt tokens.")
+@click.option("--completion-len", type=click.FloatRange(min=0, min_open=True), default=1024, show_default=True, help="Expected completion tokens.")
+@click.option("-n", "--rollouts", type=click.IntRange(min=1), default=8, show_default=True, help="Rollouts per prompt (all trained, μ=1).")
+@click.option("--reward-model", default=None, help="A reward model / PRM id or folder (default: rule-based, 0 FLOPs).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_user_errors
+def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, rollouts: int,
+          reward_model: str | None, as_json: bool) -> None:
+    """FLOP accounting for one model: parameters, forward FLOPs per token, and the
+    search / learning / reward split of one GRPO step per prompt."""
+    from race import flops as F
+    from race.models import load_arch, load_reward_model
+
+    arch = load_arch(model)
+    reward = load_reward_model(reward_model) if reward_model else None
+    from race.grid import ENGINE_LEARNING_KW
+
+    summary = F.summarize(arch, lora=F.LoRASpec(rank=lora_rank), prompt_len=prompt_len,
+                          completion_len=completion_len, n=rollouts, reward=reward, **ENGINE_LEARNING_KW)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    from tabulate import tabulate
+
+    rows = [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in _flatten(summary)]
+    click.echo(tabulate(rows, headers=["quantity", "value"], tablefmt="simple", disable_numparse=True))
+
+
+def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+@main.command()
+@click.argument("config_path", metavar="CONFIG.yaml")
+@click.option("--budget", default=None, help="FLOPs per pilot (overrides the config), e.g. 2e17.")
+@click.option("--grid", default=None, help="Comma-separated ρ targets, e.g. 0.3,0.5,0.7.")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@_user_errors
+def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
+         as_json: bool) -> None:
+    """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown."""
+    from race.config import load_config
+    from race.grid import plan_grid
+    from race.report import render_plan
+
+    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds)
+    click.echo(render_plan(plan_grid(cfg), "json" if as_json else fmt), nl=False)
+
+
+@main.command()
+@click.argument("config_path", metavar="[CONFIG.yaml]", required=False)
+@click.option("--out", "out_dir", default=None, help="Output folder for results.json (default: runs/<name>).")
+@click.option("--budget", default=None, help="FLOPs per pilot, e.g. 1.5e12.")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
+@click.option("--grid", default=None, help="Comma-separated ρ targets.")
+@click.option("--backend", type=click.Choice(["auto", "hf", "vllm"]), default=None, help="Rollout backend.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Pilots run at once (default: 2 on CPU).")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+@_user_errors
+def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
+          backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
+          quiet: bool) -> None:
+    """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
+
+    With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
+    with a sparse reward (about five minutes on a 2-core CPU).
+    """
+    import os
+
+    from race import presets
+    from race.api import build_config
+    from race.report import render_diagnosis
+    from race.runner import run_grid
+
+    if thorough and config_path:
+        raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
+    cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
+                       grid=grid, backend=backend)
+    out_dir = out_dir or os.path.join("runs", cfg.name)
+    if not quiet:
+        click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
+                   f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
+    results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet)
+    click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
+
+
+@main.command()
+@click.argument("results_path", metavar="RESULTS.json")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--refit", is_flag=True, help="Re-run fit → bootstrap → classify from the stored pilots.")
+@_user_errors
+def report(results_path: str, fmt: str, refit: bool) -> None:
+    """Render the diagnosis stored in RESULTS.json (or a folder holding it)."""
+    from race.report import render_diagnosis
+    from race.results import diagnose_results, load_results
+
+    click.echo(render_diagnosis(diagnose_results(load_results(results_path), refit=refit), fmt), nl=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

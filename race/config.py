@@ -1,0 +1,274 @@
+"""Pilot-grid configuration: frozen dataclasses, YAML loading, validation.
+
+A config names the policy, the reward system, the FLOP budget *per pilot*, the
+ρ grid and the fixed GRPO knobs. Every validation error is a ``ConfigError``
+(a ``ValueError``) with a one-line message naming the bad value and what was
+expected; the CLI turns it into exit code 2.
+
+YAML schema: see ``docs/interfaces.md``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Mapping
+
+DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
+REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
+LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
+ADVANTAGES = ("grpo", "dr_grpo")
+BACKENDS = ("auto", "hf", "vllm")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line and names the value."""
+
+
+def parse_flops(value: Any, what: str = "budget") -> float:
+    """Parse a FLOP count given as a number or a string such as ``"2e17"``.
+
+    PyYAML reads ``2e17`` (no dot) as a *string*, so strings are accepted.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{what} {value!r} is not a FLOP count: expected a positive number like 2e17")
+    try:
+        x = float(str(value).strip().replace("_", "")) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} {value!r} is not a FLOP count: expected a positive number like 2e17") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ConfigError(f"{what} {value!r} must be a positive finite FLOP count, e.g. 2e17")
+    return x
+
+
+def parse_grid(value: Any) -> tuple[float, ...]:
+    """Parse ρ targets from a list or a comma-separated string; each in (0, 1)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        try:
+            rho = float(item)
+        except (TypeError, ValueError):
+            raise ConfigError(f"grid value {item!r} is not a number: expected ρ values in (0, 1)") from None
+        if not 0.0 < rho < 1.0:
+            raise ConfigError(f"grid value ρ={rho:g} is outside (0, 1): ρ = C_learning / C_total")
+        out.append(rho)
+    if not out:
+        raise ConfigError("grid is empty: expected at least one ρ in (0, 1)")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"grid {out} repeats a value: expected distinct ρ targets")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class LoRASettings:
+    rank: int = 8                 # LoRA rank r
+    alpha: float = 16.0           # LoRA scaling numerator (scale = alpha / r)
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    kind: str = "sparse"          # sparse | structured | dense | prm | proxy-prm | custom
+    model: str | None = None      # reward model / PRM (HF id or folder) for prm kinds
+    num_labels: int = 2           # head size of the reward model (2: PRM positive/negative)
+    function: str | None = None   # "module:callable" for kind=custom
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    temperature: float = 1.0      # sampling temperature of rollouts
+    top_p: float = 1.0
+    max_completion_len: int = 1024  # new tokens per rollout (also the dr_grpo normaliser)
+    clip_eps: float = 0.2         # PPO clip ε
+    beta: float = 0.0             # KL-to-reference coefficient (0: no reference forward)
+    entropy_coef: float = 0.0     # entropy bonus coefficient
+    loss_agg: str = "dapo"        # dapo | grpo | dr_grpo token aggregation
+    advantage: str = "grpo"       # grpo (std-scaled) | dr_grpo (unscaled)
+    grad_checkpointing: bool = False
+    healthy_recipe: bool = False  # KL+entropy on easy data, neither on hard (from the base pass rate)
+
+
+@dataclass(frozen=True)
+class ScheduleKnobs:
+    prompts_per_step: int = 8     # B_p the planner starts from (it moves it within [1, 2×] to hit the budget)
+    n_train: int = 8              # rollouts trained per prompt
+    max_n_gen: int = 64           # upper bound on rollouts generated per prompt (lower ρ)
+    max_mu: int = 8               # upper bound on update iterations per batch (higher ρ)
+    n_gen: int | None = None      # fix n_gen across the grid (None: planner chooses)
+    mu: int | None = None         # fix μ across the grid (None: planner chooses)
+    prefix_shared: bool = True    # rollouts of a prompt share its prefill (KV cache)
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    ref: float = 1e-3             # η_ref at batch B_ref (LoRA on the tiny policy: ~1e-3 at 64)
+    ref_batch: int = 64           # B_ref, sequences per gradient step
+    fixed: bool = False           # hold η = η_ref across the grid instead of the √B rule
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    prompts: int = 200            # held-out evaluation prompts
+    samples: int = 4              # samples per prompt (pass@1, best@k, worst@k)
+    temperature: float = 1.0
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """Everything a pilot grid needs; see docs/interfaces.md for the YAML form."""
+
+    model: str
+    budget: float                                 # FLOPs per pilot (every point × seed)
+    grid: tuple[float, ...] = DEFAULT_GRID        # ρ targets
+    seeds: int = 2
+    name: str = "race"
+    task: str = "arithmetic-easy"                 # built-in task or dataset path
+    full_run_budget: float | None = None          # the user's planned full-run FLOPs
+    prompt_len: float = 64.0                      # expected tokens (calibration replaces these)
+    completion_len: float = 256.0
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    lora: LoRASettings = field(default_factory=LoRASettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    schedule: ScheduleKnobs = field(default_factory=ScheduleKnobs)
+    learning_rate: LearningRate = field(default_factory=LearningRate)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def pilots(self) -> int:
+        return len(self.grid) * self.seeds
+
+    def with_overrides(self, **kw: Any) -> "GridConfig":
+        """Copy with top-level fields replaced (``None`` values are ignored)."""
+        kw = {k: v for k, v in kw.items() if v is not None}
+        if "budget" in kw:
+            kw["budget"] = parse_flops(kw["budget"])
+        if "grid" in kw:
+            kw["grid"] = parse_grid(kw["grid"])
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SECTIONS = {"reward": RewardSettings, "lora": LoRASettings, "grpo": GRPOSettings,
+             "schedule": ScheduleKnobs, "learning_rate": LearningRate, "eval": EvalSettings}
+
+
+def _positive_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{name} {v!r} must be a positive integer")
+
+
+def _validate(c: GridConfig) -> None:
+    if not isinstance(c.model, str) or not c.model:
+        raise ConfigError(f"model {c.model!r} must be a Hugging Face id or a folder with a config.json")
+    _positive_int("seeds", c.seeds)
+    for name in ("prompt_len", "completion_len"):
+        v = getattr(c, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+            raise ConfigError(f"{name} {v!r} must be a positive number of tokens")
+    if c.reward.kind not in REWARD_KINDS:
+        raise ConfigError(f"reward.kind {c.reward.kind!r} is unknown: expected one of {', '.join(REWARD_KINDS)}")
+    if c.reward.kind in ("prm", "proxy-prm") and not c.reward.model:
+        raise ConfigError(f"reward.kind {c.reward.kind!r} needs reward.model (a reward-model id or folder)")
+    if c.grpo.loss_agg not in LOSS_AGGREGATIONS:
+        raise ConfigError(f"grpo.loss_agg {c.grpo.loss_agg!r} is unknown: expected one of {', '.join(LOSS_AGGREGATIONS)}")
+    if c.grpo.advantage not in ADVANTAGES:
+        raise ConfigError(f"grpo.advantage {c.grpo.advantage!r} is unknown: expected one of {', '.join(ADVANTAGES)}")
+    if c.grpo.beta < 0 or c.grpo.clip_eps <= 0 or c.grpo.temperature <= 0:
+        raise ConfigError(f"grpo: beta ({c.grpo.beta}) must be ≥ 0, clip_eps ({c.grpo.clip_eps}) and "
+                          f"temperature ({c.grpo.temperature}) > 0")
+    _positive_int("grpo.max_completion_len", c.grpo.max_completion_len)
+    s = c.schedule
+    for name in ("prompts_per_step", "n_train", "max_n_gen", "max_mu"):
+        _positive_int(f"schedule.{name}", getattr(s, name))
+    if s.n_train > s.max_n_gen:
+        raise ConfigError(f"schedule.n_train ({s.n_train}) must be ≤ schedule.max_n_gen ({s.max_n_gen})")
+    if s.n_gen is not None and (s.n_gen < s.n_train):
+        raise ConfigError(f"schedule.n_gen ({s.n_gen}) must be ≥ schedule.n_train ({s.n_train})")
+    if s.mu is not None:
+        _positive_int("schedule.mu", s.mu)
+    _positive_int("lora.rank", c.lora.rank)
+    if c.learning_rate.ref <= 0:
+        raise ConfigError(f"learning_rate.ref {c.learning_rate.ref!r} must be > 0")
+    _positive_int("learning_rate.ref_batch", c.learning_rate.ref_batch)
+    _positive_int("eval.prompts", c.eval.prompts)
+    _positive_int("eval.samples", c.eval.samples)
+    if c.backend not in BACKENDS:
+        raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
+
+
+def _section(cls: type, name: str, raw: Any) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{name} must be a mapping, got {type(raw).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]} is not a known setting: expected one of {', '.join(sorted(known))}")
+    kw = dict(raw)
+    for k in ("ref",):
+        if cls is LearningRate and k in kw:
+            kw[k] = float(parse_flops(kw[k], f"{name}.{k}"))
+    if cls is LoRASettings and "targets" in kw:
+        t = kw["targets"]
+        kw["targets"] = LoRASettings().targets if t == "all" else tuple([t] if isinstance(t, str) else t)
+    return cls(**kw)
+
+
+def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> GridConfig:
+    """Build a validated ``GridConfig`` from a plain mapping (parsed YAML)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config must be a mapping of settings, got {type(raw).__name__}")
+    known = {f.name for f in fields(GridConfig)} | {"lengths"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r} is not a known setting: expected one of {', '.join(sorted(known))}")
+    if "model" not in raw:
+        raise ConfigError("config has no 'model': expected a Hugging Face id or a folder with a config.json")
+    if "budget" not in raw:
+        raise ConfigError("config has no 'budget': expected FLOPs per pilot, e.g. budget: 2e17")
+    kw: dict[str, Any] = {k: v for k, v in raw.items() if k not in _SECTIONS and k != "lengths"}
+    kw["budget"] = parse_flops(raw["budget"])
+    if raw.get("full_run_budget") is not None:
+        kw["full_run_budget"] = parse_flops(raw["full_run_budget"], "full_run_budget")
+    if "grid" in raw:
+        kw["grid"] = parse_grid(raw["grid"])
+    lengths = raw.get("lengths") or {}
+    if "prompt" in lengths:
+        kw["prompt_len"] = lengths["prompt"]
+    if "completion" in lengths:
+        kw["completion_len"] = lengths["completion"]
+    model = str(kw["model"])
+    if base_dir and (model.startswith("./") or model.startswith("../")):
+        kw["model"] = os.path.normpath(os.path.join(base_dir, model))
+    for name, cls in _SECTIONS.items():
+        kw[name] = _section(cls, name, raw.get(name))
+    try:
+        return GridConfig(**kw)
+    except TypeError as e:  # wrong value types reaching the dataclass
+        raise ConfigError(f"bad config value: {e}") from None
+
+
+def load_config(path: str) -> GridConfig:
+    """Read a YAML pilot-grid config; errors are one-line ``ConfigError``s."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist: expected a YAML pilot-grid config")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if raw is None:
+        raise ConfigError(f"config file {path!r} is empty: expected a YAML mapping with model and budget")
+    return config_from_dict(raw, base_dir=os.path.dirname(os.path.abspath(path)))

@@ -1,0 +1,241 @@
+"""The IsoFLOP grid planner: turn ρ targets into GRPO schedules. Pure.
+
+Every pilot of a grid gets the same FLOP budget. A schedule's ρ is set by how
+one optimizer step spends its FLOPs (per prompt of the batch):
+
+    C_search   = search_flops(n_gen rollouts)             prefill + decode, KV cache
+    C_learning = learning_flops(n_train sequences, μ)      μ × (fwd + bwd) [+ old/ref log-probs]
+    C_reward   = reward_flops(n_gen sequences)             every generated rollout is scored
+
+so ρ = C_learning / (C_search + C_learning + C_reward) depends only on
+(n_gen, n_train, μ) and the expected token lengths, not on B_p or the step
+count. Two knobs move it (DESIGN.md):
+
+- lower ρ: generate ``n_gen > n_train`` rollouts and train on the
+  max-reward-variance ``n_train`` of them (PODS-style down-sampling);
+- higher ρ: reuse each rollout batch for ``μ > 1`` clipped update iterations.
+
+The planner first tries one knob at a time (``μ = 1`` with ``n_gen`` varied, or
+``n_gen = n_train`` with μ varied), because that keeps the comparison between
+grid points interpretable; it mixes both only when no single-knob schedule
+lands within ``RHO_TOLERANCE``. Then it picks the number of prompts per step
+``B_p`` (at most twice the configured one, down to 1) and the number of steps so
+the pilot spends the budget, never more: ``steps · B_p · C_prompt ≤ budget``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from race import flops as F
+from race.config import ConfigError, GridConfig
+from race.records import FlopBreakdown, Schedule
+
+RHO_TOLERANCE = 0.02        # achieved ρ must be within this of the target
+BUDGET_TOLERANCE = 0.02     # planned FLOPs within this fraction below the budget
+SINGLE_KNOB_SLACK = 0.01    # prefer a single-knob schedule when it is this close
+# How RACE's own update runs (race.grpo): old log-probs are iteration 1's, detached (no
+# extra forward when μ > 1), and logits are computed for completion positions only.
+ENGINE_LEARNING_KW = {"old_logprob_forward": False, "completion_logits_only": True}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's output: one schedule per ρ target, with the context that made them."""
+
+    config: GridConfig
+    schedules: tuple[Schedule, ...]
+    prompt_len: float
+    completion_len: float
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grid_flops(self) -> float:
+        """FLOPs of the whole grid: every point × every seed."""
+        return sum(s.flops.total for s in self.schedules) * self.config.seeds
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        d: dict[str, Any] = {
+            "model": c.model, "reward": c.reward.kind, "budget_per_pilot": c.budget,
+            "seeds": c.seeds, "pilots": len(self.schedules) * c.seeds, "grid_flops": self.grid_flops,
+            "prompt_len": self.prompt_len, "completion_len": self.completion_len,
+            "schedules": [s.to_dict() for s in self.schedules], "notes": list(self.notes),
+        }
+        if c.full_run_budget:
+            d["full_run_budget"] = c.full_run_budget
+            d["grid_cost_fraction"] = self.grid_flops / c.full_run_budget
+            d["full_run_steps"] = {f"{s.rho_target:g}": int(c.full_run_budget // s.flops_per_step.total)
+                                   for s in self.schedules}
+        d.update(self.extra)
+        return d
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """FLOPs of one prompt's share of a step for given (n_gen, n_train, μ)."""
+
+    n_gen: int
+    n_train: int
+    mu: int
+    per_prompt: FlopBreakdown
+
+
+class CostModel:
+    """Per-prompt step cost for a config, cached over (n_gen, μ)."""
+
+    def __init__(self, config: GridConfig, arch: F.ArchSpec, reward: F.RewardModelSpec | None,
+                 prompt_len: float, completion_len: float):
+        self.c, self.arch, self.reward = config, arch, reward
+        self.P, self.C = prompt_len, completion_len
+        self.lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
+        self._cache: dict[tuple[int, int], StepCost] = {}
+
+    def cost(self, n_gen: int, mu: int) -> StepCost:
+        key = (n_gen, mu)
+        if key not in self._cache:
+            c, n_train = self.c, self.c.schedule.n_train
+            search = F.search_flops(self.arch, prompt_len=self.P, completion_len=self.C, n=n_gen,
+                                    prefix_shared=c.schedule.prefix_shared, lora=self.lora)
+            learning = F.learning_flops(self.arch, prompt_len=self.P, completion_len=self.C,
+                                        sequences=n_train, lora=self.lora, mu=mu,
+                                        ref_logprobs=c.grpo.beta > 0,
+                                        grad_checkpointing=c.grpo.grad_checkpointing,
+                                        **ENGINE_LEARNING_KW)
+            reward = F.reward_flops(self.reward, prompt_len=self.P, completion_len=self.C, sequences=n_gen)
+            self._cache[key] = StepCost(n_gen, n_train, mu, FlopBreakdown(search, learning, reward))
+        return self._cache[key]
+
+
+def _candidates(cm: CostModel) -> tuple[list[StepCost], list[StepCost]]:
+    """(single-knob candidates, mixed candidates) allowed by the config's knobs."""
+    s = cm.c.schedule
+    n_gens = [s.n_gen] if s.n_gen is not None else list(range(s.n_train, s.max_n_gen + 1))
+    mus = [s.mu] if s.mu is not None else list(range(1, s.max_mu + 1))
+    single, mixed = [], []
+    for n_gen in n_gens:
+        for mu in mus:
+            sc = cm.cost(n_gen, mu)
+            one_knob = mu == mus[0] or n_gen == n_gens[0]
+            (single if one_knob else mixed).append(sc)
+    return single, mixed
+
+
+def _closest(cands: list[StepCost], rho: float) -> StepCost | None:
+    # ties: fewer update iterations, then fewer generations (cheaper steps, more of them)
+    return min(cands, key=lambda sc: (abs(sc.per_prompt.rho - rho), sc.mu, sc.n_gen), default=None)
+
+
+def choose_knobs(cm: CostModel, rho: float) -> StepCost:
+    """The (n_gen, n_train, μ) for ``rho``; ConfigError when unreachable.
+
+    1. the closest single-knob schedule, if within ``SINGLE_KNOB_SLACK``;
+    2. else the cheapest schedule (single or mixed) within ``SINGLE_KNOB_SLACK``: a
+       mix of μ and n_gen only where neither knob alone lands, and no costlier than needed;
+    3. else the closest of all, if within ``RHO_TOLERANCE``.
+    """
+    single, mixed = _candidates(cm)
+    best = _closest(single, rho)
+    if best is None or abs(best.per_prompt.rho - rho) > SINGLE_KNOB_SLACK:
+        near = [sc for sc in single + mixed if abs(sc.per_prompt.rho - rho) <= SINGLE_KNOB_SLACK]
+        best = (min(near, key=lambda sc: (sc.per_prompt.total, sc.mu, sc.n_gen)) if near
+                else _closest(single + mixed, rho))
+    all_rhos = [sc.per_prompt.rho for sc in single + mixed]
+    if best is None or abs(best.per_prompt.rho - rho) > RHO_TOLERANCE:
+        lo, hi = min(all_rhos), max(all_rhos)
+        s = cm.c.schedule
+        if s.n_gen is not None or s.mu is not None:
+            why = (f"the nearest reachable is {best.per_prompt.rho:.3f} with the fixed knobs "
+                   f"(n_gen={s.n_gen}, mu={s.mu}); free one of them")
+        elif rho < lo:
+            why = (f"the lowest reachable is {lo:.3f} with n_gen ≤ {s.max_n_gen} per n_train={s.n_train} "
+                   f"(raise schedule.max_n_gen or lower n_train)")
+        elif rho > hi:
+            why = f"the highest reachable is {hi:.3f} with μ ≤ {s.max_mu} (raise schedule.max_mu)"
+        else:
+            why = f"the nearest reachable is {best.per_prompt.rho:.3f} (raise schedule.max_mu or max_n_gen)"
+        raise ConfigError(f"ρ={rho:g} is unreachable: {why}")
+    return best
+
+
+def choose_batch(budget: float, cost_per_prompt: float, prompts_per_step: int,
+                 rho: float) -> tuple[int, int]:
+    """(B_p, steps) with ``steps · B_p · cost ≤ budget`` and the shortfall ≤ BUDGET_TOLERANCE.
+
+    B_p may rise to twice the configured value or fall as low as 1; among the B_p
+    that meet half the tolerance the one closest to the configured value wins.
+    """
+    one_step = cost_per_prompt * prompts_per_step
+    if budget < cost_per_prompt:
+        raise ConfigError(f"budget {budget:.3g} FLOPs is too small for one step at ρ={rho:g}: "
+                          f"one prompt of one step costs {cost_per_prompt:.3g} "
+                          f"(a step of {prompts_per_step} prompts {one_step:.3g})")
+    lo, hi = 1, prompts_per_step * 2
+    options = []
+    for bp in range(lo, hi + 1):
+        steps = int(budget // (bp * cost_per_prompt))
+        if steps < 1:
+            continue
+        shortfall = 1.0 - steps * bp * cost_per_prompt / budget
+        options.append((shortfall > BUDGET_TOLERANCE / 2, abs(bp - prompts_per_step), shortfall, bp, steps))
+    if not options:
+        bp = max(1, int(budget // cost_per_prompt))
+        return bp, 1
+    options.sort()
+    _, _, shortfall, bp, steps = options[0]
+    if shortfall > BUDGET_TOLERANCE:
+        best = min(options, key=lambda o: o[2])
+        _, _, shortfall, bp, steps = best
+        if shortfall > BUDGET_TOLERANCE:
+            raise ConfigError(f"budget {budget:.3g} FLOPs cannot be met within {BUDGET_TOLERANCE:.0%} at "
+                              f"ρ={rho:g}: a step of {prompts_per_step} prompts costs {one_step:.3g} "
+                              f"(raise the budget or lower schedule.prompts_per_step)")
+    return bp, steps
+
+
+def learning_rate(config: GridConfig, batch_size: int) -> float:
+    """√B rule: η = η_ref · √(B / B_ref), B = B_p · n_train; or η_ref when held fixed."""
+    lr = config.learning_rate
+    return lr.ref if lr.fixed else lr.ref * math.sqrt(batch_size / lr.ref_batch)
+
+
+def plan_schedule(cm: CostModel, rho: float) -> Schedule:
+    c = cm.c
+    knobs = choose_knobs(cm, rho)
+    bp, steps = choose_batch(c.budget, knobs.per_prompt.total, c.schedule.prompts_per_step, rho)
+    per_step = knobs.per_prompt.scaled(bp)
+    return Schedule(rho_target=rho, prompts_per_step=bp, n_gen=knobs.n_gen, n_train=knobs.n_train,
+                    mu=knobs.mu, steps=steps, learning_rate=learning_rate(c, bp * knobs.n_train),
+                    lora_rank=c.lora.rank, flops_per_step=per_step, flops=per_step.scaled(steps))
+
+
+def reward_spec(config: GridConfig) -> F.RewardModelSpec | None:
+    """The reward model whose forward counts in C_reward (None for rule-based rewards)."""
+    if config.reward.kind in ("prm", "proxy-prm"):
+        from race.models import load_reward_model
+
+        return load_reward_model(config.reward.model)
+    return None
+
+
+def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
+              completion_len: float | None = None, arch: F.ArchSpec | None = None) -> Plan:
+    """One schedule per ρ target of ``config.grid``.
+
+    ``prompt_len`` / ``completion_len`` override the config's expected lengths
+    (the pilot runner passes the calibrated ones). Raises ``ConfigError`` naming
+    the first unreachable ρ.
+    """
+    from race.models import load_arch
+
+    P = float(prompt_len if prompt_len is not None else config.prompt_len)
+    C = float(completion_len if completion_len is not None else config.completion_len)
+    arch = arch or load_arch(config.model)
+    cm = CostModel(config, arch, reward_spec(config), P, C)
+    schedules = tuple(plan_schedule(cm, rho) for rho in config.grid)
+    notes = []
+    if not config.learning_rate.fixed and len({s.learning_rate for s in schedules}) > 1:
+        notes.append("learning rate follows the √B rule per point (set learning_rate.fixed to hold it)")
+    return Plan(config=config, schedules=schedules, prompt_len=P, completion_len=C, notes=tuple(notes))

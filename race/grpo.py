@@ -1,0 +1,251 @@
+"""LoRA GRPO, readable top to bottom.
+
+One *step* of a pilot:
+
+1. take ``B_p`` prompts and sample ``n_gen`` rollouts each (the rollout backend);
+2. score every rollout with the reward system;
+3. keep, per prompt, the ``n_train`` rollouts whose rewards have maximal variance
+   (PODS-style down-sampling; all of them when ``n_train == n_gen``);
+4. group-relative advantages over the kept rollouts of each prompt;
+5. ``μ`` clipped policy-gradient iterations over the same batch (AdamW on the
+   LoRA weights only), each one optimizer step.
+
+Where RACE departs from TRL: the old-policy log-probs for the PPO ratio are the
+first iteration's own log-probs, detached (the policy has not moved yet), so
+μ > 1 costs no extra forward pass; the reference policy is the base model with
+the adapter disabled (no second copy of the weights).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+ADV_EPS = 1e-4  # added to the group std, as in TRL
+
+
+# ----------------------------------------------------------------------------- advantages
+
+def group_advantages(rewards: torch.Tensor, *, scale: str = "grpo") -> torch.Tensor:
+    """Group-relative advantages.
+
+    rewards: [P, G] (P prompts, G rollouts each). ``grpo``: (r − mean_g) / (std_g + 1e-4)
+    with the unbiased std (Bessel, as ``torch.std`` and TRL); ``dr_grpo``: r − mean_g
+    (Dr. GRPO drops the std scaling, which up-weights easy and hard prompts).
+    Returns [P, G]. A group with one rollout gets advantage 0.
+    """
+    mean = rewards.mean(dim=1, keepdim=True)
+    centred = rewards - mean
+    if scale == "dr_grpo":
+        return centred
+    if scale != "grpo":
+        raise ValueError(f"advantage scale {scale!r} is unknown: expected 'grpo' or 'dr_grpo'")
+    if rewards.shape[1] < 2:
+        return torch.zeros_like(rewards)
+    return centred / (rewards.std(dim=1, keepdim=True) + ADV_EPS)
+
+
+def max_variance_subset(rewards: Sequence[float], k: int) -> list[int]:
+    """Indices of the ``k`` rewards with the largest (population) variance.
+
+    The best subset of size k is always some ``i`` smallest plus ``k − i`` largest
+    values (moving any chosen value towards the extremes cannot lower the
+    variance), so it suffices to try the k + 1 splits of the sorted list. Ties
+    are broken by the lowest index, so the choice is deterministic.
+    """
+    n = len(rewards)
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} must be in [1, {n}] (rollouts generated)")
+    if k == n:
+        return list(range(n))
+    low = sorted(range(n), key=lambda i: (rewards[i], i))     # smallest first, lowest index on ties
+    high = sorted(range(n), key=lambda i: (-rewards[i], i))   # largest first, lowest index on ties
+    best, best_var = None, -1.0
+    for i in range(k + 1):
+        idx = set(low[:i]) | set(high[:k - i])
+        if len(idx) < k:          # equal values picked from both ends
+            continue
+        vals = [rewards[j] for j in idx]
+        m = sum(vals) / k
+        var = sum((v - m) ** 2 for v in vals) / k
+        if var > best_var + 1e-12:
+            best, best_var = idx, var
+    return sorted(best)
+
+
+# ----------------------------------------------------------------------------- the loss
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π_θ ‖ π_ref) estimate k3 = e^(ref−θ) − (ref−θ) − 1 (≥ 0, unbiased)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, *, how: str, max_completion_len: int) -> torch.Tensor:
+    """Reduce a [B, T] per-token loss to a scalar.
+
+    - ``grpo``: mean over each sequence's tokens, then mean over sequences;
+    - ``dapo``: sum over all tokens / number of active tokens in the batch;
+    - ``dr_grpo``: sum over all tokens / (B · max_completion_len), a constant
+      normaliser that removes the length bias.
+    """
+    mask = mask.to(per_token.dtype)
+    if how == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+    if how == "dapo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    if how == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.shape[0] * max_completion_len)
+    raise ValueError(f"loss aggregation {how!r} is unknown: expected grpo, dapo or dr_grpo")
+
+
+@dataclass
+class LossTerms:
+    loss: torch.Tensor
+    clip_fraction: float
+    kl: float
+    entropy: float
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                clip_eps: float = 0.2, clip_eps_high: float | None = None, loss_agg: str = "dapo",
+                max_completion_len: int = 1, ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+                entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> LossTerms:
+    """PPO-clipped GRPO loss on completion tokens.
+
+    Shapes: ``logp``, ``old_logp``, ``mask``, ``ref_logp``, ``entropy``: [B, T]
+    (T completion positions); ``advantages``: [B] (one per sequence).
+    Per token: −min(r·A, clip(r, 1−ε, 1+ε_high)·A) with r = exp(logp − old_logp),
+    plus β·KL_k3(π_θ ‖ π_ref), minus entropy_coef · entropy; then ``aggregate``.
+    """
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages.unsqueeze(1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    kl_mean = 0.0
+    if beta > 0 and ref_logp is not None:
+        kl = kl_k3(logp, ref_logp)
+        per_token = per_token + beta * kl
+        kl_mean = float((kl * mask).sum() / mask.sum().clamp(min=1))
+    ent_mean = 0.0
+    if entropy is not None:
+        ent_mean = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+        if entropy_coef:
+            per_token = per_token - entropy_coef * entropy
+    loss = aggregate(per_token, mask, how=loss_agg, max_completion_len=max_completion_len)
+    with torch.no_grad():
+        was_clipped = ((unclipped - clipped).abs() > 0) & mask.bool()
+        clip_frac = float(was_clipped.sum() / mask.sum().clamp(min=1))
+    return LossTerms(loss, clip_frac, kl_mean, ent_mean)
+
+
+def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int, *,
+                        temperature: float = 1.0, with_entropy: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and optionally entropies) of the last ``completion_len`` tokens.
+
+    input_ids / attention_mask: [B, L], prompts left-padded, completions right-padded,
+    so the completion occupies the last ``completion_len`` columns. Logits are divided
+    by the sampling temperature, so the ratio compares the distributions that were
+    actually sampled from. Only the logits that are needed are computed
+    (``logits_to_keep``), which matters for 150 k-token vocabularies.
+    Returns ([B, completion_len], [B, completion_len] or None).
+    """
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                logits_to_keep=completion_len + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float() / temperature          # predicts tokens L-T .. L-1
+    targets = input_ids[:, -completion_len:]
+    logsm = torch.log_softmax(logits, dim=-1)
+    logp = logsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logsm.exp() * logsm).sum(-1) if with_entropy else None
+    return logp, entropy
+
+
+
+# ----------------------------------------------------------------------------- one step
+
+@dataclass
+class TrainBatch:
+    """The kept rollouts of a step, packed for the update.
+
+    input_ids / attention_mask: [B, L] (prompts left-padded, completions right-padded,
+    completions in the last ``completion_width`` columns); completion_mask: [B, T];
+    advantages: [B]; lengths: (prompt tokens, completion tokens) per sequence.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    advantages: torch.Tensor
+    lengths: list[tuple[int, int]]
+
+    @property
+    def completion_width(self) -> int:
+        return self.completion_mask.shape[1]
+
+
+def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+         advantages: Sequence[float], pad_id: int, device: torch.device | str = "cpu") -> TrainBatch:
+    """Pack sequences as ``[pad… prompt | completion …pad]`` (see ``TrainBatch``)."""
+    B = len(prompt_ids)
+    pw = max(len(p) for p in prompt_ids)
+    cw = max(max(len(c) for c in completion_ids), 1)
+    ids = torch.full((B, pw + cw), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, pw + cw), dtype=torch.long)
+    cmask = torch.zeros((B, cw), dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        ids[i, pw - len(p):pw] = torch.tensor(p, dtype=torch.long)
+        attn[i, pw - len(p):pw + len(c)] = 1
+        if c:
+            ids[i, pw:pw + len(c)] = torch.tensor(c, dtype=torch.long)
+            cmask[i, :len(c)] = 1
+    return TrainBatch(ids.to(device), attn.to(device), cmask.to(device),
+                      torch.tensor(list(advantages), dtype=torch.float32, device=device),
+                      [(len(p), len(c)) for p, c in zip(prompt_ids, completion_ids)])
+
+
+@dataclass
+class UpdateStats:
+    loss: float
+    clip_fraction: float
+    kl: float
+    entropy: float
+
+
+def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float, clip_eps: float,
+           loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
+           max_grad_norm: float | None = 1.0) -> UpdateStats:
+    """μ clipped policy-gradient iterations on one batch, one optimizer step each.
+
+    Iteration 1's log-probs, detached, are the old-policy log-probs (the policy has
+    not moved yet); the reference log-probs (β > 0) come from the same model with
+    the adapter disabled, once per batch.
+    """
+    ref_logp = None
+    if beta > 0:
+        with torch.no_grad(), policy.disable_adapter():
+            ref_logp, _ = completion_logprobs(policy, batch.input_ids, batch.attention_mask,
+                                              batch.completion_width, temperature=temperature)
+    old_logp, stats = None, []
+    params = [p for p in policy.parameters() if p.requires_grad]
+    for _ in range(mu):
+        logp, ent = completion_logprobs(policy, batch.input_ids, batch.attention_mask, batch.completion_width,
+                                        temperature=temperature, with_entropy=entropy_coef > 0)
+        if old_logp is None:
+            old_logp = logp.detach()
+        terms = policy_loss(logp, old_logp, batch.advantages, batch.completion_mask, clip_eps=clip_eps,
+                            loss_agg=loss_agg, max_completion_len=max_completion_len, ref_logp=ref_logp,
+                            beta=beta, entropy=ent, entropy_coef=entropy_coef)
+        optimizer.zero_grad(set_to_none=True)
+        terms.loss.backward()
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        stats.append(terms)
+    n = len(stats)
+    return UpdateStats(sum(float(s.loss) for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
+                       sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n)

@@ -1,0 +1,108 @@
+"""Model architectures by name: the public ``config.json`` files RACE ships, or yours.
+
+Pure (stdlib only). The shipped files in ``race/assets/configs/`` are the configs as
+published on the Hugging Face hub, named ``<org>--<name>.json``, so planning works
+offline and without downloading weights::
+
+    >>> load_arch("qwen/qwen2.5-1.5b-instruct").num_layers
+    28
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from race.flops import ArchSpec, RewardModelSpec
+
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+CONFIG_DIR = ASSETS_DIR / "configs"
+SHIPPED_PREFIX = "race/"          # race/<name>: a tiny model shipped in race/assets/<name>/
+
+
+def shipped_models() -> list[str]:
+    """Names of the tiny models RACE ships with weights (``race/tiny-arith``, ...)."""
+    return sorted(SHIPPED_PREFIX + p.parent.name for p in ASSETS_DIR.glob("*/config.json")
+                  if p.parent.name != "configs")
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """What ``from_pretrained`` should load: the folder of a shipped ``race/<name>`` model,
+    an existing local path as given, or the Hugging Face id unchanged."""
+    if isinstance(name_or_path, str) and name_or_path.lower().startswith(SHIPPED_PREFIX):
+        folder = ASSETS_DIR / name_or_path[len(SHIPPED_PREFIX):]
+        if (folder / "config.json").is_file():
+            return str(folder)
+    return name_or_path
+
+
+def known_models() -> list[str]:
+    """Hugging Face ids of the shipped configs, sorted."""
+    return sorted(p.stem.replace("--", "/", 1) for p in CONFIG_DIR.glob("*.json"))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} holds a {type(cfg).__name__}, expected a JSON object")
+    return cfg
+
+
+def _resolve(name_or_path: str) -> tuple[str, dict]:
+    """(display name, config dict). A path that exists wins over a shipped id."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"expected a model id or a path, got {name_or_path!r}")
+    shipped = resolve_model_path(name_or_path)
+    if shipped != name_or_path:
+        return SHIPPED_PREFIX + Path(shipped).name, _read_json(Path(shipped) / "config.json")
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"folder {str(path)!r} has no config.json")
+        return path.name, _read_json(path / "config.json")
+    if path.is_file() and path.suffix == ".json":
+        return path.stem, _read_json(path)
+    wanted = name_or_path.strip().lower()
+    for hf_id in known_models():
+        if hf_id.lower() == wanted:
+            return hf_id, _read_json(CONFIG_DIR / (hf_id.replace("/", "--", 1) + ".json"))
+    raise ValueError(f"unknown model {name_or_path!r}: expected one of "
+                     f"{', '.join(known_models() + shipped_models())} or a folder with a config.json")
+
+
+def load_hf_config(name_or_path: str) -> dict:
+    """The ``config.json`` dict for a shipped HF id (any letter case), a folder that
+    contains ``config.json``, or a path to a ``.json`` file."""
+    return _resolve(name_or_path)[1]
+
+
+def load_arch(name_or_path: str) -> ArchSpec:
+    """``ArchSpec`` of a model, named like `load_hf_config`; its name is the HF id
+    (as shipped) or the folder / file name."""
+    name, cfg = _resolve(name_or_path)
+    return ArchSpec.from_hf_config(cfg, name=name)
+
+
+def load_reward_model(name_or_path: str) -> RewardModelSpec:
+    """``RewardModelSpec`` from the config's ``architectures``:
+
+    - ``*ForProcessRewardModel`` (Qwen2.5-Math-PRM): head Linear(h, h), ReLU,
+      Linear(h, 2) on every token;
+    - ``*ForRewardModel`` (Qwen2.5-Math-RM): the same head with 1 label;
+    - ``*ForSequenceClassification`` / ``*ForTokenClassification``: Linear(h, labels),
+      labels from ``num_labels`` or ``id2label`` (transformers' default: 2);
+    - anything else: a scalar head Linear(h, 1) on the model's body.
+    """
+    name, cfg = _resolve(name_or_path)
+    arch = ArchSpec.from_hf_config(cfg, name=name)
+    architecture = (cfg.get("architectures") or [""])[0]
+    if architecture.endswith("ForProcessRewardModel"):
+        return RewardModelSpec(arch, num_labels=2, head_hidden_size=arch.hidden_size)
+    if architecture.endswith("ForRewardModel"):
+        return RewardModelSpec(arch, num_labels=1, head_hidden_size=arch.hidden_size)
+    if architecture.endswith(("ForSequenceClassification", "ForTokenClassification")):
+        labels = cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 2
+        return RewardModelSpec(arch, num_labels=int(labels))
+    return RewardModelSpec(arch, num_labels=1)

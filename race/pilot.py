@@ -1,0 +1,262 @@
+"""One pilot run: a real LoRA GRPO run of one grid point and one seed, to its FLOP budget.
+
+``run_pilot`` is a pure function of (config, schedule, seed, calibrated lengths)
+and returns a ``PilotResult``; ``race.runner`` runs each call in its own process.
+FLOPs are metered from the tokens actually processed in every step (not from the
+plan); the pilot stops when the next step would overshoot its budget by more than
+half a step, so the spent FLOPs land within half a step of the budget.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from race import flops as F
+from race.config import GridConfig
+from race.grid import ENGINE_LEARNING_KW
+from race.records import FlopBreakdown, PilotResult, Schedule
+
+ProgressFn = Callable[[int, float], None]       # (steps done, FLOPs spent)
+
+
+@dataclass
+class FlopMeter:
+    """FLOPs of actual token counts, with the same formulas the planner uses.
+
+    Padding is not counted: the accounting is of useful tokens (hardware
+    utilisation, like communication, is outside it — as in the RACE paper).
+    """
+
+    arch: F.ArchSpec
+    lora: F.LoRASpec
+    reward: F.RewardModelSpec | None = None
+    sampling_uses_adapter: bool = False
+    ref_logprobs: bool = False
+    grad_checkpointing: bool = False
+
+    def search(self, prompt_lens: list[int], completion_lens: list[list[int]]) -> float:
+        """One prefill per prompt (shared by its rollouts) + each rollout's decode."""
+        lora = self.lora if self.sampling_uses_adapter else None
+        total = 0.0
+        for p, group in zip(prompt_lens, completion_lens):
+            prefill = F.search_flops(self.arch, prompt_len=p, completion_len=0, n=1, lora=lora)
+            total += prefill
+            for c in group:
+                total += F.search_flops(self.arch, prompt_len=p, completion_len=c, n=1, lora=lora) - prefill
+        return total
+
+    def learning(self, lengths: list[tuple[int, int]], mu: int) -> float:
+        return sum(F.learning_flops(self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora,
+                                    mu=mu, ref_logprobs=self.ref_logprobs,
+                                    grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW)
+                   for p, c in lengths)
+
+    def reward_flops(self, lengths: list[tuple[int, int]]) -> float:
+        return sum(F.reward_flops(self.reward, prompt_len=p, completion_len=c, sequences=1) for p, c in lengths)
+
+
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_policy(config: GridConfig, *, device: str = "cpu"):
+    """(tokenizer, peft policy, model path) with a fresh LoRA adapter on the configured modules."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from race.models import resolve_model_path
+
+    path = resolve_model_path(config.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
+                      target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
+    policy = get_peft_model(model, lcfg)
+    return tok, policy, path
+
+
+def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
+             seed: int, batch_prompts: int = 256) -> dict[str, tuple[float, ...]]:
+    """Per-prompt targets on held-out problems, ``samples`` samples each.
+
+    ``reward``: mean native reward; ``pass@1``: fraction of samples exactly right;
+    ``best@k``: 1 if any sample is right; ``worst@k``: 1 if all are.
+    """
+    import torch
+
+    from race.rewards import score_completions
+    from race.rewards.rules import sparse
+
+    gen = torch.Generator(device=backend.device).manual_seed(10_007 + seed)
+    out: dict[str, list[float]] = {"reward": [], "pass@1": [], f"best@{samples}": [], f"worst@{samples}": []}
+    for start in range(0, len(problems), batch_prompts):
+        chunk = problems[start:start + batch_prompts]
+        batch = backend.generate([p.prompt for p in chunk], n=samples, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, generator=gen)
+        for prob, texts in zip(chunk, batch.texts):
+            rewards = score_completions(reward_fn, [prob.prompt] * samples, texts, [prob.answer] * samples).scores
+            correct = [sparse(prob.prompt, t, prob.answer) for t in texts]
+            out["reward"].append(sum(rewards) / samples)
+            out["pass@1"].append(sum(correct) / samples)
+            out[f"best@{samples}"].append(float(any(correct)))
+            out[f"worst@{samples}"].append(float(all(correct)))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
+              progress: ProgressFn | None = None) -> PilotResult:
+    """Run one pilot to its budget and evaluate it (see the module docstring)."""
+    import torch
+
+    from race import grpo
+    from race.backends.hf import HFBackend
+    from race.grid import reward_spec
+    from race.models import load_arch
+    from race.rewards import get_reward, score_completions
+    from race.tasks import load_task
+
+    wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
+    t0 = time.perf_counter()
+    seed_everything(seed)
+    tok, policy, path = load_policy(config, device=device)
+    backend = HFBackend(policy, tok, model_path=path, device=device)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0)
+    g = config.grpo
+    meter = FlopMeter(load_arch(config.model), F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
+                      reward_spec(config), backend.sampling_uses_adapter, g.beta > 0, g.grad_checkpointing)
+    reward_fn = get_reward(config.reward.function if config.reward.kind == "custom" else config.reward.kind)
+    train = load_task(config.task, split="train", seed=seed)
+    evals = load_task(config.task, split="eval", n=config.eval.prompts)
+    rng = random.Random(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    wall["setup"] = time.perf_counter() - t0
+
+    spent, curve, step, cursor = FlopBreakdown(), [], 0, 0
+    last_step = schedule.flops_per_step.total
+    reward_errors = 0
+    order = list(range(len(train)))
+    while spent.total + 0.5 * last_step <= config.budget:
+        if cursor + schedule.prompts_per_step > len(order):
+            rng.shuffle(order)
+            cursor = 0
+        problems = [train[i] for i in order[cursor:cursor + schedule.prompts_per_step]]
+        cursor += schedule.prompts_per_step
+
+        t = time.perf_counter()
+        batch = backend.generate([p.prompt for p in problems], n=schedule.n_gen, max_new_tokens=g.max_completion_len,
+                                 temperature=g.temperature, top_p=g.top_p, generator=gen)
+        wall["rollout"] += time.perf_counter() - t
+        search = meter.search([len(p) for p in batch.prompt_ids],
+                              [[len(c) for c in grp] for grp in batch.completion_ids])
+
+        t = time.perf_counter()
+        flat = [(i, j) for i in range(len(problems)) for j in range(schedule.n_gen)]
+        scored = score_completions(reward_fn, [problems[i].prompt for i, _ in flat],
+                                   [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
+        reward_errors += scored.errors
+        rewards = [scored.scores[k:k + schedule.n_gen] for k in range(0, len(flat), schedule.n_gen)]
+        reward_cost = meter.reward_flops([(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j]))
+                                          for i, j in flat])
+        wall["reward"] += time.perf_counter() - t
+
+        t = time.perf_counter()
+        keep = [grpo.max_variance_subset(r, schedule.n_train) for r in rewards]
+        kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
+        adv = grpo.group_advantages(kept, scale=g.advantage)
+        seqs = [(batch.prompt_ids[i], batch.completion_ids[i][j]) for i, ks in enumerate(keep) for j in ks]
+        packed = grpo.pack([s[0] for s in seqs], [s[1] for s in seqs], adv.flatten().tolist(),
+                           backend.pad_id, device)
+        grpo.update(policy, optimizer, packed, mu=schedule.mu, temperature=g.temperature, clip_eps=g.clip_eps,
+                    loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
+                    entropy_coef=g.entropy_coef)
+        learning = meter.learning(packed.lengths, schedule.mu)
+        wall["update"] += time.perf_counter() - t
+
+        t = time.perf_counter()
+        search += backend.sync()
+        wall["sync"] += time.perf_counter() - t
+
+        this = FlopBreakdown(search, learning, reward_cost)
+        spent, last_step, step = spent + this, this.total, step + 1
+        curve.append((spent.total, sum(map(sum, rewards)) / len(flat)))
+        if progress:
+            progress(step, spent.total)
+
+    t = time.perf_counter()
+    scores = evaluate(backend, evals, reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
+                      max_new_tokens=g.max_completion_len, seed=seed)
+    wall["eval"] = time.perf_counter() - t
+    backend.close()
+    return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
+                       curve=tuple(curve), wall_seconds=wall,
+                       extra={"steps": step, "reward_errors": reward_errors, "device": device,
+                              "backend": backend.name, "sampling_uses_adapter": backend.sampling_uses_adapter})
+
+
+# The healthy recipe of the IsoCompute playbook: KL + entropy losses on easy sets (base
+# pass rate in [0.3, 0.6]), neither on hard sets (≤ 0.0625). The coefficients are RACE's
+# choice (the playbook gives none); between the two bands the config stands.
+HEALTHY_EASY = {"beta": 1e-3, "entropy_coef": 1e-3}
+HEALTHY_HARD = {"beta": 0.0, "entropy_coef": 0.0}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Token lengths and pass rate of the base policy on training prompts."""
+
+    prompt_len: float
+    completion_len: float
+    pass_rate: float
+    samples: int
+    seconds: float
+    healthy: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"prompt_len": self.prompt_len, "completion_len": self.completion_len, "pass_rate": self.pass_rate,
+                "samples": self.samples, "seconds": self.seconds, "healthy": self.healthy}
+
+
+def healthy_recipe(pass_rate: float) -> dict | None:
+    if pass_rate <= 0.0625:
+        return dict(HEALTHY_HARD)
+    if 0.3 <= pass_rate <= 0.6:
+        return dict(HEALTHY_EASY)
+    return None
+
+
+def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: int = 0,
+              device: str = "cpu") -> Calibration:
+    """Sample the base policy on ``prompts`` training prompts to measure lengths and pass rate."""
+    import torch
+
+    from race.backends.hf import HFBackend
+    from race.rewards.rules import sparse
+    from race.tasks import load_task
+
+    t0 = time.perf_counter()
+    seed_everything(seed)
+    tok, policy, path = load_policy(config, device=device)
+    backend = HFBackend(policy, tok, model_path=path, device=device)
+    problems = load_task(config.task, split="train", n=prompts, seed=10_000 + seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    batch = backend.generate([p.prompt for p in problems], n=samples, max_new_tokens=config.grpo.max_completion_len,
+                             temperature=config.grpo.temperature, top_p=config.grpo.top_p, generator=gen)
+    prompt_len = sum(map(len, batch.prompt_ids)) / len(problems)
+    lens = [len(c) for grp in batch.completion_ids for c in grp]
+    correct = [sparse(p.prompt, t, p.answer) for p, grp in zip(problems, batch.texts) for t in grp]
+    pass_rate = sum(correct) / len(correct)
+    backend.close()
+    return Calibration(prompt_len, sum(lens) / len(lens), pass_rate, len(lens), time.perf_counter() - t0,
+                       healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None)

@@ -1,0 +1,308 @@
+"""From pilot results to a regime verdict: ``classify(results) -> Diagnosis``. Pure.
+
+The rule (docs/regime.md has the reasoning and the measured false-verdict rates).
+CIs are two-sided percentile intervals at ``confidence_level`` of the paired
+seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
+
+1. reward-heavy  if C_reward / C_total at the pilot-best grid point ≥ reward_share_threshold;
+2. balanced      elif the quadratic fit is concave (ĉ < 0), the curvature CI lies below 0,
+                 and the argmax-ρ CI lies strictly inside (ρ_min, ρ_max) of the grid;
+3. update-heavy  elif the log-linear slope CI lies above 0;
+   search-heavy  elif it lies below 0;
+4. inconclusive  otherwise.
+
+A reward-heavy verdict still computes steps 2–4 (the "trend regime"), which sets
+its ρ range and is reported in ``fits["trend_regime"]``.
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from race.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
+                      percentile_ci, quadratic_argmax, t_quantile)
+from race.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict
+
+REWARD_SHARE_THRESHOLD = 0.2   # default τ: feedback share of C_total at the best point
+MIN_GRID_POINTS = 3            # a quadratic needs 3 distinct ρ
+MIN_SEEDS_PER_POINT = 2        # below this, seed noise at that point is not measured
+RANGE_WITHIN_SE = 1.0          # ρ range: predicted reward within this many SEs of the best
+REPLICATE_BAND_SE = 1.0        # a replicate is decisive when its effect ≥ this many point SEs
+SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.fit)
+SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
+MIN_SUPPORT = 0.8              # a trend verdict needs this share of replicates to agree with it
+SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
+MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
+_RANGE_STEPS = 401             # resolution of the ρ-range search (log-spaced)
+_TRENDS = (Regime.BALANCED, Regime.UPDATE_HEAVY, Regime.SEARCH_HEAVY, Regime.INCONCLUSIVE)
+
+
+def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = None,
+             primary_target: str = "reward", reward_share_threshold: float = REWARD_SHARE_THRESHOLD,
+             n_boot: int = 1000, confidence_level: float = 0.9, seed: int = 0,
+             meta: Mapping[str, Any] | None = None) -> Diagnosis:
+    """Classify a pilot grid into a regime per evaluation target.
+
+    Only results with ``status == "complete"`` count; pilots are grouped into
+    grid points by ``rho_target``. ``targets=None`` means every target that all
+    complete pilots report. The output does not depend on the order of
+    ``results``. Raises ValueError on: no complete result, < 3 grid points, a
+    requested target missing from a pilot, misaligned prompt counts.
+    """
+    if not 0.0 < confidence_level < 1.0:
+        raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
+    complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
+    if not complete:
+        statuses = sorted({r.status for r in results})
+        raise ValueError(f"no complete results among {len(results)} (statuses: {statuses}); "
+                         "expected at least one with status 'complete'")
+    grid_rhos = sorted({r.rho_target for r in complete})
+    if len(grid_rhos) < MIN_GRID_POINTS:
+        raise ValueError(f"complete results cover {len(grid_rhos)} grid points (ρ={grid_rhos}); "
+                         f"expected ≥ {MIN_GRID_POINTS}")
+    names, notes = _resolve_targets(complete, targets, primary_target)
+    verdicts = {name: _verdict(complete, name, tau=reward_share_threshold, n_boot=n_boot,
+                               level=confidence_level, seed=seed) for name in names}
+    regimes = {name: v.regime.value for name, v in verdicts.items()}
+    if len(set(regimes.values())) > 1:
+        notes.append("targets disagree: " + ", ".join(f"{k} → {v}" for k, v in regimes.items()))
+    skipped = len(results) - len(complete)
+    if skipped:
+        notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")
+    settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
+                "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
+    return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
+                     meta={**dict(meta or {}), "classify": settings})
+
+
+def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,
+                     primary: str) -> tuple[list[str], list[str]]:
+    """Targets to classify (primary first) and notes about targets left out."""
+    common = set.intersection(*(set(r.evals) for r in complete))
+    notes: list[str] = []
+    if targets is None:
+        every = set.union(*(set(r.evals) for r in complete))
+        if every - common:
+            notes.append(f"targets {sorted(every - common)} are missing from some pilots and were left out")
+        names = sorted(common)
+        if primary not in names:
+            raise ValueError(f"primary_target {primary!r} is not reported by every complete pilot; "
+                             f"expected one of {names}")
+    else:
+        names = list(dict.fromkeys(targets))
+        if primary not in names:
+            raise ValueError(f"primary_target {primary!r} is not in targets {names}")
+        for name in names:
+            if name not in common:
+                bad = next(r for r in complete if name not in r.evals)
+                raise ValueError(f"target {name!r} is missing from pilot (rho_target={bad.rho_target}, "
+                                 f"seed={bad.seed}); expected one of {sorted(bad.evals)}")
+    return [primary] + [n for n in names if n != primary], notes
+
+
+def _grid(complete: list[PilotResult], target: str) -> GridScores:
+    lengths = {len(r.evals[target]) for r in complete}
+    if len(lengths) > 1:
+        raise ValueError(f"target {target!r} has prompt counts {sorted(lengths)} across pilots; "
+                         "expected the same index-aligned prompt set in every pilot")
+    return grid_scores(rho_targets=[r.rho_target for r in complete], pilot_seeds=[r.seed for r in complete],
+                       pilot_rho=[r.rho for r in complete], scores=[r.evals[target] for r in complete])
+
+
+def _point_flops(complete: list[PilotResult], grid: GridScores) -> list[FlopBreakdown]:
+    """Mean FLOP breakdown over the seeds of each grid point (canonical order)."""
+    sums = [FlopBreakdown() for _ in range(grid.n_points)]
+    for i, r in enumerate(complete):
+        sums[grid.point_index[i]] = sums[grid.point_index[i]] + r.flops
+    return [s.scaled(1.0 / n) for s, n in zip(sums, grid.n_seeds)]
+
+
+def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: int, level: float,
+             seed: int) -> TargetVerdict:
+    grid = _grid(complete, target)
+    boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=SEED_RESAMPLING,
+                              seed_scale=seed_scale(grid=grid, level=level))
+    flops = _point_flops(complete, grid)
+    shares = np.array([f.shares()["reward"] for f in flops])
+    means = grid.point_means
+    best = int(np.argmax(means))
+    fits = compare_fits(rho=grid.rho, y=means)
+    slope_ci = percentile_ci(samples=boot.slope, confidence_level=level)
+    curv_ci = percentile_ci(samples=boot.curvature, confidence_level=level)
+    rho_min, rho_max = float(grid.rho.min()), float(grid.rho.max())
+    _, concave, _ = quadratic_argmax(coef=fits["quadratic"].coef, rho_min=rho_min, rho_max=rho_max)
+    argmax_ci = percentile_ci(samples=boot.argmax_rho, confidence_level=level) if concave else None
+    point_se = float(np.median(boot.point_means.std(axis=0)))
+    reps = replicate_trends(boot=boot, band=REPLICATE_BAND_SE * point_se)
+    passed = ci_trends(slope_ci=slope_ci, curvature_ci=curv_ci, argmax_ci=argmax_ci,
+                       rho_min=rho_min, rho_max=rho_max)
+    trend = next((r for r in passed if np.mean(reps == _TRENDS.index(r)) >= MIN_SUPPORT), Regime.INCONCLUSIVE)
+    if grid.seed_sd() is None:          # seed noise unmeasured: the CIs would be too narrow
+        trend = Regime.INCONCLUSIVE
+    reward_flags = shares[boot.best_point] >= tau
+    regime = Regime.REWARD_HEAVY if shares[best] >= tau else trend
+    agree = reward_flags if regime is Regime.REWARD_HEAVY else ~reward_flags & (reps == _TRENDS.index(regime))
+    confidence = float(np.mean(agree))
+    chosen = {Regime.BALANCED: "quadratic", Regime.UPDATE_HEAVY: "loglinear",
+              Regime.SEARCH_HEAVY: "loglinear"}.get(trend)
+    rho_range = _rho_range(grid, boot, chosen, fits, best)
+    points = tuple(
+        PointSummary(rho_target=float(grid.rho_targets[p]), rho_measured=float(grid.rho[p]),
+                     n_seeds=int(grid.n_seeds[p]), flops=flops[p], reward_mean=float(means[p]),
+                     reward_ci=percentile_ci(samples=boot.point_means[:, p], confidence_level=level),
+                     schedule=next(r.schedule for r, i in zip(complete, grid.point_index) if i == p))
+        for p in range(grid.n_points))
+    fit_info = _fit_info(fits, grid, chosen=chosen, trend=trend, curvature_ci=curv_ci,
+                         share=float(shares[best]), point_se=point_se, n_boot=n_boot, level=level)
+    warnings = _warnings(grid, regime=regime, trend=trend, best=best, share=float(shares[best]), tau=tau,
+                         slope=float(fits["loglinear"].coef[1]), level=level)
+    return TargetVerdict(
+        target=target, regime=regime, rho_range=rho_range, confidence=confidence,
+        best_rho=float(grid.rho_targets[best]), best_reward=float(means[best]),
+        slope=float(fits["loglinear"].coef[1]), slope_ci=slope_ci, argmax_ci=argmax_ci,
+        points=points, fits=fit_info, warnings=tuple(warnings))
+
+
+def seed_scale(*, grid: GridScores, level: float) -> float:
+    """t_df / z at the CI's quantile, df = Σ (n_seeds − 1): widens the seed part of the bootstrap.
+
+    A bootstrap acts as if the seed SD were known; with 2 seeds × 5 points it is
+    estimated on 5 degrees of freedom, and plain percentile CIs come out too narrow.
+    """
+    df = int(np.sum(grid.n_seeds - 1))
+    if not SEED_DF_CORRECTION or df < 1:
+        return 1.0
+    q = (1 + level) / 2
+    return t_quantile(q=q, df=df) / NormalDist().inv_cdf(q)
+
+
+def ci_trends(*, slope_ci: tuple[float, float], curvature_ci: tuple[float, float],
+              argmax_ci: tuple[float, float] | None, rho_min: float, rho_max: float) -> list[Regime]:
+    """Trend verdicts whose CI condition holds, in the rule's order (steps 2–3).
+
+    ``argmax_ci`` None: the point-estimate quadratic is not concave.
+    """
+    out = []
+    if (curvature_ci[1] < 0 and argmax_ci is not None
+            and rho_min < argmax_ci[0] and argmax_ci[1] < rho_max):
+        out.append(Regime.BALANCED)
+    if slope_ci[0] > 0:
+        out.append(Regime.UPDATE_HEAVY)
+    if slope_ci[1] < 0:
+        out.append(Regime.SEARCH_HEAVY)
+    return out
+
+
+def replicate_trends(*, boot: BootstrapResponse, band: float) -> np.ndarray:
+    """(n_boot,) trend class of each bootstrap replicate, as an index into ``_TRENDS``.
+
+    One replicate has no CI, so it is classified by effect sizes against ``band``
+    (REPLICATE_BAND_SE point-mean SEs): balanced if its quadratic peaks strictly
+    inside the grid and that peak beats the better grid end by ≥ band; else
+    update-/search-heavy if its log-linear change across the grid is ≥ band /
+    ≤ −band; else inconclusive.
+    """
+    x_lo, x_hi = math.log(float(boot.rho.min())), math.log(float(boot.rho.max()))
+    change = boot.slope * (x_hi - x_lo)
+    q = boot.quadratic
+    xs = np.stack([np.full(boot.n_boot, x_lo), np.full(boot.n_boot, x_hi), np.log(boot.argmax_rho)], axis=1)
+    yq = q[:, :1] + q[:, 1:2] * xs + q[:, 2:3] * xs ** 2
+    prominence = yq[:, 2] - np.maximum(yq[:, 0], yq[:, 1])
+    out = np.full(boot.n_boot, _TRENDS.index(Regime.INCONCLUSIVE))
+    out[change <= -band] = _TRENDS.index(Regime.SEARCH_HEAVY)
+    out[change >= band] = _TRENDS.index(Regime.UPDATE_HEAVY)
+    out[boot.interior & (prominence >= band)] = _TRENDS.index(Regime.BALANCED)
+    return out
+
+
+def _rho_range(grid: GridScores, boot: BootstrapResponse, chosen: str | None, fits: Mapping[str, Any],
+               best: int) -> tuple[float, float]:
+    """ρ region whose fitted reward is within RANGE_WITHIN_SE SEs of the fitted best.
+
+    SE = bootstrap SD of the fitted value at the fitted best ρ. Without a chosen fit
+    (inconclusive trend): the pilot-best point, out to halfway to its grid neighbours.
+    """
+    rho = grid.rho
+    if chosen is None:
+        lo = (rho[best - 1] + rho[best]) / 2 if best > 0 else rho[best]
+        hi = (rho[best + 1] + rho[best]) / 2 if best < grid.n_points - 1 else rho[best]
+        return float(lo), float(hi)
+    dense = np.exp(np.linspace(math.log(rho.min()), math.log(rho.max()), _RANGE_STEPS))
+    fit = fits[chosen]
+    pred = fit.predict(rho=dense)
+    top = int(np.argmax(pred))
+    reps = boot.quadratic if chosen == "quadratic" else boot.loglinear
+    x_top = math.log(dense[top])
+    se = float(np.std(reps @ (x_top ** np.arange(reps.shape[1]))))
+    inside = dense[pred >= pred[top] - RANGE_WITHIN_SE * se]
+    return float(inside.min()), float(inside.max())
+
+
+def seeds_needed(*, seed_sd: float, change: float, rho: np.ndarray, level: float,
+                 power: float = SEED_ADVICE_POWER) -> int:
+    """Seeds per grid point for the slope CI to exclude 0 when the grid-wide change is ``change``.
+
+    SE(b) = σ / √(n·Sxx) for equally weighted point means of n seeds, Sxx = Σ(x − x̄)²,
+    x = log ρ; need |b| ≥ (z_{(1+level)/2} + z_power)·SE(b) with b = change / (x_max − x_min).
+    """
+    x = np.log(np.asarray(rho, dtype=float))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    z = NormalDist().inv_cdf((1 + level) / 2) + NormalDist().inv_cdf(power)
+    b = abs(change) / float(x.max() - x.min())
+    return int(min(MAX_SEEDS_ADVICE, max(2, math.ceil((z * seed_sd / (b * math.sqrt(sxx))) ** 2))))
+
+
+def _warnings(grid: GridScores, *, regime: Regime, trend: Regime, best: int, share: float, tau: float,
+              slope: float, level: float) -> list[str]:
+    out: list[str] = []
+    rho_best = float(grid.rho_targets[best])
+    if regime is Regime.REWARD_HEAVY:
+        out.append(f"reward evaluation takes {share:.0%} of the budget at the best point (≥ {tau:.0%}): "
+                   f"cut feedback cost first (proxy PRM, or score fewer samples); trend underneath: "
+                   f"{trend.value}")
+    if best in (0, grid.n_points - 1):
+        side = "lower" if best == 0 else "higher"
+        out.append(f"best at grid boundary (ρ={rho_best:g}): extend the grid to {side} ρ")
+    if trend is Regime.INCONCLUSIVE:
+        out.append(f"inconclusive: keeping the pilot-best point ρ={rho_best:g}; the range spans halfway "
+                   "to its grid neighbours, not a fitted optimum")
+        out.append(_noise_warning(grid, slope=slope, level=level))
+    counts = grid.n_seeds
+    top = max(int(counts.max()), MIN_SEEDS_PER_POINT)
+    for n in sorted(set(int(c) for c in counts if c < top)):
+        where = ", ".join(f"{t:g}" for t, c in zip(grid.rho_targets, counts) if c == n)
+        why = "seed noise not measured there" if n < MIN_SEEDS_PER_POINT else f"others have up to {top}"
+        out.append(f"only {n} seed{'s' if n > 1 else ''} at ρ={where} ({why})")
+    return out
+
+
+def _noise_warning(grid: GridScores, *, slope: float, level: float) -> str:
+    sd = grid.seed_sd()
+    if sd is None:
+        return f"noise dominates: add seeds (≥ {MIN_SEEDS_PER_POINT} per point to measure seed noise)"
+    x = np.log(grid.rho)
+    change = max(abs(slope) * float(x.max() - x.min()), sd)   # floor: one seed SD across the grid
+    n = seeds_needed(seed_sd=sd, change=change, rho=grid.rho, level=level)
+    more = f"≥ {n}" if n >= MAX_SEEDS_ADVICE else f"≈ {n}"
+    return (f"noise dominates: add seeds (seed SD ≈ {sd:.3f}; resolving a change of {change:.3f} "
+            f"across the grid needs {more} seeds per point, now {int(grid.n_seeds.min())})")
+
+
+def _fit_info(fits: Mapping[str, Any], grid: GridScores, *, chosen: str | None, trend: Regime,
+              curvature_ci: tuple[float, float], share: float, point_se: float, n_boot: int,
+              level: float) -> dict[str, Any]:
+    """JSON-ready record of the fits behind a verdict."""
+    info: dict[str, Any] = {name: f.to_dict() for name, f in fits.items()}
+    arg, concave, interior = quadratic_argmax(coef=fits["quadratic"].coef, rho_min=float(grid.rho.min()),
+                                              rho_max=float(grid.rho.max()))
+    info["quadratic"].update(concave=bool(concave), argmax_rho=float(arg), argmax_inside=bool(interior))
+    score = {n: (f.aicc if f.aicc is not None else f.aic) for n, f in fits.items()}
+    seed_sd = grid.seed_sd()
+    info.update(x="log(rho_measured)", rho_measured=[float(r) for r in grid.rho],
+                best_by_aicc=min(score, key=lambda n: float(score[n])), chosen=chosen,
+                trend_regime=trend.value, curvature_ci=list(curvature_ci), reward_share_at_best=share,
+                seed_sd=seed_sd, point_se=point_se, n_boot=n_boot, confidence_level=level)
+    return info

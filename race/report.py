@@ -1,0 +1,170 @@
+"""Render plans and diagnoses as text, Markdown, LaTeX (booktabs) or JSON.
+
+The JSON form is RACE's stable machine interface (fields in docs/interfaces.md):
+``render_json`` of a Diagnosis is ``{"schema_version", "kind": "diagnosis", ...}``
+and of a Plan ``{"schema_version", "kind": "plan", ...}``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from race.records import Diagnosis, FlopBreakdown, Regime, TargetVerdict
+
+SCHEMA_VERSION = 1
+FORMATS = ("text", "md", "latex", "json")
+_TABLEFMT = {"text": "simple", "md": "github"}
+
+_ADVICE = {
+    Regime.SEARCH_HEAVY: "reward falls as ρ rises: spend more on rollouts (larger n_gen, more prompts), "
+                         "fewer update iterations",
+    Regime.UPDATE_HEAVY: "reward rises with ρ: spend more on updates (μ > 1 reuse, fewer rollouts per prompt)",
+    Regime.REWARD_HEAVY: "feedback dominates the budget: try a proxy PRM, score fewer samples or steps, "
+                         "or a rule-based reward before moving ρ",
+    Regime.BALANCED: "the response peaks inside the grid: run at the recommended ρ range",
+    Regime.INCONCLUSIVE: "noise dominates: keep the pilot-best point, add seeds or budget before trusting a ρ",
+}
+
+
+def fmt_flops(x: float) -> str:
+    return f"{x:.3g}" if x else "0"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+_LATEX = [("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
+          ("ρ", r"$\rho$"), ("μ", r"$\mu$"), ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
+          ("√", r"$\surd$"), ("×", r"$\times$"), ("→", r"$\to$"), ("∈", r"$\in$"), ("…", r"\ldots{}"),
+          ("·", r"$\cdot$")]
+
+
+def _escape(s: str, fmt: str) -> str:
+    if fmt == "latex":
+        for a, b in _LATEX:
+            s = s.replace(a, b)
+    return s
+
+
+def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+    if fmt == "latex":  # booktabs, written here: tabulate's latex_booktabs would escape the math
+        cells = [[_escape(str(c), fmt) for c in r] for r in [headers] + rows]
+        lines = [r"\begin{tabular}{" + "l" * len(headers) + "}", r"\toprule",
+                 " & ".join(cells[0]) + r" \\", r"\midrule"]
+        lines += [" & ".join(r) + r" \\" for r in cells[1:]]
+        return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"])
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=headers, tablefmt=_TABLEFMT[fmt], disable_numparse=True)
+
+
+def _breakdown_cells(f: FlopBreakdown) -> list[str]:
+    sh = f.shares()
+    return [fmt_flops(f.search), fmt_flops(f.learning), fmt_flops(f.reward), fmt_flops(f.total),
+            f"{_pct(sh['search'])} / {_pct(sh['learning'])} / {_pct(sh['reward'])}"]
+
+
+_FLOP_HEADERS = ["C_search", "C_learning", "C_reward", "C_total", "shares S/L/R"]
+
+
+def _heading(text: str, fmt: str) -> str:
+    if fmt == "md":
+        return f"### {text}"
+    if fmt == "latex":
+        return f"% {text}"
+    return text
+
+
+def _lines(lines: list[str], fmt: str) -> str:
+    if fmt == "md":
+        return "\n".join(f"- {_escape(x, fmt)}" for x in lines)
+    if fmt == "latex":
+        return "\\begin{itemize}\n" + "\n".join(f"  \\item {_escape(x, fmt)}" for x in lines) + "\n\\end{itemize}"
+    return "\n".join(f"  {x}" for x in lines)
+
+
+# ----------------------------------------------------------------------------- plans
+
+def render_plan(plan, fmt: str = "text") -> str:
+    """The grid table of a ``race.grid.Plan``: per ρ the schedule and its FLOP breakdown."""
+    _check_fmt(fmt)
+    if fmt == "json":
+        return json.dumps({"schema_version": SCHEMA_VERSION, "kind": "plan", **plan.to_dict()}, indent=2)
+    c = plan.config
+    rows = [[f"{s.rho_target:.2f}", f"{s.rho:.3f}", s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps,
+             f"{s.learning_rate:.2e}", *_breakdown_cells(s.flops),
+             f"{(s.flops.total / c.budget - 1) * 100:+.2f}%"] for s in plan.schedules]
+    headers = ["ρ target", "ρ achieved", "B_p", "n_gen", "n_train", "μ", "steps", "lr", *_FLOP_HEADERS,
+               "vs budget"]
+    head = [f"model {c.model} · reward {c.reward.kind} · LoRA r={c.lora.rank} · "
+            f"budget {fmt_flops(c.budget)} FLOPs per pilot",
+            f"{len(plan.schedules)} points × {c.seeds} seeds = {len(plan.schedules) * c.seeds} pilots, "
+            f"{fmt_flops(plan.grid_flops)} FLOPs for the grid · expected tokens: prompt "
+            f"{plan.prompt_len:g}, completion {plan.completion_len:g}"]
+    if c.full_run_budget:
+        head.append(f"the grid costs {_pct(plan.grid_flops / c.full_run_budget)} of the full-run budget "
+                    f"{fmt_flops(c.full_run_budget)}")
+    parts = [_heading("RACE plan", fmt), _lines(head, fmt), _table(rows, headers, fmt)]
+    if plan.notes:
+        parts.append(_lines(list(plan.notes), fmt))
+    return "\n\n".join(parts) + "\n"
+
+
+# ----------------------------------------------------------------------------- diagnoses
+
+def _points_table(v: TargetVerdict, fmt: str) -> str:
+    rows = []
+    for p in v.points:
+        s = p.schedule
+        knobs = f"{s.prompts_per_step}×{s.n_gen}→{s.n_train}, μ={s.mu}, {s.steps} steps" if s else "—"
+        half = (p.reward_ci[1] - p.reward_ci[0]) / 2
+        rows.append([f"{p.rho_target:.2f}", f"{p.rho_measured:.3f}", p.n_seeds, knobs,
+                     *_breakdown_cells(p.flops), f"{p.reward_mean:.4f} ± {half:.4f}"])
+    headers = ["ρ target", "ρ measured", "seeds", "B_p×n_gen→n_train", *_FLOP_HEADERS, f"{v.target} ± CI"]
+    return _table(rows, headers, fmt)
+
+
+def _verdict_lines(v: TargetVerdict) -> list[str]:
+    lo, hi = v.rho_range
+    out = [f"verdict ({v.target}): {v.regime.value} · recommended ρ ∈ [{lo:.2f}, {hi:.2f}] · "
+           f"confidence {v.confidence:.2f}",
+           f"pilot-best: ρ={v.best_rho:.2f} with {v.target} {v.best_reward:.4f}",
+           f"slope d{v.target}/dlog ρ = {v.slope:+.4f} (CI {v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"]
+    if v.argmax_ci:
+        out.append(f"concave fit: argmax ρ CI {v.argmax_ci[0]:.2f} … {v.argmax_ci[1]:.2f}")
+    out.append("advice: " + _ADVICE[v.regime])
+    out += [f"warning: {w}" for w in v.warnings]
+    return out
+
+
+def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
+    """Per grid point ρ, schedule, C_search / C_learning / C_reward and shares, reward ± CI; then verdicts."""
+    _check_fmt(fmt)
+    if fmt == "json":
+        return json.dumps(diagnosis_json(diag), indent=2)
+    meta = diag.meta
+    head = [f"{k}: {meta[k]}" for k in ("model", "reward", "backend", "budget_per_pilot", "seeds") if k in meta]
+    parts = [_heading("RACE diagnosis", fmt)]
+    if head:
+        parts.append(_lines(head, fmt))
+    for name in [diag.primary_target] + [t for t in diag.verdicts if t != diag.primary_target]:
+        v = diag.verdicts[name]
+        parts.append(_heading(f"target: {name}" + (" (primary)" if name == diag.primary_target else ""), fmt))
+        parts.append(_points_table(v, fmt))
+        parts.append(_lines(_verdict_lines(v), fmt))
+    if diag.warnings:
+        parts.append(_lines([f"warning: {w}" for w in diag.warnings], fmt))
+    return "\n\n".join(parts) + "\n"
+
+
+def diagnosis_json(diag: Diagnosis) -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", **diag.to_dict()}
+
+
+def _check_fmt(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is unknown: expected one of {', '.join(FORMATS)}")
+
+
+RENDERERS: dict[str, Callable[..., str]] = {"plan": render_plan, "diagnosis": render_diagnosis}

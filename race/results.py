@@ -1,0 +1,105 @@
+"""The results file ``DIR/results.json``: what a pilot grid leaves behind.
+
+Layout (``schema_version`` 1; fields documented in docs/interfaces.md)::
+
+    {"schema_version": 1, "kind": "results", "race_version": "...", "created": "...",
+     "config": {...GridConfig...}, "plan": {...Plan.to_dict()...},
+     "pilots": [PilotResult.to_dict(), ...], "diagnosis": {...} | null,
+     "classify": {"primary_target": ..., "n_boot": ..., "seed": ..., ...}}
+
+Writes are atomic (temp file + rename) so a crash never leaves a torn file.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from race.records import Diagnosis, PilotResult
+
+SCHEMA_VERSION = 1
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read; one-line message naming the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Results:
+    pilots: tuple[PilotResult, ...]
+    diagnosis: Diagnosis | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    classify: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from race import __version__
+
+        return {"schema_version": SCHEMA_VERSION, "kind": "results", "race_version": __version__,
+                "created": self.meta.get("created") or _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                **{k: v for k, v in self.meta.items() if k != "created"},
+                "config": dict(self.config), "plan": dict(self.plan),
+                "pilots": [p.to_dict() for p in self.pilots],
+                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
+                "classify": dict(self.classify)}
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def save_results(path: str, results: Results) -> str:
+    """Write ``results`` to ``path`` (a file, or a folder → ``folder/results.json``)."""
+    if os.path.isdir(path) or not path.endswith(".json"):
+        path = os.path.join(path, "results.json")
+    write_json_atomic(path, results.to_dict())
+    return path
+
+
+def load_results(path: str) -> Results:
+    """Read a results file (or a folder holding ``results.json``)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.json")
+    if not os.path.isfile(path):
+        raise ResultsError(f"results file {path!r} does not exist: expected DIR/results.json from race pilot")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"results file {path!r} is not valid JSON (line {e.lineno}): {e.msg}") from None
+    if not isinstance(raw, dict) or "schema_version" not in raw:
+        raise ResultsError(f"results file {path!r} has no schema_version: expected a RACE results file")
+    if raw["schema_version"] != SCHEMA_VERSION:
+        raise ResultsError(f"results file {path!r} has schema_version {raw['schema_version']!r}: "
+                           f"this RACE reads {SCHEMA_VERSION}")
+    try:
+        pilots = tuple(PilotResult.from_dict(p) for p in raw.get("pilots", []))
+        diag = Diagnosis.from_dict(raw["diagnosis"]) if raw.get("diagnosis") else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResultsError(f"results file {path!r} is malformed: {type(e).__name__}: {e}") from None
+    meta = {k: v for k, v in raw.items()
+            if k not in ("pilots", "diagnosis", "config", "plan", "classify", "schema_version", "kind")}
+    return Results(pilots=pilots, diagnosis=diag, config=raw.get("config") or {}, plan=raw.get("plan") or {},
+                   classify=raw.get("classify") or {}, meta=meta)
+
+
+def diagnose_results(results: Results, *, refit: bool = False, **classify_kw: Any) -> Diagnosis:
+    """The stored diagnosis, or a fresh one from the pilots (``refit`` or none stored)."""
+    if results.diagnosis is not None and not refit and not classify_kw:
+        return results.diagnosis
+    from race.regime import classify
+
+    kw = {**results.classify, **classify_kw}
+    meta = kw.pop("meta", None) or (results.diagnosis.meta if results.diagnosis else {})
+    complete: Sequence[PilotResult] = [p for p in results.pilots if p.status == "complete"]
+    return classify(complete, meta=meta, **kw)

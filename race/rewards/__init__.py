@@ -1,0 +1,108 @@
+"""Rewards: the feedback a pilot trains on, and what it costs.
+
+A reward function maps ``(prompt, completion, reference)`` to a float (``RewardFn``).
+``get_reward`` normalises what users pass (a built-in name, a ``"module:function"``
+string, or a callable); ``score_completions`` scores a batch without ever letting a
+faulty reward kill a pilot, and reports the batch's CPU time and FLOPs (0 for the
+rule-based rewards here; model-based rewards count their forward passes).
+
+No torch here: model-based rewards import it when they are built.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence, Union
+
+from race.rewards.rules import EOS_MARKERS, dense, final_answer, sparse, structured, well_formed
+
+RewardFn = Callable[[str, str, str], float]
+"""``fn(prompt, completion, reference) -> float``; higher is better."""
+
+REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "dense": dense}
+
+__all__ = [
+    "EOS_MARKERS", "REWARDS", "RewardBatch", "RewardError", "RewardFn", "dense", "final_answer",
+    "get_reward", "score_completions", "sparse", "structured", "well_formed",
+]
+
+
+class RewardError(ValueError):
+    """A reward that cannot be resolved; the message is one line and names the value."""
+
+
+@dataclass(frozen=True)
+class RewardBatch:
+    """Scores of one batch of completions, index-aligned with the inputs.
+
+    ``errors`` counts samples whose reward raised or returned a non-finite value (each
+    scored 0.0); ``first_error`` describes the first of them. ``cpu_seconds`` is this
+    process's CPU time spent scoring; ``flops`` the reward-model FLOPs (0 for rules).
+    """
+
+    scores: list[float]
+    errors: int = 0
+    cpu_seconds: float = 0.0
+    flops: float = 0.0
+    first_error: str | None = field(default=None, compare=False)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.scores) / len(self.scores) if self.scores else 0.0
+
+
+def get_reward(name_or_callable: Union[str, RewardFn]) -> RewardFn:
+    """A reward function from a name in ``REWARDS``, a ``"module:function"`` string, or a callable."""
+    if callable(name_or_callable):
+        return name_or_callable
+    if not isinstance(name_or_callable, str):
+        raise RewardError(f"reward {name_or_callable!r} must be a name ({', '.join(REWARDS)}), "
+                          f"a 'module:function' string, or a callable")
+    if name_or_callable in REWARDS:
+        return REWARDS[name_or_callable]
+    module_name, sep, attr = name_or_callable.partition(":")
+    if not sep or not module_name or not attr:
+        raise RewardError(f"reward {name_or_callable!r} is unknown: expected one of {', '.join(REWARDS)} "
+                          f"or 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise RewardError(f"reward {name_or_callable!r}: cannot import module {module_name!r} ({e})") from None
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise RewardError(f"reward {name_or_callable!r}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise RewardError(f"reward {name_or_callable!r} is not callable: expected fn(prompt, completion, reference)")
+    return fn
+
+
+def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completions: Sequence[str],
+                      references: Sequence[str]) -> RewardBatch:
+    """Score ``completions[i]`` for ``prompts[i]`` against ``references[i]``.
+
+    A sample whose reward raises an ``Exception`` or returns something that is not a
+    finite number scores 0.0 and is counted in ``errors``; the batch goes on.
+    """
+    reward = get_reward(fn)
+    if not len(prompts) == len(completions) == len(references):
+        raise RewardError(f"prompts ({len(prompts)}), completions ({len(completions)}) and references "
+                          f"({len(references)}) must have the same length")
+    scores: list[float] = []
+    errors, first_error = 0, None
+    start = time.process_time()
+    for prompt, completion, reference in zip(prompts, completions, references):
+        try:
+            value = float(reward(prompt, completion, reference))
+            if not math.isfinite(value):
+                raise ValueError(f"non-finite reward {value}")
+        except Exception as e:  # a user reward must never kill a pilot
+            errors += 1
+            first_error = first_error or f"{type(e).__name__}: {e}"
+            value = 0.0
+        scores.append(value)
+    return RewardBatch(scores=scores, errors=errors, cpu_seconds=time.process_time() - start,
+                       flops=0.0, first_error=first_error)

@@ -1,0 +1,206 @@
+"""Run a pilot grid: calibrate → plan → pilots (each in its own process) → classify.
+
+The process model (docs/interfaces.md): every pilot runs in a child process
+started by a fork server that has torch / transformers / peft imported once, so a
+child starts in milliseconds yet a crash or an out-of-memory kill takes only that
+pilot down. The parent owns every write: after each finished pilot it rewrites
+``DIR/results.json`` atomically, so nothing finished is ever lost.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, replace
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+from race.config import GridConfig, config_from_dict
+from race.grid import plan_grid
+from race.records import PilotResult, Schedule
+from race.results import Results, save_results
+
+_PRELOAD = ["torch", "transformers", "peft", "race.pilot", "race.grpo", "race.backends.hf"]
+
+
+@dataclass(frozen=True)
+class Job:
+    schedule: Schedule
+    seed: int
+
+    @property
+    def key(self) -> tuple[float, int]:
+        return (self.schedule.rho_target, self.seed)
+
+
+def _child(conn, config: dict, schedule: dict, seed: int, threads: int, device: str) -> None:
+    """Entry point of a pilot process: run one pilot, send its result back."""
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        from race.pilot import run_pilot
+
+        cfg = config_from_dict(config)
+        last = [0.0]
+
+        def progress(step: int, spent: float) -> None:
+            now = time.monotonic()
+            if now - last[0] > 0.5:
+                last[0] = now
+                conn.send(("progress", step, spent))
+
+        result = run_pilot(cfg, Schedule.from_dict(schedule), seed, device=device, progress=progress)
+        conn.send(("result", result.to_dict()))
+    except BaseException as e:  # report, then die: the parent records a failed pilot
+        conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _context():
+    if sys.platform.startswith("linux"):
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        return ctx
+    return mp.get_context("spawn")
+
+
+def default_workers(device: str) -> int:
+    """Two pilots at a time on a CPU with ≥ 2 cores (small models are overhead-bound, so two
+    single-threaded pilots beat one two-threaded one); one per GPU otherwise."""
+    if device.startswith("cuda"):
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu",
+             on_result: Callable[[Job, PilotResult], None] | None = None,
+             on_progress: Callable[[Job, int, float], None] | None = None) -> list[PilotResult]:
+    """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
+    ``status="failed"`` and the reason in ``extra["error"]``."""
+    ctx = _context()
+    threads = max(1, (os.cpu_count() or 1) // workers) if not device.startswith("cuda") else 1
+    cfg = config.to_dict()
+    pending, running, results = list(jobs), {}, []
+    while pending or running:
+        while pending and len(running) < workers:
+            job = pending.pop(0)
+            parent, child = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(child, cfg, job.schedule.to_dict(), job.seed, threads, device),
+                               daemon=True)
+            proc.start()
+            child.close()
+            running[parent] = (proc, job)
+        ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=1.0)
+        for conn in list(running):
+            proc, job = running[conn]
+            done, result = False, None
+            try:
+                while conn.poll():
+                    msg = conn.recv()
+                    if msg[0] == "progress" and on_progress:
+                        on_progress(job, msg[1], msg[2])
+                    elif msg[0] == "result":
+                        result, done = PilotResult.from_dict(msg[1]), True
+                    elif msg[0] == "error":
+                        result, done = _failed(job, msg[1], msg[2]), True
+            except (EOFError, OSError):
+                done = True
+            if not done and proc.sentinel in ready and not proc.is_alive():
+                done = True
+            if done:
+                proc.join(timeout=5)
+                if result is None:
+                    code = proc.exitcode
+                    why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
+                    result = _failed(job, f"pilot process {why}", "")
+                del running[conn]
+                conn.close()
+                results.append(result)
+                if on_result:
+                    on_result(job, result)
+    return results
+
+
+def _failed(job: Job, error: str, tb: str) -> PilotResult:
+    from race.records import FlopBreakdown
+
+    return PilotResult(rho_target=job.schedule.rho_target, seed=job.seed, flops=FlopBreakdown(), evals={},
+                       schedule=job.schedule, status="failed", extra={"error": error, "traceback": tb[-4000:]})
+
+
+class Progress:
+    """One status line on stderr: grid point, seed, step and FLOPs of running pilots."""
+
+    def __init__(self, total: int, budget: float, enabled: bool = True):
+        self.total, self.budget, self.enabled = total, budget, enabled
+        self.done, self.live = 0, {}
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+
+    def update(self, job: Job, step: int, spent: float) -> None:
+        self.live[job.key] = (step, spent)
+        self._draw()
+
+    def finish(self, job: Job, result: PilotResult) -> None:
+        self.done += 1
+        self.live.pop(job.key, None)
+        if not self.enabled:
+            return
+        score = f"reward {result.score('reward'):.3f}" if result.status == "complete" else result.extra.get("error")
+        self._clear()
+        print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: {result.status}, "
+              f"ρ measured {result.rho:.3f}, {result.flops.total:.3g} FLOPs, {score} "
+              f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr, flush=True)
+
+    def _clear(self) -> None:
+        if self.tty:
+            print("\r\033[K", end="", file=sys.stderr)
+
+    def _draw(self) -> None:
+        if not (self.enabled and self.tty):
+            return
+        parts = [f"ρ={r:g}/s{s} step {st} {sp / self.budget:4.0%}" for (r, s), (st, sp) in sorted(self.live.items())]
+        print(f"\r\033[K[{self.done}/{self.total} done] " + " | ".join(parts), end="", file=sys.stderr, flush=True)
+
+
+def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
+             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None) -> Results:
+    """Calibrate, plan and run every pilot of ``config``; write and return the results."""
+    from race.pilot import calibrate
+
+    cal = calibration or calibrate(config, device=device)
+    if cal.healthy is not None:
+        config = replace(config, grpo=replace(config.grpo, **cal.healthy))
+    plan = plan_grid(config, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
+    jobs = [Job(s, seed) for s in plan.schedules for seed in range(config.seeds)]
+    workers = workers or default_workers(device)
+    progress = Progress(len(jobs), config.budget, enabled=not quiet)
+    classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
+    meta = {"model": config.model, "reward": config.reward.kind, "backend": "hf", "task": config.task,
+            "budget_per_pilot": config.budget, "seeds": config.seeds}
+    finished: list[PilotResult] = []
+
+    def save(diagnosis=None) -> Results:
+        res = Results(pilots=tuple(sorted(finished, key=lambda p: (p.rho_target, p.seed))), diagnosis=diagnosis,
+                      config=config.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
+                      classify=classify, meta={"backend": "hf", "device": device})
+        save_results(out_dir, res)
+        return res
+
+    def on_result(job: Job, result: PilotResult) -> None:
+        finished.append(result)
+        progress.finish(job, result)
+        save()
+
+    save()
+    run_jobs(config, jobs, workers=workers, device=device, on_result=on_result, on_progress=progress.update)
+    from race.regime import classify as classify_fn
+
+    complete = [p for p in finished if p.status == "complete"]
+    diagnosis = classify_fn(complete, meta=meta, **classify)
+    return save(diagnosis)
+

@@ -1,0 +1,218 @@
+"""Problems, the held-out split, and loaders for user datasets (JSONL, Parquet, HF).
+
+A *problem* is a prompt and its reference answer. Every loader returns the whole
+dataset as ``Problem`` rows; ``split_problems`` then keeps the held-out evaluation
+prompts apart from the training prompts by a hash of the prompt text, so:
+
+- the split is deterministic (no seed, no file order involved);
+- a prompt that occurs twice lands on the same side both times, so no evaluation
+  prompt is ever trained on;
+- adding rows to a dataset never moves an existing prompt across the split.
+
+Heavy or optional libraries (``pyarrow``, ``datasets``) are imported inside the
+functions that need them; each missing piece is a one-line ``TaskError``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Sequence
+
+DEFAULT_EVAL_FRACTION = 0.1
+SPLITS = ("train", "eval")
+
+
+class TaskError(ValueError):
+    """A bad task or dataset; the message is one line and names the bad value."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its reference answer.
+
+    ``id`` is stable for a given task or file (the enumeration index of a built-in
+    problem, the row index of a dataset), independent of the seed and of the split.
+    ``meta`` holds optional extras (e.g. the prompt before a chat template); it takes
+    no part in equality or hashing.
+    """
+
+    prompt: str
+    answer: str
+    id: int
+    meta: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def eval_bucket(prompt: str) -> float:
+    """A uniform number in [0, 1) fixed by the prompt text (first 8 bytes of its SHA-256)."""
+    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64
+
+
+def is_eval_prompt(prompt: str, eval_fraction: float = DEFAULT_EVAL_FRACTION) -> bool:
+    """True when ``prompt`` belongs to the held-out evaluation split."""
+    return eval_bucket(prompt) < eval_fraction
+
+
+def check_split(split: str, eval_fraction: float) -> None:
+    if split not in SPLITS:
+        raise TaskError(f"split {split!r} is unknown: expected 'train' or 'eval'")
+    if not 0.0 < eval_fraction < 1.0:
+        raise TaskError(f"eval_fraction {eval_fraction!r} must lie in (0, 1)")
+
+
+def take(problems: list[Problem], n: int | None, what: str) -> list[Problem]:
+    """The first ``n`` problems (all when ``n`` is None); an error if there are fewer."""
+    if n is None:
+        return problems
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TaskError(f"n {n!r} must be a positive integer or None")
+    if n > len(problems):
+        raise TaskError(f"n ({n}) exceeds the {len(problems)} problems in {what}")
+    return problems[:n]
+
+
+def split_problems(problems: Sequence[Problem], *, split: str = "train", n: int | None = None,
+                   seed: int = 0, eval_fraction: float = DEFAULT_EVAL_FRACTION,
+                   source: str = "dataset") -> list[Problem]:
+    """Keep one side of the hash split, ordered, and cut to ``n``.
+
+    ``train`` rows are shuffled by ``seed``. ``eval`` rows keep a fixed order (by
+    hash bucket) that ignores ``seed``: every pilot evaluates the same prompts in the
+    same order, so scores can be compared prompt by prompt.
+    """
+    check_split(split, eval_fraction)
+    want_eval = split == "eval"
+    rows = [p for p in problems if is_eval_prompt(p.prompt, eval_fraction) == want_eval]
+    what = f"the {split} split of {source} (eval_fraction={eval_fraction:g})"
+    if not rows:
+        raise TaskError(f"{what} is empty: {len(problems)} problems in all; "
+                        f"expected at least one (change eval_fraction or add data)")
+    if want_eval:
+        rows.sort(key=lambda p: (eval_bucket(p.prompt), p.id))
+    else:
+        random.Random(seed).shuffle(rows)
+    return take(rows, n, what)
+
+
+# ------------------------------------------------------------------------------ loaders
+
+def _problem(row: Any, index: int, prompt_field: str, answer_field: str, where: str) -> Problem:
+    if not isinstance(row, dict):
+        raise TaskError(f"{where}: expected a JSON object with {prompt_field!r} and {answer_field!r}, "
+                        f"got {type(row).__name__}")
+    for name in (prompt_field, answer_field):
+        if name not in row:
+            raise TaskError(f"{where}: field {name!r} is missing (fields: {', '.join(map(str, row)) or 'none'})")
+        if row[name] is None:
+            raise TaskError(f"{where}: field {name!r} is null: expected a string")
+    return Problem(prompt=str(row[prompt_field]), answer=str(row[answer_field]).strip(), id=index)
+
+
+def _existing_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise TaskError(f"dataset file {path!r} does not exist: expected a readable .jsonl or .parquet file")
+
+
+def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:
+    """All rows of a JSON-lines file, one ``{"prompt": ..., "answer": ...}`` object a line.
+
+    Blank lines are skipped; ``id`` is the 0-based index among the non-blank rows.
+    Errors name the file and the 1-based line number.
+    """
+    _existing_file(path)
+    out: list[Problem] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path} line {lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{where}: invalid JSON ({e.msg}): expected one JSON object a line") from None
+            out.append(_problem(row, len(out), prompt_field, answer_field, where))
+    if not out:
+        raise TaskError(f"dataset file {path!r} is empty: expected one JSON object a line")
+    return out
+
+
+def _rows(rows: Iterable[dict], source: str, prompt_field: str, answer_field: str) -> list[Problem]:
+    out = [_problem(row, i, prompt_field, answer_field, f"{source} row {i}") for i, row in enumerate(rows)]
+    if not out:
+        raise TaskError(f"dataset {source!r} is empty: expected at least one row")
+    return out
+
+
+def load_parquet(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:
+    """All rows of a Parquet file (needs ``pyarrow``)."""
+    _existing_file(path)
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TaskError(f"reading {path!r} needs pyarrow: pip install pyarrow") from None
+    table = pq.read_table(path)
+    missing = [f for f in (prompt_field, answer_field) if f not in table.column_names]
+    if missing:
+        raise TaskError(f"{path}: field {missing[0]!r} is missing (columns: {', '.join(table.column_names)})")
+    return _rows(table.select([prompt_field, answer_field]).to_pylist(), path, prompt_field, answer_field)
+
+
+def load_hf(name: str, *, hf_split: str = "train", prompt_field: str = "prompt",
+            answer_field: str = "answer") -> list[Problem]:
+    """All rows of one split of a Hugging Face dataset (needs ``datasets`` and the hub or its cache).
+
+    ``name`` may carry a configuration after a colon: ``"openai/gsm8k:main"``.
+    """
+    repo, _, config = name.partition(":")
+    try:
+        import datasets
+    except ImportError:
+        raise TaskError(f"task {name!r} is not a built-in task or a file; loading it as a Hugging Face "
+                        f"dataset needs the datasets package: pip install datasets") from None
+    try:
+        ds = datasets.load_dataset(repo, config or None, split=hf_split)
+    except Exception as e:  # the hub raises many types (network, missing repo, missing split)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TaskError(f"could not load Hugging Face dataset {name!r} (split {hf_split!r}): {msg}; "
+                        f"expected a reachable hub or a cached dataset") from None
+    cols = list(getattr(ds, "column_names", None) or [])
+    missing = [f for f in (prompt_field, answer_field) if cols and f not in cols]
+    if missing:
+        raise TaskError(f"Hugging Face dataset {name!r}: field {missing[0]!r} is missing (columns: {', '.join(cols)})")
+    return _rows(ds, name, prompt_field, answer_field)
+
+
+def load_dataset_problems(name_or_path: str, *, prompt_field: str = "prompt", answer_field: str = "answer",
+                          hf_split: str = "train") -> list[Problem]:
+    """Dispatch on the name: ``.jsonl``/``.json`` → JSONL, ``.parquet`` → Parquet, else HF dataset."""
+    lower = name_or_path.lower()
+    kw = {"prompt_field": prompt_field, "answer_field": answer_field}
+    if lower.endswith((".jsonl", ".json")):
+        return load_jsonl(name_or_path, **kw)
+    if lower.endswith((".parquet", ".pq")):
+        return load_parquet(name_or_path, **kw)
+    if os.path.exists(name_or_path):
+        raise TaskError(f"dataset {name_or_path!r} has an unknown format: expected a .jsonl or .parquet file")
+    return load_hf(name_or_path, hf_split=hf_split, **kw)
+
+
+# ------------------------------------------------------------------------ chat template
+
+def apply_chat_template(problems: Sequence[Problem], tokenizer: Any, system: str | None = None) -> list[Problem]:
+    """Wrap each prompt in the tokenizer's chat template (as a user turn, generation prompt added).
+
+    A tokenizer without a template (such as the tiny policy's) leaves the problems
+    unchanged. The prompt before templating is kept in ``meta["raw_prompt"]``.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return list(problems)
+    out = []
+    for p in problems:
+        messages = ([{"role": "system", "content": system}] if system else []) + \
+                   [{"role": "user", "content": p.prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        out.append(replace(p, prompt=text, meta={**(p.meta or {}), "raw_prompt": p.prompt}))
+    return out

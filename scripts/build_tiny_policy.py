@@ -1,0 +1,216 @@
+"""Build RACE's tiny policy, ``race/assets/tiny-arith``: a character-level Qwen2 model that
+half-knows two-digit addition, in plain Hugging Face format.
+
+    python scripts/build_tiny_policy.py            # build into race/assets/tiny-arith
+    python scripts/build_tiny_policy.py --out DIR --steps 400 --seed 0
+
+What it writes (all loadable by ``AutoTokenizer`` / ``AutoModelForCausalLM.from_pretrained``,
+no ``trust_remote_code``): ``tokenizer.json`` + ``tokenizer_config.json`` (one token per
+character, left padding), ``config.json`` + ``generation_config.json`` + ``model.safetensors``
+(float32), and ``race_meta.json`` (recipe, training time, measured accuracies, weight hash).
+
+Recipe: supervised next-token training with plain AdamW on the *training* split of
+``arithmetic-easy`` plus a small share of ``arithmetic-hard`` (prompt + answer + EOS, loss
+on the answer and EOS only), stopped early on purpose: the base policy should be right
+about a third of the time when sampled at temperature 1, so that RL has room to improve it.
+
+Deterministic: one CPU thread, ``torch.use_deterministic_algorithms``, seeded model init,
+batches and sampling. Two runs on the same machine give byte-identical weights (the
+SHA-256 of ``model.safetensors`` is stored in ``race_meta.json``; ``--check`` rebuilds in a
+temporary folder and compares).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from race.tasks import load_task  # noqa: E402
+
+DEFAULT_OUT = os.path.join(ROOT, "race", "assets", "tiny-arith")
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]          # ids 0, 1, 2, 3
+# Digits and operators of the arithmetic tasks, plus the punctuation a later step-by-step
+# task needs (',', ';', ' ', '|', 'c' for "carry").
+CHARS = list("0123456789") + list("+-*=") + list(",; |c")
+
+# The recipe (see docs/tiny-models.md for how it was chosen).
+STEPS = 400             # optimizer steps
+BATCH = 64              # sequences per step
+LR = 3e-3               # AdamW peak learning rate, linear warm-up then constant
+WARMUP = 20
+HARD_SHARE = 0.05       # share of each batch drawn from arithmetic-hard's training split
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer with one token per character; no BOS/EOS added on encode."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()       # concatenate characters, no spaces in between
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        padding_side="left", model_max_length=64, clean_up_tokenization_spaces=False)
+
+
+def build_config(vocab_size: int) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=512, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu",
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, use_cache=True, dtype="float32")
+
+
+def make_batch(tok, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Left-padded ``prompt + answer + EOS`` with labels on the answer and EOS only.
+
+    Left padding and positions counted from the first real token match what
+    ``generate`` does with a left-padded batch.
+    """
+    seqs, labels = [], []
+    for prompt, answer in pairs:
+        p, a = tok.encode(prompt), tok.encode(answer) + [tok.eos_token_id]
+        seqs.append(p + a)
+        labels.append([-100] * len(p) + a)
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id)
+    lab = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, l) in enumerate(zip(seqs, labels)):
+        ids[i, width - len(s):], lab[i, width - len(s):], mask[i, width - len(s):] = \
+            torch.tensor(s), torch.tensor(l), 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "labels": lab}
+
+
+def train(model, tok, *, steps: int, seed: int) -> float:
+    """Supervised training; returns wall seconds."""
+    rng = random.Random(seed)
+    easy = [(p.prompt, p.answer) for p in load_task("arithmetic-easy", split="train")]
+    hard = [(p.prompt, p.answer) for p in load_task("arithmetic-hard", split="train", seed=seed)]
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
+    model.train()
+    start = time.perf_counter()
+    for step in range(steps):
+        n_hard = sum(rng.random() < HARD_SHARE for _ in range(BATCH))
+        batch = make_batch(tok, rng.sample(easy, BATCH - n_hard) + rng.sample(hard, n_hard))
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == steps - 1:
+            print(f"step {step:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:6.1f} s", flush=True)
+    model.eval()
+    return time.perf_counter() - start
+
+
+@torch.no_grad()
+def accuracy(model, tok, problems, *, sample: bool, seed: int = 0, max_new_tokens: int = 6,
+             batch_size: int = 500) -> float:
+    """Share of problems whose completion (up to EOS) equals the answer; temperature 1 when sampling."""
+    torch.manual_seed(seed)
+    correct = 0
+    for i in range(0, len(problems), batch_size):
+        chunk = problems[i:i + batch_size]
+        enc = tok([p.prompt for p in chunk], return_tensors="pt", padding=True)
+        out = model.generate(**enc, do_sample=sample, temperature=1.0 if sample else None, top_p=None,
+                             top_k=None, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)
+        correct += sum(t.split(tok.eos_token)[0] == p.answer and tok.eos_token in t
+                       for t, p in zip(texts, chunk))
+    return correct / len(problems)
+
+
+def measure(model, tok) -> dict[str, float]:
+    out = {}
+    for task in ("arithmetic-easy", "arithmetic-hard"):
+        problems = load_task(task, split="eval")
+        key = task.split("-")[1]
+        out[f"{key}_greedy"] = round(accuracy(model, tok, problems, sample=False), 4)
+        out[f"{key}_sampled"] = round(accuracy(model, tok, problems, sample=True, seed=0), 4)
+        out[f"{key}_eval_problems"] = len(problems)
+    return out
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> dict:
+    """Build the tokenizer and model into ``out``; returns the metadata written."""
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    tok = build_tokenizer()
+    assert tok("12+34=")["input_ids"] == [SPECIALS.__len__() + CHARS.index(c) for c in "12+34="]
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(build_config(len(tok)))
+    seconds = train(model, tok, steps=steps, seed=seed)
+    os.makedirs(out, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "special_tokens_map.json", "race_meta.json"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
+    model.generation_config.update(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    # Measure the saved artefact through the path users take.
+    tok2 = AutoTokenizer.from_pretrained(out)
+    model2 = AutoModelForCausalLM.from_pretrained(out).eval()
+    meta = {
+        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP,
+                   "hard_share": HARD_SHARE, "optimizer": "AdamW(betas=(0.9, 0.98), wd=0.01)",
+                   "threads": threads},
+        "train_seconds": round(seconds, 1),
+        "parameters": sum(p.numel() for p in model2.parameters()),
+        "accuracy": measure(model2, tok2),
+        "accuracy_note": "exact match up to EOS on the held-out eval split (all problems); "
+                         "sampled = temperature 1.0, torch seed 0; max_new_tokens 6",
+        "model_sha256": sha256(os.path.join(out, "model.safetensors")),
+        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+    }
+    with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    return meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: race/assets/tiny-arith)")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: reproducible across machines)")
+    ap.add_argument("--check", action="store_true",
+                    help="rebuild in a temporary folder and compare weight hashes with --out")
+    args = ap.parse_args(argv)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            meta = build(tmp, steps=args.steps, seed=args.seed, threads=args.threads)
+        want = json.load(open(os.path.join(args.out, "race_meta.json"), encoding="utf-8"))["model_sha256"]
+        same = meta["model_sha256"] == want
+        print(f"rebuilt sha256 {meta['model_sha256']} {'==' if same else '!='} shipped {want}")
+        return 0 if same else 1
+    t0 = time.perf_counter()
+    meta = build(args.out, steps=args.steps, seed=args.seed, threads=args.threads)
+    print(json.dumps(meta, indent=2))
+    print(f"built {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import PILOTS
+from race.cli import main
+from race.records import FlopBreakdown, PilotResult
+from race.results import Results, save_results
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_flops_json_qwen_1_5b():
+    r = run("flops", "--model", "qwen/qwen2.5-1.5b-instruct", "--lora-rank", "8", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["params"] == 1_543_714_304
+    assert d["forward_flops_per_token"]["flops"] > 2 * 1.5e9
+    split = d["per_prompt_flops"]
+    assert split["search"] > 0 and split["learning"] > 0 and split["reward"] == 0
+    assert d["rho"] == pytest.approx(split["learning"] / split["total"])
+    assert 0 < d["rho"] < 1
+
+
+def test_flops_text():
+    r = run("flops", "--model", "Qwen/Qwen2.5-7B-Instruct")
+    assert r.exit_code == 0 and "rho" in r.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (("flops", "--model", "nobody/no-model"), "unknown model 'nobody/no-model'"),
+    (("plan", "/nonexistent.yaml"), "does not exist"),
+    (("report", "/nonexistent.json"), "does not exist"),
+])
+def test_bad_input_exit_2_one_line(args, msg):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert msg in r.output and "Traceback" not in r.output
+
+
+def test_plan_tiny(tmp_path):
+    r = run("plan", os.path.join(PILOTS, "tiny-cpu.yaml"))
+    assert r.exit_code == 0, r.output
+    assert "ρ achieved" in r.output and "C_learning" in r.output
+    rj = run("plan", os.path.join(PILOTS, "tiny-cpu.yaml"), "--json")
+    data = json.loads(rj.output)
+    assert [round(s["rho_target"], 2) for s in data["schedules"]] == [0.45, 0.6, 0.75, 0.85, 0.92]
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (("--grid", "0.3,1.4"), "ρ=1.4 is outside (0, 1)"),
+    (("--budget", "-3e12"), "budget '-3e12' must be a positive"),
+    (("--budget", "1e3"), "too small for one step"),
+])
+def test_plan_bad_values(extra, msg):
+    r = run("plan", os.path.join(PILOTS, "tiny-cpu.yaml"), *extra)
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_plan_malformed_yaml(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("model: Qwen/Qwen2.5-1.5B-Instruct\nbudget: [1\n")
+    r = run("plan", str(p))
+    assert r.exit_code == 2 and "not valid YAML" in r.output
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(PILOTS) if f.endswith(".yaml")))
+def test_shipped_pilot_configs_plan(name):
+    r = run("plan", os.path.join(PILOTS, name), "--json")
+    assert r.exit_code == 0, r.output
+    for s in json.loads(r.output)["schedules"]:
+        assert abs(s["rho"] - s["rho_target"]) <= 0.02
+
+
+def test_report_classifies_stored_pilots(tmp_path):
+    """race report renders a diagnosis from a results file's pilots (synthetic falling response)."""
+    rng = np.random.default_rng(0)
+    difficulty = rng.uniform(0.1, 0.9, 200)
+    pilots = []
+    for rho in (0.3, 0.45, 0.6, 0.72, 0.85):
+        for seed in range(3):
+            p = np.clip(difficulty + 0.6 - 0.5 * rho + rng.normal(0, 0.02) - 0.45, 0, 1)
+            scores = rng.binomial(4, p) / 4
+            pilots.append(PilotResult(rho, seed, FlopBreakdown(1e12 * (1 - rho), 1e12 * rho),
+                                      {"reward": tuple(scores)}))
+    save_results(str(tmp_path), Results(pilots=tuple(pilots)))
+    r = run("report", str(tmp_path / "results.json"))
+    assert r.exit_code == 0, r.output
+    assert "search-heavy" in r.output
+    for fmt in ("md", "latex", "json"):
+        assert run("report", str(tmp_path), "--format", fmt).exit_code == 0

@@ -1,0 +1,75 @@
+import pytest
+
+from race.config import ConfigError, GridConfig, config_from_dict, load_config, parse_flops, parse_grid
+
+
+def test_parse_flops_accepts_yaml_strings():
+    import yaml
+
+    raw = yaml.safe_load("budget: 2e17\nother: 1.5e16\n")
+    assert isinstance(raw["budget"], str)  # the PyYAML trap this guards against
+    assert parse_flops(raw["budget"]) == 2e17
+    assert parse_flops(raw["other"]) == 1.5e16
+    assert parse_flops(3) == 3.0
+
+
+@pytest.mark.parametrize("bad", ["-1e12", 0, "abc", float("nan"), True, None])
+def test_parse_flops_rejects(bad):
+    with pytest.raises(ConfigError, match="budget"):
+        parse_flops(bad)
+
+
+def test_parse_grid():
+    assert parse_grid("0.7,0.3, 0.5") == (0.3, 0.5, 0.7)
+    for bad, what in [("0.3,1.2", "1.2"), ([0.0], "0"), ("0.3,x", "'x'"), ("0.3,0.3", "repeats")]:
+        with pytest.raises(ConfigError, match=what):
+            parse_grid(bad)
+
+
+def test_config_from_dict_sections_and_lengths(tmp_path):
+    cfg = config_from_dict({"model": "Qwen/Qwen2.5-1.5B-Instruct", "budget": "2e16", "seeds": 3,
+                            "lengths": {"prompt": 120, "completion": 900},
+                            "schedule": {"n_train": 4}, "lora": {"rank": 16, "targets": "all"},
+                            "learning_rate": {"ref": "1e-6", "ref_batch": 1024}})
+    assert cfg.budget == 2e16 and cfg.prompt_len == 120 and cfg.completion_len == 900
+    assert cfg.schedule.n_train == 4 and cfg.lora.rank == 16 and len(cfg.lora.targets) == 7
+    assert cfg.learning_rate.ref == 1e-6
+    assert cfg.pilots == 5 * 3
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ({"budget": 1e12}, "no 'model'"),
+    ({"model": "m"}, "no 'budget'"),
+    ({"model": "m", "budget": 1e12, "bogus": 1}, "'bogus' is not a known setting"),
+    ({"model": "m", "budget": 1e12, "schedule": {"n_trian": 4}}, "schedule.n_trian"),
+    ({"model": "m", "budget": 1e12, "reward": {"kind": "magic"}}, "reward.kind 'magic'"),
+    ({"model": "m", "budget": 1e12, "reward": {"kind": "prm"}}, "needs reward.model"),
+    ({"model": "m", "budget": 1e12, "seeds": 0}, "seeds 0"),
+    ({"model": "m", "budget": 1e12, "grid": [0.5, 1.5]}, "ρ=1.5"),
+    ({"model": "m", "budget": 1e12, "schedule": {"n_train": 8, "n_gen": 4}}, r"n_gen \(4\)"),
+    ({"model": "m", "budget": 1e12, "backend": "tpu"}, "backend 'tpu'"),
+])
+def test_config_errors_name_the_value(raw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        config_from_dict(raw)
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\nbudget: 1\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(str(bad))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(str(empty))
+
+
+def test_with_overrides():
+    cfg = GridConfig(model="m", budget=1e12)
+    c2 = cfg.with_overrides(budget="3e12", grid="0.4,0.6,0.8", seeds=None)
+    assert c2.budget == 3e12 and c2.grid == (0.4, 0.6, 0.8) and c2.seeds == cfg.seeds
+    with pytest.raises(ConfigError):
+        cfg.with_overrides(budget="-5")

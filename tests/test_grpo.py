@@ -1,0 +1,79 @@
+"""GRPO math against values computed by hand."""
+import math
+
+import pytest
+import torch
+
+from race import grpo
+
+
+def test_group_advantages_grpo_by_hand():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    adv = grpo.group_advantages(r, scale="grpo")
+    # group 1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735; (1 - 0.5) / (0.57735 + 1e-4)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    assert adv[0].tolist() == pytest.approx([a, -a, -a, a], rel=1e-6)
+    assert adv[1].tolist() == [0.0, 0.0, 0.0, 0.0]          # no signal in a uniform group
+    dr = grpo.group_advantages(r, scale="dr_grpo")
+    assert dr[0].tolist() == [0.5, -0.5, -0.5, 0.5]
+
+
+def test_max_variance_subset():
+    # rewards 0,0,0,1,1,0.5: the 2-subset with max variance is one 0 and one 1
+    assert grpo.max_variance_subset([0, 0, 0, 1, 1, 0.5], 2) == [0, 3]
+    # 4 of them: two 0s and two 1s (variance 0.25) beats anything with 0.5
+    assert grpo.max_variance_subset([0, 0, 0, 1, 1, 0.5], 4) == [0, 1, 3, 4]
+    assert grpo.max_variance_subset([0.3, 0.1], 2) == [0, 1]
+    with pytest.raises(ValueError, match="k=3"):
+        grpo.max_variance_subset([1, 2], 3)
+
+
+def test_policy_loss_by_hand():
+    # two sequences, two completion tokens each; the second token of seq 1 is padding
+    logp = torch.tensor([[math.log(0.5), math.log(0.9)], [math.log(0.2), math.log(0.4)]])
+    old = torch.tensor([[math.log(0.4), math.log(0.9)], [math.log(0.4), math.log(0.4)]])
+    adv = torch.tensor([1.0, -2.0])
+    mask = torch.tensor([[1, 0], [1, 1]])
+    # ratios: seq0 tok0 0.5/0.4 = 1.25 → clipped to 1.2 for A>0: −min(1.25, 1.2)·1 = −1.2
+    #         seq1 tok0 0.2/0.4 = 0.5 → A<0: −min(0.5·−2, 0.8·−2) = −(−1.6) = 1.6
+    #         seq1 tok1 ratio 1 → −(1·−2) = 2
+    out = grpo.policy_loss(logp, old, adv, mask, clip_eps=0.2, loss_agg="dapo", max_completion_len=4)
+    assert float(out.loss) == pytest.approx((-1.2 + 1.6 + 2.0) / 3)
+    assert out.clip_fraction == pytest.approx(2 / 3)
+    g = grpo.policy_loss(logp, old, adv, mask, clip_eps=0.2, loss_agg="grpo", max_completion_len=4)
+    assert float(g.loss) == pytest.approx((-1.2 / 1 + (1.6 + 2.0) / 2) / 2)
+    d = grpo.policy_loss(logp, old, adv, mask, clip_eps=0.2, loss_agg="dr_grpo", max_completion_len=4)
+    assert float(d.loss) == pytest.approx((-1.2 + 1.6 + 2.0) / (2 * 4))
+
+
+def test_kl_and_entropy_terms():
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    # k3: e^(ref−θ) − (ref−θ) − 1 = 0.5 − ln(0.5) − 1 = 0.193147
+    assert float(grpo.kl_k3(logp, ref)) == pytest.approx(0.5 + math.log(2) - 1)
+    out = grpo.policy_loss(logp, logp, torch.tensor([0.0]), torch.tensor([[1]]), beta=0.1, ref_logp=ref,
+                           entropy=torch.tensor([[2.0]]), entropy_coef=0.01)
+    assert float(out.loss) == pytest.approx(0.1 * (0.5 + math.log(2) - 1) - 0.01 * 2.0, rel=1e-5)
+
+
+def test_pack_layout():
+    b = grpo.pack([[5, 6], [7]], [[1, 2, 3], [4]], [0.5, -0.5], pad_id=0)
+    assert b.input_ids.tolist() == [[5, 6, 1, 2, 3], [0, 7, 4, 0, 0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
+    assert b.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert b.lengths == [(2, 3), (1, 1)]
+
+
+def test_completion_logprobs_match_a_manual_forward():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=64, vocab_size=11,
+                                         max_position_embeddings=32)).eval()
+    b = grpo.pack([[3, 4, 5], [6]], [[7, 8], [9, 1]], [1.0, 1.0], pad_id=0)
+    logp, ent = grpo.completion_logprobs(model, b.input_ids, b.attention_mask, 2, temperature=0.7, with_entropy=True)
+    # sequence 2 without padding: [6, 9, 1]; log p(9 | 6) and log p(1 | 6, 9) at temperature 0.7
+    ref = torch.log_softmax(model(torch.tensor([[6, 9, 1]])).logits[0] / 0.7, -1)
+    assert logp[1].tolist() == pytest.approx([ref[0, 9].item(), ref[1, 1].item()], abs=1e-5)
+    assert (ent >= 0).all()

@@ -1,0 +1,74 @@
+import json
+
+import numpy as np
+import pytest
+
+from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
+                          TargetVerdict)
+from race.report import render_diagnosis, render_plan
+from race.results import Results, diagnose_results, load_results, save_results, ResultsError
+
+
+def _sched(rho):
+    per = FlopBreakdown(1e9 * (1 - rho), 1e9 * rho, 0.0)
+    return Schedule(rho, 8, 8, 8, 1, 10, 1e-3, 8, per, per.scaled(10))
+
+
+def _diag():
+    pts = tuple(PointSummary(r, r + 0.005, 2, FlopBreakdown(1e12 * (1 - r), 1e12 * r, 0), 0.5 - 0.1 * r,
+                             (0.49 - 0.1 * r, 0.51 - 0.1 * r), _sched(r)) for r in (0.3, 0.6, 0.85))
+    v = TargetVerdict("reward", Regime.SEARCH_HEAVY, (0.3, 0.45), 0.93, 0.3, 0.47, -0.09, (-0.12, -0.05),
+                      None, pts, {"loglinear": {"a": 0.4, "b": -0.09}}, ("best at grid boundary (ρ=0.30)",))
+    return Diagnosis("reward", {"reward": v}, ("targets disagree",), {"model": "tiny", "backend": "hf"})
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "latex"])
+def test_render_diagnosis_formats(fmt):
+    out = render_diagnosis(_diag(), fmt)
+    assert "search-heavy" in out and "0.4700" in out and "best at grid boundary" in out
+    assert "70.0% / 30.0% / 0.0%" in out.replace(r"\%", "%")  # shares of the ρ=0.3 point
+    if fmt == "latex":
+        assert r"\toprule" in out and r"\bottomrule" in out and "_" not in out.replace(r"\_", "")
+    if fmt == "md":
+        assert "|" in out and "### RACE diagnosis" in out
+
+
+def test_render_diagnosis_json_roundtrip():
+    d = json.loads(render_diagnosis(_diag(), "json"))
+    assert d["schema_version"] == 1 and d["kind"] == "diagnosis" and d["regime"] == "search-heavy"
+    back = Diagnosis.from_dict(d)
+    assert back == _diag()
+
+
+def test_results_roundtrip_and_errors(tmp_path):
+    pilots = tuple(PilotResult(r, s, FlopBreakdown(1e12 * (1 - r), 1e12 * r), {"reward": (0.5, 0.25)},
+                               _sched(r), ((0.0, 0.1), (1e12, 0.5))) for r in (0.3, 0.6) for s in (0, 1))
+    path = save_results(str(tmp_path), Results(pilots=pilots, diagnosis=_diag()))
+    assert path.endswith("results.json")
+    res = load_results(str(tmp_path))
+    assert res.pilots == pilots and res.diagnosis == _diag()
+    assert diagnose_results(res) == _diag()
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ResultsError, match="not valid JSON"):
+        load_results(str(tmp_path / "bad.json"))
+    (tmp_path / "v9.json").write_text('{"schema_version": 9}')
+    with pytest.raises(ResultsError, match="schema_version 9"):
+        load_results(str(tmp_path / "v9.json"))
+    with pytest.raises(ResultsError, match="does not exist"):
+        load_results(str(tmp_path / "missing.json"))
+
+
+def test_render_plan_formats():
+    from conftest import TINY_MODEL
+    from race.config import GridConfig
+    from race.grid import plan_grid
+
+    plan = plan_grid(GridConfig(model=TINY_MODEL, budget=1.5e12, prompt_len=6, completion_len=4, grid=(0.5, 0.6, 0.75, 0.85, 0.92),
+                                full_run_budget=1e15))
+    text = render_plan(plan, "text")
+    assert "ρ achieved" in text and "of the full-run budget" in text
+    data = json.loads(render_plan(plan, "json"))
+    assert data["kind"] == "plan" and len(data["schedules"]) == 5
+    for s in data["schedules"]:
+        assert abs(s["rho"] - s["rho_target"]) <= 0.02
+    assert r"\toprule" in render_plan(plan, "latex")

@@ -247,5 +247,5 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
         optimizer.step()
         stats.append(terms)
     n = len(stats)
-    return UpdateStats(sum(float(s.loss) for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
+    return UpdateStats(sum(float(s.loss.detach()) for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
                        sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n)

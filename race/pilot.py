@@ -74,8 +74,11 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     from race.models import resolve_model_path
 
+    hf_logging.disable_progress_bar()
     path = resolve_model_path(config.model)
     tok = AutoTokenizer.from_pretrained(path)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32

@@ -125,6 +125,17 @@ def _points_table(v: TargetVerdict, fmt: str) -> str:
     return _table(rows, headers, fmt)
 
 
+def _targets_table(verdicts: list[TargetVerdict], fmt: str) -> str:
+    rows = []
+    for v in verdicts:
+        best = max(v.points, key=lambda p: p.reward_mean)
+        rows.append([v.target, v.regime.value, f"[{v.rho_range[0]:.2f}, {v.rho_range[1]:.2f}]",
+                     f"{v.confidence:.2f}", f"{v.best_rho:.2f}", f"{best.reward_mean:.4f}",
+                     f"{v.slope:+.4f} ({v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"])
+    return _table(rows, ["target", "verdict", "ρ range", "confidence", "best ρ", "best score",
+                         "slope per log ρ (CI)"], fmt)
+
+
 def _verdict_lines(v: TargetVerdict) -> list[str]:
     lo, hi = v.rho_range
     out = [f"verdict ({v.target}): {v.regime.value} · recommended ρ ∈ [{lo:.2f}, {hi:.2f}] · "
@@ -148,11 +159,14 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     parts = [_heading("RACE diagnosis", fmt)]
     if head:
         parts.append(_lines(head, fmt))
-    for name in [diag.primary_target] + [t for t in diag.verdicts if t != diag.primary_target]:
-        v = diag.verdicts[name]
-        parts.append(_heading(f"target: {name}" + (" (primary)" if name == diag.primary_target else ""), fmt))
-        parts.append(_points_table(v, fmt))
-        parts.append(_lines(_verdict_lines(v), fmt))
+    v = diag.primary
+    parts.append(_heading(f"primary target: {v.target}", fmt))
+    parts.append(_points_table(v, fmt))
+    parts.append(_lines(_verdict_lines(v), fmt))
+    others = [diag.verdicts[t] for t in diag.verdicts if t != diag.primary_target]
+    if others:
+        parts.append(_heading("other targets", fmt))
+        parts.append(_targets_table(others, fmt))
     if diag.warnings:
         parts.append(_lines([f"warning: {w}" for w in diag.warnings], fmt))
     return "\n\n".join(parts) + "\n"

@@ -117,95 +117,119 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
     return {k: tuple(v) for k, v in out.items()}
 
 
-def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
-              progress: ProgressFn | None = None) -> PilotResult:
-    """Run one pilot to its budget and evaluate it (see the module docstring)."""
-    import torch
+@dataclass
+class StepRecord:
+    flops: FlopBreakdown
+    mean_reward: float
+    reward_errors: int
 
-    from race import grpo
-    from race.backends.hf import HFBackend
-    from race.grid import reward_spec
-    from race.models import load_arch
-    from race.rewards import get_reward, score_completions
-    from race.tasks import load_task
 
-    wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
-    t0 = time.perf_counter()
-    seed_everything(seed)
-    tok, policy, path = load_policy(config, device=device)
-    backend = HFBackend(policy, tok, model_path=path, device=device)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0)
-    g = config.grpo
-    meter = FlopMeter(load_arch(config.model), F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
-                      reward_spec(config), backend.sampling_uses_adapter, g.beta > 0, g.grad_checkpointing)
-    reward_fn = get_reward(config.reward.function if config.reward.kind == "custom" else config.reward.kind)
-    train = load_task(config.task, split="train", seed=seed)
-    evals = load_task(config.task, split="eval", n=config.eval.prompts)
-    rng = random.Random(seed)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    wall["setup"] = time.perf_counter() - t0
+class PilotEngine:
+    """A LoRA GRPO run in the making: policy, optimizer, rollout backend, reward and meter.
 
-    spent, curve, step, cursor = FlopBreakdown(), [], 0, 0
-    last_step = schedule.flops_per_step.total
-    reward_errors = 0
-    order = list(range(len(train)))
-    while spent.total + 0.5 * last_step <= config.budget:
-        if cursor + schedule.prompts_per_step > len(order):
-            rng.shuffle(order)
-            cursor = 0
-        problems = [train[i] for i in order[cursor:cursor + schedule.prompts_per_step]]
-        cursor += schedule.prompts_per_step
+    ``step(problems)`` runs one GRPO step (race.grpo's docstring) and returns its metered
+    FLOPs; ``wall`` accumulates seconds per phase.
+    """
 
+    def __init__(self, config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu"):
+        import torch
+
+        from race.backends.hf import HFBackend
+        from race.grid import reward_spec
+        from race.models import load_arch
+        from race.rewards import get_reward
+
+        self.config, self.schedule, self.device = config, schedule, device
+        self.wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
+        t0 = time.perf_counter()
+        seed_everything(seed)
+        tok, self.policy, path = load_policy(config, device=device)
+        self.backend = HFBackend(self.policy, tok, model_path=path, device=device)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0)
+        g = config.grpo
+        self.meter = FlopMeter(load_arch(config.model),
+                               F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
+                               reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
+                               g.grad_checkpointing)
+        self.reward_fn = get_reward(config.reward.function if config.reward.kind == "custom" else config.reward.kind)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.wall["setup"] = time.perf_counter() - t0
+
+    def step(self, problems) -> StepRecord:
+        import torch
+
+        from race import grpo
+        from race.rewards import score_completions
+
+        s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
         t = time.perf_counter()
-        batch = backend.generate([p.prompt for p in problems], n=schedule.n_gen, max_new_tokens=g.max_completion_len,
-                                 temperature=g.temperature, top_p=g.top_p, generator=gen)
-        wall["rollout"] += time.perf_counter() - t
+        batch = backend.generate([p.prompt for p in problems], n=s.n_gen, max_new_tokens=g.max_completion_len,
+                                 temperature=g.temperature, top_p=g.top_p, generator=self.generator)
+        self.wall["rollout"] += time.perf_counter() - t
         search = meter.search([len(p) for p in batch.prompt_ids],
                               [[len(c) for c in grp] for grp in batch.completion_ids])
 
         t = time.perf_counter()
-        flat = [(i, j) for i in range(len(problems)) for j in range(schedule.n_gen)]
-        scored = score_completions(reward_fn, [problems[i].prompt for i, _ in flat],
+        flat = [(i, j) for i in range(len(problems)) for j in range(s.n_gen)]
+        scored = score_completions(self.reward_fn, [problems[i].prompt for i, _ in flat],
                                    [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
-        reward_errors += scored.errors
-        rewards = [scored.scores[k:k + schedule.n_gen] for k in range(0, len(flat), schedule.n_gen)]
+        rewards = [scored.scores[k:k + s.n_gen] for k in range(0, len(flat), s.n_gen)]
         reward_cost = meter.reward_flops([(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j]))
                                           for i, j in flat])
-        wall["reward"] += time.perf_counter() - t
+        self.wall["reward"] += time.perf_counter() - t
 
         t = time.perf_counter()
-        keep = [grpo.max_variance_subset(r, schedule.n_train) for r in rewards]
+        keep = [grpo.max_variance_subset(r, s.n_train) for r in rewards]
         kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
         adv = grpo.group_advantages(kept, scale=g.advantage)
         seqs = [(batch.prompt_ids[i], batch.completion_ids[i][j]) for i, ks in enumerate(keep) for j in ks]
-        packed = grpo.pack([s[0] for s in seqs], [s[1] for s in seqs], adv.flatten().tolist(),
-                           backend.pad_id, device)
-        grpo.update(policy, optimizer, packed, mu=schedule.mu, temperature=g.temperature, clip_eps=g.clip_eps,
+        packed = grpo.pack([q for q, _ in seqs], [c for _, c in seqs], adv.flatten().tolist(),
+                           backend.pad_id, self.device)
+        grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
                     loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
                     entropy_coef=g.entropy_coef)
-        learning = meter.learning(packed.lengths, schedule.mu)
-        wall["update"] += time.perf_counter() - t
+        learning = meter.learning(packed.lengths, s.mu)
+        self.wall["update"] += time.perf_counter() - t
 
         t = time.perf_counter()
         search += backend.sync()
-        wall["sync"] += time.perf_counter() - t
+        self.wall["sync"] += time.perf_counter() - t
+        return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors)
 
-        this = FlopBreakdown(search, learning, reward_cost)
-        spent, last_step, step = spent + this, this.total, step + 1
-        curve.append((spent.total, sum(map(sum, rewards)) / len(flat)))
+
+def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
+              progress: ProgressFn | None = None) -> PilotResult:
+    """Run one pilot to its budget and evaluate it (see the module docstring)."""
+    from race.tasks import load_task
+
+    engine = PilotEngine(config, schedule, seed, device=device)
+    train = load_task(config.task, split="train", seed=seed)
+    evals = load_task(config.task, split="eval", n=config.eval.prompts)
+    rng, order, cursor = random.Random(seed), list(range(len(train))), 0
+    spent, curve, steps, errors = FlopBreakdown(), [], 0, 0
+    last_step = schedule.flops_per_step.total
+    while spent.total + 0.5 * last_step <= config.budget:
+        if cursor + schedule.prompts_per_step > len(order):
+            rng.shuffle(order)
+            cursor = 0
+        record = engine.step([train[i] for i in order[cursor:cursor + schedule.prompts_per_step]])
+        cursor += schedule.prompts_per_step
+        spent, last_step, steps = spent + record.flops, record.flops.total, steps + 1
+        errors += record.reward_errors
+        curve.append((spent.total, record.mean_reward))
         if progress:
-            progress(step, spent.total)
+            progress(steps, spent.total)
 
     t = time.perf_counter()
-    scores = evaluate(backend, evals, reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
-                      max_new_tokens=g.max_completion_len, seed=seed)
-    wall["eval"] = time.perf_counter() - t
-    backend.close()
+    scores = evaluate(engine.backend, evals, engine.reward_fn, samples=config.eval.samples,
+                      temperature=config.eval.temperature, max_new_tokens=config.grpo.max_completion_len, seed=seed)
+    engine.wall["eval"] = time.perf_counter() - t
+    engine.backend.close()
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
-                       curve=tuple(curve), wall_seconds=wall,
-                       extra={"steps": step, "reward_errors": reward_errors, "device": device,
-                              "backend": backend.name, "sampling_uses_adapter": backend.sampling_uses_adapter})
+                       curve=tuple(curve), wall_seconds=dict(engine.wall),
+                       extra={"steps": steps, "reward_errors": errors, "device": device, "backend": engine.backend.name,
+                              "sampling_uses_adapter": engine.backend.sampling_uses_adapter})
 
 
 # The healthy recipe of the IsoCompute playbook: KL + entropy losses on easy sets (base

@@ -17,6 +17,7 @@ its ρ range and is reported in ``fits["trend_regime"]``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
@@ -30,10 +31,10 @@ REWARD_SHARE_THRESHOLD = 0.2   # default τ: feedback share of C_total at the be
 MIN_GRID_POINTS = 3            # a quadratic needs 3 distinct ρ
 MIN_SEEDS_PER_POINT = 2        # below this, seed noise at that point is not measured
 RANGE_WITHIN_SE = 1.0          # ρ range: predicted reward within this many SEs of the best
-REPLICATE_BAND_SE = 1.0        # a replicate is decisive when its effect ≥ this many point SEs
+REPLICATE_BAND_SE = 2.0        # a replicate is decisive when its effect ≥ this many contrast SEs
 SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.fit)
 SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
-MIN_SUPPORT = 0.8              # a trend verdict needs this share of replicates to agree with it
+MIN_SUPPORT = 0.7              # a trend verdict needs this share of decisive replicates
 SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
 MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
 _RANGE_STEPS = 401             # resolution of the ρ-range search (log-spaced)
@@ -120,6 +121,40 @@ def _point_flops(complete: list[PilotResult], grid: GridScores) -> list[FlopBrea
     return [s.scaled(1.0 / n) for s, n in zip(sums, grid.n_seeds)]
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What the bootstrap says about one target's trend (steps 2–4 of the rule)."""
+
+    trend: Regime
+    slope_ci: tuple[float, float]
+    curvature_ci: tuple[float, float]
+    argmax_ci: tuple[float, float] | None
+    replicates: np.ndarray          # (n_boot,) index into _TRENDS
+    contrast_se: float              # median bootstrap SD of (point mean − grid mean)
+    support: dict[str, float]       # share of replicates per trend class
+
+
+def _evidence(grid: GridScores, boot: BootstrapResponse, quadratic: Any, level: float) -> _Evidence:
+    slope_ci = percentile_ci(samples=boot.slope, confidence_level=level)
+    curv_ci = percentile_ci(samples=boot.curvature, confidence_level=level)
+    rho_min, rho_max = float(grid.rho.min()), float(grid.rho.max())
+    _, concave, _ = quadratic_argmax(coef=quadratic.coef, rho_min=rho_min, rho_max=rho_max)
+    argmax_ci = percentile_ci(samples=boot.argmax_rho, confidence_level=level) if concave else None
+    # Shape statistics are contrasts between points: measure the band on point means minus
+    # the replicate's grid mean, so that a prompt resample shifting every point alike does not count.
+    contrasts = boot.point_means - boot.point_means.mean(axis=1, keepdims=True)
+    contrast_se = float(np.median(contrasts.std(axis=0)))
+    reps = replicate_trends(boot=boot, band=REPLICATE_BAND_SE * contrast_se)
+    support = {r.value: float(np.mean(reps == i)) for i, r in enumerate(_TRENDS)}
+    passed = ci_trends(slope_ci=slope_ci, curvature_ci=curv_ci, argmax_ci=argmax_ci,
+                       rho_min=rho_min, rho_max=rho_max)
+    decisive = 1.0 - support[Regime.INCONCLUSIVE.value]
+    trend = passed[0] if passed and decisive >= MIN_SUPPORT else Regime.INCONCLUSIVE
+    if grid.seed_sd() is None:          # seed noise unmeasured: every CI would be too narrow
+        trend = Regime.INCONCLUSIVE
+    return _Evidence(trend, slope_ci, curv_ci, argmax_ci, reps, contrast_se, support)
+
+
 def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: int, level: float,
              seed: int) -> TargetVerdict:
     grid = _grid(complete, target)
@@ -130,40 +165,26 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
     means = grid.point_means
     best = int(np.argmax(means))
     fits = compare_fits(rho=grid.rho, y=means)
-    slope_ci = percentile_ci(samples=boot.slope, confidence_level=level)
-    curv_ci = percentile_ci(samples=boot.curvature, confidence_level=level)
-    rho_min, rho_max = float(grid.rho.min()), float(grid.rho.max())
-    _, concave, _ = quadratic_argmax(coef=fits["quadratic"].coef, rho_min=rho_min, rho_max=rho_max)
-    argmax_ci = percentile_ci(samples=boot.argmax_rho, confidence_level=level) if concave else None
-    point_se = float(np.median(boot.point_means.std(axis=0)))
-    reps = replicate_trends(boot=boot, band=REPLICATE_BAND_SE * point_se)
-    passed = ci_trends(slope_ci=slope_ci, curvature_ci=curv_ci, argmax_ci=argmax_ci,
-                       rho_min=rho_min, rho_max=rho_max)
-    trend = next((r for r in passed if np.mean(reps == _TRENDS.index(r)) >= MIN_SUPPORT), Regime.INCONCLUSIVE)
-    if grid.seed_sd() is None:          # seed noise unmeasured: the CIs would be too narrow
-        trend = Regime.INCONCLUSIVE
-    reward_flags = shares[boot.best_point] >= tau
-    regime = Regime.REWARD_HEAVY if shares[best] >= tau else trend
-    agree = reward_flags if regime is Regime.REWARD_HEAVY else ~reward_flags & (reps == _TRENDS.index(regime))
-    confidence = float(np.mean(agree))
+    ev = _evidence(grid, boot, fits["quadratic"], level)
+    regime = Regime.REWARD_HEAVY if shares[best] >= tau else ev.trend
+    reward_reps = shares[boot.best_point] >= tau
+    agree = reward_reps if regime is Regime.REWARD_HEAVY else ~reward_reps & (ev.replicates == _TRENDS.index(regime))
     chosen = {Regime.BALANCED: "quadratic", Regime.UPDATE_HEAVY: "loglinear",
-              Regime.SEARCH_HEAVY: "loglinear"}.get(trend)
-    rho_range = _rho_range(grid, boot, chosen, fits, best)
+              Regime.SEARCH_HEAVY: "loglinear"}.get(ev.trend)
     points = tuple(
         PointSummary(rho_target=float(grid.rho_targets[p]), rho_measured=float(grid.rho[p]),
                      n_seeds=int(grid.n_seeds[p]), flops=flops[p], reward_mean=float(means[p]),
                      reward_ci=percentile_ci(samples=boot.point_means[:, p], confidence_level=level),
                      schedule=next(r.schedule for r, i in zip(complete, grid.point_index) if i == p))
         for p in range(grid.n_points))
-    fit_info = _fit_info(fits, grid, chosen=chosen, trend=trend, curvature_ci=curv_ci,
-                         share=float(shares[best]), point_se=point_se, n_boot=n_boot, level=level)
-    warnings = _warnings(grid, regime=regime, trend=trend, best=best, share=float(shares[best]), tau=tau,
-                         slope=float(fits["loglinear"].coef[1]), level=level)
+    slope = float(fits["loglinear"].coef[1])
     return TargetVerdict(
-        target=target, regime=regime, rho_range=rho_range, confidence=confidence,
-        best_rho=float(grid.rho_targets[best]), best_reward=float(means[best]),
-        slope=float(fits["loglinear"].coef[1]), slope_ci=slope_ci, argmax_ci=argmax_ci,
-        points=points, fits=fit_info, warnings=tuple(warnings))
+        target=target, regime=regime, rho_range=_rho_range(grid, boot, chosen, fits, best),
+        confidence=float(np.mean(agree)), best_rho=float(grid.rho_targets[best]),
+        best_reward=float(means[best]), slope=slope, slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci,
+        points=points, warnings=tuple(_warnings(grid, regime=regime, trend=ev.trend, best=best,
+                                                share=float(shares[best]), tau=tau, slope=slope, level=level)),
+        fits=_fit_info(fits, grid, ev, chosen=chosen, share=float(shares[best]), n_boot=n_boot, level=level))
 
 
 def seed_scale(*, grid: GridScores, level: float) -> float:
@@ -243,16 +264,28 @@ def _rho_range(grid: GridScores, boot: BootstrapResponse, chosen: str | None, fi
 
 def seeds_needed(*, seed_sd: float, change: float, rho: np.ndarray, level: float,
                  power: float = SEED_ADVICE_POWER) -> int:
-    """Seeds per grid point for the slope CI to exclude 0 when the grid-wide change is ``change``.
+    """Seeds per grid point for a log-linear change of ``change`` across the grid to be called.
 
-    SE(b) = σ / √(n·Sxx) for equally weighted point means of n seeds, Sxx = Σ(x − x̄)²,
-    x = log ρ; need |b| ≥ (z_{(1+level)/2} + z_power)·SE(b) with b = change / (x_max − x_min).
+    Point means of n seeds have SD σ/√n, so SE(b) = σ / √(n·Sxx), Sxx = Σ(x − x̄)², x = log ρ,
+    b = change / (x_max − x_min). The rule calls a trend when b/SE(b) passes the larger of
+    the CI bar z_{(1+level)/2} and the support gate's bar
+    REPLICATE_BAND_SE·√((P−1)/P)·√Sxx/(x_max − x_min) + z_{MIN_SUPPORT} (the band is in
+    contrast SEs, σ_pt·√((P−1)/P) for P points), both times the t_df / z widening with
+    df = P·(n − 1). Smallest n with b/SE(b) ≥ that bar + z_power, capped at MAX_SEEDS_ADVICE.
     """
     x = np.log(np.asarray(rho, dtype=float))
+    n_points, span = x.shape[0], float(x.max() - x.min())
     sxx = float(np.sum((x - x.mean()) ** 2))
-    z = NormalDist().inv_cdf((1 + level) / 2) + NormalDist().inv_cdf(power)
-    b = abs(change) / float(x.max() - x.min())
-    return int(min(MAX_SEEDS_ADVICE, max(2, math.ceil((z * seed_sd / (b * math.sqrt(sxx))) ** 2))))
+    z = NormalDist().inv_cdf
+    q = (1 + level) / 2
+    gate = (REPLICATE_BAND_SE * math.sqrt((n_points - 1) / n_points * sxx) / span + z(MIN_SUPPORT)
+            if 0 < MIN_SUPPORT < 1 else 0.0)
+    bar = max(z(q), gate)
+    for n in range(2, MAX_SEEDS_ADVICE):
+        widen = t_quantile(q=q, df=n_points * (n - 1)) / z(q) if SEED_DF_CORRECTION else 1.0
+        if abs(change) / span * math.sqrt(n * sxx) / seed_sd >= widen * bar + z(power):
+            return n
+    return MAX_SEEDS_ADVICE
 
 
 def _warnings(grid: GridScores, *, regime: Regime, trend: Regime, best: int, share: float, tau: float,
@@ -291,18 +324,18 @@ def _noise_warning(grid: GridScores, *, slope: float, level: float) -> str:
             f"across the grid needs {more} seeds per point, now {int(grid.n_seeds.min())})")
 
 
-def _fit_info(fits: Mapping[str, Any], grid: GridScores, *, chosen: str | None, trend: Regime,
-              curvature_ci: tuple[float, float], share: float, point_se: float, n_boot: int,
-              level: float) -> dict[str, Any]:
-    """JSON-ready record of the fits behind a verdict."""
+def _fit_info(fits: Mapping[str, Any], grid: GridScores, ev: _Evidence, *, chosen: str | None,
+              share: float, n_boot: int, level: float) -> dict[str, Any]:
+    """JSON-ready record of the fits and evidence behind a verdict."""
     info: dict[str, Any] = {name: f.to_dict() for name, f in fits.items()}
     arg, concave, interior = quadratic_argmax(coef=fits["quadratic"].coef, rho_min=float(grid.rho.min()),
                                               rho_max=float(grid.rho.max()))
     info["quadratic"].update(concave=bool(concave), argmax_rho=float(arg), argmax_inside=bool(interior))
     score = {n: (f.aicc if f.aicc is not None else f.aic) for n, f in fits.items()}
-    seed_sd = grid.seed_sd()
     info.update(x="log(rho_measured)", rho_measured=[float(r) for r in grid.rho],
                 best_by_aicc=min(score, key=lambda n: float(score[n])), chosen=chosen,
-                trend_regime=trend.value, curvature_ci=list(curvature_ci), reward_share_at_best=share,
-                seed_sd=seed_sd, point_se=point_se, n_boot=n_boot, confidence_level=level)
+                trend_regime=ev.trend.value, curvature_ci=list(ev.curvature_ci), support=ev.support,
+                reward_share_at_best=share, seed_sd=grid.seed_sd(), contrast_se=ev.contrast_se,
+                seed_scale=seed_scale(grid=grid, level=level), n_boot=n_boot, confidence_level=level,
+                seed_resampling=SEED_RESAMPLING)
     return info

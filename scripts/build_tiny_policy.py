@@ -46,7 +46,7 @@ SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]          # ids 0, 1, 2, 3
 CHARS = list("0123456789") + list("+-*=") + list(",; |c")
 
 # The recipe (see docs/tiny-models.md for how it was chosen).
-STEPS = 400             # optimizer steps
+STEPS = 925             # optimizer steps: stops mid-way through the jump from ~10 % to ~90 %
 BATCH = 64              # sequences per step
 LR = 3e-3               # AdamW peak learning rate, linear warm-up then constant
 WARMUP = 20
@@ -54,11 +54,21 @@ HARD_SHARE = 0.05       # share of each batch drawn from arithmetic-hard's train
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer with one token per character; no BOS/EOS added on encode."""
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    """A WordLevel tokenizer with one token per character; no BOS/EOS added on encode.
+
+    Characters are stored in their byte-level form (space as "Ġ", as in GPT-2 / Qwen
+    vocabularies) behind a ByteLevel pre-tokenizer and decoder. Why: transformers 5 loads
+    any ``model_type: qwen2`` folder through ``Qwen2Tokenizer``, which rebuilds the
+    pipeline as byte-level BPE over this vocabulary (no merges); with byte-level names it
+    gives exactly the ids of this WordLevel model, so both paths agree.
+    """
+    names = [c if c != " " else "\u0120" for c in CHARS]   # "Ġ": the byte-level form of a space
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + names)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()       # concatenate characters, no spaces in between
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex("."), behavior="isolated"),           # one piece per character
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         padding_side="left", model_max_length=64, clean_up_tokenization_spaces=False)
@@ -146,6 +156,18 @@ def measure(model, tok) -> dict[str, float]:
     return out
 
 
+def _portable_tokenizer_config(out: str) -> None:
+    """Name the generic fast-tokenizer class, which transformers 4.x and 5.x both resolve
+    (5.x writes its own alias, ``TokenizersBackend``, unknown to 4.x)."""
+    path = os.path.join(out, "tokenizer_config.json")
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -156,7 +178,7 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> d
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     tok = build_tokenizer()
-    assert tok("12+34=")["input_ids"] == [SPECIALS.__len__() + CHARS.index(c) for c in "12+34="]
+    assert tok("12+34=")["input_ids"] == [len(SPECIALS) + CHARS.index(c) for c in "12+34="]
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(build_config(len(tok)))
     seconds = train(model, tok, steps=steps, seed=seed)
@@ -168,6 +190,9 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> d
     model.generation_config.update(bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    _portable_tokenizer_config(out)
+    for name in os.listdir(out):
+        os.chmod(os.path.join(out, name), 0o644)     # safetensors writes 0600
     # Measure the saved artefact through the path users take.
     tok2 = AutoTokenizer.from_pretrained(out)
     model2 = AutoModelForCausalLM.from_pretrained(out).eval()

@@ -186,6 +186,22 @@ def test_seeds_needed_formula():
     assert regime.seeds_needed(seed_sd=0.024, change=1e-6, rho=rho, level=0.9) == regime.MAX_SEEDS_ADVICE
 
 
+def test_unreplicated_grid_is_held_at_inconclusive():
+    # One seed per point: seed noise is not measured, so even a clear fall is not called.
+    results = synthetic_results(response=FALLING, n_seeds=1, n_prompts=500, seed=5)
+    v = classify(results, n_boot=200).primary
+    assert v.regime is Regime.INCONCLUSIVE and v.fits["seed_sd"] is None
+    assert "noise dominates: add seeds (≥ 2 per point to measure seed noise)" in v.warnings
+    assert any(w.startswith("only 1 seed at ρ=0.3, 0.45, 0.6, 0.72, 0.85") for w in v.warnings)
+
+
+def test_seed_scale_is_t_over_z():
+    g = classify(synthetic_results(response=FLAT, n_seeds=2, n_prompts=50), n_boot=50).primary
+    assert g.fits["seed_scale"] == pytest.approx(2.015 / 1.645, abs=0.005)   # df = 5 × (2 − 1)
+    g3 = classify(synthetic_results(response=FLAT, n_seeds=3, n_prompts=50), n_boot=50).primary
+    assert g3.fits["seed_scale"] == pytest.approx(1.812 / 1.645, abs=0.005)  # df = 10
+
+
 # ----------------------------------------------------------------------------- errors
 
 def test_errors_name_the_bad_value():

@@ -76,7 +76,8 @@ def get_reward(name_or_callable: Union[str, RewardFn]) -> RewardFn:
         if fn is None:
             raise RewardError(f"reward {name_or_callable!r}: module {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
-        raise RewardError(f"reward {name_or_callable!r} is not callable: expected fn(prompt, completion, reference)")
+        raise RewardError(f"reward {name_or_callable!r} is not callable: "
+                          f"expected fn(prompt, completion, reference)")
     return fn
 
 

@@ -181,7 +181,8 @@ def load_hf(name: str, *, hf_split: str = "train", prompt_field: str = "prompt",
     cols = list(getattr(ds, "column_names", None) or [])
     missing = [f for f in (prompt_field, answer_field) if cols and f not in cols]
     if missing:
-        raise TaskError(f"Hugging Face dataset {name!r}: field {missing[0]!r} is missing (columns: {', '.join(cols)})")
+        raise TaskError(f"Hugging Face dataset {name!r}: field {missing[0]!r} is missing "
+                        f"(columns: {', '.join(cols)})")
     return _rows(ds, name, prompt_field, answer_field)
 
 

@@ -1,0 +1,117 @@
+"""Rule-based rewards on hand-made completions."""
+import math
+
+import pytest
+
+from race.rewards import (REWARDS, RewardBatch, RewardError, dense, final_answer, get_reward,
+                          score_completions, sparse, structured)
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("46</s><pad><pad>", ("46", True)),
+    (" 46 </s>47</s>", ("46", True)),
+    ("46<|im_end|>", ("46", True)),
+    ("46<|endoftext|><|im_end|>", ("46", True)),
+    ("4646", ("4646", False)),
+    ("</s>", ("", True)),
+    ("", ("", False)),
+])
+def test_final_answer(completion, expected):
+    assert final_answer(completion) == expected
+
+
+@pytest.mark.parametrize("completion, score", [
+    ("46</s>", 1.0), ("46", 1.0), (" 46\n</s>", 1.0), ("46</s>99", 1.0),
+    ("47</s>", 0.0), ("046</s>", 0.0), ("46.0</s>", 0.0), ("4646", 0.0), ("</s>", 0.0), ("", 0.0),
+])
+def test_sparse(completion, score):
+    assert sparse("12+34=", completion, "46") == score
+
+
+@pytest.mark.parametrize("completion, score", [
+    ("46</s>", 1.0),      # correct and terminated
+    ("46", 0.8),          # correct, ran out of tokens
+    ("47</s>", 0.2),      # well-formed but wrong
+    ("-3</s>", 0.2),      # negative integers are well-formed
+    ("4x</s>", 0.0), ("</s>", 0.0), ("47", 0.0), ("4 6</s>", 0.0),
+])
+def test_structured(completion, score):
+    assert structured("12+34=", completion, "46") == pytest.approx(score)
+
+
+def test_structured_non_numeric_reference():
+    assert structured("capital of France?", "Paris</s>", "Paris") == pytest.approx(1.0)
+    assert structured("capital of France?", "Lyon</s>", "Paris") == pytest.approx(0.2)
+    assert structured("capital of France?", "Lyon\nor Paris</s>", "Paris") == 0.0
+
+
+@pytest.mark.parametrize("completion, score", [
+    ("146</s>", 1.0), ("147</s>", 2 / 3), ("46</s>", 2 / 3), ("1146</s>", 3 / 4),
+    ("641</s>", 1 / 3), ("</s>", 0.0), ("999</s>", 0.0), ("146", 1.0), ("146146", 3 / 6),
+])
+def test_dense(completion, score):
+    assert dense("100+46=", completion, "146") == pytest.approx(score)
+
+
+def test_dense_is_one_exactly_when_sparse_is_one():
+    for completion in ("146</s>", "14</s>", "1460</s>", "146", "0146</s>", "", "abc"):
+        assert (dense("", completion, "146") == 1.0) == (sparse("", completion, "146") == 1.0)
+
+
+def test_rewards_lie_in_unit_interval():
+    for fn in REWARDS.values():
+        for completion in ("", "</s>", "9</s>", "12345678</s>", "x", "46</s>"):
+            assert 0.0 <= fn("12+34=", completion, "46") <= 1.0
+
+
+def test_get_reward_names_strings_callables():
+    assert get_reward("sparse") is sparse and get_reward("dense") is dense
+    assert get_reward("race.rewards.rules:structured") is structured
+    assert get_reward("math:isfinite") is math.isfinite
+
+    def mine(p, c, r):
+        return 0.5
+
+    assert get_reward(mine) is mine
+
+
+@pytest.mark.parametrize("name, match", [
+    ("sparce", "unknown: expected one of sparse, structured, dense"),
+    ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
+    ("race.rewards.rules:nothing", "has no attribute 'nothing'"),
+    ("race.rewards.rules:EOS_MARKERS", "is not callable"),
+    (3, "must be a name"),
+])
+def test_get_reward_errors(name, match):
+    with pytest.raises(RewardError, match=match):
+        get_reward(name)
+
+
+def test_score_completions_counts_but_survives_faulty_rewards():
+    def flaky(prompt, completion, reference):
+        if completion == "boom":
+            raise RuntimeError("kaboom")
+        if completion == "nan":
+            return float("nan")
+        if completion == "inf":
+            return math.inf
+        if completion == "str":
+            return "not a number"
+        return 0.75
+
+    batch = score_completions(flaky, ["p"] * 5, ["ok", "boom", "nan", "inf", "str"], ["r"] * 5)
+    assert isinstance(batch, RewardBatch)
+    assert batch.scores == [0.75, 0.0, 0.0, 0.0, 0.0]
+    assert batch.errors == 4 and batch.first_error == "RuntimeError: kaboom"
+    assert batch.flops == 0.0 and batch.cpu_seconds >= 0.0
+
+
+def test_score_completions_by_name():
+    batch = score_completions("sparse", ["1+1=", "2+2=", "3+3="], ["2</s>", "5</s>", "6"], ["2", "4", "6"])
+    assert batch.scores == [1.0, 0.0, 1.0] and batch.errors == 0 and batch.first_error is None
+    assert batch.mean == pytest.approx(2 / 3) and batch.flops == 0.0
+
+
+def test_score_completions_length_mismatch():
+    with pytest.raises(RewardError, match=r"prompts \(2\), completions \(1\) and references \(2\)"):
+        score_completions("sparse", ["a", "b"], ["1"], ["1", "2"])

@@ -170,8 +170,12 @@ class Progress:
 def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
              calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None) -> Results:
     """Calibrate, plan and run every pilot of ``config``; write and return the results."""
+    from race.backends import BACKENDS, resolve_backend
     from race.pilot import calibrate
 
+    backend = resolve_backend(config.backend)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
     cal = calibration or calibrate(config, device=device)
     if cal.healthy is not None:
         config = replace(config, grpo=replace(config.grpo, **cal.healthy))
@@ -180,14 +184,14 @@ def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, de
     workers = workers or default_workers(device)
     progress = Progress(len(jobs), config.budget, enabled=not quiet)
     classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
-    meta = {"model": config.model, "reward": config.reward.kind, "backend": "hf", "task": config.task,
+    meta = {"model": config.model, "reward": config.reward.kind, "backend": backend, "task": config.task,
             "budget_per_pilot": config.budget, "seeds": config.seeds}
     finished: list[PilotResult] = []
 
     def save(diagnosis=None) -> Results:
         res = Results(pilots=tuple(sorted(finished, key=lambda p: (p.rho_target, p.seed))), diagnosis=diagnosis,
                       config=config.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
-                      classify=classify, meta={"backend": "hf", "device": device})
+                      classify=classify, meta={"backend": backend, "device": device})
         save_results(out_dir, res)
         return res
 

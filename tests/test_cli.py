@@ -94,3 +94,15 @@ def test_report_classifies_stored_pilots(tmp_path):
     assert "search-heavy" in r.output
     for fmt in ("md", "latex", "json"):
         assert run("report", str(tmp_path), "--format", fmt).exit_code == 0
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (("--backend", "vllm"), "backend 'vllm' is not available"),
+    (("--grid", "0.5,1.5"), "ρ=1.5 is outside (0, 1)"),
+    (("--budget", "0"), "budget '0' must be a positive"),
+    (("--thorough", os.path.join(PILOTS, "tiny-cpu.yaml")), "give either CONFIG or --thorough"),
+])
+def test_pilot_bad_input_exit_2(tmp_path, extra, msg):
+    r = run("pilot", "--out", str(tmp_path), "--quiet", *extra)
+    assert r.exit_code == 2, r.output
+    assert msg in r.output and "Traceback" not in r.output

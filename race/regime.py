@@ -5,14 +5,17 @@ CIs are two-sided percentile intervals at ``confidence_level`` of the paired
 seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
 
 1. reward-heavy  if C_reward / C_total at the pilot-best grid point ≥ reward_share_threshold;
-2. balanced      elif the quadratic fit is concave (ĉ < 0), the curvature CI lies below 0,
+2. else the trend, the first of these whose CI condition holds —
+   balanced      the quadratic fit is concave (ĉ < 0), the curvature CI lies below 0,
                  and the argmax-ρ CI lies strictly inside (ρ_min, ρ_max) of the grid;
-3. update-heavy  elif the log-linear slope CI lies above 0;
-   search-heavy  elif it lies below 0;
-4. inconclusive  otherwise.
+   update-heavy  the log-linear slope CI lies above 0;
+   search-heavy  the log-linear slope CI lies below 0 —
+   provided ≥ MIN_SUPPORT of the bootstrap replicates show an effect of at least
+   REPLICATE_BAND_SE contrast SEs (the support gate; see ``replicate_trends``);
+3. inconclusive  otherwise, and always when no grid point has two seeds.
 
-A reward-heavy verdict still computes steps 2–4 (the "trend regime"), which sets
-its ρ range and is reported in ``fits["trend_regime"]``.
+A reward-heavy verdict still computes the trend, which sets its ρ range and is
+reported in ``fits["trend_regime"]``.
 """
 from __future__ import annotations
 
@@ -168,7 +171,10 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
     ev = _evidence(grid, boot, fits["quadratic"], level)
     regime = Regime.REWARD_HEAVY if shares[best] >= tau else ev.trend
     reward_reps = shares[boot.best_point] >= tau
-    agree = reward_reps if regime is Regime.REWARD_HEAVY else ~reward_reps & (ev.replicates == _TRENDS.index(regime))
+    if regime is Regime.REWARD_HEAVY:
+        agree = reward_reps
+    else:
+        agree = ~reward_reps & (ev.replicates == _TRENDS.index(regime))
     chosen = {Regime.BALANCED: "quadratic", Regime.UPDATE_HEAVY: "loglinear",
               Regime.SEARCH_HEAVY: "loglinear"}.get(ev.trend)
     points = tuple(

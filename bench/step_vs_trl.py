@@ -63,24 +63,41 @@ def loadavg() -> tuple[float, float, float]:
         return (float("nan"),) * 3  # type: ignore[return-value]
 
 
-def matmul_peak(threads: int, seconds_per_shape: float = 0.3) -> dict:
-    """Best fp32 GFLOP/s of ``torch.mm`` per shape (m×k @ k×n) at ``threads`` threads."""
+def matmul_peak(threads: int, seconds_per_shape: float = 0.25) -> dict:
+    """Best fp32 GFLOP/s of ``torch.mm`` per shape (m×k @ k×n) at ``threads`` threads.
+
+    Each sample times a batch of back-to-back products (≥ ~2 ms of work) and the best
+    sample counts: a peak, which other jobs on the machine can only lower.
+    """
     import torch
 
     torch.set_num_threads(threads)
     rows = []
     for m, k, n in MATMUL_SHAPES:
         a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
+        flop = 2.0 * m * k * n
+        batch = max(1, int(4e8 // flop))            # ~2 ms at 200 GFLOP/s
+        for _ in range(2):
             torch.mm(a, b)
-        best, reps, t_end = float("inf"), 0, time.perf_counter() + seconds_per_shape
-        while time.perf_counter() < t_end or reps < 3:
+        best, samples, t_end = float("inf"), 0, time.perf_counter() + seconds_per_shape
+        while time.perf_counter() < t_end or samples < 3:
             t = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t)
-            reps += 1
-        rows.append({"shape": f"{m}x{k}x{n}", "gflops": 2.0 * m * k * n / best / 1e9, "reps": reps})
+            for _ in range(batch):
+                torch.mm(a, b)
+            best = min(best, (time.perf_counter() - t) / batch)
+            samples += 1
+        rows.append({"shape": f"{m}x{k}x{n}", "gflops": flop / best / 1e9, "samples": samples, "batch": batch})
     return {"threads": threads, "shapes": rows, "max_gflops": max(r["gflops"] for r in rows)}
+
+
+def best_per_shape(peaks: list[dict]) -> dict:
+    """Per shape, the best of several ``matmul_peak`` measurements."""
+    shapes = {}
+    for pk in peaks:
+        for row in pk["shapes"]:
+            shapes[row["shape"]] = max(shapes.get(row["shape"], 0.0), row["gflops"])
+    return {"shapes": [{"shape": k, "gflops": v} for k, v in shapes.items()], "max_gflops": max(shapes.values()),
+            "measurements": peaks}
 
 
 # ----------------------------------------------------------------------------- RACE
@@ -257,7 +274,7 @@ def compare(race: RaceRunner, trl: TrlRunner, *, threads: int, steps: int, round
     import torch
 
     torch.set_num_threads(threads)
-    peak = matmul_peak(threads)
+    peaks = [matmul_peak(threads)]
     race.steps.clear()
     trl.steps.clear()
     loads = [loadavg()]
@@ -271,12 +288,18 @@ def compare(race: RaceRunner, trl: TrlRunner, *, threads: int, steps: int, round
             runner.run(steps)
             blocks.append({"round": r, "system": name, "seconds": time.perf_counter() - t, "load": loadavg()})
         loads.append(loadavg())
-    peak_after = matmul_peak(threads)
-    return summarise(race, trl, threads=threads, peak=peak, peak_after=peak_after, loads=loads, blocks=blocks)
+        peaks.append(matmul_peak(threads))      # between rounds: the peak samples the same machine state
+    return summarise(race, trl, threads=threads, peak=best_per_shape(peaks), loads=loads, blocks=blocks)
 
 
-def summarise(race: RaceRunner, trl: TrlRunner, *, threads, peak, peak_after, loads, blocks) -> dict:
-    rs, ts = race.steps, trl.steps
+def block_medians(steps: list[dict], size: int) -> list[float]:
+    import statistics
+
+    return [statistics.median(s["step_s"] for s in steps[i:i + size]) for i in range(0, len(steps), max(1, size))]
+
+
+def summarise(race: RaceRunner, trl: TrlRunner, *, threads, peak, loads, blocks) -> dict:
+    rs, ts = list(race.steps), list(trl.steps)       # copies: the runners' lists are reused per thread count
     r_step = quartiles([s["step_s"] for s in rs])
     t_step = quartiles([s["step_s"] for s in ts])
     r_phases = {k: quartiles([s[k] for s in rs]) for k in ("rollout", "reward", "update", "sync")}
@@ -293,7 +316,7 @@ def summarise(race: RaceRunner, trl: TrlRunner, *, threads, peak, peak_after, lo
     flops_per_s = sum(s["flops"] for s in rs) / sum(s["step_s"] for s in rs)
     search_per_s = sum(s["search_flops"] for s in rs) / sum(s["rollout"] for s in rs)
     learn_per_s = sum(s["learning_flops"] for s in rs) / sum(s["update"] for s in rs)
-    pk = max(peak["max_gflops"], peak_after["max_gflops"]) * 1e9
+    pk = peak["max_gflops"] * 1e9
     return {
         "threads": threads,
         "race": {"step_s": r_step, "phases_s": r_phases, "other_s": r_other,
@@ -308,8 +331,10 @@ def summarise(race: RaceRunner, trl: TrlRunner, *, threads, peak, peak_after, lo
                 "trainable_params": trl.trainable, "dtype": trl.dtype,
                 "torch_threads_seen": sorted({s["threads"] for s in ts})},
         "ratio_race_over_trl": r_step["median"] / t_step["median"],
-        "matmul_peak": {"before": peak, "after": peak_after, "max_gflops": pk / 1e9},
+        "matmul_peak": peak,
         "loadavg": loads, "blocks": blocks,
+        "block_medians_s": {"race": block_medians(rs, len(rs) // max(1, len(blocks) // 2)),
+                            "trl": block_medians(ts, len(ts) // max(1, len(blocks) // 2))},
         "raw": {"race": rs, "trl": ts},
     }
 
@@ -340,10 +365,14 @@ def markdown(res: dict) -> str:
         f"{r['flop_per_s'] / 1e9:.2f} GFLOP/s over the whole step = {100 * r['fraction_of_peak']:.2f} % of the "
         f"matmul peak; {r['search_flop_per_s'] / 1e9:.2f} GFLOP/s while sampling, "
         f"{r['learning_flop_per_s'] / 1e9:.2f} GFLOP/s while updating.",
-        f"- torch fp32 matmul peak ({th} thr): {res['matmul_peak']['max_gflops']:.0f} GFLOP/s "
-        f"(" + ", ".join(f"{s['shape']}: {s['gflops']:.0f}" for s in res['matmul_peak']['before']['shapes']) + ").",
+        f"- torch fp32 matmul peak ({th} thr, best of {len(res['matmul_peak']['measurements'])} measurements "
+        f"spread over the run): {res['matmul_peak']['max_gflops']:.0f} GFLOP/s (" + ", ".join(f"{s['shape']}: {s['gflops']:.0f}" for s in res['matmul_peak']['shapes']) + ").",
         f"- RACE phases (median ms/step): rollout {ms(rp['rollout'])}, reward {ms(rp['reward'])}, "
         f"update {ms(rp['update'])}, adapter merge (sync) {ms(rp['sync'])}, other {ms(r['other_s'])}.",
+        f"- per-round medians (ms): RACE " + ", ".join(f"{1e3 * x:.1f}" for x in res["block_medians_s"]["race"])
+        + "; TRL " + ", ".join(f"{1e3 * x:.1f}" for x in res["block_medians_s"]["trl"]) + "; per-round ratio "
+        + ", ".join(f"{x / y:.2f}" for x, y in zip(res["block_medians_s"]["race"], res["block_medians_s"]["trl"]))
+        + ".",
         f"- load average (1/5/15 min) before and after each round: "
         + "; ".join("/".join(f"{x:.2f}" for x in la) for la in res["loadavg"]) + ".",
     ]
@@ -390,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {env['torch']}, transformers {env['transformers']}, trl {env['trl']}, peft {env['peft']}; "
           f"nproc {env['nproc']}; load average at start {env['loadavg_start']}, at end {env['loadavg_end']}; "
           f"TRL trainable params {trl.trainable:,} ({trl.dtype}); wall {env['total_s']:.0f} s "
-          f"(setup {env['setup_s']:.1f} s).\n")
+          f"(setup {env['setup_s']:.1f} s).\n\ncommand: `{env['command']}`\n")
     for res in results:
         print(markdown(res))
         print()

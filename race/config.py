@@ -87,6 +87,7 @@ class GRPOSettings:
     advantage: str = "grpo"       # grpo (std-scaled) | dr_grpo (unscaled)
     grad_checkpointing: bool = False
     healthy_recipe: bool = False  # KL+entropy on easy data, neither on hard (from the base pass rate)
+    fast_path: bool = True        # lean forward + own LoRA for Llama-family models (race.backends.lean)
 
 
 @dataclass(frozen=True)

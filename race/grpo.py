@@ -194,15 +194,15 @@ def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[
     B = len(prompt_ids)
     pw = max(len(p) for p in prompt_ids)
     cw = max(max(len(c) for c in completion_ids), 1)
-    ids = torch.full((B, pw + cw), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, pw + cw), dtype=torch.long)
-    cmask = torch.zeros((B, cw), dtype=torch.long)
-    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        ids[i, pw - len(p):pw] = torch.tensor(p, dtype=torch.long)
-        attn[i, pw - len(p):pw + len(c)] = 1
-        if c:
-            ids[i, pw:pw + len(c)] = torch.tensor(c, dtype=torch.long)
-            cmask[i, :len(c)] = 1
+    # build rows as Python lists, convert once: per-row tensor writes dominate on small batches
+    rows = [[pad_id] * (pw - len(p)) + list(p) + list(c) + [pad_id] * (cw - len(c))
+            for p, c in zip(prompt_ids, completion_ids)]
+    ids = torch.tensor(rows, dtype=torch.long)
+    cols = torch.arange(pw + cw)
+    plen = torch.tensor([len(p) for p in prompt_ids])
+    clen = torch.tensor([len(c) for c in completion_ids])
+    attn = ((cols >= pw - plen[:, None]) & (cols < pw + clen[:, None])).long()
+    cmask = (torch.arange(cw) < clen[:, None]).long()
     return TrainBatch(ids.to(device), attn.to(device), cmask.to(device),
                       torch.tensor(list(advantages), dtype=torch.float32, device=device),
                       [(len(p), len(c)) for p, c in zip(prompt_ids, completion_ids)])
@@ -243,7 +243,7 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
         optimizer.zero_grad(set_to_none=True)
         terms.loss.backward()
         if max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
         optimizer.step()
         stats.append(terms)
     n = len(stats)

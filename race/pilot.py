@@ -36,27 +36,39 @@ class FlopMeter:
     ref_logprobs: bool = False
     grad_checkpointing: bool = False
 
+    def __post_init__(self) -> None:
+        self._cache: dict[tuple, float] = {}
+
+    def _memo(self, key: tuple, fn) -> float:
+        # a step has few distinct (prompt, completion) lengths: evaluate each formula once
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
     def search(self, prompt_lens: list[int], completion_lens: list[list[int]]) -> float:
         """One prefill per prompt (shared by its rollouts) + each rollout's decode."""
         lora = self.lora if self.sampling_uses_adapter else None
+
+        def cost(p: int, c: int) -> float:   # c = 0: the prefill alone
+            return self._memo(("s", p, c), lambda: F.search_flops(self.arch, prompt_len=p, completion_len=c,
+                                                                  n=1, lora=lora))
         total = 0.0
         for p, group in zip(prompt_lens, completion_lens):
-            prefill = F.search_flops(self.arch, prompt_len=p, completion_len=0, n=1, lora=lora)
-            total += prefill
-            for c in group:
-                total += F.search_flops(self.arch, prompt_len=p, completion_len=c, n=1, lora=lora) - prefill
+            prefill = cost(p, 0)
+            total += prefill + sum(cost(p, c) - prefill for c in group)
         return total
 
     def learning(self, lengths: list[tuple[int, int]], mu: int) -> float:
-        return sum(F.learning_flops(self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora,
-                                    mu=mu, ref_logprobs=self.ref_logprobs,
-                                    grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW)
-                   for p, c in lengths)
+        return sum(self._memo(("l", p, c, mu), lambda: F.learning_flops(
+            self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora, mu=mu,
+            ref_logprobs=self.ref_logprobs, grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW))
+            for p, c in lengths)
 
     def reward_flops(self, lengths: list[tuple[int, int]]) -> float:
-        return sum(F.reward_flops(self.reward, prompt_len=p, completion_len=c, sequences=1) for p, c in lengths)
-
-
+        if self.reward is None:
+            return 0.0
+        return sum(self._memo(("r", p, c), lambda: F.reward_flops(self.reward, prompt_len=p, completion_len=c,
+                                                                  sequences=1)) for p, c in lengths)
 
 
 def seed_everything(seed: int) -> None:
@@ -69,7 +81,10 @@ def seed_everything(seed: int) -> None:
 
 
 def load_policy(config: GridConfig, *, device: str = "cpu"):
-    """(tokenizer, peft policy, model path) with a fresh LoRA adapter on the configured modules."""
+    """(tokenizer, policy, model path): the model with a fresh LoRA adapter on the configured modules.
+
+    The policy is a ``LeanLM`` (race.backends.lean) when ``grpo.fast_path`` is on and the
+    architecture is supported, else the HF model wrapped by peft."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -83,6 +98,11 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
     tok = AutoTokenizer.from_pretrained(path)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    from race.backends.lean import LeanLM, supports
+
+    if config.grpo.fast_path and supports(model.config) is None:
+        model.requires_grad_(False)
+        return tok, LeanLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=config.lora.targets), path
     lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
                       target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
     policy = get_peft_model(model, lcfg)
@@ -146,7 +166,8 @@ class PilotEngine:
         tok, self.policy, path = load_policy(config, device=device)
         self.backend = HFBackend(self.policy, tok, model_path=path, device=device)
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0)
+        # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
+        self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
         g = config.grpo
         self.meter = FlopMeter(load_arch(config.model),
                                F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),

@@ -33,8 +33,6 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
            device: torch.device | str = "cpu") -> list[list[list[int]]]:
     """Sample ``n`` continuations of each prompt; returns ids per prompt per rollout (eos kept, no pad)."""
-    from transformers import DynamicCache
-
     P = len(prompt_ids)
     width = max(len(p) for p in prompt_ids)
     ids = torch.full((P, width), pad_id, dtype=torch.long)
@@ -44,11 +42,7 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                logits_to_keep=1)
-    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
-    cache.batch_repeat_interleave(n)
+    logits, step = _prefill(model, ids, mask, pos, n=n, max_len=width + max_new_tokens)
     mask = mask.repeat_interleave(n, dim=0)
     next_pos = pos[:, -1:].repeat_interleave(n, dim=0) + 1
     B = P * n
@@ -64,9 +58,7 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         mask = torch.cat([mask, (~done | (nxt == eos_id)).long().unsqueeze(1)], dim=1)
-        out = model(input_ids=nxt.unsqueeze(1), attention_mask=mask, position_ids=next_pos,
-                    past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1, :]
+        logits = step(nxt.unsqueeze(1), mask, next_pos)
         next_pos = next_pos + 1
     gen = torch.stack(tokens, dim=1).cpu().tolist()
     result: list[list[list[int]]] = []
@@ -82,6 +74,31 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
             group.append(seq)
         result.append(group)
     return result
+
+
+def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
+    """Prefill the prompts once, repeat the cache n times; returns (first logits [P·n, V], step fn)."""
+    from race.backends.lean import LeanLM
+
+    if isinstance(model, LeanLM):
+        cache = model.new_cache(ids.shape[0], max_len)
+        out = model(ids, mask, pos, cache=cache, logits_to_keep=1, merged=True)
+        cache = LeanLM.repeat_cache(cache, n)
+
+        def step(tok, m, p):
+            return model(tok, m, p, cache=cache, merged=True).logits[:, -1, :]
+    else:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                    logits_to_keep=1)
+        cache.batch_repeat_interleave(n)
+
+        def step(tok, m, p):
+            return model(input_ids=tok, attention_mask=m, position_ids=p, past_key_values=cache,
+                         use_cache=True).logits[:, -1, :]
+    return out.logits[:, -1, :].repeat_interleave(n, dim=0), step
 
 
 def _lora_modules(policy):
@@ -104,7 +121,13 @@ class HFBackend:
         self.sampler = policy
         self.sampling_uses_adapter = True
         self._targets: list[tuple[torch.nn.Parameter, torch.Tensor, object]] = []
-        if merge_for_sampling and model_path is not None:
+        from race.backends.lean import LeanLM
+
+        self._lean = isinstance(policy, LeanLM)
+        if self._lean:                  # samples with its own merged weights
+            self.sampling_uses_adapter = False
+            policy.merge()
+        elif merge_for_sampling and model_path is not None:
             from transformers import AutoModelForCausalLM
 
             base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
@@ -119,6 +142,8 @@ class HFBackend:
 
     def sync(self) -> float:
         """Merge the current adapter into the sampling copy; returns the merge FLOPs (2·r·in·out per layer)."""
+        if self._lean:
+            return self.policy.merge()
         flops = 0.0
         with torch.no_grad():
             for weight, w0, lora in self._targets:

@@ -1,0 +1,93 @@
+"""The lean forward matches Transformers (and its LoRA matches peft) on tiny random models."""
+import pytest
+import torch
+
+from race.backends.lean import LeanLM, supports
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _model(kind):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=128, vocab_size=50, max_position_embeddings=64)
+    if kind == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True)).eval()
+    if kind == "llama":
+        return LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=False)).eval()
+    return Qwen3ForCausalLM(Qwen3Config(**common, head_dim=24, tie_word_embeddings=True)).eval()
+
+
+def _batch():
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def _randomise_lora(lean):
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in lean.lora.items():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama", "qwen3"])
+def test_logits_match_transformers(kind):
+    model = _model(kind)
+    assert supports(model.config) is None
+    ids, mask, pos = _batch()
+    ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    out = lean(ids, mask, pos).logits                      # B = 0 at init: the base model
+    real = mask.bool()
+    assert torch.allclose(out[real], ref[real], atol=1e-5), (out[real] - ref[real]).abs().max()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_lora_matches_peft_and_saves_in_peft_format(kind):
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    model = _model(kind)
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    _randomise_lora(lean)
+    ids, mask, pos = _batch()
+    ours = lean(ids, mask, pos).logits
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(TARGETS)))
+    missing = set_peft_model_state_dict(peft_model, lean.adapter_state_dict())
+    assert not getattr(missing, "unexpected_keys", [])
+    theirs = peft_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    real = mask.bool()
+    assert torch.allclose(ours[real], theirs[real], atol=1e-5), (ours[real] - theirs[real]).abs().max()
+    assert len(lean.adapter_state_dict()) == 2 * 7 * 2      # 2 layers × 7 modules × (A, B)
+
+
+def test_cached_decode_equals_full_forward_and_merge_equals_adapter():
+    model = _model("qwen2")
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    _randomise_lora(lean)
+    flops = lean.merge()
+    assert flops == pytest.approx(2 * 2 * 4 * sum(i * o for i, o in [(64, 64), (64, 32), (64, 32), (64, 64),
+                                                                       (64, 128), (64, 128), (128, 64)]))
+    ids, mask, pos = _batch()
+    full = lean(ids, mask, pos).logits
+    cache = lean.new_cache(2, 8)
+    pre = lean(ids[:, :4], mask[:, :4], pos[:, :4], cache=cache, merged=True).logits
+    steps = [lean(ids[:, t:t + 1], mask[:, :t + 1], pos[:, t:t + 1], cache=cache, merged=True).logits
+             for t in range(4, 6)]
+    cached = torch.cat([pre] + steps, dim=1)
+    real = mask.bool()
+    assert torch.allclose(cached[real], full[real], atol=1e-4)
+
+
+def test_disable_adapter_gives_the_base():
+    model = _model("llama")
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    _randomise_lora(lean)
+    ids, mask, pos = _batch()
+    with lean.disable_adapter():
+        base = lean(ids, mask, pos).logits
+    ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert torch.allclose(base[mask.bool()], ref[mask.bool()], atol=1e-5)
+    assert not torch.allclose(lean(ids, mask, pos).logits, base)

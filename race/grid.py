@@ -40,6 +40,32 @@ SINGLE_KNOB_SLACK = 0.01    # prefer a single-knob schedule when it is this clos
 ENGINE_LEARNING_KW = {"old_logprob_forward": False, "completion_logits_only": True}
 
 
+def shares_prefix(config: GridConfig) -> bool:
+    """Whether the update runs each prompt once for its group of rollouts (the lean path of
+    race.backends.lean: Llama-family models, ``grpo.fast_path`` on, no gradient checkpointing)."""
+    if not config.grpo.fast_path or config.grpo.grad_checkpointing:
+        return False
+    from race.backends.lean import SUPPORTED_TYPES
+    from race.models import load_hf_config
+
+    return load_hf_config(config.model).get("model_type") in SUPPORTED_TYPES
+
+
+def grouped_learning(cost, prompt_lens, completion_lens, group, *, shared_prefix: bool) -> float:
+    """Update FLOPs of sequences ``prompt_lens[group[i]] + completion_lens[i]``.
+
+    ``cost(p, c)`` is one sequence's learning FLOPs (``flops.learning_flops``). With a
+    shared prefix each prompt runs once: ``cost(p, 0)`` per prompt, plus
+    ``cost(p, c) − cost(p, 0)`` per sequence — the completion's tokens, their attention
+    over the prompt, and their logits. Exact, because every term of ``learning_flops``
+    is a sum over tokens or over (query, key) pairs.
+    """
+    if not shared_prefix:
+        return sum(cost(prompt_lens[g], c) for g, c in zip(group, completion_lens))
+    return (sum(cost(p, 0) for p in prompt_lens)
+            + sum(cost(prompt_lens[g], c) - cost(prompt_lens[g], 0) for g, c in zip(group, completion_lens)))
+
+
 @dataclass(frozen=True)
 class Plan:
     """The planner's output: one schedule per ρ target, with the context that made them."""
@@ -91,6 +117,7 @@ class CostModel:
         self.c, self.arch, self.reward = config, arch, reward
         self.P, self.C = prompt_len, completion_len
         self.lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
+        self.shared_prefix = shares_prefix(config)
         self._cache: dict[tuple[int, int], StepCost] = {}
 
     def cost(self, n_gen: int, mu: int) -> StepCost:
@@ -99,11 +126,12 @@ class CostModel:
             c, n_train = self.c, self.c.schedule.n_train
             search = F.search_flops(self.arch, prompt_len=self.P, completion_len=self.C, n=n_gen,
                                     prefix_shared=c.schedule.prefix_shared, lora=self.lora)
-            learning = F.learning_flops(self.arch, prompt_len=self.P, completion_len=self.C,
-                                        sequences=n_train, lora=self.lora, mu=mu,
-                                        ref_logprobs=c.grpo.beta > 0,
-                                        grad_checkpointing=c.grpo.grad_checkpointing,
-                                        **ENGINE_LEARNING_KW)
+            def seq(p: float, comp: float) -> float:
+                return F.learning_flops(self.arch, prompt_len=p, completion_len=comp, sequences=1, lora=self.lora,
+                                        mu=mu, ref_logprobs=c.grpo.beta > 0,
+                                        grad_checkpointing=c.grpo.grad_checkpointing, **ENGINE_LEARNING_KW)
+            learning = grouped_learning(seq, [self.P], [self.C] * n_train, [0] * n_train,
+                                        shared_prefix=self.shared_prefix)
             reward = F.reward_flops(self.reward, prompt_len=self.P, completion_len=self.C, sequences=n_gen)
             self._cache[key] = StepCost(n_gen, n_train, mu, FlopBreakdown(search, learning, reward))
         return self._cache[key]

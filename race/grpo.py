@@ -142,25 +142,27 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     return LossTerms(loss, clip_frac, kl_mean, ent_mean)
 
 
-def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int, *,
-                        temperature: float = 1.0, with_entropy: bool = False
+def completion_logprobs(model, batch: "TrainBatch", *, temperature: float = 1.0, with_entropy: bool = False
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and optionally entropies) of the last ``completion_len`` tokens.
+    """Log-probs (and optionally entropies) of each sequence's completion tokens: [B, T] each.
 
-    input_ids / attention_mask: [B, L], prompts left-padded, completions right-padded,
-    so the completion occupies the last ``completion_len`` columns. Logits are divided
-    by the sampling temperature, so the ratio compares the distributions that were
-    actually sampled from. Only the logits that are needed are computed
+    Logits are divided by the sampling temperature, so the ratio compares the
+    distributions that were actually sampled from. A model with ``forward_grouped``
+    (race.backends.lean) runs each prompt once for its group of rollouts; any other
+    model runs ``[prompt | completion]`` rows and computes logits only where needed
     (``logits_to_keep``), which matters for 150 k-token vocabularies.
-    Returns ([B, completion_len], [B, completion_len] or None).
     """
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                logits_to_keep=completion_len + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature          # predicts tokens L-T .. L-1
-    targets = input_ids[:, -completion_len:]
-    logsm = torch.log_softmax(logits, dim=-1)
-    logp = logsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    T = batch.completion_width
+    if hasattr(model, "forward_grouped"):
+        logits = model.forward_grouped(batch.prompt_ids, batch.prompt_mask, batch.group,
+                                       batch.completion_ids, batch.completion_mask)
+    else:
+        ids, mask = batch.input_ids, batch.attention_mask
+        out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                    logits_to_keep=T + 1, use_cache=False)
+        logits = out.logits[:, :-1, :]                            # predicts the last T tokens
+    logsm = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logsm.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
     entropy = -(logsm.exp() * logsm).sum(-1) if with_entropy else None
     return logp, entropy
 
@@ -172,40 +174,58 @@ def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Te
 class TrainBatch:
     """The kept rollouts of a step, packed for the update.
 
-    input_ids / attention_mask: [B, L] (prompts left-padded, completions right-padded,
-    completions in the last ``completion_width`` columns); completion_mask: [B, T];
-    advantages: [B]; lengths: (prompt tokens, completion tokens) per sequence.
+    prompt_ids / prompt_mask: [G, Lp], one row per prompt, left-padded; group: [B] the
+    prompt row of each sequence; completion_ids / completion_mask: [B, T], right-padded;
+    advantages: [B]. ``input_ids`` / ``attention_mask`` give the ``[pad… prompt |
+    completion …pad]`` rows ([B, Lp + T]) for models that run whole sequences.
     """
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    group: torch.Tensor
+    completion_ids: torch.Tensor
     completion_mask: torch.Tensor
     advantages: torch.Tensor
-    lengths: list[tuple[int, int]]
 
     @property
     def completion_width(self) -> int:
         return self.completion_mask.shape[1]
 
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat((self.prompt_ids.index_select(0, self.group), self.completion_ids), dim=1)
 
-def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat((self.prompt_mask.index_select(0, self.group), self.completion_mask), dim=1)
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return self.prompt_mask.sum(1).tolist()
+
+    @property
+    def completion_lens(self) -> list[int]:
+        return self.completion_mask.sum(1).tolist()
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(max((len(r) for r in rows), default=0), 1)
+    fill = [[pad_id] * (width - len(r)) for r in rows]
+    ids = torch.tensor([f + list(r) if left else list(r) + f for r, f in zip(rows, fill)], dtype=torch.long)
+    lens = torch.tensor([len(r) for r in rows])
+    cols = torch.arange(width)
+    mask = (cols >= width - lens[:, None]) if left else (cols < lens[:, None])
+    return ids, mask.long()
+
+
+def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], group: Sequence[int],
          advantages: Sequence[float], pad_id: int, device: torch.device | str = "cpu") -> TrainBatch:
-    """Pack sequences as ``[pad… prompt | completion …pad]`` (see ``TrainBatch``)."""
-    B = len(prompt_ids)
-    pw = max(len(p) for p in prompt_ids)
-    cw = max(max(len(c) for c in completion_ids), 1)
-    # build rows as Python lists, convert once: per-row tensor writes dominate on small batches
-    rows = [[pad_id] * (pw - len(p)) + list(p) + list(c) + [pad_id] * (cw - len(c))
-            for p, c in zip(prompt_ids, completion_ids)]
-    ids = torch.tensor(rows, dtype=torch.long)
-    cols = torch.arange(pw + cw)
-    plen = torch.tensor([len(p) for p in prompt_ids])
-    clen = torch.tensor([len(c) for c in completion_ids])
-    attn = ((cols >= pw - plen[:, None]) & (cols < pw + clen[:, None])).long()
-    cmask = (torch.arange(cw) < clen[:, None]).long()
-    return TrainBatch(ids.to(device), attn.to(device), cmask.to(device),
-                      torch.tensor(list(advantages), dtype=torch.float32, device=device),
-                      [(len(p), len(c)) for p, c in zip(prompt_ids, completion_ids)])
+    """Pack prompts (one per group) and completions (``group[i]`` names completion i's prompt)."""
+    pids, pmask = _pad(prompt_ids, pad_id, left=True)
+    cids, cmask = _pad(completion_ids, pad_id, left=False)
+    return TrainBatch(pids.to(device), pmask.to(device), torch.tensor(list(group), dtype=torch.long, device=device),
+                      cids.to(device), cmask.to(device),
+                      torch.tensor(list(advantages), dtype=torch.float32, device=device))
 
 
 @dataclass
@@ -228,13 +248,11 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     ref_logp = None
     if beta > 0:
         with torch.no_grad(), policy.disable_adapter():
-            ref_logp, _ = completion_logprobs(policy, batch.input_ids, batch.attention_mask,
-                                              batch.completion_width, temperature=temperature)
+            ref_logp, _ = completion_logprobs(policy, batch, temperature=temperature)
     old_logp, stats = None, []
     params = [p for p in policy.parameters() if p.requires_grad]
     for _ in range(mu):
-        logp, ent = completion_logprobs(policy, batch.input_ids, batch.attention_mask, batch.completion_width,
-                                        temperature=temperature, with_entropy=entropy_coef > 0)
+        logp, ent = completion_logprobs(policy, batch, temperature=temperature, with_entropy=entropy_coef > 0)
         if old_logp is None:
             old_logp = logp.detach()
         terms = policy_loss(logp, old_logp, batch.advantages, batch.completion_mask, clip_eps=clip_eps,

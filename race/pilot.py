@@ -15,7 +15,7 @@ from typing import Callable
 
 from race import flops as F
 from race.config import GridConfig
-from race.grid import ENGINE_LEARNING_KW
+from race.grid import ENGINE_LEARNING_KW, grouped_learning
 from race.records import FlopBreakdown, PilotResult, Schedule
 
 ProgressFn = Callable[[int, float], None]       # (steps done, FLOPs spent)
@@ -58,11 +58,14 @@ class FlopMeter:
             total += prefill + sum(cost(p, c) - prefill for c in group)
         return total
 
-    def learning(self, lengths: list[tuple[int, int]], mu: int) -> float:
-        return sum(self._memo(("l", p, c, mu), lambda: F.learning_flops(
-            self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora, mu=mu,
-            ref_logprobs=self.ref_logprobs, grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW))
-            for p, c in lengths)
+    def learning(self, prompt_lens: list[int], completion_lens: list[int], group: list[int], mu: int, *,
+                 shared_prefix: bool) -> float:
+        """The update over sequences ``prompt_lens[group[i]] + completion_lens[i]`` (grid.grouped_learning)."""
+        def cost(p: int, c: int) -> float:
+            return self._memo(("l", p, c, mu), lambda: F.learning_flops(
+                self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora, mu=mu,
+                ref_logprobs=self.ref_logprobs, grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW))
+        return grouped_learning(cost, prompt_lens, completion_lens, group, shared_prefix=shared_prefix)
 
     def reward_flops(self, lengths: list[tuple[int, int]]) -> float:
         if self.reward is None:
@@ -204,13 +207,14 @@ class PilotEngine:
         keep = [grpo.max_variance_subset(r, s.n_train) for r in rewards]
         kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
         adv = grpo.group_advantages(kept, scale=g.advantage)
-        seqs = [(batch.prompt_ids[i], batch.completion_ids[i][j]) for i, ks in enumerate(keep) for j in ks]
-        packed = grpo.pack([q for q, _ in seqs], [c for _, c in seqs], adv.flatten().tolist(),
-                           backend.pad_id, self.device)
+        group = [i for i, ks in enumerate(keep) for _ in ks]
+        packed = grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
+                           group, adv.flatten().tolist(), backend.pad_id, self.device)
         grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
                     loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
                     entropy_coef=g.entropy_coef)
-        learning = meter.learning(packed.lengths, s.mu)
+        learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
+                                  shared_prefix=hasattr(self.policy, "forward_grouped"))
         self.wall["update"] += time.perf_counter() - t
 
         t = time.perf_counter()

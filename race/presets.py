@@ -7,10 +7,11 @@ pilot, reuse (μ > 1, ρ ≈ 0.85) scored 0.04–0.06 below no-reuse and down-sa
 resolve the slope (expected d acc / d log ρ ≈ −0.07 against a standard error of ≈ 0.02)
 and fit a 2-core CPU's five minutes.
 
-RACE counts the forward and backward over the prompt tokens too (REFERENCES counted
-completion tokens only), so the same knobs sit at higher ρ here: with ~6 prompt and
-~4 completion tokens, on-policy GRPO (n_gen = n_train = 8) is ρ ≈ 0.85, n_gen = 16 → 0.75,
-n_gen = 32 → 0.62, μ = 2 → 0.92 (``race plan`` prints them). ``--thorough`` adds seeds, budget and a point.
+RACE's own accounting (prefill shared by a prompt's rollouts, the update running each
+prompt once for its group, attention and LM head counted) puts the knobs of that
+measurement at: n_gen = 32 per 8 trained (keep 0.25) → ρ ≈ 0.45, n_gen = 16 → 0.60,
+on-policy (n_gen = n_train = 8) → 0.73, μ = 2 → 0.84, for ~6 prompt and ~3.5
+completion tokens (``race plan`` prints them for the calibrated lengths). ``--thorough`` adds seeds, budget and a point.
 See docs/pilot.md for the measured verdicts and times.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ DEFAULT: dict[str, Any] = {
     "reward": {"kind": "sparse"},
     "lora": {"rank": 8, "alpha": 16, "targets": "all"},
     "budget": 1.5e12,                 # FLOPs per pilot
-    "grid": [0.6, 0.75, 0.85, 0.92],  # ≈ keep 0.25 / keep 0.5 / on-policy / μ = 2 (see below)
+    "grid": [0.45, 0.6, 0.73, 0.84],  # ≈ keep 0.25 / keep 0.5 / on-policy / μ = 2 (see below)
     "seeds": 3,
     "lengths": {"prompt": 6, "completion": 4},
     "schedule": {"prompts_per_step": 8, "n_train": 8, "max_n_gen": 64, "max_mu": 8},
@@ -38,6 +39,6 @@ THOROUGH: dict[str, Any] = {
     **DEFAULT,
     "name": "race-thorough-tiny-arith",
     "budget": 3e12,
-    "grid": [0.45, 0.6, 0.7, 0.75, 0.85, 0.92],
+    "grid": [0.35, 0.45, 0.52, 0.6, 0.73, 0.84],
     "seeds": 4,
 }

@@ -5,7 +5,7 @@ import pytest
 from conftest import TINY_MODEL
 from race import flops as F
 from race.config import ConfigError, GridConfig, LearningRate, RewardSettings, ScheduleKnobs
-from race.grid import ENGINE_LEARNING_KW, plan_grid
+from race.grid import ENGINE_LEARNING_KW, grouped_learning, plan_grid, shares_prefix
 from race.models import load_arch
 
 
@@ -42,8 +42,14 @@ def test_schedule_flops_recomputed_from_formulas():
     arch = load_arch(TINY_MODEL)
     lora = F.LoRASpec(rank=8)
     search = F.search_flops(arch, prompt_len=6, completion_len=4, n=s.n_gen, prefix_shared=True, lora=lora)
-    learning = F.learning_flops(arch, prompt_len=6, completion_len=4, sequences=s.n_train, lora=lora, mu=s.mu,
+    def seq(p, c):
+        return F.learning_flops(arch, prompt_len=p, completion_len=c, sequences=1, lora=lora, mu=s.mu,
                                 **ENGINE_LEARNING_KW)
+    # the lean update runs the prompt once per group: prompt cost once + n_train completions
+    learning = seq(6, 0) + s.n_train * (seq(6, 4) - seq(6, 0))
+    assert shares_prefix(cfg)
+    assert learning == pytest.approx(grouped_learning(seq, [6], [4] * s.n_train, [0] * s.n_train,
+                                                      shared_prefix=True))
     assert s.flops.search == pytest.approx(search * s.prompts_per_step * s.steps, rel=1e-12)
     assert s.flops.learning == pytest.approx(learning * s.prompts_per_step * s.steps, rel=1e-12)
     assert s.flops.reward == 0.0
@@ -97,3 +103,13 @@ def test_reward_model_cost_enters_the_plan():
     for s in plan.schedules:
         assert s.flops.reward > 0.2 * s.flops.total
         assert abs(s.rho - s.rho_target) <= 0.02
+
+
+def test_planner_follows_the_engine_path():
+    """Without the lean fast path each sequence carries its prompt: learning costs more per
+    trained sequence, so the same ρ needs more generations."""
+    from race.config import GRPOSettings
+
+    lean = plan_grid(tiny(grid=(0.6,))).schedules[0]
+    whole = plan_grid(tiny(grid=(0.6,), grpo=GRPOSettings(fast_path=False))).schedules[0]
+    assert whole.n_gen > lean.n_gen

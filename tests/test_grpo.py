@@ -57,23 +57,53 @@ def test_kl_and_entropy_terms():
 
 
 def test_pack_layout():
-    b = grpo.pack([[5, 6], [7]], [[1, 2, 3], [4]], [0.5, -0.5], pad_id=0)
+    b = grpo.pack([[5, 6], [7]], [[1, 2, 3], [4]], [0, 1], [0.5, -0.5], pad_id=0)
+    assert b.prompt_ids.tolist() == [[5, 6], [0, 7]] and b.prompt_mask.tolist() == [[1, 1], [0, 1]]
+    assert b.completion_ids.tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert b.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
     assert b.input_ids.tolist() == [[5, 6, 1, 2, 3], [0, 7, 4, 0, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
-    assert b.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
-    assert b.lengths == [(2, 3), (1, 1)]
+    assert (b.prompt_lens, b.completion_lens) == ([2, 1], [3, 1])
 
 
-def test_completion_logprobs_match_a_manual_forward():
+def _tiny_qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1, intermediate_size=64, vocab_size=11,
-                                         max_position_embeddings=32)).eval()
-    b = grpo.pack([[3, 4, 5], [6]], [[7, 8], [9, 1]], [1.0, 1.0], pad_id=0)
-    logp, ent = grpo.completion_logprobs(model, b.input_ids, b.attention_mask, 2, temperature=0.7, with_entropy=True)
+    return Qwen2ForCausalLM(Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        num_key_value_heads=1, intermediate_size=64, vocab_size=11,
+                                        max_position_embeddings=32)).eval()
+
+
+def test_completion_logprobs_match_a_manual_forward():
+    model = _tiny_qwen2()
+    b = grpo.pack([[3, 4, 5], [6]], [[7, 8], [9, 1]], [0, 1], [1.0, 1.0], pad_id=0)
+    logp, ent = grpo.completion_logprobs(model, b, temperature=0.7, with_entropy=True)
     # sequence 2 without padding: [6, 9, 1]; log p(9 | 6) and log p(1 | 6, 9) at temperature 0.7
     ref = torch.log_softmax(model(torch.tensor([[6, 9, 1]])).logits[0] / 0.7, -1)
     assert logp[1].tolist() == pytest.approx([ref[0, 9].item(), ref[1, 1].item()], abs=1e-5)
     assert (ent >= 0).all()
+
+
+def test_grouped_prefix_gives_the_same_logprobs_and_gradients():
+    """Running each prompt once for its group (race.backends.lean) is exact, gradients included."""
+    from race.backends.lean import LeanLM
+
+    model = _tiny_qwen2()
+    lean = LeanLM(model, rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"))
+    with torch.no_grad():
+        for p in lean.lora.values():
+            p.normal_(0, 0.1)
+    b = grpo.pack([[3, 4, 5], [6]], [[7, 8, 2], [9], [1, 10]], [0, 0, 1], [1.0, -1.0, 0.5], pad_id=0)
+    grouped, _ = grpo.completion_logprobs(lean, b)
+
+    class Whole:          # the same model through the whole-sequence path
+        def __call__(self, **kw):
+            return lean.forward(kw["input_ids"], kw["attention_mask"], kw["position_ids"],
+                                logits_to_keep=kw["logits_to_keep"])
+    whole, _ = grpo.completion_logprobs(Whole(), b)
+    m = b.completion_mask.bool()
+    assert torch.allclose(grouped[m], whole[m], atol=1e-5)
+    g1 = torch.autograd.grad((grouped * m).sum(), list(lean.lora.values()))
+    g2 = torch.autograd.grad((whole * m).sum(), list(lean.lora.values()))
+    assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g1, g2))

@@ -91,3 +91,72 @@ def test_disable_adapter_gives_the_base():
     ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     assert torch.allclose(base[mask.bool()], ref[mask.bool()], atol=1e-5)
     assert not torch.allclose(lean(ids, mask, pos).logits, base)
+
+
+def _loss(logits, ids, mask=None):
+    """Sum of log-probs of ``ids`` at the real (unpadded) positions."""
+    lp = torch.log_softmax(logits, -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    return (lp * mask).sum() if mask is not None else lp.sum()
+
+
+def test_lora_gradients_match_peft():
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    model = _model("qwen2")
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    _randomise_lora(lean)
+    ids, mask, pos = _batch()
+    grads = torch.autograd.grad(_loss(lean(ids, mask, pos).logits, ids, mask), list(lean.lora.values()))
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(TARGETS)))
+    set_peft_model_state_dict(peft_model, lean.adapter_state_dict())
+    _loss(peft_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits, ids, mask).backward()
+    named = dict(peft_model.named_parameters())
+    for (key, g) in zip(lean.lora.keys(), grads):
+        i, name, ab = key.split("_", 1)[0], key.split("_", 1)[1].rsplit("_", 1)[0], key.rsplit("_", 1)[1]
+        group = "self_attn" if name in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+        ref = named[f"base_model.model.model.layers.{i}.{group}.{name}.lora_{ab}.default.weight"].grad
+        assert torch.allclose(g, ref, atol=1e-5, rtol=1e-4), key
+
+
+def test_merge_follows_optimizer_steps():
+    model = _model("qwen2")
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    assert lean.merge() > 0
+    opt = torch.optim.AdamW(lean.parameters(), lr=1e-2, fused=True)
+    ids, mask, pos = _batch()
+    _loss(lean(ids, mask, pos).logits, ids).backward()
+    opt.step()
+    assert lean.merge() > 0
+    with torch.no_grad():
+        assert torch.allclose(lean(ids, mask, pos, merged=True).logits, lean(ids, mask, pos).logits, atol=1e-5)
+
+
+def test_grouped_update_flops_match_the_counter():
+    """The shared-prefix update costs what grid.grouped_learning says (eager attention, exact)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race import flops as F
+    from race import grpo
+    from race.grid import ENGINE_LEARNING_KW, grouped_learning
+
+    model = _model("llama")
+    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean.eager_attention = True
+    b = grpo.pack([[3, 4, 5, 6], [7, 8, 9, 10]], [[11, 12, 13]] * 6, [0, 0, 0, 1, 1, 1], [1.0] * 6, pad_id=0)
+    with FlopCounterMode(display=False) as counter:
+        logp, _ = grpo.completion_logprobs(lean, b)
+        logp.sum().backward()
+    arch = F.ArchSpec.from_hf_config(model.config.to_dict())
+    lora = F.LoRASpec(rank=4, target_modules=TARGETS)
+
+    def cost(p, c):
+        return F.learning_flops(arch, prompt_len=p, completion_len=c, sequences=1, lora=lora, causal=False,
+                                **ENGINE_LEARNING_KW)
+    expected = grouped_learning(cost, [4, 4], [3] * 6, [0, 0, 0, 1, 1, 1], shared_prefix=True)
+    # Translating the eager (full-rectangle) convention exactly: a whole P+C sequence scores
+    # (P+C)² entries, its prompt alone P²; the grouped run scores P² per prompt and C·(P+C)
+    # per completion, so it never computes the P·C prompt-query × completion-key entries that
+    # cost(P, C) − cost(P, 0) includes. Each entry costs its forward once plus twice in backward.
+    per_entry = 3 * F.attention_flops(arch, 1, causal=False)
+    expected -= 6 * (4 * 3) * per_entry
+    assert counter.get_total_flops() == expected

@@ -29,6 +29,48 @@ import torch.nn.functional as F
 SUPPORTED_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
+# projections that read the same input run as one matmul on their stacked weights
+GROUPS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",), "gate_up": ("gate_proj", "up_proj"),
+          "down": ("down_proj",)}
+
+
+class _LoRAGroup(torch.autograd.Function):
+    """y = x·Wᵀ + b + Σ_members s·(x·A_mᵀ)·B_mᵀ (into member m's output rows), as ONE autograd node.
+
+    The matmuls are exactly those of peft's unmerged LoRA (so ``flops.learning_flops``
+    counts them): forward x·Wᵀ, x·Aᵀ, (·)·Bᵀ; backward dB = s·gᵀ·(x·Aᵀ), g·B, dA = (s·g·B)ᵀ·x,
+    and, only when x needs a gradient, dx = g·W + (s·g·B)·A. Autograd would build five
+    nodes and a dozen small kernels per adapted layer; on small models that bookkeeping,
+    not arithmetic, was the update's cost.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, scale, slices, *ab):
+        y = F.linear(x, weight, bias)
+        xas = []
+        for (lo, hi), A, B in zip(slices, ab[0::2], ab[1::2]):
+            xa = F.linear(x, A.to(x.dtype)) * scale
+            y[..., lo:hi] += F.linear(xa, B.to(x.dtype))
+            xas.append(xa)
+        ctx.save_for_backward(x, weight, *xas, *ab)
+        ctx.scale, ctx.slices = scale, slices
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, *rest = ctx.saved_tensors
+        k = len(ctx.slices)
+        xas, ab = rest[:k], rest[k:]
+        x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+        grad_x = g2 @ weight if ctx.needs_input_grad[0] else None
+        grads = []
+        for (lo, hi), xa, A, B in zip(ctx.slices, xas, ab[0::2], ab[1::2]):
+            gi = g2[:, lo:hi]
+            gb = (gi @ B.to(g.dtype)) * ctx.scale                               # [N, r]
+            grads += [(gb.t() @ x2).to(A.dtype), (gi.t() @ xa.reshape(-1, xa.shape[-1])).to(B.dtype)]
+            if grad_x is not None:
+                grad_x = grad_x + gb @ A.to(g.dtype)
+        return (grad_x.view_as(x) if grad_x is not None else None, None, None, None, None, *grads)
 
 
 def supports(config) -> str | None:
@@ -82,30 +124,42 @@ class LeanLM(torch.nn.Module):
         rot = inner.rotary_emb
         self.inv_freq = rot.inv_freq.detach().float()
         self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self.rank, self.scale = rank, alpha / rank
+        self.targets = tuple(targets)
+        unknown = set(self.targets) - set(_ATTN + _MLP)
+        if unknown:
+            raise ValueError(f"LoRA target {sorted(unknown)[0]!r} is not a projection of this model: "
+                             f"expected some of {', '.join(_ATTN + _MLP)}")
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.lora = torch.nn.ParameterDict()
         self.layers = []
-        for layer in inner.layers:
-            att, mlp = layer.self_attn, layer.mlp
-            w = {n: getattr(att, n).weight.detach() for n in _ATTN}
-            w.update({n: getattr(mlp, n).weight.detach() for n in _MLP})
-            b = {n: getattr(att, n).bias.detach() for n in _ATTN if getattr(att, n).bias is not None}
+        for i, layer in enumerate(inner.layers):
+            mods = {n: getattr(layer.self_attn if n in _ATTN else layer.mlp, n) for n in _ATTN + _MLP}
+            w, b, slices = {}, {}, {}
+            for group, members in GROUPS.items():
+                w[group] = torch.cat([mods[m].weight.detach() for m in members]) if len(members) > 1 \
+                    else mods[members[0]].weight.detach()
+                if mods[members[0]].bias is not None:
+                    b[group] = torch.cat([mods[m].bias.detach() for m in members])
+                sizes = [mods[m].weight.shape[0] for m in members]
+                offsets = [sum(sizes[:j]) for j in range(len(sizes))]
+                slices[group] = [(m, (o, o + n)) for m, o, n in zip(members, offsets, sizes) if m in self.targets]
+            att = layer.self_attn
             norms = {"in": layer.input_layernorm.weight.detach(), "post": layer.post_attention_layernorm.weight.detach()}
             if hasattr(att, "q_norm"):
                 norms["q"], norms["k"] = att.q_norm.weight.detach(), att.k_norm.weight.detach()
-            self.layers.append(SimpleNamespace(w=w, b=b, norms=norms, merged={}))
-        self.rank, self.scale = rank, alpha / rank
-        self.targets = tuple(targets)
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        self.lora = torch.nn.ParameterDict()
-        device = self.embed.device
-        for i, layer in enumerate(self.layers):
+            self.layers.append(SimpleNamespace(w=w, b=b, slices=slices, norms=norms, merged={},
+                                               q_dim=mods["q_proj"].weight.shape[0],
+                                               kv_dim=mods["k_proj"].weight.shape[0]))
             for name in self.targets:
-                out_f, in_f = layer.w[name].shape
+                out_f, in_f = mods[name].weight.shape
                 a = torch.empty(rank, in_f)
-                # peft's init: kaiming_uniform_(a=sqrt(5)) → U(−1/sqrt(in), 1/sqrt(in))
+                # peft's init: kaiming_uniform_(a=sqrt(5)) → U(−1/sqrt(in), 1/sqrt(in)); B = 0
                 bound = 1.0 / math.sqrt(in_f)
                 a.uniform_(-bound, bound, generator=gen)
-                self.lora[f"{i}_{name}_A"] = torch.nn.Parameter(a.to(device=device, dtype=torch.float32))
-                self.lora[f"{i}_{name}_B"] = torch.nn.Parameter(torch.zeros(out_f, rank, device=device))
+                self.lora[f"{i}_{name}_A"] = torch.nn.Parameter(a.to(device=self.embed.device))
+                self.lora[f"{i}_{name}_B"] = torch.nn.Parameter(torch.zeros(out_f, rank, device=self.embed.device))
+        self.eager_attention = False    # True: attention as explicit matmuls (for FLOP-counter tests)
         self._adapter_on = True
 
     # ------------------------------------------------------------------ adapter plumbing
@@ -119,15 +173,18 @@ class LeanLM(torch.nn.Module):
             self._adapter_on = prev
 
     def merge(self) -> float:
-        """Refresh the merged weights W + s·B·A used by ``merged=True``; returns the FLOPs spent."""
+        """Refresh the merged weights W + s·B·A that sampling runs (``merged=True``); returns the
+        FLOPs spent (2·r·in·out per adapted layer)."""
         flops = 0.0
         with torch.no_grad():
             for i, layer in enumerate(self.layers):
-                for name in self.targets:
-                    A, B = self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"]
-                    w = layer.w[name]
-                    layer.merged[name] = torch.addmm(w.float(), B, A, alpha=self.scale).to(w.dtype)
-                    flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
+                for group, members in layer.slices.items():
+                    w = layer.w[group].float().clone() if members else layer.w[group]
+                    for name, (lo, hi) in members:
+                        A, B = self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"]
+                        w[lo:hi].addmm_(B, A, alpha=self.scale)
+                        flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
+                    layer.merged[group] = w.to(layer.w[group].dtype)
         return flops
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
@@ -142,15 +199,15 @@ class LeanLM(torch.nn.Module):
         return out
 
     # ------------------------------------------------------------------ forward
-    def _linear(self, i: int, layer, name: str, x: torch.Tensor, merged: bool) -> torch.Tensor:
-        bias = layer.b.get(name)
-        if merged and name in layer.merged:
-            return F.linear(x, layer.merged[name], bias)
-        y = F.linear(x, layer.w[name], bias)
-        if self._adapter_on and name in self.targets:
-            A, B = self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"]
-            y = y + F.linear(F.linear(x, A.to(x.dtype)) * self.scale, B.to(x.dtype))   # scale the rank-r tensor
-        return y
+    def _linear(self, i: int, layer, group: str, x: torch.Tensor, merged: bool) -> torch.Tensor:
+        bias = layer.b.get(group)
+        if merged and group in layer.merged:
+            return F.linear(x, layer.merged[group], bias)
+        members = layer.slices[group] if self._adapter_on else ()
+        if not members:
+            return F.linear(x, layer.w[group], bias)
+        ab = [t for name, _ in members for t in (self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"])]
+        return _LoRAGroup.apply(x, layer.w[group], bias, self.scale, [sl for _, sl in members], *ab)
 
     def new_cache(self, batch: int, max_len: int) -> SimpleNamespace:
         shape = (batch, self.n_kv, max_len, self.head_dim)
@@ -164,6 +221,59 @@ class LeanLM(torch.nn.Module):
         return SimpleNamespace(k=[t.repeat_interleave(n, 0) for t in cache.k],
                                v=[t.repeat_interleave(n, 0) for t in cache.v], length=cache.length)
 
+    def _rope(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.rope_scale).to(dtype)[:, None], (emb.sin() * self.rope_scale).to(dtype)[:, None]
+
+    def _blocks(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, *,
+                merged: bool = False, cache: SimpleNamespace | None = None, past: list | None = None,
+                keep_kv: bool = False) -> tuple[torch.Tensor, list]:
+        """The decoder layers. ``cache``: write keys/values at ``cache.length`` and attend to all of
+        it (sampling); ``past``: per-layer (k, v) to prepend (a shared prompt prefix, with grad);
+        ``keep_kv``: return this call's per-layer (k, v)."""
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+        kvs = []
+        for i, layer in enumerate(self.layers):
+            h = _rms(x, layer.norms["in"], self.eps)
+            q, k, v = self._linear(i, layer, "qkv", h, merged).split((layer.q_dim, layer.kv_dim, layer.kv_dim), -1)
+            q = q.reshape(B, T, self.n_heads, self.head_dim)
+            k = k.reshape(B, T, self.n_kv, self.head_dim)
+            v = v.reshape(B, T, self.n_kv, self.head_dim)
+            if "q" in layer.norms:
+                q, k = _rms(q, layer.norms["q"], self.eps), _rms(k, layer.norms["k"], self.eps)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            if keep_kv:
+                kvs.append((k, v))
+            if cache is not None:
+                cache.k[i][:, :, start:start + T] = k
+                cache.v[i][:, :, start:start + T] = v
+                k, v = cache.k[i][:, :, :start + T], cache.v[i][:, :, :start + T]
+            elif past is not None:
+                k, v = torch.cat((past[i][0], k), dim=2), torch.cat((past[i][1], v), dim=2)
+            a = self._attention(q, k, v, mask)
+            x = x + self._linear(i, layer, "o", a.transpose(1, 2).reshape(B, T, -1), merged)
+            h = _rms(x, layer.norms["post"], self.eps)
+            gate, up = self._linear(i, layer, "gate_up", h, merged).chunk(2, dim=-1)
+            x = x + self._linear(i, layer, "down", F.silu(gate) * up, merged)
+        if cache is not None:
+            cache.length = start + T
+        return x, kvs
+
+    def _attention(self, q, k, v, mask):
+        if not self.eager_attention:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
+        # explicit matmuls (FlopCounterMode counts these; it counts 0 for CPU SDPA): full T×K scores
+        rep = self.n_heads // self.n_kv
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(_rms(x, self.norm, self.eps), self.lm_head)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0,
                 cache: SimpleNamespace | None = None, merged: bool = False, **_: object) -> SimpleNamespace:
@@ -171,46 +281,51 @@ class LeanLM(torch.nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
-            position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-            if cache is not None:
-                position_ids = position_ids[:, -T:]
+            position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)[:, -T:]
         x = F.embedding(input_ids, self.embed)
-        freqs = position_ids[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)[:, None]
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)[:, None]
+        cos, sin = self._rope(position_ids, x.dtype)
         start = cache.length if cache is not None else 0
         keys = start + T
         # [B, 1, T, keys] boolean mask: causal within the new tokens, padding from attention_mask
-        key_ok = attention_mask[:, -keys:].bool() if attention_mask.shape[1] >= keys else None
         causal = torch.ones(T, keys, dtype=torch.bool, device=x.device).tril(diagonal=start)
-        mask = causal[None, None] & key_ok[:, None, None, :] if key_ok is not None else causal[None, None]
+        mask = causal[None, None] & attention_mask[:, -keys:].bool()[:, None, None, :]
         # every query also sees itself: a left-padding row would otherwise see no key and turn
         # to NaN, which the masked-out weights of later layers would still multiply
         rows = torch.arange(T, device=x.device)
-        mask = mask.clone()
         mask[..., rows, start + rows] = True
-        for i, layer in enumerate(self.layers):
-            h = _rms(x, layer.norms["in"], self.eps)
-            q = self._linear(i, layer, "q_proj", h, merged).view(B, T, self.n_heads, self.head_dim)
-            k = self._linear(i, layer, "k_proj", h, merged).view(B, T, self.n_kv, self.head_dim)
-            v = self._linear(i, layer, "v_proj", h, merged).view(B, T, self.n_kv, self.head_dim)
-            if "q" in layer.norms:
-                q, k = _rms(q, layer.norms["q"], self.eps), _rms(k, layer.norms["k"], self.eps)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            if cache is not None:
-                cache.k[i][:, :, start:keys] = k
-                cache.v[i][:, :, start:keys] = v
-                k, v = cache.k[i][:, :, :keys], cache.v[i][:, :, :keys]
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
-            x = x + self._linear(i, layer, "o_proj", a.transpose(1, 2).reshape(B, T, -1), merged)
-            h = _rms(x, layer.norms["post"], self.eps)
-            gate = self._linear(i, layer, "gate_proj", h, merged)
-            up = self._linear(i, layer, "up_proj", h, merged)
-            x = x + self._linear(i, layer, "down_proj", F.silu(gate) * up, merged)
-        if cache is not None:
-            cache.length = keys
+        x, _ = self._blocks(x, cos, sin, mask, merged=merged, cache=cache)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
-        return SimpleNamespace(logits=F.linear(_rms(x, self.norm, self.eps), self.lm_head))
+        return SimpleNamespace(logits=self._head(x))
+
+    def forward_grouped(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
+                        completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """Logits predicting each completion token, with each prompt run ONCE for its group.
+
+        prompt_ids / prompt_mask: [G, Lp] (left-padded); group: [B] prompt index of each
+        sequence; completion_ids / completion_mask: [B, Lc] (right-padded). The prompt's
+        keys/values (with their gradient) are shared by the group's rollouts, which is
+        exact: a prompt's forward does not depend on what follows it. Returns [B, Lc, V],
+        row t predicting completion token t (from the prompt's last position for t = 0).
+        """
+        G, Lp = prompt_ids.shape
+        B, Lc = completion_ids.shape
+        pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
+        xp = F.embedding(prompt_ids, self.embed)
+        cos, sin = self._rope(pos, xp.dtype)
+        rows = torch.arange(Lp, device=xp.device)
+        mask = torch.ones(Lp, Lp, dtype=torch.bool, device=xp.device).tril()[None, None] \
+            & prompt_mask.bool()[:, None, None, :]
+        mask[..., rows, rows] = True
+        xp, kvs = self._blocks(xp, cos, sin, mask, keep_kv=True)
+        first = self._head(xp[:, -1])                                     # [G, V]
+        past = [(k.index_select(0, group), v.index_select(0, group)) for k, v in kvs]
+        pos_c = prompt_mask.sum(1).index_select(0, group)[:, None] + torch.arange(Lc, device=xp.device)
+        cos, sin = self._rope(pos_c, xp.dtype)
+        causal = torch.ones(Lc, Lc, dtype=torch.bool, device=xp.device).tril()[None, None] \
+            & completion_mask.bool()[:, None, None, :]
+        prefix = prompt_mask.bool().index_select(0, group)[:, None, None, :].expand(B, 1, Lc, Lp)
+        xc, _ = self._blocks(F.embedding(completion_ids, self.embed), cos, sin,
+                             torch.cat((prefix, causal), dim=-1), past=past)
+        # the head also runs on the last completion position (unused), as the FLOP formula counts
+        return torch.cat((first.index_select(0, group)[:, None], self._head(xc)[:, :-1]), dim=1)

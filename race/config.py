@@ -175,6 +175,8 @@ def _validate(c: GridConfig) -> None:
             raise ConfigError(f"{name} {v!r} must be a positive number of tokens")
     if c.reward.kind not in REWARD_KINDS:
         raise ConfigError(f"reward.kind {c.reward.kind!r} is unknown: expected one of {', '.join(REWARD_KINDS)}")
+    if c.reward.kind == "custom" and not c.reward.function:
+        raise ConfigError("reward.kind 'custom' needs reward.function ('module:function')")
     if c.reward.kind in ("prm", "proxy-prm") and not c.reward.model:
         raise ConfigError(f"reward.kind {c.reward.kind!r} needs reward.model (a reward-model id or folder)")
     if c.grpo.loss_agg not in LOSS_AGGREGATIONS:

@@ -62,3 +62,26 @@ def _tiny_dict():
     from race import presets
 
     return dict(presets.DEFAULT)
+
+
+def test_a_dying_pilot_takes_only_itself_down():
+    """One pilot process exits abruptly mid-run; the others finish and the failure is recorded."""
+    import os
+
+    import crash_reward
+    from race.runner import Job, run_jobs
+
+    for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
+        if os.path.exists(path):
+            os.remove(path)
+    open(crash_reward.MARKER, "w").close()
+    cfg = build_config({**_tiny_dict(), "budget": 5e9, "grid": [0.6, 0.73, 0.84],
+                        "reward": {"kind": "custom", "function": "crash_reward:reward"},
+                        "eval": {"prompts": 50, "samples": 2}})
+    jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]
+    results = run_jobs(cfg, jobs, workers=2)
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["complete", "complete", "failed"], [(r.status, r.extra.get("error")) for r in results]
+    failed = next(r for r in results if r.status == "failed")
+    assert "exited with code 137" in failed.extra["error"]
+    os.remove(crash_reward.MARKER + ".taken")

@@ -193,7 +193,8 @@ def choose_batch(budget: float, cost_per_prompt: float, prompts_per_step: int,
     """(B_p, steps) with ``steps · B_p · cost ≤ budget`` and the shortfall ≤ BUDGET_TOLERANCE.
 
     B_p may rise to twice the configured value or fall as low as 1; among the B_p
-    that meet half the tolerance the one closest to the configured value wins.
+    that meet the tolerance the one closest to the configured value wins, so grid points
+    keep the configured B_p whenever they can (B_p is not a knob of ρ).
     """
     one_step = cost_per_prompt * prompts_per_step
     if budget < cost_per_prompt:
@@ -207,7 +208,7 @@ def choose_batch(budget: float, cost_per_prompt: float, prompts_per_step: int,
         if steps < 1:
             continue
         shortfall = 1.0 - steps * bp * cost_per_prompt / budget
-        options.append((shortfall > BUDGET_TOLERANCE / 2, abs(bp - prompts_per_step), shortfall, bp, steps))
+        options.append((shortfall > BUDGET_TOLERANCE, abs(bp - prompts_per_step), shortfall, bp, steps))
     if not options:
         bp = max(1, int(budget // cost_per_prompt))
         return bp, 1

@@ -35,42 +35,50 @@ GROUPS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",), "gate_up": ("
 
 
 class _LoRAGroup(torch.autograd.Function):
-    """y = x·Wᵀ + b + Σ_members s·(x·A_mᵀ)·B_mᵀ (into member m's output rows), as ONE autograd node.
+    """y = x·Wᵀ + b + s·(x·A_mᵀ)·B_mᵀ for each adapted member m (into m's output rows), as ONE
+    autograd node.
 
-    The matmuls are exactly those of peft's unmerged LoRA (so ``flops.learning_flops``
-    counts them): forward x·Wᵀ, x·Aᵀ, (·)·Bᵀ; backward dB = s·gᵀ·(x·Aᵀ), g·B, dA = (s·g·B)ᵀ·x,
-    and, only when x needs a gradient, dx = g·W + (s·g·B)·A. Autograd would build five
-    nodes and a dozen small kernels per adapted layer; on small models that bookkeeping,
-    not arithmetic, was the update's cost.
+    The members' A matrices are stacked so that x·Aᵀ, the A-gradient and the input
+    gradient through A each take one matmul for the whole group; every product is one
+    that peft's unmerged LoRA computes too (so ``flops.learning_flops`` counts them), only
+    fewer and larger: forward x·Wᵀ, x·A_allᵀ, then (·)·B_mᵀ per member; backward g·B_m and
+    dB_m = gᵀ·(s·x·A_mᵀ) per member, dA_all = (s·g·B)ᵀ·x and, only when x needs a
+    gradient, dx = g·W + (s·g·B)·A_all. Autograd would build five nodes and a dozen small
+    kernels per adapted layer; on small models that bookkeeping, not arithmetic, was the
+    update's cost.
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, scale, slices, *ab):
         y = F.linear(x, weight, bias)
-        xas = []
-        for (lo, hi), A, B in zip(slices, ab[0::2], ab[1::2]):
-            xa = F.linear(x, A.to(x.dtype)) * scale
-            y[..., lo:hi] += F.linear(xa, B.to(x.dtype))
-            xas.append(xa)
-        ctx.save_for_backward(x, weight, *xas, *ab)
-        ctx.scale, ctx.slices = scale, slices
+        A_all = torch.cat(ab[0::2]) if len(slices) > 1 else ab[0]
+        xa = F.linear(x, A_all.to(x.dtype)) * scale                            # [..., k·r]
+        r = ab[0].shape[0]
+        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
+            y[..., lo:hi] += F.linear(xa[..., j * r:(j + 1) * r], B.to(x.dtype))
+        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
+        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
         return y
 
     @staticmethod
     def backward(ctx, g):
-        x, weight, *rest = ctx.saved_tensors
-        k = len(ctx.slices)
-        xas, ab = rest[:k], rest[k:]
-        x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-        grad_x = g2 @ weight if ctx.needs_input_grad[0] else None
-        grads = []
-        for (lo, hi), xa, A, B in zip(ctx.slices, xas, ab[0::2], ab[1::2]):
+        x, weight, xa, A_all, *Bs = ctx.saved_tensors
+        r = ctx.rank
+        x2, g2, xa2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), xa.reshape(-1, xa.shape[-1])
+        gbs, dBs = [], []
+        for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
             gi = g2[:, lo:hi]
-            gb = (gi @ B.to(g.dtype)) * ctx.scale                               # [N, r]
-            grads += [(gb.t() @ x2).to(A.dtype), (gi.t() @ xa.reshape(-1, xa.shape[-1])).to(B.dtype)]
-            if grad_x is not None:
-                grad_x = grad_x + gb @ A.to(g.dtype)
-        return (grad_x.view_as(x) if grad_x is not None else None, None, None, None, None, *grads)
+            gbs.append((gi @ B.to(g.dtype)) * ctx.scale)                          # [N, r]
+            dBs.append((gi.t() @ xa2[:, j * r:(j + 1) * r]).to(B.dtype))
+        gb = torch.cat(gbs, dim=1) if len(gbs) > 1 else gbs[0]                   # [N, k·r]
+        dA_all = (gb.t() @ x2).to(A_all.dtype)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (g2 @ weight + gb @ A_all.to(g.dtype)).view_as(x)
+        grads = []
+        for j, dB in enumerate(dBs):
+            grads += [dA_all[j * r:(j + 1) * r], dB]
+        return (grad_x, None, None, None, None, *grads)
 
 
 def supports(config) -> str | None:

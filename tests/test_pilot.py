@@ -26,8 +26,9 @@ def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
     from race.rewards import get_reward
     from race.tasks import load_task
 
-    cfg = build_config(None, budget=2e11, grid="0.6,0.75,0.85")
-    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[-1]   # on-policy, μ = 1
+    cfg = build_config(None, budget=2e11, grid="0.6,0.73,0.84")
+    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
+    assert (schedule.n_gen, schedule.n_train, schedule.mu) == (8, 8, 1)           # on-policy
     tok, policy, path = load_policy(cfg)
     base = evaluate(HFBackend(policy, tok, model_path=path), load_task(cfg.task, split="eval", n=500),
                     get_reward("sparse"), samples=4, temperature=1.0, max_new_tokens=6, seed=0)

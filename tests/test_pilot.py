@@ -76,7 +76,7 @@ def test_a_dying_pilot_takes_only_itself_down():
         if os.path.exists(path):
             os.remove(path)
     open(crash_reward.MARKER, "w").close()
-    cfg = build_config({**_tiny_dict(), "budget": 5e9, "grid": [0.6, 0.73, 0.84],
+    cfg = build_config({**_tiny_dict(), "budget": 2e10, "grid": [0.6, 0.73, 0.84],
                         "reward": {"kind": "custom", "function": "crash_reward:reward"},
                         "eval": {"prompts": 50, "samples": 2}})
     jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]

@@ -155,7 +155,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps(diagnosis_json(diag), indent=2)
     meta = diag.meta
-    head = [f"{k}: {meta[k]}" for k in ("model", "reward", "backend", "budget_per_pilot", "seeds") if k in meta]
+    head = [f"{k}: {fmt_flops(meta[k]) if isinstance(meta[k], float) else meta[k]}"
+            for k in ("model", "task", "reward", "backend", "budget_per_pilot", "seeds") if k in meta]
     parts = [_heading("RACE diagnosis", fmt)]
     if head:
         parts.append(_lines(head, fmt))

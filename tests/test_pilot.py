@@ -86,3 +86,19 @@ def test_a_dying_pilot_takes_only_itself_down():
     failed = next(r for r in results if r.status == "failed")
     assert "exited with code 137" in failed.extra["error"]
     os.remove(crash_reward.MARKER + ".taken")
+
+
+def test_hf_peft_path_runs_a_pilot(torch_one_thread):
+    """With the lean path off (or for other architectures) the pilot runs HF + peft, whole sequences."""
+    from peft import PeftModel
+
+    from race.pilot import PilotEngine, run_pilot
+
+    cfg = build_config({**_tiny_dict(), "budget": 3e10, "grid": [0.6, 0.73, 0.84], "seeds": 1,
+                        "grpo": {**_tiny_dict()["grpo"], "fast_path": False}, "eval": {"prompts": 50, "samples": 2}})
+    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
+    assert isinstance(PilotEngine(cfg, schedule, 0).policy, PeftModel)
+    result = run_pilot(cfg, schedule, seed=0)
+    assert result.status == "complete" and result.extra["steps"] > 5
+    assert result.flops.total == pytest.approx(3e10, rel=0.05)
+    assert abs(result.rho - schedule.rho) < 0.03

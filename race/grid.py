@@ -18,7 +18,7 @@ count. Two knobs move it (DESIGN.md):
 The planner first tries one knob at a time (``μ = 1`` with ``n_gen`` varied, or
 ``n_gen = n_train`` with μ varied), because that keeps the comparison between
 grid points interpretable; it mixes both only when no single-knob schedule
-lands within ``RHO_TOLERANCE``. Then it picks the number of prompts per step
+lands within ``RHO_TOLERANCE`` (see ``choose_knobs``). Then it picks the number of prompts per step
 ``B_p`` (at most twice the configured one, down to 1) and the number of steps so
 the pilot spends the budget, never more: ``steps · B_p · C_prompt ≤ budget``.
 """
@@ -34,7 +34,7 @@ from race.records import FlopBreakdown, Schedule
 
 RHO_TOLERANCE = 0.02        # achieved ρ must be within this of the target
 BUDGET_TOLERANCE = 0.02     # planned FLOPs within this fraction below the budget
-SINGLE_KNOB_SLACK = 0.01    # prefer a single-knob schedule when it is this close
+SINGLE_KNOB_SLACK = 0.01    # a mixed (μ and n_gen) schedule must land this close
 # How RACE's own update runs (race.grpo): old log-probs are iteration 1's, detached (no
 # extra forward when μ > 1), and logits are computed for completion positions only.
 ENGINE_LEARNING_KW = {"old_logprob_forward": False, "completion_logits_only": True}
@@ -159,15 +159,15 @@ def _closest(cands: list[StepCost], rho: float) -> StepCost | None:
 def choose_knobs(cm: CostModel, rho: float) -> StepCost:
     """The (n_gen, n_train, μ) for ``rho``; ConfigError when unreachable.
 
-    1. the closest single-knob schedule, if within ``SINGLE_KNOB_SLACK``;
-    2. else the cheapest schedule (single or mixed) within ``SINGLE_KNOB_SLACK``: a
-       mix of μ and n_gen only where neither knob alone lands, and no costlier than needed;
-    3. else the closest of all, if within ``RHO_TOLERANCE``.
+    1. the closest single-knob schedule (μ = 1 with n_gen varied, or n_gen = n_train with
+       μ varied), if within ``RHO_TOLERANCE``: one knob keeps grid points comparable;
+    2. else the cheapest mixed schedule within ``SINGLE_KNOB_SLACK``;
+    3. else the closest of all (an error below if it misses ``RHO_TOLERANCE``).
     """
     single, mixed = _candidates(cm)
     best = _closest(single, rho)
-    if best is None or abs(best.per_prompt.rho - rho) > SINGLE_KNOB_SLACK:
-        near = [sc for sc in single + mixed if abs(sc.per_prompt.rho - rho) <= SINGLE_KNOB_SLACK]
+    if best is None or abs(best.per_prompt.rho - rho) > RHO_TOLERANCE:
+        near = [sc for sc in mixed if abs(sc.per_prompt.rho - rho) <= SINGLE_KNOB_SLACK]
         best = (min(near, key=lambda sc: (sc.per_prompt.total, sc.mu, sc.n_gen)) if near
                 else _closest(single + mixed, rho))
     all_rhos = [sc.per_prompt.rho for sc in single + mixed]

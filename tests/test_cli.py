@@ -49,7 +49,7 @@ def test_plan_tiny(tmp_path):
     assert "ρ achieved" in r.output and "C_learning" in r.output
     rj = run("plan", os.path.join(PILOTS, "tiny-cpu.yaml"), "--json")
     data = json.loads(rj.output)
-    assert [round(s["rho_target"], 2) for s in data["schedules"]] == [0.45, 0.6, 0.75, 0.85, 0.92]
+    assert [round(s["rho_target"], 2) for s in data["schedules"]] == [0.35, 0.45, 0.6, 0.73, 0.84]
 
 
 @pytest.mark.parametrize("extra,msg", [

@@ -369,11 +369,11 @@ def markdown(res: dict) -> str:
         f"spread over the run): {res['matmul_peak']['max_gflops']:.0f} GFLOP/s (" + ", ".join(f"{s['shape']}: {s['gflops']:.0f}" for s in res['matmul_peak']['shapes']) + ").",
         f"- RACE phases (median ms/step): rollout {ms(rp['rollout'])}, reward {ms(rp['reward'])}, "
         f"update {ms(rp['update'])}, adapter merge (sync) {ms(rp['sync'])}, other {ms(r['other_s'])}.",
-        f"- per-round medians (ms): RACE " + ", ".join(f"{1e3 * x:.1f}" for x in res["block_medians_s"]["race"])
+        "- per-round medians (ms): RACE " + ", ".join(f"{1e3 * x:.1f}" for x in res["block_medians_s"]["race"])
         + "; TRL " + ", ".join(f"{1e3 * x:.1f}" for x in res["block_medians_s"]["trl"]) + "; per-round ratio "
         + ", ".join(f"{x / y:.2f}" for x, y in zip(res["block_medians_s"]["race"], res["block_medians_s"]["trl"]))
         + ".",
-        f"- load average (1/5/15 min) before and after each round: "
+        "- load average (1/5/15 min) before and after each round: "
         + "; ".join("/".join(f"{x:.2f}" for x in la) for la in res["loadavg"]) + ".",
     ]
     return "\n".join(lines)

@@ -1,6 +1,5 @@
 import json
 
-import numpy as np
 import pytest
 
 from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,

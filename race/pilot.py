@@ -112,6 +112,16 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
     return tok, policy, path
 
 
+def load_rollout(config: GridConfig, *, device: str = "cpu"):
+    """(policy, rollout backend): the policy of ``load_policy`` and the backend the config names
+    (``race.backends`` registry; ``auto`` resolved), sampling from it."""
+    from race.backends import backend_class, resolve_backend
+
+    tok, policy, path = load_policy(config, device=device)
+    backend = backend_class(resolve_backend(config.backend))(policy, tok, model_path=path, device=device)
+    return policy, backend
+
+
 def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
              seed: int, batch_prompts: int = 256) -> dict[str, tuple[float, ...]]:
     """Per-prompt targets on held-out problems, ``samples`` samples each.
@@ -157,7 +167,6 @@ class PilotEngine:
     def __init__(self, config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu"):
         import torch
 
-        from race.backends.hf import HFBackend
         from race.grid import reward_spec
         from race.models import load_arch
         from race.rewards import get_reward
@@ -166,8 +175,7 @@ class PilotEngine:
         self.wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
         t0 = time.perf_counter()
         seed_everything(seed)
-        tok, self.policy, path = load_policy(config, device=device)
-        self.backend = HFBackend(self.policy, tok, model_path=path, device=device)
+        self.policy, self.backend = load_rollout(config, device=device)
         params = [p for p in self.policy.parameters() if p.requires_grad]
         # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
         self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
@@ -293,14 +301,12 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     """Sample the base policy on ``prompts`` training prompts to measure lengths and pass rate."""
     import torch
 
-    from race.backends.hf import HFBackend
     from race.rewards.rules import sparse
     from race.tasks import load_task
 
     t0 = time.perf_counter()
     seed_everything(seed)
-    tok, policy, path = load_policy(config, device=device)
-    backend = HFBackend(policy, tok, model_path=path, device=device)
+    _, backend = load_rollout(config, device=device)
     problems = load_task(config.task, split="train", n=prompts, seed=10_000 + seed)
     gen = torch.Generator(device=device).manual_seed(seed)
     batch = backend.generate([p.prompt for p in problems], n=samples, max_new_tokens=config.grpo.max_completion_len,

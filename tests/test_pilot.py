@@ -21,16 +21,15 @@ def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
     """A seeded on-policy pilot of 2e11 FLOPs lifts held-out sampled accuracy by ≥ 0.05.
 
     Evaluation: 500 held-out problems × 4 samples at temperature 1 (evaluation noise ≈ 0.008)."""
-    from race.backends.hf import HFBackend
-    from race.pilot import evaluate, load_policy, run_pilot
+    from race.pilot import evaluate, load_rollout, run_pilot
     from race.rewards import get_reward
     from race.tasks import load_task
 
     cfg = build_config(None, budget=2e11, grid="0.6,0.73,0.84")
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
     assert (schedule.n_gen, schedule.n_train, schedule.mu) == (8, 8, 1)           # on-policy
-    tok, policy, path = load_policy(cfg)
-    base = evaluate(HFBackend(policy, tok, model_path=path), load_task(cfg.task, split="eval", n=500),
+    _, backend = load_rollout(cfg)
+    base = evaluate(backend, load_task(cfg.task, split="eval", n=500),
                     get_reward("sparse"), samples=4, temperature=1.0, max_new_tokens=6, seed=0)
     result = run_pilot(cfg, schedule, seed=0)
     before = sum(base["pass@1"]) / 500

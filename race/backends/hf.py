@@ -114,7 +114,7 @@ class HFBackend:
     name = "hf"
 
     def __init__(self, policy, tokenizer, *, model_path: str | None = None, merge_for_sampling: bool = True,
-                 device: str = "cpu", dtype: torch.dtype = torch.float32):
+                 device: str = "cpu"):
         self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
@@ -130,9 +130,12 @@ class HFBackend:
         elif merge_for_sampling and model_path is not None:
             from transformers import AutoModelForCausalLM
 
+            loras = list(_lora_modules(policy))
+            # the sampling copy takes the policy's weight dtype (bf16 on CUDA), not a fixed one
+            dtype = loras[0][1].base_layer.weight.dtype if loras else torch.float32
             base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
             params = dict(base.named_modules())
-            for name, lora in _lora_modules(policy):
+            for name, lora in loras:
                 lin = params[name]
                 # keep the frozen base weight: merged = W0 + s·B·A is recomputed, never accumulated
                 self._targets.append((lin.weight, lora.base_layer.weight.detach(), lora))

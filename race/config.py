@@ -99,6 +99,10 @@ class ScheduleKnobs:
     n_gen: int | None = None      # fix n_gen across the grid (None: planner chooses)
     mu: int | None = None         # fix μ across the grid (None: planner chooses)
     prefix_shared: bool = True    # rollouts of a prompt share its prefill (KV cache)
+    lower_rho_by: str = "generate"  # how ρ goes below on-policy: "generate" more rollouts per
+                                    # prompt (n_gen > n_train, n_train fixed) or "keep" fewer of a
+                                    # fixed group (n_train < n_gen = schedule.n_gen or n_train)
+    min_n_train: int = 2          # "keep": the smallest subset trained per prompt
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,12 @@ def _validate(c: GridConfig) -> None:
         _positive_int(f"schedule.{name}", getattr(s, name))
     if s.n_train > s.max_n_gen:
         raise ConfigError(f"schedule.n_train ({s.n_train}) must be ≤ schedule.max_n_gen ({s.max_n_gen})")
+    if s.lower_rho_by not in ("generate", "keep"):
+        raise ConfigError(f"schedule.lower_rho_by must be 'generate' or 'keep', got {s.lower_rho_by!r}")
+    _positive_int("schedule.min_n_train", s.min_n_train)
+    if s.lower_rho_by == "keep" and s.min_n_train > (s.n_gen or s.n_train):
+        raise ConfigError(f"schedule.min_n_train ({s.min_n_train}) must be ≤ the group size "
+                          f"n_gen ({s.n_gen or s.n_train}) when lower_rho_by is 'keep'")
     if s.n_gen is not None and (s.n_gen < s.n_train):
         raise ConfigError(f"schedule.n_gen ({s.n_gen}) must be ≥ schedule.n_train ({s.n_train})")
     if s.mu is not None:

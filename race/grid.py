@@ -110,7 +110,7 @@ class StepCost:
 
 
 class CostModel:
-    """Per-prompt step cost for a config, cached over (n_gen, μ)."""
+    """Per-prompt step cost for a config, cached over (n_gen, n_train, μ)."""
 
     def __init__(self, config: GridConfig, arch: F.ArchSpec, reward: F.RewardModelSpec | None,
                  prompt_len: float, completion_len: float):
@@ -118,12 +118,13 @@ class CostModel:
         self.P, self.C = prompt_len, completion_len
         self.lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
         self.shared_prefix = shares_prefix(config)
-        self._cache: dict[tuple[int, int], StepCost] = {}
+        self._cache: dict[tuple[int, int, int], StepCost] = {}
 
-    def cost(self, n_gen: int, mu: int) -> StepCost:
-        key = (n_gen, mu)
+    def cost(self, n_gen: int, mu: int, n_train: int | None = None) -> StepCost:
+        n_train = self.c.schedule.n_train if n_train is None else n_train
+        key = (n_gen, n_train, mu)
         if key not in self._cache:
-            c, n_train = self.c, self.c.schedule.n_train
+            c = self.c
             search = F.search_flops(self.arch, prompt_len=self.P, completion_len=self.C, n=n_gen,
                                     prefix_shared=c.schedule.prefix_shared, lora=self.lora)
             def seq(p: float, comp: float) -> float:
@@ -138,22 +139,33 @@ class CostModel:
 
 
 def _candidates(cm: CostModel) -> tuple[list[StepCost], list[StepCost]]:
-    """(single-knob candidates, mixed candidates) allowed by the config's knobs."""
+    """(single-knob candidates, mixed candidates) allowed by the config's knobs.
+
+    The knob that lowers ρ is ``schedule.lower_rho_by``: "generate" varies n_gen upwards
+    from n_train (n_train fixed); "keep" varies n_train downwards from a fixed group of
+    n_gen (more distinct prompts per FLOP, as in the REFERENCES grid). μ raises ρ.
+    """
     s = cm.c.schedule
-    n_gens = [s.n_gen] if s.n_gen is not None else list(range(s.n_train, s.max_n_gen + 1))
+    if s.lower_rho_by == "keep":
+        group = s.n_gen or s.n_train
+        # (n_gen, n_train), on-policy first
+        pairs = [(group, k) for k in range(group, s.min_n_train - 1, -1)]
+    else:
+        n_gens = [s.n_gen] if s.n_gen is not None else list(range(s.n_train, s.max_n_gen + 1))
+        pairs = [(g, s.n_train) for g in n_gens]
     mus = [s.mu] if s.mu is not None else list(range(1, s.max_mu + 1))
     single, mixed = [], []
-    for n_gen in n_gens:
+    for n_gen, n_train in pairs:
         for mu in mus:
-            sc = cm.cost(n_gen, mu)
-            one_knob = mu == mus[0] or n_gen == n_gens[0]
+            sc = cm.cost(n_gen, mu, n_train)
+            one_knob = mu == mus[0] or (n_gen, n_train) == pairs[0]
             (single if one_knob else mixed).append(sc)
     return single, mixed
 
 
 def _closest(cands: list[StepCost], rho: float) -> StepCost | None:
     # ties: fewer update iterations, then fewer generations (cheaper steps, more of them)
-    return min(cands, key=lambda sc: (abs(sc.per_prompt.rho - rho), sc.mu, sc.n_gen), default=None)
+    return min(cands, key=lambda sc: (abs(sc.per_prompt.rho - rho), sc.mu, sc.n_gen, -sc.n_train), default=None)
 
 
 def choose_knobs(cm: CostModel, rho: float) -> StepCost:
@@ -177,6 +189,9 @@ def choose_knobs(cm: CostModel, rho: float) -> StepCost:
         if s.n_gen is not None or s.mu is not None:
             why = (f"the nearest reachable is {best.per_prompt.rho:.3f} with the fixed knobs "
                    f"(n_gen={s.n_gen}, mu={s.mu}); free one of them")
+        elif rho < lo and s.lower_rho_by == "keep":
+            why = (f"the lowest reachable is {lo:.3f} keeping ≥ {s.min_n_train} of {s.n_gen or s.n_train} "
+                   f"rollouts per prompt (lower schedule.min_n_train or raise the group size)")
         elif rho < lo:
             why = (f"the lowest reachable is {lo:.3f} with n_gen ≤ {s.max_n_gen} per n_train={s.n_train} "
                    f"(raise schedule.max_n_gen or lower n_train)")

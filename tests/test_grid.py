@@ -113,3 +113,27 @@ def test_planner_follows_the_engine_path():
     lean = plan_grid(tiny(grid=(0.6,))).schedules[0]
     whole = plan_grid(tiny(grid=(0.6,), grpo=GRPOSettings(fast_path=False))).schedules[0]
     assert whole.n_gen > lean.n_gen
+
+
+def test_keep_mode_lowers_rho_by_training_fewer_of_a_fixed_group():
+    """lower_rho_by="keep": n_gen stays the group size, n_train falls (REFERENCES' knob)."""
+    plan = plan_grid(tiny(grid=(0.49, 0.59, 0.72, 0.84),
+                          schedule=ScheduleKnobs(n_train=8, lower_rho_by="keep")))
+    got = [(s.n_gen, s.n_train, s.mu) for s in plan.schedules]
+    assert got == [(8, 2, 1), (8, 4, 1), (8, 8, 1), (8, 8, 2)]
+    for s in plan.schedules:
+        assert abs(s.rho - s.rho_target) <= 0.02, s
+    # fewer trained rollouts per step: more steps (distinct prompts) for the same FLOPs
+    steps = [s.steps for s in plan.schedules]
+    assert steps[0] > steps[1] > steps[2] > steps[3]
+
+
+def test_keep_mode_unreachable_and_bad_values():
+    with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable: the lowest reachable is 0\.\d+ keeping ≥ 2 of 8"):
+        plan_grid(tiny(grid=(0.3,), schedule=ScheduleKnobs(n_train=8, lower_rho_by="keep")))
+    from race.config import config_from_dict
+    with pytest.raises(ConfigError, match="lower_rho_by must be 'generate' or 'keep', got 'drop'"):
+        config_from_dict({"model": TINY_MODEL, "budget": 1e12, "schedule": {"lower_rho_by": "drop"}})
+    with pytest.raises(ConfigError, match=r"min_n_train \(9\) must be ≤ the group size"):
+        config_from_dict({"model": TINY_MODEL, "budget": 1e12,
+                          "schedule": {"lower_rho_by": "keep", "min_n_train": 9}})

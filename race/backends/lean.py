@@ -102,11 +102,6 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return w * h.to(x.dtype)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
 class LeanLM(torch.nn.Module):
     """The policy: frozen base weights (shared with the HF model) + trainable LoRA.
 
@@ -232,47 +227,43 @@ class LeanLM(torch.nn.Module):
                                v=[t.repeat_interleave(n, 0) for t in cache.v], length=cache.length)
 
     def _rope(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scale).to(dtype)[:, None], (emb.sin() * self.rope_scale).to(dtype)[:, None]
+        """cos and signed sin for ``position_ids`` [...], shaped [..., 1, head_dim] (one head axis).
 
-    def _blocks(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, *,
-                merged: bool = False, cache: SimpleNamespace | None = None, past: list | None = None,
-                keep_kv: bool = False) -> tuple[torch.Tensor, list]:
-        """The decoder layers. ``cache``: write keys/values at ``cache.length`` and attend to all of
-        it (sampling); ``past``: per-layer (k, v) to prepend (a shared prompt prefix, with grad);
-        ``keep_kv``: return this call's per-layer (k, v)."""
-        B, T, _ = x.shape
-        start = cache.length if cache is not None else 0
-        kvs = []
+        The sin's first half carries the minus of rotate_half, so that a rotation is
+        x·cos + roll(x, half)·sin: four kernels instead of seven."""
+        freqs = position_ids[..., None].float() * self.inv_freq
+        cos = torch.cat((freqs, freqs), dim=-1).cos() * self.rope_scale
+        sin = torch.cat((-freqs, freqs), dim=-1).sin() * self.rope_scale
+        return cos.to(dtype).unsqueeze(-2), sin.to(dtype).unsqueeze(-2)
+
+    def _blocks(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend, *,
+                merged: bool = False) -> torch.Tensor:
+        """The decoder layers over ``x`` [..., D]. ``attend(i, q, k, v)`` gets layer i's rotated
+        queries/keys/values as [..., heads, head_dim] (same leading axes as ``x``) and returns
+        the attention output as [..., heads·head_dim]; it is where the callers differ
+        (KV-cache sampling, whole sequences, or prompts shared by their group)."""
+        H, Hkv, d = self.n_heads, self.n_kv, self.head_dim
+        half = d // 2
         for i, layer in enumerate(self.layers):
             h = _rms(x, layer.norms["in"], self.eps)
-            q, k, v = self._linear(i, layer, "qkv", h, merged).split((layer.q_dim, layer.kv_dim, layer.kv_dim), -1)
-            q = q.reshape(B, T, self.n_heads, self.head_dim)
-            k = k.reshape(B, T, self.n_kv, self.head_dim)
-            v = v.reshape(B, T, self.n_kv, self.head_dim)
-            if "q" in layer.norms:
-                q, k = _rms(q, layer.norms["q"], self.eps), _rms(k, layer.norms["k"], self.eps)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            if keep_kv:
-                kvs.append((k, v))
-            if cache is not None:
-                cache.k[i][:, :, start:start + T] = k
-                cache.v[i][:, :, start:start + T] = v
-                k, v = cache.k[i][:, :, :start + T], cache.v[i][:, :, :start + T]
-            elif past is not None:
-                k, v = torch.cat((past[i][0], k), dim=2), torch.cat((past[i][1], v), dim=2)
-            a = self._attention(q, k, v, mask)
-            x = x + self._linear(i, layer, "o", a.transpose(1, 2).reshape(B, T, -1), merged)
+            qkv = self._linear(i, layer, "qkv", h, merged)
+            if "q" in layer.norms:          # Qwen3: per-head norms before the rotation
+                q, k, v = qkv.split((layer.q_dim, layer.kv_dim, layer.kv_dim), -1)
+                qk = torch.cat((_rms(q.unflatten(-1, (H, d)), layer.norms["q"], self.eps),
+                                _rms(k.unflatten(-1, (Hkv, d)), layer.norms["k"], self.eps)), dim=-2)
+            else:
+                qk, v = qkv[..., :layer.q_dim + layer.kv_dim].unflatten(-1, (H + Hkv, d)), qkv[..., -layer.kv_dim:]
+            qk = qk * cos + qk.roll(half, -1) * sin           # RoPE on queries and keys at once
+            q, k = qk.split((H, Hkv), dim=-2)
+            a = attend(i, q, k, v.unflatten(-1, (Hkv, d)))
+            x = x + self._linear(i, layer, "o", a, merged)
             h = _rms(x, layer.norms["post"], self.eps)
             gate, up = self._linear(i, layer, "gate_up", h, merged).chunk(2, dim=-1)
             x = x + self._linear(i, layer, "down", F.silu(gate) * up, merged)
-        if cache is not None:
-            cache.length = start + T
-        return x, kvs
+        return x
 
     def _attention(self, q, k, v, mask):
+        """q [N, H, T, d], k/v [N, H_kv, K, d], mask [N, 1, T, K] → [N, H, T, d]."""
         if not self.eager_attention:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
         # explicit matmuls (FlopCounterMode counts these; it counts 0 for CPU SDPA): full T×K scores
@@ -280,6 +271,11 @@ class LeanLM(torch.nn.Module):
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+    def _attend_rows(self, q, k, v, mask):
+        """Attention over [N, T, heads, d] rows → [N, T, heads·d]."""
+        a = self._attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)
+        return a.transpose(1, 2).flatten(2)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(_rms(x, self.norm, self.eps), self.lm_head)
@@ -303,7 +299,18 @@ class LeanLM(torch.nn.Module):
         # to NaN, which the masked-out weights of later layers would still multiply
         rows = torch.arange(T, device=x.device)
         mask[..., rows, start + rows] = True
-        x, _ = self._blocks(x, cos, sin, mask, merged=merged, cache=cache)
+
+        def attend(i, q, k, v):
+            if cache is None:
+                return self._attend_rows(q, k, v, mask)
+            cache.k[i][:, :, start:keys] = k.transpose(1, 2)
+            cache.v[i][:, :, start:keys] = v.transpose(1, 2)
+            a = self._attention(q.transpose(1, 2), cache.k[i][:, :, :keys], cache.v[i][:, :, :keys], mask)
+            return a.transpose(1, 2).flatten(2)
+
+        x = self._blocks(x, cos, sin, attend, merged=merged)
+        if cache is not None:
+            cache.length = keys
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         return SimpleNamespace(logits=self._head(x))
@@ -317,25 +324,47 @@ class LeanLM(torch.nn.Module):
         keys/values (with their gradient) are shared by the group's rollouts, which is
         exact: a prompt's forward does not depend on what follows it. Returns [B, Lc, V],
         row t predicting completion token t (from the prompt's last position for t = 0).
+
+        Prompt and completion tokens travel as one packed [G·Lp + B·Lc, D] batch through
+        every projection (one matmul each instead of one per part); only attention splits
+        them: prompts attend causally within themselves, completions to their prompt's
+        keys/values and causally within themselves.
         """
         G, Lp = prompt_ids.shape
         B, Lc = completion_ids.shape
-        pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
-        xp = F.embedding(prompt_ids, self.embed)
-        cos, sin = self._rope(pos, xp.dtype)
-        rows = torch.arange(Lp, device=xp.device)
-        mask = torch.ones(Lp, Lp, dtype=torch.bool, device=xp.device).tril()[None, None] \
+        Np = G * Lp
+        dev = prompt_ids.device
+        pos_p = (prompt_mask.cumsum(1) - 1).clamp(min=0)
+        pos_c = prompt_mask.sum(1).index_select(0, group)[:, None] + torch.arange(Lc, device=dev)
+        x = F.embedding(torch.cat((prompt_ids.reshape(-1), completion_ids.reshape(-1))), self.embed)
+        cos, sin = self._rope(torch.cat((pos_p.reshape(-1), pos_c.reshape(-1))), x.dtype)
+        rows = torch.arange(Lp, device=dev)
+        mask_p = torch.ones(Lp, Lp, dtype=torch.bool, device=dev).tril()[None, None] \
             & prompt_mask.bool()[:, None, None, :]
-        mask[..., rows, rows] = True
-        xp, kvs = self._blocks(xp, cos, sin, mask, keep_kv=True)
-        first = self._head(xp[:, -1])                                     # [G, V]
-        past = [(k.index_select(0, group), v.index_select(0, group)) for k, v in kvs]
-        pos_c = prompt_mask.sum(1).index_select(0, group)[:, None] + torch.arange(Lc, device=xp.device)
-        cos, sin = self._rope(pos_c, xp.dtype)
-        causal = torch.ones(Lc, Lc, dtype=torch.bool, device=xp.device).tril()[None, None] \
+        mask_p[..., rows, rows] = True
+        causal = torch.ones(Lc, Lc, dtype=torch.bool, device=dev).tril()[None, None] \
             & completion_mask.bool()[:, None, None, :]
         prefix = prompt_mask.bool().index_select(0, group)[:, None, None, :].expand(B, 1, Lc, Lp)
-        xc, _ = self._blocks(F.embedding(completion_ids, self.embed), cos, sin,
-                             torch.cat((prefix, causal), dim=-1), past=past)
-        # the head also runs on the last completion position (unused), as the FLOP formula counts
-        return torch.cat((first.index_select(0, group)[:, None], self._head(xc)[:, :-1]), dim=1)
+        mask_c = torch.cat((prefix, causal), dim=-1)
+
+        def attend(i, q, k, v):
+            qp, kp, vp = (t[:Np].unflatten(0, (G, Lp)).transpose(1, 2) for t in (q, k, v))
+            qc, kc, vc = (t[Np:].unflatten(0, (B, Lc)).transpose(1, 2) for t in (q, k, v))
+            ap = self._attention(qp, kp, vp, mask_p)
+            kc = torch.cat((kp.index_select(0, group), kc), dim=2)
+            vc = torch.cat((vp.index_select(0, group), vc), dim=2)
+            ac = self._attention(qc, kc, vc, mask_c)
+            return torch.cat((ap.transpose(1, 2).reshape(Np, -1), ac.transpose(1, 2).reshape(B * Lc, -1)))
+
+        x = self._blocks(x, cos, sin, attend)
+        # the head reads each prompt's last position (predicting completion token 0, once per
+        # group) and every completion position; the last one's logits are unused but computed,
+        # as the FLOP formula counts
+        last = torch.arange(Lp - 1, Np, Lp, device=dev).index_select(0, group)
+        comp = torch.arange(Np, Np + B * Lc, device=dev).view(B, Lc)[:, :-1]
+        head_rows = torch.cat((torch.arange(Lp - 1, Np, Lp, device=dev), torch.arange(Np, Np + B * Lc, device=dev)))
+        logits = self._head(x.index_select(0, head_rows))
+        # rows of ``logits``: G prompt-last rows, then B·Lc completion rows
+        first = last // Lp
+        pick = torch.cat((first[:, None], G + (comp - Np)), dim=1)
+        return logits[pick]

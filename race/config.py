@@ -101,7 +101,8 @@ class ScheduleKnobs:
     prefix_shared: bool = True    # rollouts of a prompt share its prefill (KV cache)
     lower_rho_by: str = "generate"  # how ρ goes below on-policy: "generate" more rollouts per
                                     # prompt (n_gen > n_train, n_train fixed) or "keep" fewer of a
-                                    # fixed group (n_train < n_gen = schedule.n_gen or n_train)
+                                    # fixed group (n_train < n_gen = schedule.n_gen or n_train),
+                                    # then more rollouts for the smallest subset
     min_n_train: int = 2          # "keep": the smallest subset trained per prompt
 
 

@@ -148,8 +148,9 @@ def _candidates(cm: CostModel) -> tuple[list[StepCost], list[StepCost]]:
     s = cm.c.schedule
     if s.lower_rho_by == "keep":
         group = s.n_gen or s.n_train
-        # (n_gen, n_train), on-policy first
+        # (n_gen, n_train), on-policy first; below the smallest subset, generate more for it
         pairs = [(group, k) for k in range(group, s.min_n_train - 1, -1)]
+        pairs += [(g, s.min_n_train) for g in range(group + 1, s.max_n_gen + 1)]
     else:
         n_gens = [s.n_gen] if s.n_gen is not None else list(range(s.n_train, s.max_n_gen + 1))
         pairs = [(g, s.n_train) for g in n_gens]
@@ -190,8 +191,8 @@ def choose_knobs(cm: CostModel, rho: float) -> StepCost:
             why = (f"the nearest reachable is {best.per_prompt.rho:.3f} with the fixed knobs "
                    f"(n_gen={s.n_gen}, mu={s.mu}); free one of them")
         elif rho < lo and s.lower_rho_by == "keep":
-            why = (f"the lowest reachable is {lo:.3f} keeping ≥ {s.min_n_train} of {s.n_gen or s.n_train} "
-                   f"rollouts per prompt (lower schedule.min_n_train or raise the group size)")
+            why = (f"the lowest reachable is {lo:.3f} keeping {s.min_n_train} of n_gen ≤ {s.max_n_gen} "
+                   f"rollouts per prompt (raise schedule.max_n_gen or lower min_n_train)")
         elif rho < lo:
             why = (f"the lowest reachable is {lo:.3f} with n_gen ≤ {s.max_n_gen} per n_train={s.n_train} "
                    f"(raise schedule.max_n_gen or lower n_train)")

@@ -8,9 +8,10 @@ measurement's knobs — 8 rollouts per prompt, of which the max-reward-variance 
 shared by a prompt's rollouts, the update running each prompt once per group, attention
 and LM head counted) places at ρ ≈ 0.50, 0.62, 0.74, 0.85 for ~6 prompt and ~3.5
 completion tokens (``race plan`` prints them for the calibrated lengths). Keep 0.25 of 8
-is the lowest ρ this knob reaches. The budget per pilot is the largest that keeps
-``race pilot`` under five minutes on a 2-core CPU. ``THOROUGH`` adds a point (keep 3 of 8),
-a seed and 2.5× the budget. docs/pilot.md has the verdicts.
+is the lowest ρ of the fixed group; below it the planner generates more rollouts for the
+2 trained. The budget per pilot is the largest that keeps ``race pilot`` under five minutes
+on a 2-core CPU. ``THOROUGH`` extends the grid below the default's lowest point (ρ 0.42:
+2 trained of ~13), adds a seed and 2.5× the budget. docs/pilot.md has the verdicts.
 """
 from __future__ import annotations
 
@@ -37,6 +38,6 @@ THOROUGH: dict[str, Any] = {
     **DEFAULT,
     "name": "race-thorough-tiny-arith",
     "budget": 1.5e12,
-    "grid": [0.5, 0.57, 0.62, 0.74, 0.85],
+    "grid": [0.42, 0.5, 0.62, 0.74, 0.85],  # 0.42: keep 2 of ~13 (below the default's lowest point)
     "seeds": 4,
 }

@@ -129,8 +129,8 @@ def test_keep_mode_lowers_rho_by_training_fewer_of_a_fixed_group():
 
 
 def test_keep_mode_unreachable_and_bad_values():
-    with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable: the lowest reachable is 0\.\d+ keeping ≥ 2 of 8"):
-        plan_grid(tiny(grid=(0.3,), schedule=ScheduleKnobs(n_train=8, lower_rho_by="keep")))
+    with pytest.raises(ConfigError, match=r"ρ=0.1 is unreachable: the lowest reachable is 0\.\d+ keeping 2 of n_gen ≤ 64"):
+        plan_grid(tiny(grid=(0.1,), schedule=ScheduleKnobs(n_train=8, lower_rho_by="keep")))
     from race.config import config_from_dict
     with pytest.raises(ConfigError, match="lower_rho_by must be 'generate' or 'keep', got 'drop'"):
         config_from_dict({"model": TINY_MODEL, "budget": 1e12, "schedule": {"lower_rho_by": "drop"}})

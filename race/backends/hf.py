@@ -133,7 +133,8 @@ class HFBackend:
             loras = list(_lora_modules(policy))
             # the sampling copy takes the policy's weight dtype (bf16 on CUDA), not a fixed one
             dtype = loras[0][1].base_layer.weight.dtype if loras else torch.float32
-            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
+            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa"
+                                                        ).to(self.device).eval()
             params = dict(base.named_modules())
             for name, lora in loras:
                 lin = params[name]

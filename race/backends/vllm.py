@@ -255,3 +255,11 @@ class VLLMBackend:
                     self.llm.llm_engine.remove_lora(req.lora_int_id)
         self.llm = None
         shutil.rmtree(self._dir, ignore_errors=True)
+        if self._owns_engine and self.device.type == "cuda":
+            # hand the engine's memory back (calibration runs in the parent before the pilots)
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()

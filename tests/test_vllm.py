@@ -249,3 +249,29 @@ def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
         assert pilot["extra"]["steps"] >= 2
         assert pilot["flops"]["total"] == pytest.approx(1e10, rel=0.05)
     assert saved["backend"] == "vllm"
+
+
+def test_peft_policy_adapter_reaches_vllm(llm):
+    """The HF + peft path (other architectures, gradient checkpointing): its adapter, trained
+    away from zero, is served by vLLM with the policy's own log-probs."""
+    import torch
+
+    from race.backends.vllm import VLLMBackend
+    from race.config import GridConfig, GRPOSettings
+    from race.pilot import load_policy
+
+    torch.manual_seed(0)
+    tok, policy, path = load_policy(GridConfig(model="race/tiny-arith", budget=1e12,
+                                               grpo=GRPOSettings(fast_path=False)))
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(3)
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    backend = VLLMBackend(policy, tok, model_path=path, llm=llm)
+    try:
+        batch = backend.generate(PROMPTS, n=3, max_new_tokens=4, seed=2)
+        diff = _max_diff(batch.logprobs, _hf_logprobs(policy.eval(), batch.prompt_ids, batch.completion_ids))
+        assert diff < TOL, diff
+    finally:
+        backend.close()

@@ -86,7 +86,8 @@ def seed_everything(seed: int) -> None:
 def model_load_kwargs(device: str) -> dict:
     """``from_pretrained`` keywords for a device: bf16 on CUDA (fp32 elsewhere: CPU bf16 matmuls are slow
     and the tests compare log-probs at fp32 tolerance) and PyTorch SDPA attention, which on CUDA runs
-    the flash / memory-efficient kernels."""
+    the flash / memory-efficient kernels (``race.backends.hf.load_causal_lm`` falls back to the
+    model's default attention where an architecture has no SDPA)."""
     import torch
 
     cuda = str(device).startswith("cuda")
@@ -102,16 +103,17 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
     layer, as ``flops.learning_flops(grad_checkpointing=True)`` counts) when
     ``grpo.grad_checkpointing`` is on."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from transformers.utils import logging as hf_logging
 
+    from race.backends.hf import load_causal_lm
     from race.models import resolve_model_path
 
     hf_logging.disable_progress_bar()
     path = resolve_model_path(config.model)
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(device)).to(device)
+    model = load_causal_lm(path, **model_load_kwargs(device)).to(device)
     from race.backends.lean import LeanLM, supports
 
     if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:

@@ -200,3 +200,26 @@ def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
     assert 0.05 <= backend_options(cfg, "vllm", device="cuda")["gpu_memory_utilization"] < 0.5   # calibration
     assert backend_options(cfg, "vllm", device="cpu", schedule=schedule) == {}
     assert backend_options(cfg, "hf", device="cuda", schedule=schedule) == {}
+
+
+def test_sdpa_where_available_else_the_default_attention(monkeypatch):
+    import transformers
+
+    from race.backends.hf import load_causal_lm
+
+    calls = []
+
+    def fake(path, **kw):
+        calls.append(kw)
+        if kw.get("attn_implementation") == "sdpa":
+            raise ValueError("FooForCausalLM does not support an attention implementation through "
+                             "torch.nn.functional.scaled_dot_product_attention yet (sdpa)")
+        return "model"
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake)
+    assert load_causal_lm("p", dtype="bf16") == "model"
+    assert calls == [{"attn_implementation": "sdpa", "dtype": "bf16"}, {"dtype": "bf16"}]
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda path, **kw: (_ for _ in ()).throw(ValueError("no such model")))
+    with pytest.raises(ValueError, match="no such model"):
+        load_causal_lm("p")

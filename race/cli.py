@@ -90,15 +90,17 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: refuse schedules whose "
+              "estimated peak exceeds it (overrides the config's gpu_memory).")
 @_user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
-         as_json: bool) -> None:
+         as_json: bool, gpu_memory: str | None) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown."""
     from race.config import load_config
     from race.grid import plan_grid
     from race.report import render_plan
 
-    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds)
+    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory)
     click.echo(render_plan(plan_grid(cfg), "json" if as_json else fmt), nl=False)
 
 

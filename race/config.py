@@ -88,6 +88,7 @@ class GRPOSettings:
     grad_checkpointing: bool = False
     healthy_recipe: bool = False  # KL+entropy on easy data, neither on hard (from the base pass rate)
     fast_path: bool = True        # lean forward + own LoRA for Llama-family models (race.backends.lean)
+    micro_batch: int | None = None  # sequences per update forward/backward (whole prompt groups; None: all)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class GridConfig:
     learning_rate: LearningRate = field(default_factory=LearningRate)
     eval: EvalSettings = field(default_factory=EvalSettings)
     backend: str = "auto"
+    gpu_memory: float | None = None               # bytes of one GPU; `race plan` refuses schedules that exceed it
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -155,6 +157,10 @@ class GridConfig:
             kw["budget"] = parse_flops(kw["budget"])
         if "grid" in kw:
             kw["grid"] = parse_grid(kw["grid"])
+        if "gpu_memory" in kw:
+            from race.memory import parse_bytes
+
+            kw["gpu_memory"] = float(parse_bytes(kw["gpu_memory"]))
         return replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,6 +198,8 @@ def _validate(c: GridConfig) -> None:
         raise ConfigError(f"grpo: beta ({c.grpo.beta}) must be ≥ 0, clip_eps ({c.grpo.clip_eps}) and "
                           f"temperature ({c.grpo.temperature}) > 0")
     _positive_int("grpo.max_completion_len", c.grpo.max_completion_len)
+    if c.grpo.micro_batch is not None:
+        _positive_int("grpo.micro_batch", c.grpo.micro_batch)
     s = c.schedule
     for name in ("prompts_per_step", "n_train", "max_n_gen", "max_mu"):
         _positive_int(f"schedule.{name}", getattr(s, name))
@@ -215,6 +223,9 @@ def _validate(c: GridConfig) -> None:
     _positive_int("eval.samples", c.eval.samples)
     if c.backend not in BACKENDS:
         raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
+    if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
+                                     or c.gpu_memory <= 0):
+        raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
 
 
 def _section(cls: type, name: str, raw: Any) -> Any:
@@ -254,6 +265,10 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
         kw["full_run_budget"] = parse_flops(raw["full_run_budget"], "full_run_budget")
     if "grid" in raw:
         kw["grid"] = parse_grid(raw["grid"])
+    if raw.get("gpu_memory") is not None:
+        from race.memory import parse_bytes
+
+        kw["gpu_memory"] = float(parse_bytes(raw["gpu_memory"]))
     lengths = raw.get("lengths") or {}
     if "prompt" in lengths:
         kw["prompt_len"] = lengths["prompt"]

@@ -280,7 +280,14 @@ def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
     arch = arch or load_arch(config.model)
     cm = CostModel(config, arch, reward_spec(config), P, C)
     schedules = tuple(plan_schedule(cm, rho) for rho in config.grid)
+    from race.memory import check_fits, schedule_memory
+
+    memory = [schedule_memory(config, s, prompt_len=P, arch=arch) for s in schedules]
+    if config.gpu_memory:
+        for s, est in zip(schedules, memory):
+            check_fits(s.rho_target, est, config.gpu_memory)
     notes = []
     if not config.learning_rate.fixed and len({s.learning_rate for s in schedules}) > 1:
         notes.append("learning rate follows the √B rule per point (set learning_rate.fixed to hold it)")
-    return Plan(config=config, schedules=schedules, prompt_len=P, completion_len=C, notes=tuple(notes))
+    return Plan(config=config, schedules=schedules, prompt_len=P, completion_len=C, notes=tuple(notes),
+                extra={"memory": [{"rho_target": s.rho_target, **est.to_dict()} for s, est in zip(schedules, memory)]})

@@ -236,34 +236,82 @@ class UpdateStats:
     entropy: float
 
 
+def micro_batches(batch: TrainBatch, size: int | None) -> list[TrainBatch]:
+    """Split a batch into consecutive whole prompt groups of at most ``size`` sequences each (a
+    group larger than ``size`` stays whole). ``None`` or a size ≥ the batch: the batch itself."""
+    B = batch.group.shape[0]
+    if not size or size >= B:
+        return [batch]
+    groups = batch.group.tolist()
+    runs, start = [], 0                   # (start, end) of each run of one prompt's sequences
+    for i in range(1, B + 1):
+        if i == B or groups[i] != groups[i - 1]:
+            runs.append((start, i))
+            start = i
+    bounds: list[tuple[int, int]] = []
+    for lo, hi in runs:
+        if bounds and hi - bounds[-1][0] <= size:
+            bounds[-1] = (bounds[-1][0], hi)
+        else:
+            bounds.append((lo, hi))
+    out = []
+    for lo, hi in bounds:
+        rows = sorted(set(groups[lo:hi]))
+        remap = {g: i for i, g in enumerate(rows)}
+        idx = torch.tensor(rows, dtype=torch.long, device=batch.group.device)
+        out.append(TrainBatch(batch.prompt_ids.index_select(0, idx), batch.prompt_mask.index_select(0, idx),
+                              torch.tensor([remap[g] for g in groups[lo:hi]], dtype=torch.long,
+                                           device=batch.group.device),
+                              batch.completion_ids[lo:hi], batch.completion_mask[lo:hi], batch.advantages[lo:hi]))
+    return out
+
+
+def _chunk_weight(chunk: TrainBatch, batch: TrainBatch, loss_agg: str) -> float:
+    """Factor that turns a micro-batch's aggregated loss into its share of the whole batch's."""
+    if loss_agg == "dapo":
+        return float(chunk.completion_mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
+    return chunk.group.shape[0] / batch.group.shape[0]          # grpo, dr_grpo: per-sequence means
+
+
 def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float, clip_eps: float,
            loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
-           max_grad_norm: float | None = 1.0) -> UpdateStats:
+           max_grad_norm: float | None = 1.0, micro_batch: int | None = None) -> UpdateStats:
     """μ clipped policy-gradient iterations on one batch, one optimizer step each.
 
     Iteration 1's log-probs, detached, are the old-policy log-probs (the policy has
     not moved yet); the reference log-probs (β > 0) come from the same model with
-    the adapter disabled, once per batch.
+    the adapter disabled, once per batch. ``micro_batch``: run the forward/backward in
+    chunks of whole prompt groups of at most that many sequences, accumulating the
+    gradient (each chunk's loss weighted by its share of the batch, so the step is the
+    full batch's); the FLOPs are the same, the activation memory that of one chunk.
     """
-    ref_logp = None
+    chunks = micro_batches(batch, micro_batch)
+    weights = [_chunk_weight(c, batch, loss_agg) for c in chunks]
+    refs: list[torch.Tensor | None] = [None] * len(chunks)
     if beta > 0:
         with torch.no_grad(), policy.disable_adapter():
-            ref_logp, _ = completion_logprobs(policy, batch, temperature=temperature)
-    old_logp, stats = None, []
+            refs = [completion_logprobs(policy, c, temperature=temperature)[0] for c in chunks]
+    olds: list[torch.Tensor | None] = [None] * len(chunks)
+    stats = []
     params = [p for p in policy.parameters() if p.requires_grad]
     for _ in range(mu):
-        logp, ent = completion_logprobs(policy, batch, temperature=temperature, with_entropy=entropy_coef > 0)
-        if old_logp is None:
-            old_logp = logp.detach()
-        terms = policy_loss(logp, old_logp, batch.advantages, batch.completion_mask, clip_eps=clip_eps,
-                            loss_agg=loss_agg, max_completion_len=max_completion_len, ref_logp=ref_logp,
-                            beta=beta, entropy=ent, entropy_coef=entropy_coef)
         optimizer.zero_grad(set_to_none=True)
-        terms.loss.backward()
+        loss = clip = kl = ent = 0.0
+        for k, (chunk, w) in enumerate(zip(chunks, weights)):
+            logp, entropy = completion_logprobs(policy, chunk, temperature=temperature,
+                                                with_entropy=entropy_coef > 0)
+            if olds[k] is None:
+                olds[k] = logp.detach()
+            terms = policy_loss(logp, olds[k], chunk.advantages, chunk.completion_mask, clip_eps=clip_eps,
+                                loss_agg=loss_agg, max_completion_len=max_completion_len, ref_logp=refs[k],
+                                beta=beta, entropy=entropy, entropy_coef=entropy_coef)
+            (terms.loss * w if len(chunks) > 1 else terms.loss).backward()
+            loss += float(terms.loss.detach()) * w
+            clip, kl, ent = clip + terms.clip_fraction * w, kl + terms.kl * w, ent + terms.entropy * w
         if max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
         optimizer.step()
-        stats.append(terms)
+        stats.append(UpdateStats(loss, clip, kl, ent))
     n = len(stats)
-    return UpdateStats(sum(float(s.loss.detach()) for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
+    return UpdateStats(sum(s.loss for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
                        sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n)

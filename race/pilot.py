@@ -83,42 +83,84 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def model_load_kwargs(device: str) -> dict:
+    """``from_pretrained`` keywords for a device: bf16 on CUDA (fp32 elsewhere: CPU bf16 matmuls are slow
+    and the tests compare log-probs at fp32 tolerance) and PyTorch SDPA attention, which on CUDA runs
+    the flash / memory-efficient kernels (``race.backends.hf.load_causal_lm`` falls back to the
+    model's default attention where an architecture has no SDPA)."""
+    import torch
+
+    cuda = str(device).startswith("cuda")
+    return {"dtype": torch.bfloat16 if cuda else torch.float32, "attn_implementation": "sdpa"}
+
+
 def load_policy(config: GridConfig, *, device: str = "cpu"):
     """(tokenizer, policy, model path): the model with a fresh LoRA adapter on the configured modules.
 
-    The policy is a ``LeanLM`` (race.backends.lean) when ``grpo.fast_path`` is on and the
-    architecture is supported, else the HF model wrapped by peft."""
-    import torch
+    The policy is a ``LeanLM`` (race.backends.lean) when ``grpo.fast_path`` is on, the
+    architecture is supported and gradient checkpointing is off, else the HF model wrapped
+    by peft — with HF's non-reentrant gradient checkpointing (one checkpoint per decoder
+    layer, as ``flops.learning_flops(grad_checkpointing=True)`` counts) when
+    ``grpo.grad_checkpointing`` is on."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from transformers.utils import logging as hf_logging
 
+    from race.backends.hf import load_causal_lm
     from race.models import resolve_model_path
 
     hf_logging.disable_progress_bar()
     path = resolve_model_path(config.model)
     tok = AutoTokenizer.from_pretrained(path)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model = load_causal_lm(path, **model_load_kwargs(device)).to(device)
     from race.backends.lean import LeanLM, supports
 
-    if config.grpo.fast_path and supports(model.config) is None:
+    if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:
         model.requires_grad_(False)
         return tok, LeanLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=config.lora.targets), path
     lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
                       target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
     policy = get_peft_model(model, lcfg)
+    if config.grpo.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.train()          # HF checkpoints only in training mode (dropout is 0: nothing else changes)
     return tok, policy, path
 
 
-def load_rollout(config: GridConfig, *, device: str = "cpu"):
+def backend_options(config: GridConfig, name: str, *, device: str = "cpu", schedule: Schedule | None = None) -> dict:
+    """Keyword arguments for backend ``name`` beyond (policy, tokenizer, model_path, device).
+
+    vLLM on a GPU gets ``gpu_memory_utilization`` from the memory plan (race.memory): its
+    weights and the KV cache of one rollout batch (``schedule``'s, or calibration's 64 × 4
+    samples), leaving the rest to training."""
+    if name != "vllm" or not str(device).startswith("cuda"):
+        return {}
+    import torch
+
+    from race.memory import estimate_memory, schedule_memory, vllm_memory_fraction
+    from race.models import load_arch
+
+    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    if schedule is not None:
+        est = schedule_memory(config, schedule, prompt_len=config.prompt_len)
+    else:
+        est = estimate_memory(load_arch(config.model), F.LoRASpec(rank=config.lora.rank,
+                                                                  target_modules=tuple(config.lora.targets)),
+                              prompt_len=config.prompt_len, completion_len=config.grpo.max_completion_len,
+                              rollouts=64 * 4, train_sequences=1, sampler="vllm")
+    return {"gpu_memory_utilization": vllm_memory_fraction(est, total)}
+
+
+def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule | None = None):
     """(policy, rollout backend): the policy of ``load_policy`` and the backend the config names
     (``race.backends`` registry; ``auto`` resolved), sampling from it."""
     from race.backends import backend_class, resolve_backend
 
     tok, policy, path = load_policy(config, device=device)
-    backend = backend_class(resolve_backend(config.backend))(policy, tok, model_path=path, device=device)
+    name = resolve_backend(config.backend)
+    backend = backend_class(name)(policy, tok, model_path=path, device=device,
+                                  **backend_options(config, name, device=device, schedule=schedule))
     return policy, backend
 
 
@@ -175,7 +217,7 @@ class PilotEngine:
         self.wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
         t0 = time.perf_counter()
         seed_everything(seed)
-        self.policy, self.backend = load_rollout(config, device=device)
+        self.policy, self.backend = load_rollout(config, device=device, schedule=schedule)
         params = [p for p in self.policy.parameters() if p.requires_grad]
         # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
         self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
@@ -220,7 +262,7 @@ class PilotEngine:
                            group, adv.flatten().tolist(), backend.pad_id, self.device)
         grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
                     loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
-                    entropy_coef=g.entropy_coef)
+                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch)
         learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
                                   shared_prefix=hasattr(self.policy, "forward_grouped"))
         self.wall["update"] += time.perf_counter() - t

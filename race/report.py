@@ -92,16 +92,27 @@ def render_plan(plan, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps({"schema_version": SCHEMA_VERSION, "kind": "plan", **plan.to_dict()}, indent=2)
     c = plan.config
+    memory = (getattr(plan, "extra", None) or {}).get("memory")
     rows = [[f"{s.rho_target:.2f}", f"{s.rho:.3f}", s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps,
              f"{s.learning_rate:.2e}", *_breakdown_cells(s.flops),
              f"{(s.flops.total / c.budget - 1) * 100:+.2f}%"] for s in plan.schedules]
     headers = ["ρ target", "ρ achieved", "B_p", "n_gen", "n_train", "μ", "steps", "lr", *_FLOP_HEADERS,
                "vs budget"]
+    if memory:
+        from race.memory import fmt_bytes
+
+        for row, m in zip(rows, memory):
+            row.append(fmt_bytes(m["peak"]))
+        headers.append("est. GPU mem")
     head = [f"model {c.model} · reward {c.reward.kind} · LoRA r={c.lora.rank} · "
             f"budget {fmt_flops(c.budget)} FLOPs per pilot",
             f"{len(plan.schedules)} points × {c.seeds} seeds = {len(plan.schedules) * c.seeds} pilots, "
             f"{fmt_flops(plan.grid_flops)} FLOPs for the grid · expected tokens: prompt "
             f"{plan.prompt_len:g}, completion {plan.completion_len:g}"]
+    if memory:
+        gpu = getattr(c, "gpu_memory", None)
+        head.append("est. GPU mem: peak per pilot process with bf16 weights (docs/interfaces.md, race/memory.py)"
+                    + (f"; every schedule fits the stated {fmt_bytes(gpu)}" if gpu else ""))
     if c.full_run_budget:
         head.append(f"the grid costs {_pct(plan.grid_flops / c.full_run_budget)} of the full-run budget "
                     f"{fmt_flops(c.full_run_budget)}")

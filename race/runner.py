@@ -60,10 +60,10 @@ def _child(conn, config: dict, schedule: dict, seed: int, threads: int, device: 
         conn.close()
 
 
-def _context():
+def _context(extra_preload: tuple[str, ...] = ()):
     if sys.platform.startswith("linux"):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)
+        ctx.set_forkserver_preload(_PRELOAD + list(extra_preload))
         return ctx
     return mp.get_context("spawn")
 
@@ -81,7 +81,10 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
              on_progress: Callable[[Job, int, float], None] | None = None) -> list[PilotResult]:
     """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
     ``status="failed"`` and the reason in ``extra["error"]``."""
-    ctx = _context()
+    from race.backends import resolve_backend
+
+    # vLLM's import takes 10–20 s: the fork server does it once for all pilots
+    ctx = _context(("vllm.entrypoints.llm", "race.backends.vllm") if resolve_backend(config.backend) == "vllm" else ())
     threads = max(1, (os.cpu_count() or 1) // workers) if not device.startswith("cuda") else 1
     cfg = config.to_dict()
     pending, running, results = list(jobs), {}, []
@@ -205,6 +208,9 @@ def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, de
     from race.regime import classify as classify_fn
 
     complete = [p for p in finished if p.status == "complete"]
+    # the report names the backend that actually produced the pilots (each records its own)
+    used = sorted({str(p.extra.get("backend")) for p in complete if p.extra.get("backend")})
+    meta["backend"] = ", ".join(used) if used else backend
     diagnosis = classify_fn(complete, meta=meta, **classify)
     return save(diagnosis)
 

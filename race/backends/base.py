@@ -12,11 +12,14 @@ class RolloutBatch:
     ``completion_ids[i][j]`` are the generated token ids of rollout j of prompt i,
     up to and including the end-of-sequence token when one was produced (no
     padding); ``texts[i][j]`` is their decoded text without special tokens.
+    ``logprobs[i][j][t]``, when the backend reports them (vLLM), is the sampler's log-prob
+    of completion token t (for inspection and tests: the update recomputes its own).
     """
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[list[int]]]
     texts: list[list[str]]
+    logprobs: list[list[list[float]]] | None = None
 
 
 class RolloutBackend(Protocol):

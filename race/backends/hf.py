@@ -101,6 +101,20 @@ def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
     return out.logits[:, -1, :].repeat_interleave(n, dim=0), step
 
 
+def load_causal_lm(path: str, **kw):
+    """``AutoModelForCausalLM.from_pretrained`` asking for PyTorch SDPA attention (flash /
+    memory-efficient kernels on CUDA) and falling back to the model's default attention where an
+    architecture has no SDPA implementation."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **{"attn_implementation": "sdpa", **kw})
+    except (ValueError, ImportError) as e:
+        if "sdpa" not in str(e).lower() or kw.get("attn_implementation") not in (None, "sdpa"):
+            raise
+        return AutoModelForCausalLM.from_pretrained(path, **{k: v for k, v in kw.items() if k != "attn_implementation"})
+
+
 def _lora_modules(policy):
     """(name without the peft prefix, lora layer) for every adapted linear layer."""
     for name, mod in policy.named_modules():
@@ -128,12 +142,10 @@ class HFBackend:
             self.sampling_uses_adapter = False
             policy.merge()
         elif merge_for_sampling and model_path is not None:
-            from transformers import AutoModelForCausalLM
-
             loras = list(_lora_modules(policy))
             # the sampling copy takes the policy's weight dtype (bf16 on CUDA), not a fixed one
             dtype = loras[0][1].base_layer.weight.dtype if loras else torch.float32
-            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
+            base = load_causal_lm(model_path, dtype=dtype).to(self.device).eval()
             params = dict(base.named_modules())
             for name, lora in loras:
                 lin = params[name]

@@ -1,0 +1,225 @@
+"""Backend choice (auto | hf | vllm), the HF backend's device/dtype selection, gradient
+checkpointing on the peft path, and the micro-batched update — all on CPU."""
+import pytest
+
+import race.backends as B
+from race.api import build_config
+from race import presets
+
+
+@pytest.mark.parametrize("installed, cuda, expected", [(True, True, "vllm"), (True, False, "hf"),
+                                                       (False, True, "hf"), (False, False, "hf")])
+def test_auto_is_vllm_only_with_the_package_and_a_gpu(monkeypatch, installed, cuda, expected):
+    monkeypatch.setattr(B, "vllm_installed", lambda: installed)
+    monkeypatch.setattr(B, "cuda_available", lambda: cuda)
+    assert B.resolve_backend("auto") == expected
+    assert B.resolve_backend("hf") == "hf"
+
+
+def test_vllm_without_the_package_is_a_clear_user_error(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    monkeypatch.setattr(B, "vllm_installed", lambda: False)
+    with pytest.raises(ValueError, match="backend 'vllm' needs the vllm package"):
+        B.resolve_backend("vllm")
+    r = CliRunner().invoke(main, ["pilot", "--backend", "vllm", "--out", str(tmp_path / "o"), "--quiet"])
+    assert r.exit_code == 2 and "Error: backend 'vllm' needs the vllm package" in r.output
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_backend_registry_is_lazy():
+    import subprocess
+    import sys
+
+    code = ("import sys, race.backends as b\n"
+            "assert set(b.BACKENDS) == {'hf', 'vllm'}\n"
+            "print(','.join(m for m in ('vllm', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+    assert B.backend_class("hf").__name__ == "HFBackend"
+    with pytest.raises(ValueError, match="unknown"):
+        B.backend_class("sglang")
+
+
+def test_report_names_the_backend_that_produced_the_pilots():
+    from dataclasses import replace
+
+    from race.report import render_diagnosis
+    from test_report import _diag
+
+    diag = replace(_diag(), meta={"model": "m", "backend": "vllm"})
+    assert "backend: vllm" in render_diagnosis(diag, "text")
+    assert "backend: vllm" in render_diagnosis(diag, "md")
+
+
+def test_device_dtype_selection():
+    import torch
+
+    from race.pilot import model_load_kwargs
+
+    assert model_load_kwargs("cuda") == {"dtype": torch.bfloat16, "attn_implementation": "sdpa"}
+    assert model_load_kwargs("cuda:1")["dtype"] == torch.bfloat16
+    assert model_load_kwargs("cpu") == {"dtype": torch.float32, "attn_implementation": "sdpa"}
+
+
+def test_hf_sampling_copy_takes_the_policy_dtype():
+    """The merged sampling copy of the peft path is in the policy's dtype (bf16 on CUDA)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from conftest import TINY_MODEL
+    from race.backends.hf import HFBackend
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.bfloat16)
+    policy = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    backend = HFBackend(policy, AutoTokenizer.from_pretrained(TINY_MODEL), model_path=TINY_MODEL)
+    assert backend.sampler is not policy and backend.sampler.dtype == torch.bfloat16
+    assert backend.sampler.config._attn_implementation == "sdpa"
+    batch = backend.generate(["12+34="], n=3, max_new_tokens=4, seed=0)
+    assert len(batch.completion_ids[0]) == 3
+
+
+def _cfg(**grpo):
+    return build_config({**presets.DEFAULT, "grpo": {**presets.DEFAULT["grpo"], **grpo}})
+
+
+def _layer_calls(policy, batch, **kw):
+    """Forward calls of layer 0's q_proj during one update: 2 per iteration when checkpointing
+    recomputes the layer in backward (the layer's own post-forward hook would not fire then:
+    non-reentrant recomputation stops once the saved tensors exist again)."""
+    import torch
+
+    from race import grpo
+
+    calls = []
+    layer = next(m for n, m in policy.named_modules() if n.endswith("layers.0.self_attn.q_proj"))
+    h = layer.register_forward_hook(lambda *a: calls.append(1))
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-3)
+    grpo.update(policy, opt, batch, mu=1, temperature=1.0, clip_eps=0.2, loss_agg="dapo", max_completion_len=6, **kw)
+    h.remove()
+    return len(calls)
+
+
+def _batch():
+    from race import grpo
+
+    return grpo.pack([[4, 5, 6], [7, 8]], [[9, 2], [10, 11, 2], [12, 2], [9, 9, 2]], [0, 0, 1, 1],
+                     [1.0, -1.0, 0.5, -0.5], 0)
+
+
+def test_grad_checkpointing_is_honoured_on_the_peft_path():
+    """grpo.grad_checkpointing: the policy is HF + peft with non-reentrant checkpointing (the lean
+    path has none), so each layer's forward is recomputed in backward, as the FLOP meter counts."""
+    from peft import PeftModel
+
+    from race.backends.lean import LeanLM
+    from race.pilot import load_policy
+
+    _, ckpt, _ = load_policy(_cfg(grad_checkpointing=True))
+    assert isinstance(ckpt, PeftModel) and ckpt.base_model.model.is_gradient_checkpointing and ckpt.training
+    _, plain, _ = load_policy(_cfg(fast_path=False))
+    assert isinstance(plain, PeftModel) and not plain.base_model.model.is_gradient_checkpointing
+    assert isinstance(load_policy(_cfg())[1], LeanLM)
+    assert _layer_calls(ckpt, _batch()) == 2
+    assert _layer_calls(plain, _batch()) == 1
+    from race.grid import shares_prefix
+
+    assert not shares_prefix(_cfg(grad_checkpointing=True)) and shares_prefix(_cfg())
+
+
+@pytest.mark.parametrize("loss_agg", ["dapo", "grpo", "dr_grpo"])
+def test_micro_batched_update_equals_the_full_batch(loss_agg):
+    """grpo.micro_batch splits the update into whole prompt groups and accumulates: same step."""
+    import torch
+
+    from race import grpo
+    from race.config import GridConfig
+    from race.pilot import load_policy
+
+    cfg = GridConfig(model="race/tiny-arith", budget=1e12)
+    results = []
+    for micro in (None, 2):
+        torch.manual_seed(0)
+        _, policy, _ = load_policy(cfg)
+        with torch.no_grad():
+            for name, p in policy.lora.items():
+                if name.endswith("_B"):
+                    p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+        # SGD: the step is the gradient itself (Adam's g/|g| would magnify float noise of ~0 gradients)
+        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.5)
+        stats = grpo.update(policy, opt, _batch(), mu=2, temperature=1.0, clip_eps=0.2, loss_agg=loss_agg,
+                            max_completion_len=6, micro_batch=micro, beta=0.01)
+        results.append(({k: v.detach().clone() for k, v in policy.lora.items()}, stats))
+    (full, s_full), (micro, s_micro) = results
+    assert len(grpo.micro_batches(_batch(), 2)) == 2
+    for k in full:
+        assert torch.allclose(full[k], micro[k], atol=1e-6), (k, float((full[k] - micro[k]).abs().max()))
+    assert s_micro.loss == pytest.approx(s_full.loss, abs=1e-6)
+
+
+def test_unmerged_adapter_sampling_is_metered_at_2_n_plus_n_lora():
+    """FLOP parity: a backend that samples through the unmerged adapter (vLLM) is metered at
+    2·(N + N_lora) per token it feeds, one that merges (HF) at 2·N."""
+    from race import flops as F
+    from race.backends.vllm import VLLMBackend
+    from race.models import load_arch
+    from race.pilot import FlopMeter
+
+    assert VLLMBackend.sampling_uses_adapter is True
+    arch, lora = load_arch("Qwen/Qwen2.5-1.5B-Instruct"), F.LoRASpec(rank=8)
+    on, off = FlopMeter(arch, lora, sampling_uses_adapter=True), FlopMeter(arch, lora, sampling_uses_adapter=False)
+    prompts, completions = [6, 9], [[4, 3], [1, 5, 2]]
+    fed = sum(prompts) + sum(c - 1 for group in completions for c in group)     # prefill + decode inputs
+    diff = on.search(prompts, completions) - off.search(prompts, completions)
+    assert diff == pytest.approx(2 * F.lora_param_count(arch, lora) * fed, rel=1e-9)
+
+
+def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
+    """On a GPU, vLLM's gpu_memory_utilization is its weights + one rollout batch's KV cache from
+    race.memory, as a fraction of the device; nothing is passed on CPU or to the HF backend."""
+    import types
+
+    import torch
+
+    from race.grid import plan_grid
+    from race.memory import schedule_memory, vllm_memory_fraction
+    from race.pilot import backend_options
+
+    cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
+                        "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024}, "budget": 5e16,
+                        "lengths": {"prompt": 150, "completion": 700}})
+    schedule = plan_grid(cfg).schedules[0]
+    total = 141 * 2 ** 30
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=total))
+    frac = backend_options(cfg, "vllm", device="cuda", schedule=schedule)["gpu_memory_utilization"]
+    assert frac == vllm_memory_fraction(schedule_memory(cfg, schedule, prompt_len=cfg.prompt_len), total)
+    assert 0.05 < frac < 0.5
+    assert 0.05 <= backend_options(cfg, "vllm", device="cuda")["gpu_memory_utilization"] < 0.5   # calibration
+    assert backend_options(cfg, "vllm", device="cpu", schedule=schedule) == {}
+    assert backend_options(cfg, "hf", device="cuda", schedule=schedule) == {}
+
+
+def test_sdpa_where_available_else_the_default_attention(monkeypatch):
+    import transformers
+
+    from race.backends.hf import load_causal_lm
+
+    calls = []
+
+    def fake(path, **kw):
+        calls.append(kw)
+        if kw.get("attn_implementation") == "sdpa":
+            raise ValueError("FooForCausalLM does not support an attention implementation through "
+                             "torch.nn.functional.scaled_dot_product_attention yet (sdpa)")
+        return "model"
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake)
+    assert load_causal_lm("p", dtype="bf16") == "model"
+    assert calls == [{"attn_implementation": "sdpa", "dtype": "bf16"}, {"dtype": "bf16"}]
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda path, **kw: (_ for _ in ()).throw(ValueError("no such model")))
+    with pytest.raises(ValueError, match="no such model"):
+        load_causal_lm("p")

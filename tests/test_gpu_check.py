@@ -1,0 +1,28 @@
+"""bench/gpu_check.py in its reduced CPU mode: the same engine, a tiny random Qwen2, seconds."""
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_gpu_check_reduced_mode_runs_on_cpu(tmp_path):
+    out = tmp_path / "gc.json"
+    code = ("import sys; sys.path.insert(0, 'bench'); import gpu_check\n"
+            f"gpu_check.main(['--cpu', '--steps', '1', '--json', {str(out)!r}])\n"
+            "print('HEAVY', [m for m in ('vllm', 'optuna') if m in sys.modules])\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "HEAVY []" in r.stdout                    # the H200 machine has neither
+    assert "rollout tok/s" in r.stdout and "update MFU" in r.stdout
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert data["peak_flop_s"] > 1e8
+    assert row["rollout_s"] > 0 and row["update_s"] > 0
+    assert 0 < row["rollout_tok_s"] and 0 < row["update_tok_s"]
+    # 2 prompts × 4 rollouts of ≤ 8 tokens in the one timed step
+    assert row["rollout_tok_s"] * row["rollout_s"] <= 2 * 4 * 8
+    assert row["learning_flops"] > 0 and row["search_flops"] > 0
+    assert 0 < row["update_mfu"] < 2
+    assert row["peak_mem_measured"] is None and row["peak_mem_plan"] > 0

@@ -1,0 +1,175 @@
+"""Memory planning (race.memory): hand-computed numbers, the plan's refusal, and the terms
+checked against the tensors the engine really allocates on CPU."""
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import PILOTS
+from race import flops as F
+from race.config import ConfigError
+from race.memory import (GiB, activation_bytes, estimate_memory, kv_cache_bytes, parse_bytes,
+                         sampling_copy_bytes, update_sequences)
+from race.models import load_arch
+
+TINY = load_arch("race/tiny-arith")          # h 128, 3 layers, 4 heads (d 32), 2 KV heads, MLP 512, V 23
+QWEN15 = load_arch("Qwen/Qwen2.5-1.5B-Instruct")
+LORA = F.LoRASpec(rank=8)
+
+
+def test_parse_bytes():
+    assert parse_bytes("80GiB") == 80 * 2 ** 30
+    assert parse_bytes("80 GB") == 80 * 10 ** 9
+    assert parse_bytes("141e9") == 141 * 10 ** 9
+    assert parse_bytes("512MiB") == 2 ** 29
+    for bad in ("80Gx", "-1GiB", "", "0"):
+        with pytest.raises(ConfigError, match="gpu_memory"):
+            parse_bytes(bad)
+
+
+def test_terms_by_hand_qwen_1_5b():
+    est = estimate_memory(QWEN15, LORA, prompt_len=150, completion_len=1024, rollouts=64, train_sequences=8,
+                          dtype_bytes=2, sampler="vllm", overhead=GiB)
+    assert est.weights == 1_543_714_304 * 2
+    assert est.sampling_copy == 1_543_714_304 * 2               # vLLM's own copy of the base
+    # LoRA r=8 on 7 modules: 28 · 8 · (1536+1536 + 1536+256 + 1536+256 + 1536+1536 + 3·(1536+8960))
+    n_lora = 28 * 8 * (3072 + 1792 + 1792 + 3072 + 3 * 10496)
+    assert F.lora_param_count(QWEN15, LORA) == n_lora
+    assert est.lora_state == 16 * n_lora                        # fp32 param, grad, exp_avg, exp_avg_sq
+    # 64 sequences × 1174 tokens × 28 layers × 2 (K, V) × 2 KV heads × 128 × 2 bytes
+    assert est.kv_cache == 64 * 1174 * 28 * 2 * 2 * 128 * 2
+    assert est.sampling_logits == 64 * 151936 * (2 + 8)
+    per_token_layer = 4 * 1536 + 3 * 1536 + 2 * 256 + 4 * 8960 + 7 * 8
+    assert est.activations == 8 * 1174 * 28 * per_token_layer * 2
+    assert est.update_logits == 8 * 1025 * 151936 * (2 + 8)
+    assert est.peak == max(est.rollout_peak, est.update_peak)
+    assert est.rollout_peak == est.weights * 2 + est.lora_state + GiB + est.kv_cache + est.sampling_logits
+    ckpt = activation_bytes(QWEN15, LORA, tokens=8 * 1174, dtype_bytes=2, grad_checkpointing=True)
+    assert ckpt == 8 * 1174 * (28 * 1536 + per_token_layer) * 2
+    assert ckpt < est.activations / 10
+
+
+def test_micro_batch_sequences():
+    from race.records import FlopBreakdown, Schedule
+
+    s = Schedule(rho_target=0.5, prompts_per_step=8, n_gen=16, n_train=8, mu=1, steps=10, learning_rate=1e-5, lora_rank=8,
+                 flops_per_step=FlopBreakdown(1, 1, 0), flops=FlopBreakdown(10, 10, 0))
+    assert update_sequences(s, None) == 64
+    assert update_sequences(s, 16) == 16 and update_sequences(s, 20) == 16
+    assert update_sequences(s, 3) == 8            # a prompt's group stays whole
+    assert update_sequences(s, 1000) == 64
+
+
+def test_plan_shows_memory_and_refuses_what_cannot_fit():
+    from race.cli import main
+
+    cfg = os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")
+    r = CliRunner().invoke(main, ["plan", cfg, "--gpu-memory", "141GiB"])
+    assert r.exit_code == 0, r.output
+    assert "est. GPU mem" in r.output and "GiB" in r.output
+    r = CliRunner().invoke(main, ["plan", cfg, "--gpu-memory", "8GiB"])
+    assert r.exit_code == 2
+    err = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(err) == 1 and "needs an estimated" in err[0] and "gpu_memory is 8.00 GiB" in err[0]
+    assert "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["plan", cfg, "--gpu-memory", "lots"])
+    assert r.exit_code == 2 and "gpu_memory 'lots' is not a memory size" in r.output
+
+
+def test_gpu_memory_in_config_and_json_plan(tmp_path):
+    import json
+
+    import yaml
+
+    from race.cli import main
+
+    raw = yaml.safe_load(open(os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")))
+    raw["gpu_memory"] = "4GiB"
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    r = CliRunner().invoke(main, ["plan", str(p)])
+    assert r.exit_code == 2 and "gpu_memory is 4.00 GiB" in r.output
+    r = CliRunner().invoke(main, ["plan", str(p), "--gpu-memory", "1TiB", "--json"])
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.output)["memory"]
+    assert len(mem) == 5 and all(m["peak"] < 2 ** 40 for m in mem)
+    assert all(m["peak"] == max(m["rollout_peak"], m["update_peak"]) for m in mem)
+
+
+# ----------------------------------------------------------------------------- against torch on CPU
+
+@pytest.fixture(scope="module")
+def lean():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from conftest import TINY_MODEL
+    from race.backends.lean import LeanLM
+
+    m = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32)
+    m.requires_grad_(False)
+    return LeanLM(m, rank=8, alpha=16, targets=LORA.target_modules, seed=0)
+
+
+def test_kv_cache_formula_is_the_sampler_cache(lean):
+    """The HF backend's cache for B_p prompts × n rollouts of (prompt + max new tokens)."""
+    from race.backends.lean import LeanLM
+
+    prompts, n, max_len = 5, 8, 6 + 6
+    cache = LeanLM.repeat_cache(lean.new_cache(prompts, max_len), n)
+    actual = sum(t.nbytes for t in cache.k + cache.v)
+    assert actual == kv_cache_bytes(TINY, sequences=prompts * n, tokens=max_len, dtype_bytes=4)
+
+
+def test_lean_sampling_copy_is_the_merged_weights(lean):
+    lean.merge()
+    actual = sum(t.nbytes for layer in lean.layers for t in layer.merged.values())
+    assert actual == sampling_copy_bytes(TINY, LORA, "lean", 4)
+
+
+def test_lora_state_is_params_grads_and_adam_moments(lean):
+    import torch
+
+    opt = torch.optim.AdamW([p for p in lean.parameters() if p.requires_grad], lr=1e-3)
+    x = torch.tensor([[3, 4, 5, 6]])
+    lean(x).logits.sum().backward()
+    opt.step()
+    params = [p for p in lean.parameters() if p.requires_grad]
+    actual = sum(p.nbytes + p.grad.nbytes for p in params)
+    actual += sum(t.nbytes for st in opt.state.values() for k, t in st.items() if k != "step")
+    est = estimate_memory(TINY, LORA, prompt_len=6, completion_len=6, rollouts=1, train_sequences=1, dtype_bytes=4)
+    assert actual == est.lora_state
+    opt.zero_grad(set_to_none=True)
+
+
+def test_activation_formula_against_saved_tensors(lean):
+    """Bytes autograd saves in an update forward (distinct storages, weights excluded) vs the
+    formula: within 15 % for the tokens the lean path runs (each prompt once per group); the
+    plan's figure (every sequence with its prompt) is an upper bound."""
+    import torch
+
+    from race import grpo
+
+    G, n, P, C = 4, 8, 10, 6
+    batch = grpo.pack([[5] * P] * G, [[6] * C] * (G * n), [i for i in range(G) for _ in range(n)],
+                      [0.1] * (G * n), 0)
+    weights = {t.untyped_storage().data_ptr() for t in [lean.embed, lean.lm_head, lean.norm]}
+    for layer in lean.layers:
+        for d in (layer.w, layer.b, layer.norms):
+            weights |= {t.untyped_storage().data_ptr() for t in d.values()}
+    weights |= {p.untyped_storage().data_ptr() for p in lean.parameters()}
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = max(seen.get(t.untyped_storage().data_ptr(), 0),
+                                                   t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lean.forward_grouped(batch.prompt_ids, batch.prompt_mask, batch.group, batch.completion_ids,
+                             batch.completion_mask)
+    measured = sum(v for k, v in seen.items() if k not in weights)
+    shared = activation_bytes(TINY, LORA, tokens=G * P + G * n * C, dtype_bytes=4)
+    full = activation_bytes(TINY, LORA, tokens=G * n * (P + C), dtype_bytes=4)
+    assert 0.85 < measured / shared < 1.15, (measured, shared)
+    assert measured < full

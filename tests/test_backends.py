@@ -190,8 +190,9 @@ def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
 
     cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
                         "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024}, "budget": 5e16,
-                        "lengths": {"prompt": 150, "completion": 700}})
-    schedule = plan_grid(cfg).schedules[0]
+                        "lengths": {"prompt": 150, "completion": 700},
+                        "schedule": {**presets.DEFAULT["schedule"], "lower_rho_by": "generate"}})
+    schedule = plan_grid(cfg).schedules[0]     # the most rollouts per prompt: the largest KV cache
     total = 141 * 2 ** 30
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=total))
     frac = backend_options(cfg, "vllm", device="cuda", schedule=schedule)["gpu_memory_utilization"]

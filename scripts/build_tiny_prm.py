@@ -6,20 +6,22 @@ step score = positive-class probability at the step token).
     python scripts/build_tiny_prm.py                 # both sizes
     python scripts/build_tiny_prm.py --size s        # one of them
 
-Labels come from the rule (``race.tasks.steps.step_labels``) on two kinds of solutions to
-training-split problems, half each: the shipped step policy's own samples at T = 1 (its
-natural mistakes) and canonical solutions with 0–2 corrupted steps
-(``race.tasks.steps.corrupted_steps``: wrong sums, carries, digits, answers). Cross-entropy
-at the step tokens only, AdamW. Held-out step-classification AUC against the rule is
-measured on evaluation-split problems (never trained on), separately for corrupted
-solutions and policy samples, and written to ``race_meta.json``.
+Labels come from the rule (``race.tasks.steps.step_labels``) on canonical solutions of
+training-split problems with 0–2 corrupted steps (``race.tasks.steps.corrupted_steps``: wrong
+sums, carries, digits, answers), drawn fresh for every batch. Loss: cross-entropy at the step
+tokens plus an auxiliary cross-entropy on every other completion token (1 while the step so
+far is a prefix of the canonical step), AdamW. Held-out step-classification AUC against the
+rule is measured on evaluation-split problems (never trained on), separately for corrupted
+solutions and for the step policy's own samples at T = 1 (its natural mistakes), and written
+to ``race_meta.json``.
 
-Sizes: ``s`` is the policy's architecture (hidden 128, 3 layers: ≈ 0.74 M parameters);
-``l`` is 12 layers deep (≈ 2.95 M, 4× the policy), so that scoring every rollout takes a
-large share of a pilot's FLOPs. Both start from the step policy's weights (its embedding and
-layers; ``l``'s nine extra layers start as identities), as real PRMs start from a policy
-model; the 2-label head starts random. Deterministic like the policy builds (one thread,
-deterministic algorithms, seeded init, data and sampling).
+Sizes (hidden 128 like the policy): ``s`` = the step policy's 3 layers (its weights) + 1 new
+layer (≈ 0.99 M parameters, 1.3× the policy); ``l`` = 12 layers (≈ 2.97 M, 4× the policy),
+started from the trained ``tiny-prm-s`` (its 4 layers and head) with 8 more layers that start
+as identities (their ``o_proj`` and ``down_proj`` zeroed: depth up-scaling), then trained
+further; ``l`` exists so that scoring every rollout takes a large share of a pilot's FLOPs.
+Deterministic like the policy builds (one thread, deterministic algorithms, seeded init and
+data).
 """
 from __future__ import annotations
 
@@ -46,13 +48,16 @@ from race.tasks.steps import canonical_steps, corrupted_steps, parse_prompt, spl
 ASSETS = os.path.join(ROOT, "race", "assets")
 POLICY = os.path.join(ASSETS, "tiny-arith-steps")
 TASK = "arithmetic-steps"
-SIZES = {   # the policy's width and its 3 layers (frozen), plus trainable layers that start as identities
-    "s": {"num_hidden_layers": 4, "steps": 600},
-    "l": {"num_hidden_layers": 12, "steps": 600},
+SIZES = {   # the policy's width; s: its 3 layers + 1 new, l: tiny-prm-s's 4 layers + 8 that start as identities
+    "s": {"num_hidden_layers": 4, "steps": 300},
+    "l": {"num_hidden_layers": 12, "steps": 60},
 }
-BATCH, LR, WARMUP = 64, float(os.environ.get("PRM_LR", 2e-3)), 50
-AUX_WEIGHT = float(os.environ.get("PRM_AUX", 1.0))   # weight of the per-token auxiliary labels
-FREEZE_POLICY = os.environ.get("PRM_FREEZE", "1") == "1"
+BATCH, LR, WARMUP = 64, 2e-3, 50
+AUX_WEIGHT = 1.0        # weight of the per-token auxiliary labels
+FREEZE_POLICY = False   # train the policy's layers too (freezing them learned slower: see docs/prm.md)
+POOL_SHARE = 0.0        # share of each batch taken from policy samples (0: corruptions only)
+DATA_NOTE = ("canonical solutions of training problems with 0-2 corrupted steps, fresh every batch; labels from "
+             "race.tasks.steps.step_labels; losses: step tokens + per-token right/wrong + canonical character")
 
 
 def prm_tokenizer():
@@ -105,9 +110,6 @@ def init_from_policy(model) -> None:
             if i < depth:
                 layer.load_state_dict({k.split(f"layers.{i}.", 1)[1]: v for k, v in policy.items()
                                        if k.startswith(f"layers.{i}.")})
-            else:
-                layer.self_attn.o_proj.weight.zero_()
-                layer.mlp.down_proj.weight.zero_()
     if FREEZE_POLICY:
         body.embed_tokens.requires_grad_(False)      # the policy's layers stay as they are: their next-token
         for layer in body.layers[:depth]:            # features (what each step should say) are what the
@@ -133,45 +135,57 @@ def corrupted(prompts: list[str], rng: random.Random) -> list[tuple[str, str]]:
 
 
 def encode(tok, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    """Right-padded ``prompt + step<extra_0>…``: ``labels`` hold the rule's label of each step at
-    its step token; ``token_labels`` the auxiliary label of every other completion token: 1 while
-    the step written so far is a prefix of the canonical step (``race.tasks.steps``), else 0."""
+    """Right-padded ``prompt + step<extra_0>…`` with three kinds of targets:
+
+    - ``labels``: the rule's label of each step at its step token (what the PRM is read for);
+    - ``token_labels``: every other completion token: 1 while the step written so far is a
+      prefix of the canonical step (``race.tasks.steps``), else 0 — *where* a step goes wrong;
+    - ``canon``: every completion token: the canonical character at that place of the step
+      (fixed-width steps line up), whatever was written there — the model must work out the
+      right digit itself, a 10-way target as rich as the policy's next-token loss.
+    """
     sep = tok.convert_tokens_to_ids(STEP_TOKEN)
-    seqs, labels, aux = [], [], []
+    rows = []
     for prompt, completion in pairs:
         steps = split_steps(completion)
         want = canonical_steps(*parse_prompt(prompt))
-        ids, lab, tl = tok.encode(prompt), [], []
-        lab, tl = [-100] * len(ids), [-100] * len(ids)
+        ids = tok.encode(prompt)
+        lab, tl, canon = [-100] * len(ids), [-100] * len(ids), [-100] * len(ids)
         for i, (step, right) in enumerate(zip(steps, step_labels(prompt, completion))):
-            target = want[i] if i < len(want) - 1 and i < len(steps) - 1 else (want[-1] if i == len(steps) - 1 else "")
+            last = i == len(steps) - 1
+            target = want[-1] if last else (want[i] if i < len(want) - 1 else "")
             chars = tok.encode(step)
             ids += chars + [sep]
             tl += [int(target.startswith(step[:k + 1])) for k in range(len(chars))] + [-100]
             lab += [-100] * len(chars) + [int(right)]
-        seqs.append(ids)
-        labels.append(lab)
-        aux.append(tl)
-    width = max(map(len, seqs))
-    batch = {"input_ids": torch.full((len(seqs), width), tok.pad_token_id),
-             "attention_mask": torch.zeros((len(seqs), width), dtype=torch.long),
-             "labels": torch.full((len(seqs), width), -100), "token_labels": torch.full((len(seqs), width), -100)}
-    for i, (s, l, t) in enumerate(zip(seqs, labels, aux)):
-        batch["input_ids"][i, :len(s)], batch["labels"][i, :len(s)] = torch.tensor(s), torch.tensor(l)
-        batch["token_labels"][i, :len(s)] = torch.tensor(t)
+            canon += [tok.convert_tokens_to_ids(target[k]) if k < len(target) else -100
+                      for k in range(len(chars))] + [-100]
+        rows.append((ids, lab, tl, canon))
+    width = max(len(r[0]) for r in rows)
+    batch = {"input_ids": torch.full((len(rows), width), tok.pad_token_id),
+             "attention_mask": torch.zeros((len(rows), width), dtype=torch.long)}
+    for key in ("labels", "token_labels", "canon"):
+        batch[key] = torch.full((len(rows), width), -100)
+    for i, (s, l, t, c) in enumerate(rows):
+        batch["input_ids"][i, :len(s)] = torch.tensor(s)
         batch["attention_mask"][i, :len(s)] = 1
+        for key, v in (("labels", l), ("token_labels", t), ("canon", c)):
+            batch[key][i, :len(s)] = torch.tensor(v)
     return batch
 
 
-def loss_fn(model, batch) -> torch.Tensor:
-    """Cross-entropy at the step tokens plus AUX_WEIGHT × the auxiliary per-token cross-entropy:
-    the dense signal teaches where a step departs from the canonical one, the step tokens learn
-    to read it off."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+def loss_fn(model, batch, canon_head=None) -> torch.Tensor:
+    """Cross-entropy at the step tokens + AUX_WEIGHT × (the per-token right/wrong labels + the
+    canonical-character targets through ``canon_head``, a training-only Linear(h, vocab))."""
+    hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    logits = model.score(hidden)
     ce = torch.nn.functional.cross_entropy
     step = ce(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
     token = ce(logits.flatten(0, 1), batch["token_labels"].flatten(), ignore_index=-100)
-    return step + AUX_WEIGHT * token
+    aux = token
+    if canon_head is not None:
+        aux = aux + ce(canon_head(hidden).flatten(0, 1), batch["canon"].flatten(), ignore_index=-100)
+    return step + AUX_WEIGHT * aux
 
 
 @torch.no_grad()
@@ -188,14 +202,16 @@ def probe_auc(model, tok, pairs: list[tuple[str, str]]) -> float:
 def train(model, tok, pool: list[tuple[str, str]], prompts: list[str], *, steps: int, seed: int,
           probe: list[tuple[str, str]] | None = None) -> float:
     rng = random.Random(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, betas=(0.9, 0.98),
-                            weight_decay=0.01)
+    canon_head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size)   # training only
+    params = [p for p in model.parameters() if p.requires_grad] + list(canon_head.parameters())
+    opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
     model.train()
     start = time.perf_counter()
-    for step in range(steps):   # half policy samples, half freshly corrupted canonical solutions
-        pairs = rng.sample(pool, BATCH // 2) + corrupted(rng.sample(prompts, BATCH // 2), rng)
-        loss = loss_fn(model, encode(tok, pairs))
+    n_pool = int(BATCH * POOL_SHARE) if pool else 0
+    for step in range(steps):   # policy samples (POOL_SHARE) and freshly corrupted canonical solutions
+        pairs = rng.sample(pool, n_pool) + corrupted(rng.sample(prompts, BATCH - n_pool), rng)
+        loss = loss_fn(model, encode(tok, pairs), canon_head)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -230,7 +246,7 @@ def build(size: str, out: str, *, seed: int = 0, threads: int = 1, steps: int | 
     train_prompts = [p.prompt for p in load_task(TASK, split="train")]
     eval_prompts = [p.prompt for p in load_task(TASK, split="eval")]
     t0 = time.perf_counter()
-    pool = policy_samples(train_prompts, seed=seed)
+    pool = policy_samples(train_prompts, seed=seed) if POOL_SHARE > 0 else []
     sample_seconds = time.perf_counter() - t0
     torch.manual_seed(seed)
     model = Qwen2ForTokenClassification(prm_config(size, len(tok)))
@@ -255,8 +271,7 @@ def build(size: str, out: str, *, seed: int = 0, threads: int = 1, steps: int | 
         "task": TASK, "size": size, "convention": "Qwen2.5-Math-PRM: <extra_0> after each step, "
         "P(label 1 = right) at the step tokens",
         "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP, "threads": threads,
-                   "data": "half policy samples (race/tiny-arith-steps, T=1, one per training prompt), half "
-                           "canonical solutions with 0-2 corrupted steps; labels from race.tasks.steps.step_labels"},
+                   "data": DATA_NOTE, "aux_weight": AUX_WEIGHT, "freeze_policy": FREEZE_POLICY},
         "sample_seconds": round(sample_seconds, 1), "train_seconds": round(seconds, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "heldout": {"policy_samples": heldout_auc(prm, held_policy),

@@ -6,7 +6,7 @@ column addition written out in steps (the ``arithmetic-steps`` task, ``race/task
 
 Same tokenizer, architecture and recipe as ``scripts/build_tiny_policy.py`` (the 23-token
 character vocabulary already holds ``;`` and ``+``), trained on ``prompt + worked solution +
-EOS`` from the training split of ``arithmetic-steps`` (``47+85=`` → ``7+5=12;4+8+1=13;132``),
+EOS`` from the training split of ``arithmetic-steps`` (``47+85=`` → ``7+5+0=12;4+8+1=13;132``),
 loss on the completion only, and stopped early on purpose so that sampled (T = 1)
 final-answer accuracy is roughly a third: RL has room to improve it.
 

@@ -144,3 +144,15 @@ def test_step_pilot_configs_share_policy_task_grid_and_budget():
     assert min(shares["prm"]) >= 0.2 and min(shares["proxy-prm"]) > 0.05
     assert shares["sparse"] == shares["dense"] == [0.0] * len(cfgs["sparse"].grid)
     assert all(a > b for a, b in zip(shares["prm"], shares["proxy-prm"]))
+
+
+def test_reward_heavy_advice_prices_the_feedback_levers():
+    from race.records import FlopBreakdown, Regime
+    from race.regime import feedback_advice
+
+    best = FlopBreakdown(search=30.0, learning=20.0, reward=50.0)
+    (line,) = feedback_advice(best, regime=Regime.REWARD_HEAVY)
+    assert "a proxy PRM 4× cheaper frees 38% of the budget" in line          # 0.5 · (1 − 1/4)
+    assert "scoring half of the rollouts 25%" in line
+    assert "this schedule's ρ would be 0.40 (measured 0.20)" in line         # 20 / (30 + 20) vs 20 / 100
+    assert feedback_advice(best, regime=Regime.BALANCED) == []

@@ -4,7 +4,7 @@ They cost 0 FLOPs (no model runs); ``score_completions`` reports their CPU time.
 
 The *final answer* of a completion is its text up to the first end-of-sequence
 marker, stripped of surrounding whitespace (``final_answer``); for a worked solution of
-``arithmetic-steps`` (``"7+5=12;4+8+1=13;132"``) it is the last step, the answer. Rollout backends
+``arithmetic-steps`` (``"7+5+0=12;4+8+1=13;132"``) it is the last step, the answer. Rollout backends
 decode completions **with** special tokens, so a reward can tell a policy that
 stopped (the EOS marker is there) from one that ran out of tokens; text after the
 EOS (padding, a second answer) is ignored. A completion with no marker counts as not
@@ -34,7 +34,7 @@ def final_answer(completion: str, eos_markers: tuple[str, ...] = EOS_MARKERS) ->
 
 def _worked_answer(text: str) -> str:
     """The last segment of a worked solution in the ``arithmetic-steps`` grammar
-    (``"7+5=12;4+8+1=13;132"`` → ``"132"``: column steps ``d+d[+1]=s`` separated by ``;``,
+    (``"7+5+0=12;4+8+1=13;132"`` → ``"132"``: column steps ``d+d+d=s`` separated by ``;``,
     then an integer; empty segments are skipped, as the step checker skips them); any other
     text unchanged."""
     if ";" not in text:

@@ -73,6 +73,9 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     regimes = {name: v.regime.value for name, v in verdicts.items()}
     if len(set(regimes.values())) > 1:
         notes.append("targets disagree: " + ", ".join(f"{k} → {v}" for k, v in regimes.items()))
+    trends = {name: v.fits["trend_regime"] for name, v in verdicts.items() if v.regime is Regime.REWARD_HEAVY}
+    if len(set(trends.values())) > 1:
+        notes.append("trends under the feedback cost disagree: " + ", ".join(f"{k} → {v}" for k, v in trends.items()))
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")

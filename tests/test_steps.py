@@ -88,14 +88,19 @@ def test_prm_reward_settings_are_validated():
 
 
 def test_build_reward_gives_a_batched_prm():
-    fn = build_reward(_cfg(kind="proxy-prm", model="race/tiny-prm-s", aggregation="last"))
-    assert fn.step_separator == ";" and fn.aggregation == "last"       # the task's separator by default
-    batch = score_completions(fn, ["47+85="] * 2, ["7+5+0=12;4+8+1=13;132</s>", "7+5+0=12;4+8+0=12;122</s>"],
-                              ["132"] * 2)
-    assert batch.scores[0] > 0.5 > batch.scores[1] and batch.flops > 0 and batch.errors == 0
-    assert fn("47+85=", "7+5+0=12;4+8+1=13;132</s>", "132") == pytest.approx(batch.scores[0])
+    fn = build_reward(_cfg(kind="proxy-prm", model="race/tiny-prm-s", aggregation="min"))
+    assert fn.step_separator == ";" and fn.aggregation == "min"       # the task's separator by default
+    comps = ["7+5+0=12;4+8+1=13;132</s>", "7+5+0=12;4+8+0=12;122</s>"]
+    batch = score_completions(fn, ["47+85="] * 2, comps, ["132"] * 2)
+    steps, _ = fn.step_scores(["47+85="] * 2, comps)
+    assert batch.scores == [min(s) for s in steps] and batch.scores[0] > batch.scores[1]
+    assert batch.flops == fn.flops_of([28, 28]) and batch.errors == 0
+    assert fn("47+85=", comps[0], "132") == pytest.approx(batch.scores[0])
 
     class Broken:
+        def __call__(self, *a):
+            return 1.0
+
         def score_batch(self, *a):
             raise RuntimeError("out of memory")
     bad = score_completions(Broken(), ["1+1="] * 3, ["2"] * 3, ["2"] * 3)
@@ -109,10 +114,10 @@ def test_prm_pilot_meters_reward_share_and_step_targets():
     from race.pilot import run_pilot
 
     cfg = config_from_dict({
-        "model": "race/tiny-arith-steps", "task": "arithmetic-steps", "budget": 3e10, "grid": [0.3],
+        "model": "race/tiny-arith-steps", "task": "arithmetic-steps", "budget": 2e10, "grid": [0.3],
         "seeds": 1, "lengths": {"prompt": 6, "completion": 21},
         "reward": {"kind": "prm", "model": "race/tiny-prm-l"}, "grpo": {"max_completion_len": 24},
-        "schedule": {"prompts_per_step": 4, "n_train": 4}, "eval": {"prompts": 40, "samples": 2},
+        "schedule": {"prompts_per_step": 4, "n_train": 4}, "eval": {"prompts": 30, "samples": 2},
         "backend": "hf"})
     plan = plan_grid(cfg)
     planned = plan.schedules[0].flops.shares()["reward"]
@@ -121,7 +126,7 @@ def test_prm_pilot_meters_reward_share_and_step_targets():
     assert result.extra["steps"] >= 2 and planned >= 0.2 and measured >= 0.2
     assert measured == pytest.approx(planned, abs=0.05)
     assert {"reward", "pass@1", "process", "final-answer"} <= set(result.evals)
-    assert all(len(v) == 40 for v in result.evals.values())
+    assert all(len(v) == 30 for v in result.evals.values())
     assert result.evals["final-answer"] == result.evals["pass@1"]      # the reference is the final answer
     assert all(0.0 <= x <= 1.0 for v in result.evals.values() for x in v)
 

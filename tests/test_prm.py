@@ -204,3 +204,18 @@ def test_detect_convention_from_architectures():
     assert detect_convention(C("LlamaForSequenceClassification")) == "sequence"
     with pytest.raises(PRMError, match="'Qwen2ForCausalLM' is not a reward model"):
         detect_convention(C("Qwen2ForCausalLM"))
+
+
+@pytest.mark.parametrize("name", PRMS)
+def test_spec_from_a_loaded_config_matches_the_shipped_one(name):
+    """A PRM that RACE has no config file for (a hub id) is costed from its loaded config."""
+    from transformers import AutoConfig
+
+    from race.flops import reward_flops
+    from race.models import load_reward_model
+    from race.rewards.prm import _spec_from_config
+
+    a = _spec_from_config(AutoConfig.from_pretrained(ASSETS / name), name)
+    b = load_reward_model(f"race/{name}")
+    assert reward_flops(a, prompt_len=6, completion_len=22, sequences=3) == \
+        reward_flops(b, prompt_len=6, completion_len=22, sequences=3) > 0

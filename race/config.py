@@ -19,6 +19,7 @@ REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
 ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
+PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,10 @@ class RewardSettings:
     model: str | None = None      # reward model / PRM (HF id or folder) for prm kinds
     num_labels: int = 2           # head size of the reward model (2: PRM positive/negative)
     function: str | None = None   # "module:callable" for kind=custom
+    aggregation: str = "min"      # prm kinds: step scores → reward: min | product | last | mean
+    step_separator: str | None = None   # prm kinds: text between steps (None: ";" for arithmetic-steps, else "\n\n")
+    trust_remote_code: bool = False     # prm kinds: allow the model's own code (Qwen2.5-Math-PRM needs it)
+    batch_size: int = 64          # prm kinds: sequences per PRM forward
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,13 @@ def _validate(c: GridConfig) -> None:
         raise ConfigError("reward.kind 'custom' needs reward.function ('module:function')")
     if c.reward.kind in ("prm", "proxy-prm") and not c.reward.model:
         raise ConfigError(f"reward.kind {c.reward.kind!r} needs reward.model (a reward-model id or folder)")
+    if c.reward.aggregation not in PRM_AGGREGATIONS:
+        raise ConfigError(f"reward.aggregation {c.reward.aggregation!r} is unknown: expected one of "
+                          f"{', '.join(PRM_AGGREGATIONS)}")
+    if c.reward.step_separator is not None and (not isinstance(c.reward.step_separator, str)
+                                                 or not c.reward.step_separator):
+        raise ConfigError(f"reward.step_separator {c.reward.step_separator!r} must be a non-empty string")
+    _positive_int("reward.batch_size", c.reward.batch_size)
     if c.grpo.loss_agg not in LOSS_AGGREGATIONS:
         raise ConfigError(f"grpo.loss_agg {c.grpo.loss_agg!r} is unknown: expected one of {', '.join(LOSS_AGGREGATIONS)}")
     if c.grpo.advantage not in ADVANTAGES:

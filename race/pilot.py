@@ -165,30 +165,40 @@ def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule 
 
 
 def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
-             seed: int, batch_prompts: int = 256) -> dict[str, tuple[float, ...]]:
+             seed: int, batch_prompts: int = 256, judges: dict | None = None) -> dict[str, tuple[float, ...]]:
     """Per-prompt targets on held-out problems, ``samples`` samples each.
 
     ``reward``: mean native reward; ``pass@1``: fraction of samples exactly right;
-    ``best@k``: 1 if any sample is right; ``worst@k``: 1 if all are.
+    ``best@k``: 1 if any sample is right; ``worst@k``: 1 if all are. ``judges`` adds
+    one target per entry, ``name → fn(prompt, completion, reference)``, averaged over the
+    samples (the step task's ``process`` and ``final-answer``: ``race.tasks.judges``).
     """
     import torch
 
     from race.rewards import score_completions
     from race.rewards.rules import sparse
 
+    judges = judges or {}
     gen = torch.Generator(device=backend.device).manual_seed(10_007 + seed)
-    out: dict[str, list[float]] = {"reward": [], "pass@1": [], f"best@{samples}": [], f"worst@{samples}": []}
+    out: dict[str, list[float]] = {"reward": [], "pass@1": [], f"best@{samples}": [], f"worst@{samples}": [],
+                                   **{name: [] for name in judges}}
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start:start + batch_prompts]
         batch = backend.generate([p.prompt for p in chunk], n=samples, max_new_tokens=max_new_tokens,
                                  temperature=temperature, generator=gen)
-        for prob, texts in zip(chunk, batch.texts):
-            rewards = score_completions(reward_fn, [prob.prompt] * samples, texts, [prob.answer] * samples).scores
+        # one scoring call per chunk: a model-based reward batches its forwards
+        scored = score_completions(reward_fn, [p.prompt for p in chunk for _ in range(samples)],
+                                   [t for texts in batch.texts for t in texts],
+                                   [p.answer for p in chunk for _ in range(samples)]).scores
+        for k, (prob, texts) in enumerate(zip(chunk, batch.texts)):
+            rewards = scored[k * samples:(k + 1) * samples]
             correct = [sparse(prob.prompt, t, prob.answer) for t in texts]
             out["reward"].append(sum(rewards) / samples)
             out["pass@1"].append(sum(correct) / samples)
             out[f"best@{samples}"].append(float(any(correct)))
             out[f"worst@{samples}"].append(float(all(correct)))
+            for name, judge in judges.items():
+                out[name].append(sum(judge(prob.prompt, t, prob.answer) for t in texts) / samples)
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -211,7 +221,7 @@ class PilotEngine:
 
         from race.grid import reward_spec
         from race.models import load_arch
-        from race.rewards import get_reward
+        from race.rewards import build_reward
 
         self.config, self.schedule, self.device = config, schedule, device
         self.wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
@@ -226,7 +236,7 @@ class PilotEngine:
                                F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
                                reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
                                g.grad_checkpointing)
-        self.reward_fn = get_reward(config.reward.function if config.reward.kind == "custom" else config.reward.kind)
+        self.reward_fn = build_reward(config, device=device)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.wall["setup"] = time.perf_counter() - t0
 
@@ -249,8 +259,9 @@ class PilotEngine:
         scored = score_completions(self.reward_fn, [problems[i].prompt for i, _ in flat],
                                    [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
         rewards = [scored.scores[k:k + s.n_gen] for k in range(0, len(flat), s.n_gen)]
-        reward_cost = meter.reward_flops([(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j]))
-                                          for i, j in flat])
+        # a model-based reward counts the tokens it read itself (its own tokenizer, its own input layout)
+        reward_cost = scored.flops if hasattr(self.reward_fn, "score_batch") else meter.reward_flops(
+            [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat])
         self.wall["reward"] += time.perf_counter() - t
 
         t = time.perf_counter()
@@ -276,7 +287,7 @@ class PilotEngine:
 def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
               progress: ProgressFn | None = None) -> PilotResult:
     """Run one pilot to its budget and evaluate it (see the module docstring)."""
-    from race.tasks import load_task
+    from race.tasks import judges, load_task
 
     engine = PilotEngine(config, schedule, seed, device=device)
     train = load_task(config.task, split="train", seed=seed)
@@ -298,7 +309,8 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
 
     t = time.perf_counter()
     scores = evaluate(engine.backend, evals, engine.reward_fn, samples=config.eval.samples,
-                      temperature=config.eval.temperature, max_new_tokens=config.grpo.max_completion_len, seed=seed)
+                      temperature=config.eval.temperature, max_new_tokens=config.grpo.max_completion_len, seed=seed,
+                      judges=judges(config.task))
     engine.wall["eval"] = time.perf_counter() - t
     engine.backend.close()
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,

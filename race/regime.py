@@ -73,6 +73,9 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     regimes = {name: v.regime.value for name, v in verdicts.items()}
     if len(set(regimes.values())) > 1:
         notes.append("targets disagree: " + ", ".join(f"{k} → {v}" for k, v in regimes.items()))
+    trends = {name: v.fits["trend_regime"] for name, v in verdicts.items() if v.regime is Regime.REWARD_HEAVY}
+    if len(set(trends.values())) > 1:
+        notes.append("trends under the feedback cost disagree: " + ", ".join(f"{k} → {v}" for k, v in trends.items()))
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")
@@ -189,7 +192,8 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
         confidence=float(np.mean(agree)), best_rho=float(grid.rho_targets[best]),
         best_reward=float(means[best]), slope=slope, slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci,
         points=points, warnings=tuple(_warnings(grid, regime=regime, trend=ev.trend, best=best,
-                                                share=float(shares[best]), tau=tau, slope=slope, level=level)),
+                                                share=float(shares[best]), tau=tau, slope=slope, level=level)
+                                      + feedback_advice(flops[best], regime=regime)),
         fits=_fit_info(fits, grid, ev, chosen=chosen, share=float(shares[best]), n_boot=n_boot, level=level))
 
 
@@ -292,6 +296,24 @@ def seeds_needed(*, seed_sd: float, change: float, rho: np.ndarray, level: float
         if abs(change) / span * math.sqrt(n * sxx) / seed_sd >= widen * bar + z(power):
             return n
     return MAX_SEEDS_ADVICE
+
+
+PROXY_COST_RATIO = 4.0        # the proxy PRM the advice prices: this many times cheaper than the PRM
+
+
+def feedback_advice(best: FlopBreakdown, *, regime: Regime) -> list[str]:
+    """Numbers behind the reward-heavy advice, at the best point's FLOP breakdown:
+    what a proxy PRM ``PROXY_COST_RATIO``× cheaper, or scoring half the rollouts, would free,
+    and ρ without feedback, C_learning / (C_search + C_learning), the split a rule-based reward
+    would measure for the same schedule."""
+    if regime is not Regime.REWARD_HEAVY or best.total <= 0:
+        return []
+    share = best.reward / best.total
+    proxy = share * (1 - 1 / PROXY_COST_RATIO)
+    rho_rule = best.learning / (best.search + best.learning) if best.search + best.learning > 0 else 0.0
+    return [f"feedback levers: a proxy PRM {PROXY_COST_RATIO:g}× cheaper frees {proxy:.0%} of the budget, scoring "
+            f"half of the rollouts {share / 2:.0%}, for more rollouts or updates; without the feedback term this "
+            f"schedule's ρ would be {rho_rule:.2f} (measured {best.rho:.2f})"]
 
 
 def _warnings(grid: GridScores, *, regime: Regime, trend: Regime, best: int, share: float, tau: float,

@@ -240,3 +240,21 @@ def test_false_verdict_rate_on_flat_noise():
     rate = false_verdict_rate(repeats=50, n_seeds=2)
     assert rate <= 0.10, rate
     assert time.perf_counter() - t0 < 30
+
+
+def test_reward_heavy_targets_whose_trends_disagree_are_flagged():
+    """Both targets are reward-heavy (feedback ≥ 20 % of the budget), but one rises with ρ and
+    the other falls: the note names the trends underneath; the advice prices the levers."""
+    grid = (0.2, 0.3, 0.45, 0.6)
+    up = synthetic_results(response=lambda r: 0.5 * (r - 0.4), n_seeds=3, seed=5, reward_fraction=0.9, grid=grid)
+    down = synthetic_results(response=lambda r: -0.5 * (r - 0.4), n_seeds=3, seed=6, reward_fraction=0.9,
+                             grid=grid)
+    merged = [PilotResult(rho_target=u.rho_target, seed=u.seed, flops=u.flops,
+                          evals={"reward": u.evals["reward"], "final-answer": d.evals["reward"]})
+              for u, d in zip(up, down)]
+    diag = classify(merged, n_boot=300)
+    assert {v.regime for v in diag.verdicts.values()} == {Regime.REWARD_HEAVY}
+    trend = diag.verdicts["final-answer"].fits["trend_regime"]
+    assert trend in ("search-heavy", "balanced")
+    assert f"trends under the feedback cost disagree: reward → update-heavy, final-answer → {trend}" in diag.warnings
+    assert any(w.startswith("feedback levers: a proxy PRM 4× cheaper frees") for w in diag.primary.warnings)

@@ -4,7 +4,8 @@ A reward function maps ``(prompt, completion, reference)`` to a float (``RewardF
 ``get_reward`` normalises what users pass (a built-in name, a ``"module:function"``
 string, or a callable); ``score_completions`` scores a batch without ever letting a
 faulty reward kill a pilot, and reports the batch's CPU time and FLOPs (0 for the
-rule-based rewards here; model-based rewards count their forward passes).
+rule-based rewards here; model-based rewards — process reward models, ``race.rewards.prm`` —
+score a batch at once through their ``score_batch`` and count the tokens they read).
 
 No torch here: model-based rewards import it when they are built.
 """
@@ -24,7 +25,7 @@ RewardFn = Callable[[str, str, str], float]
 REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "dense": dense}
 
 __all__ = [
-    "EOS_MARKERS", "REWARDS", "RewardBatch", "RewardError", "RewardFn", "dense", "final_answer",
+    "EOS_MARKERS", "REWARDS", "RewardBatch", "RewardError", "RewardFn", "build_reward", "dense", "final_answer",
     "get_reward", "score_completions", "sparse", "structured", "well_formed",
 ]
 
@@ -92,6 +93,8 @@ def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completi
     if not len(prompts) == len(completions) == len(references):
         raise RewardError(f"prompts ({len(prompts)}), completions ({len(completions)}) and references "
                           f"({len(references)}) must have the same length")
+    if hasattr(reward, "score_batch"):      # a model-based reward (race.rewards.prm): one batched call
+        return _score_batched(reward, prompts, completions, references)
     scores: list[float] = []
     errors, first_error = 0, None
     start = time.process_time()
@@ -107,3 +110,31 @@ def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completi
         scores.append(value)
     return RewardBatch(scores=scores, errors=errors, cpu_seconds=time.process_time() - start,
                        flops=0.0, first_error=first_error)
+
+
+def _score_batched(reward, prompts, completions, references) -> RewardBatch:
+    """``reward.score_batch``; if it raises, the whole batch scores 0 and counts as errors."""
+    start = time.process_time()
+    try:
+        batch = reward.score_batch(prompts, completions, references)
+    except Exception as e:  # a reward must never kill a pilot
+        return RewardBatch(scores=[0.0] * len(prompts), errors=len(prompts),
+                           cpu_seconds=time.process_time() - start, first_error=f"{type(e).__name__}: {e}")
+    bad = [i for i, v in enumerate(batch.scores) if not math.isfinite(v)]
+    if not bad:
+        return batch
+    scores = [0.0 if i in set(bad) else v for i, v in enumerate(batch.scores)]
+    return RewardBatch(scores=scores, errors=batch.errors + len(bad), cpu_seconds=batch.cpu_seconds,
+                       flops=batch.flops, first_error=batch.first_error or f"ValueError: non-finite reward "
+                       f"{batch.scores[bad[0]]}")
+
+
+def build_reward(config, *, device: str = "cpu") -> RewardFn:
+    """The reward a ``GridConfig`` names: a rule, a custom function, or a PRM (kinds ``prm``,
+    ``proxy-prm``: ``race.rewards.prm``, loaded on ``device``)."""
+    kind = config.reward.kind
+    if kind in ("prm", "proxy-prm"):
+        from race.rewards.prm import build_prm
+
+        return build_prm(config.reward, task=config.task, device=device)
+    return get_reward(config.reward.function if kind == "custom" else kind)

@@ -3,7 +3,8 @@
 They cost 0 FLOPs (no model runs); ``score_completions`` reports their CPU time.
 
 The *final answer* of a completion is its text up to the first end-of-sequence
-marker, stripped of surrounding whitespace (``final_answer``). Rollout backends
+marker, stripped of surrounding whitespace (``final_answer``); for a worked solution of
+``arithmetic-steps`` (``"7+5+0=12;4+8+1=13;132"``) it is the last step, the answer. Rollout backends
 decode completions **with** special tokens, so a reward can tell a policy that
 stopped (the EOS marker is there) from one that ran out of tokens; text after the
 EOS (padding, a second answer) is ignored. A completion with no marker counts as not
@@ -18,6 +19,7 @@ import re
 EOS_MARKERS = ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<eos>",
                "<end_of_turn>")
 _INTEGER = re.compile(r"-?\d+")
+_STEP = re.compile(r"\d(\+\d)*=\d+")     # a column step of arithmetic-steps (race.tasks.steps)
 
 
 def final_answer(completion: str, eos_markers: tuple[str, ...] = EOS_MARKERS) -> tuple[str, bool]:
@@ -26,8 +28,21 @@ def final_answer(completion: str, eos_markers: tuple[str, ...] = EOS_MARKERS) ->
     ``("4646", False)``."""
     cut = min((i for i in (completion.find(m) for m in eos_markers) if i >= 0), default=-1)
     if cut < 0:
-        return completion.strip(), False
-    return completion[:cut].strip(), True
+        return _worked_answer(completion.strip()), False
+    return _worked_answer(completion[:cut].strip()), True
+
+
+def _worked_answer(text: str) -> str:
+    """The last segment of a worked solution in the ``arithmetic-steps`` grammar
+    (``"7+5+0=12;4+8+1=13;132"`` → ``"132"``: column steps ``d+d+d=s`` separated by ``;``,
+    then an integer; empty segments are skipped, as the step checker skips them); any other
+    text unchanged."""
+    if ";" not in text:
+        return text
+    *steps, last = [s.strip() for s in text.split(";") if s.strip()] or [""]
+    if _INTEGER.fullmatch(last) and all(_STEP.fullmatch(s) for s in steps):
+        return last
+    return text
 
 
 def sparse(prompt: str, completion: str, reference: str) -> float:

@@ -15,9 +15,20 @@ from race.tasks.datasets import (DEFAULT_EVAL_FRACTION, Problem, TaskError, appl
                                  load_parquet, split_problems)
 
 __all__ = [
-    "TASKS", "ArithmeticTask", "Problem", "TaskError", "apply_chat_template", "is_eval_prompt",
+    "TASKS", "ArithmeticTask", "Problem", "TaskError", "apply_chat_template", "is_eval_prompt", "judges",
     "load_hf", "load_jsonl", "load_parquet", "load_task",
 ]
+
+
+def judges(name_or_path: str) -> dict:
+    """Evaluation targets a task adds to the native reward, ``name → fn(prompt, completion,
+    reference)``: for ``arithmetic-steps`` the process judge (the step checker's share of
+    right steps, ``process``) and the final answer (``final-answer``); none for other tasks."""
+    if name_or_path == "arithmetic-steps":
+        from race.tasks.steps import final_answer_correct, process_score
+
+        return {"process": process_score, "final-answer": final_answer_correct}
+    return {}
 
 
 def load_task(name_or_path: str, *, split: str = "train", n: int | None = None, seed: int = 0,

@@ -99,3 +99,12 @@ TASKS: dict[str, ArithmeticTask] = {
     "arithmetic-easy": ArithmeticTask("arithmetic-easy", op="+", lo=0, hi=99),
     "arithmetic-hard": ArithmeticTask("arithmetic-hard", op="+", lo=100, hi=999),
 }
+
+
+def _register_step_tasks() -> None:
+    from race.tasks.steps import StepArithmeticTask   # column addition worked out in steps
+
+    TASKS["arithmetic-steps"] = StepArithmeticTask("arithmetic-steps", op="+", lo=0, hi=99)
+
+
+_register_step_tasks()

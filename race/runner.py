@@ -91,6 +91,8 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
     runs about every ``poll`` seconds (heartbeats)."""
     ctx = _context()
     threads = max(1, (os.cpu_count() or 1) // max(1, workers)) if not device.startswith("cuda") else 1
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():      # several worker processes on one machine
+        threads = max(1, int(os.environ["OMP_NUM_THREADS"]))
     cfg = config.to_dict()
     pending, running, results = list(jobs), {}, []
     while pending or running or (keep_going is not None and keep_going()):

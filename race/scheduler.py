@@ -115,11 +115,16 @@ class _Loop:
         self.on_change()
 
     def run(self, keep_going) -> None:
+        """Pilots until ``keep_going()`` (throttled; it also sweeps for dead workers' pilots) says stop."""
         from race.runner import run_jobs
+
+        def tick() -> None:
+            self.beat()
+            keep_going()
 
         run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
                  on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
-                 on_tick=self.beat, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
+                 on_tick=tick, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
 
 
 def _complete_scores(store: Any) -> dict[Key, float]:
@@ -244,10 +249,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     kw = dict(info.classify)
     try:
         diagnosis = classify_fn(pilots, meta=info.meta, **kw)
-    except ValueError as e:
+    except ValueError:
         if not failed:
             raise
-        failed.append(f"no diagnosis: {e}")
     if diagnosis is not None:
         st.save_diagnosis(diagnosis, pilots)
     st.set_finished(True)

@@ -360,8 +360,10 @@ def key_of(t: FrozenTrial) -> Key | None:
     return (float(p["rho"]), int(p["seed"]))
 
 
-def is_stale_failure(t: FrozenTrial) -> bool:
-    return bool(t.user_attrs.get("stale"))
+def is_pilot_failure(t: FrozenTrial) -> bool:
+    """A FAIL trial whose pilot itself failed (an exception, an out-of-memory kill), as opposed to
+    one abandoned by a dead worker (failed by the heartbeat check or a local liveness check)."""
+    return "error" in t.user_attrs and not t.user_attrs.get("stale")
 
 
 class Store:
@@ -553,12 +555,15 @@ class Store:
         for t in self.trials((TrialState.RUNNING,)):
             owner = t.system_attrs.get(OWNER)
             if owner_is_dead(owner, self.me):
-                try:
+                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
+                try:   # attributes first: a finished trial takes none
+                    st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
+                    st.set_trial_user_attr(t._trial_id, "stale", True)
                     if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                         continue
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
-                self._mark_stale(t, f"its process {owner.get('host')}:{owner.get('pid')} died")
+                self._mark_stale(t, why)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
@@ -572,13 +577,13 @@ class Store:
                          study=study)
 
     def _mark_stale(self, t: FrozenTrial, why: str, study: optuna.Study | None = None) -> None:
+        """Enqueue the pilot of a trial failed for want of a live owner; the new trial says why."""
         study = study or self.study
         assert study is not None
-        study._storage.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
-        study._storage.set_trial_user_attr(t._trial_id, "stale", True)
         key = key_of(t)
         if key is not None:
-            study.enqueue_trial({"rho": key[0], "seed": key[1]}, user_attrs={"retry_of": t.number})
+            study.enqueue_trial({"rho": key[0], "seed": key[1]},
+                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}"})
             self.requeued.append(key)
 
     def complete(self, claim: Claim, result: PilotResult, primary_target: str) -> None:
@@ -625,7 +630,7 @@ class Store:
     def failures_since(self, key: Key, number: int) -> int:
         """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number``."""
         return sum(1 for t in self.trials((TrialState.FAIL,))
-                   if t.number >= number and key_of(t) == key and not is_stale_failure(t))
+                   if t.number >= number and key_of(t) == key and is_pilot_failure(t))
 
     def pilots(self) -> list[PilotResult]:
         """Every complete pilot (one per grid point × seed), sorted by (ρ, seed)."""

@@ -94,9 +94,6 @@ class _Loop:
         if job.key in self.held:
             self.store.progress(self.held[job.key], step, spent)
 
-    def beat(self) -> None:
-        self.store.beat(list(self.held.values()))
-
     def on_result(self, job, result: PilotResult) -> None:
         claim = self.held.pop(job.key)
         self.ran.append(result)
@@ -118,13 +115,13 @@ class _Loop:
         """Pilots until ``keep_going()`` (throttled; it also sweeps for dead workers' pilots) says stop."""
         from race.runner import run_jobs
 
-        def tick() -> None:
-            self.beat()
-            keep_going()
-
-        run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
-                 on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
-                 on_tick=tick, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
+        halt = self.store.heartbeats(lambda: list(self.held.values()))
+        try:
+            run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
+                     on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
+                     on_tick=keep_going, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
+        finally:
+            halt()
 
 
 def _complete_scores(store: Any) -> dict[Key, float]:

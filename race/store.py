@@ -38,6 +38,7 @@ import os
 import re
 import socket
 import struct
+import sys
 import time
 import warnings
 import zlib
@@ -191,10 +192,20 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
             url = _postgres_driver(url)
         elif scheme in ("mysql", "mariadb"):
             engine = {"connect_args": {"connect_timeout": 10}}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
-                                                 grace_period=grace, heartbeat_stale_trial_callback=on_stale)
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
+                                                         grace_period=grace,
+                                                         heartbeat_stale_trial_callback=on_stale)
+                break
+            except Exception as e:  # noqa: BLE001
+                # two processes creating the tables of a new database at once: the loser retries
+                text = str(e)
+                if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
         if scheme == "sqlite":
             _sqlite_immediate(storage.engine)
         return storage
@@ -538,13 +549,42 @@ class Store:
         self._last_beat = now
         assert self.study is not None
         for c in claims:
-            self._beat_one(c.trial_id)
-            if c.trial_id in self._progress:
-                self.study._storage.set_trial_user_attr(c.trial_id, "progress", self._progress.pop(c.trial_id))
+            try:
+                self._beat_one(c.trial_id)
+                if c.trial_id in self._progress:
+                    self.study._storage.set_trial_user_attr(c.trial_id, "progress", self._progress.pop(c.trial_id))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass   # failed as stale meanwhile: complete() still keeps the result if no retry finished
+
+    def heartbeats(self, claims: Callable[[], Iterable[Claim]]) -> Callable[[], None]:
+        """Beat for ``claims()`` from a background thread (a pilot process can take long to start);
+        returns the function that stops it."""
+        import threading
+
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(self.heartbeat):
+                try:
+                    self.beat(list(claims()), force=True)
+                except Exception as e:  # noqa: BLE001 — a storage hiccup must not kill the grid
+                    print(f"race: heartbeat failed: {_first_line(e, self.url)}", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=run, name="race-heartbeat", daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return halt
 
     def set_pid(self, claim: Claim, pid: int) -> None:
         assert self.study is not None
-        self.study._storage.set_trial_user_attr(claim.trial_id, "pilot_pid", int(pid))
+        try:
+            self.study._storage.set_trial_user_attr(claim.trial_id, "pilot_pid", int(pid))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
 
     def sweep(self) -> list[Key]:
         """Fail RUNNING trials whose process is gone (dead on this machine, or heartbeat stale)

@@ -21,7 +21,7 @@ def test_kill_9_mid_grid_then_resume(tmp_path):
     equals that of an uninterrupted run; `race report --storage` reproduces it."""
     cfg = write_config(tmp_path / "c.yaml", name="resume")
     out = tmp_path / "run"
-    args = ["pilot", cfg, "--out", out, "--workers", "1", "--heartbeat", "1"]
+    args = ["pilot", cfg, "--out", out, "--heartbeat", "1"]       # two pilots at a time
     proc = start(args, tmp_path / "first")
     url = f"sqlite:///{out}/race.db"
     store = open_study(url, "resume", proc=proc)
@@ -44,7 +44,7 @@ def test_kill_9_mid_grid_then_resume(tmp_path):
     dead = [t for t in by_state(store, "FAIL") if key_of(t) in cut]
     assert dead and all("died" in t.user_attrs["error"] and t.user_attrs["stale"] for t in dead)
 
-    ref = subprocess.run(race("pilot", cfg, "--out", tmp_path / "ref", "--workers", "1"), capture_output=True,
+    ref = subprocess.run(race("pilot", cfg, "--out", tmp_path / "ref"), capture_output=True,
                          text=True, cwd=ROOT, timeout=600)
     assert ref.returncode == 0, ref.stderr
     assert again.stdout == ref.stdout and "RACE diagnosis" in ref.stdout
@@ -66,7 +66,7 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     same command again runs only that pilot."""
     cfg = write_config(tmp_path / "c.yaml", name="oom")
     out = tmp_path / "run"
-    args = ["pilot", cfg, "--out", out, "--workers", "1", "--retries", "0", "--heartbeat", "1"]
+    args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "1"]
     proc = start(args, tmp_path / "first")
     store = open_study(f"sqlite:///{out}/race.db", "oom", proc=proc)
     victim = wait_for(lambda: by_state(store, "COMPLETE") and next(

@@ -28,8 +28,9 @@ def test_workers_share_a_study(kind, tmp_path):
     coord = start(["pilot", cfg, "--out", tmp_path / "coord", "--storage", url, "--workers", "0",
                    "--heartbeat", "1"], tmp_path / "coord")
     store = open_study(url, name, proc=coord)
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}          # two worker processes on two cores
     workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1", "--heartbeat", "1"],
-                     tmp_path / f"w{i}") for i in range(2)]
+                     tmp_path / f"w{i}", env=one_thread) for i in range(2)]
     pids = [w.pid for w in workers]
     # both workers hold a pilot at the same moment
     wait_for(lambda: {_owner(t) for t in store.trials() if midway(t)} >= set(pids), procs=workers + [coord])

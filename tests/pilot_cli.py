@@ -25,11 +25,30 @@ def write_config(path, **overrides) -> str:
     return str(path)
 
 
+STARTED: list[subprocess.Popen] = []
+
+
 def start(args, log_prefix, **kw) -> subprocess.Popen:
     """Start ``race ARGS`` in its own process group (so a test can kill -9 all of it)."""
     out = open(f"{log_prefix}.out", "w")
     err = open(f"{log_prefix}.err", "w")
-    return subprocess.Popen(race(*args), stdout=out, stderr=err, cwd=ROOT, start_new_session=True, **kw)
+    proc = subprocess.Popen(race(*args), stdout=out, stderr=err, cwd=ROOT, start_new_session=True, **kw)
+    STARTED.append(proc)
+    return proc
+
+
+def kill_leftovers() -> None:
+    """After a test: no coordinator or worker it started may outlive it (a failed test included)."""
+    import signal
+
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 def read(log_prefix) -> tuple[str, str]:

@@ -6,9 +6,17 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from conftest import ROOT
-from pilot_cli import by_state, midway, open_study, race, read, start, wait_for, write_config
+from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
 from race.store import key_of
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes():
+    yield
+    kill_leftovers()
 
 
 def _results(out):

@@ -9,11 +9,17 @@ import uuid
 import pytest
 
 from conftest import ROOT
-from pilot_cli import by_state, midway, open_study, race, read, start, wait_for, write_config
+from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
 from race.store import key_of
 from test_store import STORAGES, storage_url
 
 KEYS = [(0.6, 0), (0.75, 0), (0.92, 0)]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes():
+    yield
+    kill_leftovers()
 
 
 def _owner(t):

@@ -281,6 +281,7 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
                     st.enqueue(key, retry_of_failure=True)
 
     loop.on_change = on_change
+    loop.progress.total = len(keys)
 
     def keep_going() -> bool:
         now = time.monotonic()

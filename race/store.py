@@ -644,9 +644,11 @@ class Store:
                 st.set_trial_intermediate_value(tid, step, float(reward))
                 last = step
         value = result.score(primary_target) if primary_target in result.evals else float("nan")
+        if not math.isfinite(value):
+            self.fail(claim, f"the pilot reported no finite {primary_target!r} score")
+            return
         try:
-            self.study.tell(claim.trial, value if math.isfinite(value) else None,
-                            state=None if math.isfinite(value) else TrialState.FAIL)
+            self.study.tell(claim.trial, value)
         except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
             # someone failed our trial as stale while we worked (a long network partition): keep
             # the pilot anyway, as a new COMPLETE trial, unless the retry already finished it
@@ -684,10 +686,11 @@ class Store:
     def failed_pilots(self, keys: Iterable[Key]) -> list[PilotResult]:
         """The latest failure of each of ``keys`` (for the results file)."""
         assert self.info is not None
+        keys = set(keys)
         latest: dict[Key, FrozenTrial] = {}
         for t in self.trials((TrialState.FAIL,)):
             k = key_of(t)
-            if k in set(keys) and (k not in latest or t.number > latest[k].number):
+            if k in keys and (k not in latest or t.number > latest[k].number):
                 latest[k] = t
         from race.records import FlopBreakdown
 

@@ -27,6 +27,7 @@ if [ "$(id -u)" = 0 ]; then
 else
   AS=()
 fi
+cd "$DIR"                     # the postgres user may not be able to read the checkout
 printf '%s\n' "$PASSWORD" > "$DIR/pw"
 chmod 644 "$DIR/pw"
 "${AS[@]}" "$BIN/initdb" -D "$DIR/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \

@@ -77,9 +77,18 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "1"]
     proc = start(args, tmp_path / "first")
     store = open_study(f"sqlite:///{out}/race.db", "oom", proc=proc)
-    victim = wait_for(lambda: by_state(store, "COMPLETE") and next(
-        (t for t in store.trials() if midway(t) and "pilot_pid" in t.user_attrs), None), procs=[proc])
-    os.kill(victim.user_attrs["pilot_pid"], signal.SIGKILL)
+
+    def kill_one():
+        for t in store.trials():
+            if midway(t) and "pilot_pid" in t.user_attrs:
+                try:
+                    os.kill(t.user_attrs["pilot_pid"], signal.SIGKILL)
+                    return t
+                except ProcessLookupError:        # it finished a moment ago: take another
+                    pass
+        return None
+
+    victim = wait_for(lambda: by_state(store, "COMPLETE") and kill_one(), procs=[proc])
     assert proc.wait(timeout=600) == 2
     stdout, stderr = read(tmp_path / "first")
     last = stderr.strip().splitlines()[-1]

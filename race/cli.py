@@ -124,7 +124,8 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Times a failed pilot (exception, out-of-memory kill) is run again.")
 @click.option("--heartbeat", type=click.IntRange(min=1), default=None,
-              help="Seconds between heartbeats; a pilot is abandoned after 3 missed (default 20).")
+              help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
+                   "abandoned after 3 missed (default 20).")
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
@@ -175,22 +176,19 @@ class _Failed(click.ClickException):
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Times a pilot that failed here is enqueued again.")
-@click.option("--heartbeat", type=click.IntRange(min=1), default=None,
-              help="Seconds between heartbeats (use the coordinator's; default 20).")
 @click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds an idle worker waits for new pilots (adaptive rungs) before it exits.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @_user_errors
-def worker(storage: str, study: str, workers: int | None, device: str, retries: int, heartbeat: int | None,
-           wait: float, quiet: bool) -> None:
+def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
+           quiet: bool) -> None:
     """Join a study (from any machine) and run the pilots no other worker holds.
 
     Stops when the study needs no more pilots; a pilot whose worker died is taken over
     once its heartbeat is stale."""
     from race.scheduler import run_worker
 
-    done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries,
-                      heartbeat=heartbeat, wait=wait)
+    done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait)
     click.echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
                f"for study {done['study']!r} in {done['storage']}")
 

@@ -163,6 +163,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     if resumed:
         st.load()
         st.check_compatible(user_cfg)
+        if heartbeat:
+            st.update_heartbeat(heartbeat)
     else:
         from race.grid import plan_grid
         from race.pilot import calibrate
@@ -258,14 +260,13 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 # ---------------------------------------------------------------- worker
 
 def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,
-               retries: int = 1, heartbeat: int | None = None, wait: float = 30.0) -> dict[str, Any]:
-    """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none.
-
-    Returns what this worker did: pilots run, complete and failed."""
+               retries: int = 1, wait: float = 30.0) -> dict[str, Any]:
+    """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
+    (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
     from race import store as S
     from race.runner import default_workers
 
-    st = S.Store(storage, study, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
+    st = S.Store(storage, study)
     info = st.load()
     first_number = len(st.trials())
     loop = _Loop(st, device=device, workers=workers if workers is not None else default_workers(device),

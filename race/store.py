@@ -391,6 +391,21 @@ class Store:
         self._progress: dict[int, dict] = {}
         self.requeued: list[Key] = []
 
+    def set_heartbeat(self, seconds: int) -> None:
+        """Heartbeat interval (and grace = 3 intervals) of this process, from the study's setting."""
+        self.heartbeat = max(1, int(seconds))
+        grace = GRACE_FACTOR * self.heartbeat
+        if isinstance(self.storage, _JournalHeartbeatStorage):
+            self.storage._race_hb = (self.heartbeat, grace, self.storage._race_hb[2])
+        else:
+            self.storage.heartbeat_interval, self.storage.grace_period = self.heartbeat, grace
+
+    def update_heartbeat(self, seconds: int) -> None:
+        """Change the study's heartbeat (processes that join later use it)."""
+        assert self.study is not None
+        self.study.set_user_attr("race:heartbeat", max(1, int(seconds)))
+        self.set_heartbeat(seconds)
+
     # -- study life cycle
     def _sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=0)   # never samples: every trial is enqueued
@@ -422,6 +437,8 @@ class Store:
                 raise StoreError(f"study {self.name!r} in {self.masked} is not a RACE study (no race:ready): "
                                  "expected one created by race pilot")
             time.sleep(0.5)
+        if attrs.get("race:heartbeat"):           # every process of a study beats and judges alike
+            self.set_heartbeat(int(attrs["race:heartbeat"]))
         if attrs.get("race:schema") != SCHEMA:
             raise StoreError(f"study {self.name!r} in {self.masked} has RACE storage schema "
                              f"{attrs.get('race:schema')!r}: this RACE reads {SCHEMA}")
@@ -450,6 +467,7 @@ class Store:
         s.set_user_attr("race:meta", _norm(meta))
         s.set_user_attr("race:adaptive", adaptive)
         s.set_user_attr("race:curve_step_flops", unit)
+        s.set_user_attr("race:heartbeat", self.heartbeat)
         s.set_user_attr("race:ready", True)
         self.load()
         return True

@@ -35,7 +35,7 @@ def test_workers_share_a_study(kind, tmp_path):
                    "--heartbeat", "1"], tmp_path / "coord")
     store = open_study(url, name, proc=coord)
     one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}          # two worker processes on two cores
-    workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1", "--heartbeat", "1"],
+    workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1"],     # the study's heartbeat: 1 s
                      tmp_path / f"w{i}", env=one_thread) for i in range(2)]
     pids = [w.pid for w in workers]
     # both workers hold a pilot at the same moment

@@ -27,7 +27,7 @@ def test_kill_9_mid_grid_then_resume(tmp_path):
     """kill -9 of the whole `race pilot` process group with one pilot finished and one mid-way;
     the same command again runs only the missing pilots, and its diagnosis (and every pilot)
     equals that of an uninterrupted run; `race report --storage` reproduces it."""
-    cfg = write_config(tmp_path / "c.yaml", name="resume")
+    cfg = write_config(tmp_path / "c.yaml", name="resume", budget=4e10)   # pilots long enough to catch mid-way
     out = tmp_path / "run"
     args = ["pilot", cfg, "--out", out, "--heartbeat", "1"]       # two pilots at a time
     proc = start(args, tmp_path / "first")
@@ -72,15 +72,16 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     """SIGKILL to one pilot process (what the kernel's OOM killer sends): the grid goes on, the
     command ends with one line naming the pilot (exit 2), every finished pilot is kept, and the
     same command again runs only that pilot."""
-    cfg = write_config(tmp_path / "c.yaml", name="oom")
+    cfg = write_config(tmp_path / "c.yaml", name="oom", budget=4e10)
     out = tmp_path / "run"
     args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "1"]
     proc = start(args, tmp_path / "first")
     store = open_study(f"sqlite:///{out}/race.db", "oom", proc=proc)
 
-    def kill_one():
+    def kill_one():   # a pilot in its first half, whose process is alive (not a zombie that already reported)
         for t in store.trials():
-            if midway(t) and "pilot_pid" in t.user_attrs:
+            pid = t.user_attrs.get("pilot_pid")
+            if midway(t) and pid and t.user_attrs["progress"]["flops"] < 2e10 and _alive(pid):
                 try:
                     os.kill(t.user_attrs["pilot_pid"], signal.SIGKILL)
                     return t
@@ -108,10 +109,18 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     assert len(by_state(store, "COMPLETE")) == 3
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def test_adaptive_grid_then_the_full_grid(tmp_path):
     """--adaptive runs seed 0 everywhere and a second seed only at the best point; the plain
     command on the same study then runs just the missing pilots of the full grid."""
-    cfg = write_config(tmp_path / "c.yaml", name="adapt", seeds=2)
+    cfg = write_config(tmp_path / "c.yaml", name="adapt", seeds=2, budget=1e10)
     out = tmp_path / "run"
     first = subprocess.run(race("pilot", cfg, "--out", out, "--adaptive"), capture_output=True, text=True,
                            cwd=ROOT, timeout=600)

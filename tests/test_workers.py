@@ -30,7 +30,8 @@ def _owner(t):
 def test_workers_share_a_study(kind, tmp_path):
     url = storage_url(kind, tmp_path)
     name = f"w-{kind}-{uuid.uuid4().hex[:6]}"
-    cfg = write_config(tmp_path / "c.yaml", name=name)
+    # on PostgreSQL a worker is killed mid-pilot: pilots long enough to be caught running
+    cfg = write_config(tmp_path / "c.yaml", name=name, budget=5e10 if kind == "postgres" else 2e10)
     coord = start(["pilot", cfg, "--out", tmp_path / "coord", "--storage", url, "--workers", "0",
                    "--heartbeat", "1"], tmp_path / "coord")
     store = open_study(url, name, proc=coord)
@@ -38,11 +39,14 @@ def test_workers_share_a_study(kind, tmp_path):
     workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1"],     # the study's heartbeat: 1 s
                      tmp_path / f"w{i}", env=one_thread) for i in range(2)]
     pids = [w.pid for w in workers]
-    # both workers hold a pilot at the same moment
-    wait_for(lambda: {_owner(t) for t in store.trials() if midway(t)} >= set(pids), procs=workers + [coord])
     killed = None
-    if kind == "postgres":
-        killed = next(t for t in store.trials() if midway(t) and _owner(t) == pids[1])
+    if kind == "postgres":   # kill -9 the second worker while both hold a pilot, its own in its first half
+        def both_running():
+            ts = store.trials()
+            mine = [t for t in ts if midway(t) and _owner(t) == pids[1] and t.user_attrs["progress"]["flops"] < 2.5e10]
+            return mine[0] if mine and any(t.state.name == "RUNNING" and _owner(t) == pids[0] for t in ts) else None
+
+        killed = wait_for(both_running, procs=workers + [coord])
         os.killpg(pids[1], signal.SIGKILL)
     assert coord.wait(timeout=600) == 0, read(tmp_path / "coord")[1]
     assert workers[0].wait(timeout=120) == 0, read(tmp_path / "w0")[1]

@@ -240,3 +240,15 @@ def test_false_verdict_rate_on_flat_noise():
     rate = false_verdict_rate(repeats=50, n_seeds=2)
     assert rate <= 0.10, rate
     assert time.perf_counter() - t0 < 30
+
+
+def test_seeds_that_agree_exactly_do_not_crash_the_noise_advice():
+    """Every pilot scoring 0 (a hard task at a small budget): inconclusive, no division by zero."""
+    from race.records import FlopBreakdown, PilotResult
+    from race.regime import classify
+
+    pilots = [PilotResult(rho, seed, FlopBreakdown(1e12 * (1 - rho), 1e12 * rho), {"reward": (0.0,) * 50})
+              for rho in (0.45, 0.6, 0.73) for seed in range(2)]
+    d = classify(pilots, n_boot=100)
+    assert d.regime.value == "inconclusive"
+    assert any("seeds agree exactly" in w for w in d.primary.warnings)

@@ -389,6 +389,7 @@ class Store:
         self.info: StudyInfo | None = None
         self._last_beat = 0.0
         self._progress: dict[int, dict] = {}
+        self._mine: set[int] = set()
         self.requeued: list[Key] = []
 
     def set_heartbeat(self, seconds: int) -> None:
@@ -533,6 +534,7 @@ class Store:
                 st.set_trial_user_attr(t._trial_id, "duplicate", True)
                 self.study.tell(trial, state=TrialState.PRUNED)
                 continue
+            self._mine.add(t._trial_id)
             return Claim(t._trial_id, t.number, key, trial)
         return None
 
@@ -622,6 +624,11 @@ class Store:
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue
                 self._mark_stale(t, why)
+        for tid in list(self._mine):           # our own trials are alive, whatever our heartbeat thread did
+            try:
+                self._beat_one(tid)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                self._mine.discard(tid)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
@@ -648,44 +655,49 @@ class Store:
         """Record a finished pilot: attributes, learning curve, then COMPLETE with its score."""
         assert self.study is not None and self.info is not None
         st, tid = self.study._storage, claim.trial_id
-        attrs = pilot_attrs(result)
-        for k, v in attrs.items():
-            if isinstance(v, str):
-                _put_chunked(lambda kk, vv: st.set_trial_user_attr(tid, kk, vv), k, v)
-            else:
-                st.set_trial_user_attr(tid, k, v)
-        unit, last = self.info.curve_step_flops, -1
-        curve = _downsample(result.curve, CURVE_POINTS)
-        for flops, reward in curve:
-            step = int(round(flops / unit))
-            if step > last and math.isfinite(reward):
-                st.set_trial_intermediate_value(tid, step, float(reward))
-                last = step
+        self._mine.discard(tid)
         value = result.score(primary_target) if primary_target in result.evals else float("nan")
         if not math.isfinite(value):
             self.fail(claim, f"the pilot reported no finite {primary_target!r} score")
             return
+        attrs: dict[str, Any] = {}
+        for k, v in pilot_attrs(result).items():
+            if isinstance(v, str):
+                _put_chunked(attrs.__setitem__, k, v)
+            else:
+                attrs[k] = v
+        unit, last, steps = self.info.curve_step_flops, -1, {}
+        for flops, reward in _downsample(result.curve, CURVE_POINTS):
+            step = int(round(flops / unit))
+            if step > last and math.isfinite(reward):
+                steps[step] = float(reward)
+                last = step
         try:
+            for k, v in attrs.items():
+                st.set_trial_user_attr(tid, k, v)
+            for step, reward in steps.items():
+                st.set_trial_intermediate_value(tid, step, reward)
             self.study.tell(claim.trial, value)
         except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-            # someone failed our trial as stale while we worked (a long network partition): keep
-            # the pilot anyway, as a new COMPLETE trial, unless the retry already finished it
+            # someone failed our trial as stale while we worked (a stalled heartbeat, a network
+            # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
             if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
                 self.study.add_trial(optuna.trial.create_trial(
                     params={"rho": claim.key[0], "seed": claim.key[1]}, distributions=self._distributions(),
-                    value=value, user_attrs={**self.study._storage.get_trial(tid).user_attrs, "recovered": True},
-                    intermediate_values={int(round(f / unit)): r for f, r in curve if math.isfinite(r)}))
+                    value=value, user_attrs={**attrs, "recovered_from": claim.number},
+                    intermediate_values=steps))
 
     def fail(self, claim: Claim, error: str, traceback_text: str = "") -> None:
         assert self.study is not None
         st = self.study._storage
-        st.set_trial_user_attr(claim.trial_id, "error", error)
-        if traceback_text:
-            st.set_trial_user_attr(claim.trial_id, "traceback", traceback_text[-4000:])
+        self._mine.discard(claim.trial_id)
         try:
+            st.set_trial_user_attr(claim.trial_id, "error", error)
+            if traceback_text:
+                st.set_trial_user_attr(claim.trial_id, "traceback", traceback_text[-4000:])
             self.study.tell(claim.trial, state=TrialState.FAIL)
         except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-            pass
+            pass   # already failed as stale (and enqueued again) by another process
 
     def failures_since(self, key: Key, number: int) -> int:
         """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number``."""

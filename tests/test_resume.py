@@ -29,7 +29,7 @@ def test_kill_9_mid_grid_then_resume(tmp_path):
     equals that of an uninterrupted run; `race report --storage` reproduces it."""
     cfg = write_config(tmp_path / "c.yaml", name="resume", budget=4e10)   # pilots long enough to catch mid-way
     out = tmp_path / "run"
-    args = ["pilot", cfg, "--out", out, "--heartbeat", "1"]       # two pilots at a time
+    args = ["pilot", cfg, "--out", out, "--heartbeat", "2"]       # two pilots at a time
     proc = start(args, tmp_path / "first")
     url = f"sqlite:///{out}/race.db"
     store = open_study(url, "resume", proc=proc)
@@ -74,7 +74,7 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     same command again runs only that pilot."""
     cfg = write_config(tmp_path / "c.yaml", name="oom", budget=4e10)
     out = tmp_path / "run"
-    args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "1"]
+    args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "2"]
     proc = start(args, tmp_path / "first")
     store = open_study(f"sqlite:///{out}/race.db", "oom", proc=proc)
 

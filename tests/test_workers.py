@@ -33,10 +33,10 @@ def test_workers_share_a_study(kind, tmp_path):
     # on PostgreSQL a worker is killed mid-pilot: pilots long enough to be caught running
     cfg = write_config(tmp_path / "c.yaml", name=name, budget=5e10 if kind == "postgres" else 2e10)
     coord = start(["pilot", cfg, "--out", tmp_path / "coord", "--storage", url, "--workers", "0",
-                   "--heartbeat", "1"], tmp_path / "coord")
+                   "--heartbeat", "2"], tmp_path / "coord")
     store = open_study(url, name, proc=coord)
     one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}          # two worker processes on two cores
-    workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1"],     # the study's heartbeat: 1 s
+    workers = [start(["worker", "--storage", url, "--study", name, "--workers", "1"],     # the study's heartbeat: 2 s
                      tmp_path / f"w{i}", env=one_thread) for i in range(2)]
     pids = [w.pid for w in workers]
     killed = None

@@ -119,16 +119,18 @@ def test_pilot_round_trips_through_storage(kind, tmp_path):
 
 
 CLAIMER = r"""
-import json, sys
+import json, sys, time
 from race.store import Store
 s = Store(sys.argv[1], sys.argv[2], heartbeat=1)
 s.load()
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))     # all three start claiming together
 got = []
 while True:
     c = s.claim()
     if c is None:
         break
     got.append(list(c.key))
+    time.sleep(0.05)                                          # a pilot would run here
 print(json.dumps(got))
 """
 
@@ -143,7 +145,10 @@ def test_concurrent_claims_are_exclusive(kind, tmp_path):
     keys = store.info.keys()
     for k in keys:
         store.enqueue(k)
-    procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, url, name], stdout=subprocess.PIPE, text=True,
+    import time
+
+    go = str(time.time() + 6)
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, url, name, go], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT) for _ in range(3)]
     taken = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)

@@ -111,16 +111,28 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets.")
 @click.option("--backend", type=click.Choice(["auto", "hf", "vllm"]), default=None, help="Rollout backend.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Pilots run at once (default: 2 on CPU).")
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Pilots run at once here (default: 2 on CPU); 0 = coordinate only, race worker runs them.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
+@click.option("--storage", default=None, metavar="URL",
+              help="optuna storage of the study: sqlite:///FILE, postgresql://…, mysql://…, journal:FILE "
+                   "(default: sqlite:///DIR/race.db).")
+@click.option("--study", default=None, help="Study name (default: the config's name).")
+@click.option("--adaptive", is_flag=True, help="Successive halving over ρ: half the pilots of the full grid.")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Times a failed pilot (exception, out-of-memory kill) is run again.")
+@click.option("--heartbeat", type=click.IntRange(min=1), default=None,
+              help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
+                   "abandoned after 3 missed (default 20).")
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
-          quiet: bool) -> None:
+          quiet: bool, storage: str | None, study: str | None, adaptive: bool, retries: int,
+          heartbeat: int | None) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -141,21 +153,72 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     if not quiet:
         click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                    f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
-    results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet)
-    click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
+    results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
+                       study=study, adaptive=adaptive, retries=retries, heartbeat=heartbeat)
+    if results.diagnosis is not None:
+        click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
+    failed = results.meta.get("failed")
+    if failed:
+        raise _Failed(f"{len(failed)} pilot(s) failed — {failed[0]}"
+                      + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
+                      + f"; {len(results.pilots) - len(failed)} finished pilots are kept in {results.meta['storage']}: "
+                        "re-run the same command to retry only the failed ones")
+
+
+class _Failed(click.ClickException):
+    """Pilots that failed after their retries: one line, exit 2, finished pilots kept."""
+
+    exit_code = 2
 
 
 @main.command()
-@click.argument("results_path", metavar="RESULTS.json")
+@click.option("--storage", required=True, metavar="URL", help="optuna storage holding the study.")
+@click.option("--study", required=True, help="Study name (the name race pilot printed).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Pilots run at once (default: 2 on CPU, 1 on GPU).")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Times a pilot that failed here is enqueued again.")
+@click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds an idle worker waits for new pilots (adaptive rungs) before it exits.")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+@_user_errors
+def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
+           quiet: bool) -> None:
+    """Join a study (from any machine) and run the pilots no other worker holds.
+
+    Stops when the study needs no more pilots; a pilot whose worker died is taken over
+    once its heartbeat is stale."""
+    from race.scheduler import run_worker
+
+    done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait)
+    click.echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
+               f"for study {done['study']!r} in {done['storage']}")
+
+
+@main.command()
+@click.argument("results_path", metavar="[RESULTS.json]", required=False)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--refit", is_flag=True, help="Re-run fit → bootstrap → classify from the stored pilots.")
+@click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
+@click.option("--study", default=None, help="Study name in --storage.")
 @_user_errors
-def report(results_path: str, fmt: str, refit: bool) -> None:
-    """Render the diagnosis stored in RESULTS.json (or a folder holding it)."""
+def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None) -> None:
+    """Render the diagnosis stored in RESULTS.json (or a folder holding it), or from an optuna
+    storage alone (--storage URL --study NAME)."""
     from race.report import render_diagnosis
     from race.results import diagnose_results, load_results
 
-    click.echo(render_diagnosis(diagnose_results(load_results(results_path), refit=refit), fmt), nl=False)
+    if storage or study:
+        if not (storage and study) or results_path:
+            raise click.UsageError("report from storage takes --storage URL and --study NAME (and no RESULTS.json)")
+        from race.store import load_results as load_stored
+
+        results = load_stored(storage, study)
+    elif results_path:
+        results = load_results(results_path)
+    else:
+        raise click.UsageError("give RESULTS.json (or its folder), or --storage URL --study NAME")
+    click.echo(render_diagnosis(diagnose_results(results, refit=refit), fmt), nl=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -344,6 +344,8 @@ def _noise_warning(grid: GridScores, *, slope: float, level: float) -> str:
     sd = grid.seed_sd()
     if sd is None:
         return f"noise dominates: add seeds (≥ {MIN_SEEDS_PER_POINT} per point to measure seed noise)"
+    if sd <= 0:   # seeds agree exactly (e.g. every pilot scores 0 on a hard task): no noise to beat
+        return "no effect: the seeds agree exactly and the response is flat; add budget per pilot"
     x = np.log(grid.rho)
     change = max(abs(slope) * float(x.max() - x.min()), sd)   # floor: one seed SD across the grid
     n = seeds_needed(seed_sd=sd, change=change, rho=grid.rho, level=level)

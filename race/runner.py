@@ -13,14 +13,13 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from race.config import GridConfig, config_from_dict
-from race.grid import plan_grid
 from race.records import PilotResult, Schedule
-from race.results import Results, save_results
+from race.results import Results
 
 _PRELOAD = ["torch", "transformers", "peft", "race.pilot", "race.grpo", "race.backends.hf"]
 
@@ -78,26 +77,46 @@ def default_workers(device: str) -> int:
 
 def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu",
              on_result: Callable[[Job, PilotResult], None] | None = None,
-             on_progress: Callable[[Job, int, float], None] | None = None) -> list[PilotResult]:
+             on_progress: Callable[[Job, int, float], None] | None = None,
+             next_job: Callable[[], Job | None] | None = None,
+             on_start: Callable[[Job, int], None] | None = None,
+             on_tick: Callable[[], None] | None = None,
+             keep_going: Callable[[], bool] | None = None, poll: float = 1.0) -> list[PilotResult]:
     """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
-    ``status="failed"`` and the reason in ``extra["error"]``."""
+    ``status="failed"`` and the reason in ``extra["error"]``.
+
+    For a job queue that fills while it runs (race.scheduler: trials of an optuna study),
+    ``next_job()`` hands the next job or None, ``keep_going()`` says whether to wait for more
+    once nothing runs, ``on_start(job, pid)`` sees each pilot process start and ``on_tick()``
+    runs about every ``poll`` seconds (heartbeats)."""
     from race.backends import resolve_backend
 
     # vLLM's import takes 10–20 s: the fork server does it once for all pilots
     ctx = _context(("vllm.entrypoints.llm", "race.backends.vllm") if resolve_backend(config.backend) == "vllm" else ())
-    threads = max(1, (os.cpu_count() or 1) // workers) if not device.startswith("cuda") else 1
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers)) if not device.startswith("cuda") else 1
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():      # several worker processes on one machine
+        threads = max(1, int(os.environ["OMP_NUM_THREADS"]))
     cfg = config.to_dict()
     pending, running, results = list(jobs), {}, []
-    while pending or running:
-        while pending and len(running) < workers:
-            job = pending.pop(0)
+    while pending or running or (keep_going is not None and keep_going()):
+        while len(running) < workers:
+            job = pending.pop(0) if pending else (next_job() if next_job else None)
+            if job is None:
+                break
             parent, child = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_child, args=(child, cfg, job.schedule.to_dict(), job.seed, threads, device),
                                daemon=True)
             proc.start()
             child.close()
             running[parent] = (proc, job)
-        ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=1.0)
+            if on_start:
+                on_start(job, proc.pid)
+        if on_tick:
+            on_tick()
+        if not running:
+            time.sleep(poll)
+            continue
+        ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=poll)
         for conn in list(running):
             proc, job = running[conn]
             done, result = False, None
@@ -171,46 +190,17 @@ class Progress:
 
 
 def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
-             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None) -> Results:
-    """Calibrate, plan and run every pilot of ``config``; write and return the results."""
-    from race.backends import BACKENDS, resolve_backend
-    from race.pilot import calibrate
+             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
+             storage: str | None = None, study: str | None = None, adaptive: bool = False, retries: int = 1,
+             heartbeat: int | None = None) -> Results:
+    """Calibrate, plan and run every pilot of ``config``; write and return the results.
 
-    backend = resolve_backend(config.backend)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
-    cal = calibration or calibrate(config, device=device)
-    if cal.healthy is not None:
-        config = replace(config, grpo=replace(config.grpo, **cal.healthy))
-    plan = plan_grid(config, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
-    jobs = [Job(s, seed) for s in plan.schedules for seed in range(config.seeds)]
-    workers = workers or default_workers(device)
-    progress = Progress(len(jobs), config.budget, enabled=not quiet)
-    classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
-    meta = {"model": config.model, "reward": config.reward.kind, "backend": backend, "task": config.task,
-            "budget_per_pilot": config.budget, "seeds": config.seeds}
-    finished: list[PilotResult] = []
+    The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
+    re-run after a crash runs only what is missing and ``race worker`` processes can share the
+    grid; ``DIR/results.json`` is rewritten after every finished pilot as before
+    (race.scheduler.run_study has the details)."""
+    from race.scheduler import run_study
 
-    def save(diagnosis=None) -> Results:
-        res = Results(pilots=tuple(sorted(finished, key=lambda p: (p.rho_target, p.seed))), diagnosis=diagnosis,
-                      config=config.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
-                      classify=classify, meta={"backend": backend, "device": device})
-        save_results(out_dir, res)
-        return res
-
-    def on_result(job: Job, result: PilotResult) -> None:
-        finished.append(result)
-        progress.finish(job, result)
-        save()
-
-    save()
-    run_jobs(config, jobs, workers=workers, device=device, on_result=on_result, on_progress=progress.update)
-    from race.regime import classify as classify_fn
-
-    complete = [p for p in finished if p.status == "complete"]
-    # the report names the backend that actually produced the pilots (each records its own)
-    used = sorted({str(p.extra.get("backend")) for p in complete if p.extra.get("backend")})
-    meta["backend"] = ", ".join(used) if used else backend
-    diagnosis = classify_fn(complete, meta=meta, **classify)
-    return save(diagnosis)
-
+    return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
+                     calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
+                     retries=retries, heartbeat=heartbeat)

@@ -258,3 +258,15 @@ def test_reward_heavy_targets_whose_trends_disagree_are_flagged():
     assert trend in ("search-heavy", "balanced")
     assert f"trends under the feedback cost disagree: reward → update-heavy, final-answer → {trend}" in diag.warnings
     assert any(w.startswith("feedback levers: a proxy PRM 4× cheaper frees") for w in diag.primary.warnings)
+
+
+def test_seeds_that_agree_exactly_do_not_crash_the_noise_advice():
+    """Every pilot scoring 0 (a hard task at a small budget): inconclusive, no division by zero."""
+    from race.records import FlopBreakdown, PilotResult
+    from race.regime import classify
+
+    pilots = [PilotResult(rho, seed, FlopBreakdown(1e12 * (1 - rho), 1e12 * rho), {"reward": (0.0,) * 50})
+              for rho in (0.45, 0.6, 0.73) for seed in range(2)]
+    d = classify(pilots, n_boot=100)
+    assert d.regime.value == "inconclusive"
+    assert any("seeds agree exactly" in w for w in d.primary.warnings)

@@ -1,0 +1,310 @@
+"""Pilot grids on optuna storage: the coordinator behind ``race pilot`` and ``race worker``.
+
+The coordinator (``run_study``) opens or creates the study (race.store), calibrates and plans
+only when it creates it, enqueues every pilot that is missing (or, with ``adaptive``, the next
+rung of successive halving), runs pilots itself (``workers`` processes at a time, 0 = none),
+waits for pilots other workers hold, and classifies what is complete. A worker
+(``run_worker``) joins an existing study and runs the pilots it can take until none is left.
+Both retry a pilot that failed (an exception, an out-of-memory kill) up to ``retries`` times
+and re-enqueue the pilots of dead processes (race.store.Store.sweep).
+
+No optuna here: every storage call goes through race.store, imported when a grid runs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from race.config import GridConfig, config_from_dict
+from race.records import PilotResult, Schedule
+from race.results import Results, save_results
+
+Key = tuple[float, int]
+
+
+# ---------------------------------------------------------------- adaptive grid
+
+def successive_halving(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
+                       given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
+    """The pilots an adaptive grid needs so far, and whether that list is final.
+
+    Successive halving over ρ with seeds as the resource (η = 2): rung 0 runs seed 0 at every
+    grid point; rung k gives seed k to the best ⌈P / 2^k⌉ points of rung k − 1 (mean primary
+    score over their seeds so far), until the grid has spent half the pilots of the full grid
+    (at least one point gets a second seed, which the regime rule needs). Every pilot has the
+    full per-pilot budget, so the fit stays IsoFLOP; the dropped points keep their one seed.
+    """
+    grid, P = sorted(grid), len(grid)
+    cap = min(P * seeds, max(P + 1, (P * seeds) // 2))
+    keys: list[Key] = [(r, 0) for r in grid]
+    alive, total = list(grid), P
+    for k in range(1, seeds):
+        prev = [(r, k - 1) for r in alive]
+        if any(key not in scores and key not in given_up for key in prev):
+            return keys, False
+        n = min(math.ceil(P / 2 ** k), cap - total)
+        if n <= 0:
+            break
+        ranked = sorted((r for r in alive if all((r, s) in scores for s in range(k))),
+                        key=lambda r: (-sum(scores[(r, s)] for s in range(k)) / k, r))
+        alive = ranked[:n]
+        if not alive:
+            break
+        keys += [(r, k) for r in alive]
+        total += len(alive)
+    return keys, True
+
+
+# ---------------------------------------------------------------- shared loop
+
+class _Loop:
+    """Run the pilots of one study through race.runner.run_jobs, talking to the store."""
+
+    def __init__(self, store: Any, *, device: str, workers: int, retries: int, quiet: bool, first_number: int):
+        from race.runner import Job, Progress
+
+        self.store, self.info = store, store.info
+        self.device, self.workers, self.retries, self.quiet = device, workers, retries, quiet
+        self.first_number = first_number
+        self.run_config = config_from_dict(self.info.run_config)
+        self.schedules = {float(s["rho_target"]): Schedule.from_dict(s) for s in self.info.plan["schedules"]}
+        self.primary = self.info.classify.get("primary_target", "reward")
+        self.held: dict[Key, Any] = {}
+        self.ran: list[PilotResult] = []
+        self.Job = Job
+        self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
+        self.on_change = lambda: None
+
+    def next_job(self):
+        claim = self.store.claim()
+        if claim is None:
+            return None
+        self.held[claim.key] = claim
+        return self.Job(self.schedules[claim.key[0]], claim.key[1])
+
+    def on_start(self, job, pid: int) -> None:
+        self.store.set_pid(self.held[job.key], pid)
+
+    def on_progress(self, job, step: int, spent: float) -> None:
+        self.progress.update(job, step, spent)
+        if job.key in self.held:
+            self.store.progress(self.held[job.key], step, spent)
+
+    def on_result(self, job, result: PilotResult) -> None:
+        claim = self.held.pop(job.key)
+        self.ran.append(result)
+        self.progress.total = max(self.progress.total, self.progress.done + 1)
+        if result.status == "complete":
+            self.store.complete(claim, result, self.primary)
+            self.progress.finish(job, result)
+        else:
+            self.store.fail(claim, result.extra.get("error", "failed"), result.extra.get("traceback", ""))
+            self.progress.finish(job, result)
+            n = self.store.failures_since(claim.key, self.first_number)
+            if not self.quiet:
+                what = (f"retrying ({n} of {self.retries} retries)" if n <= self.retries
+                        else f"giving up after {n} failures (re-run to try again)")
+                print(f"  ρ={claim.key[0]:g} seed {claim.key[1]}: {what}", file=sys.stderr, flush=True)
+        self.on_change()
+
+    def run(self, keep_going) -> None:
+        """Pilots until ``keep_going()`` (throttled; it also sweeps for dead workers' pilots) says stop."""
+        from race.runner import run_jobs
+
+        halt = self.store.heartbeats(lambda: list(self.held.values()))
+        try:
+            run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
+                     on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
+                     on_tick=keep_going, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
+        finally:
+            halt()
+
+
+def _complete_scores(store: Any) -> dict[Key, float]:
+    from race.store import key_of
+
+    out: dict[Key, float] = {}
+    for t in store.trials():
+        if t.state.name == "COMPLETE" and t.value is not None:
+            k = key_of(t)
+            if k is not None:
+                out.setdefault(k, float(t.value))
+    return out
+
+
+def _busy_keys(store: Any) -> set[Key]:
+    from race.store import key_of
+
+    return {key_of(t) for t in store.trials() if t.state.name in ("WAITING", "RUNNING")}
+
+
+# ---------------------------------------------------------------- coordinator
+
+def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
+              workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
+              classify_kw: dict | None = None, adaptive: bool = False, retries: int = 1,
+              heartbeat: int | None = None) -> Results:
+    """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring."""
+    from race import store as S
+    from race.backends import BACKENDS, resolve_backend
+    from race.runner import default_workers
+
+    url = storage or S.default_url(out_dir)
+    st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
+    user_cfg = config.to_dict()
+    backend = resolve_backend(config.backend)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
+    resumed = st.exists()
+    if resumed:
+        st.load()
+        st.check_compatible(user_cfg)
+        if heartbeat:
+            st.update_heartbeat(heartbeat)
+    else:
+        from race.grid import plan_grid
+        from race.pilot import calibrate
+
+        cal = calibration or calibrate(config, device=device)
+        run_cfg = replace(config, grpo=replace(config.grpo, **cal.healthy)) if cal.healthy is not None else config
+        plan = plan_grid(run_cfg, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
+        classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
+        meta = {"model": config.model, "reward": config.reward.kind, "backend": backend, "task": config.task,
+                "budget_per_pilot": config.budget, "seeds": config.seeds}
+        if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
+                     classify=classify, meta=meta, adaptive=None):
+            pass
+        else:                       # another process created it a moment ago
+            st.check_compatible(user_cfg)
+    info = st.info
+    st.set_adaptive({"policy": "successive-halving", "eta": 2} if adaptive else None)
+    st.set_finished(False)
+    first_number = len(st.trials())
+    if workers is None:
+        workers = default_workers(device)
+    loop = _Loop(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number)
+    given_up: set[Key] = set()
+    state = {"done": False, "last": 0.0}
+    all_keys = info.keys()
+
+    def needed(scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
+        if adaptive:
+            return successive_halving(info.grid, info.seeds, scores, given_up)
+        return all_keys, True
+
+    def advance(force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - state["last"] < min(1.0, st.heartbeat / 2):
+            return state["done"]
+        state["last"] = now
+        st.sweep()
+        scores = _complete_scores(st)
+        busy = _busy_keys(st)
+        need, final = needed(scores)
+        for key in need:
+            if key in scores or key in busy or key in given_up:
+                continue
+            if st.failures_since(key, first_number) > retries:
+                given_up.add(key)
+                continue
+            st.enqueue(key)
+            busy.add(key)
+        loop.progress.total = loop.progress.done + sum(1 for k in need if k not in scores and k not in given_up)
+        state["done"] = final and not busy and all(k in scores or k in given_up for k in need)
+        return state["done"]
+
+    def save(diagnosis=None, failed: Sequence[str] = ()) -> Results:
+        pilots = st.pilots()
+        have = {(p.rho_target, p.seed) for p in pilots}
+        failures = st.failed_pilots(k for k in given_up if k not in have)
+        res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
+                      diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
+                      meta={"backend": info.meta.get("backend"), "device": device, "storage": st.masked,
+                            "study": st.name, **({"adaptive": "successive-halving"} if adaptive else {}),
+                            **({"failed": list(failed)} if failed else {})})
+        save_results(out_dir, res)
+        return res
+
+    loop.on_change = lambda: save()
+    scores0 = _complete_scores(st)
+    advance(force=True)
+    if not quiet:
+        print(f"RACE study {st.name!r} in {st.masked}: " + (
+            f"resuming, {len(scores0)} pilots complete, {loop.progress.total} to run"
+            if resumed else f"created, {loop.progress.total} pilots to run")
+            + (" (adaptive: successive halving over ρ)" if adaptive else ""), file=sys.stderr, flush=True)
+    save()
+    loop.run(lambda: not advance())
+    advance(force=True)
+    pilots = st.pilots()
+    failed = [f"ρ={p.rho_target:g} seed {p.seed}: {p.extra.get('error')}" for p in st.failed_pilots(given_up)]
+    from race.regime import classify as classify_fn
+
+    diagnosis = None
+    kw = dict(info.classify)
+    # the report names the backend that actually produced the pilots (each records its own)
+    used = sorted({str(p.extra.get("backend")) for p in pilots if p.status == "complete" and p.extra.get("backend")})
+    meta = {**info.meta, **({"backend": ", ".join(used)} if used else {})}
+    try:
+        diagnosis = classify_fn(pilots, meta=meta, **kw)
+    except ValueError:
+        if not failed:
+            raise
+    if diagnosis is not None:
+        st.save_diagnosis(diagnosis, pilots)
+    st.set_finished(True)
+    return save(diagnosis, failed)
+
+
+# ---------------------------------------------------------------- worker
+
+def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,
+               retries: int = 1, wait: float = 30.0) -> dict[str, Any]:
+    """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
+    (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
+    from race import store as S
+    from race.runner import default_workers
+
+    st = S.Store(storage, study)
+    info = st.load()
+    first_number = len(st.trials())
+    loop = _Loop(st, device=device, workers=workers if workers is not None else default_workers(device),
+                 retries=retries, quiet=quiet, first_number=first_number)
+    keys = set(info.keys())
+    state = {"idle_since": None, "last": 0.0, "go": True}
+
+    def on_change() -> None:   # our own failed pilot: enqueue it again while retries last
+        for p in loop.ran[-1:]:
+            key = (p.rho_target, p.seed)
+            if p.status != "complete" and st.failures_since(key, first_number) <= retries:
+                if key not in _busy_keys(st) and key not in _complete_scores(st):
+                    st.enqueue(key, retry_of_failure=True)
+
+    loop.on_change = on_change
+    loop.progress.total = len(keys)
+
+    def keep_going() -> bool:
+        now = time.monotonic()
+        if now - state["last"] < min(1.0, st.heartbeat / 2):
+            return state["go"]
+        state["last"] = now
+        st.sweep()
+        if _busy_keys(st):
+            state["idle_since"], state["go"] = None, True
+        elif st.finished() or (not st.study.user_attrs.get("race:adaptive") and keys <= set(_complete_scores(st))):
+            state["go"] = False
+        else:
+            state["idle_since"] = state["idle_since"] or now
+            state["go"] = now - state["idle_since"] < wait
+        return state["go"]
+
+    if not quiet:
+        print(f"RACE worker {os.getpid()} on study {st.name!r} in {st.masked}", file=sys.stderr, flush=True)
+    loop.run(keep_going)
+    done = [p for p in loop.ran if p.status == "complete"]
+    return {"ran": len(loop.ran), "complete": len(done), "failed": len(loop.ran) - len(done),
+            "study": st.name, "storage": st.masked}

@@ -1,0 +1,789 @@
+"""Pilot storage on optuna: one study per diagnosis, one trial per pilot.
+
+This is the only RACE module that imports optuna (``import race`` never loads it).
+
+Layout of a study (docs/storage.md):
+
+- study name: the config's ``name`` (or ``--study``); direction *maximize* (the trial value is the
+  pilot's mean primary-target score);
+- study user attrs: ``race:config`` (the config as given: what a resume is checked against),
+  ``race:run_config`` (the config the pilots run: calibration may switch on the healthy recipe),
+  ``race:plan`` (schedules, calibration), ``race:classify``, ``race:meta``, ``race:adaptive``,
+  ``race:curve_step_flops``, ``race:ready``; after a grid, ``race:diagnosis`` and ``race:finished``;
+- one trial per pilot: params ``rho`` (a categorical over the grid) and ``seed`` (an int in
+  ``[0, seeds)``) enqueued for every grid point × seed when the study is created, so the grid
+  lives in the study and each worker takes one by moving a WAITING trial to RUNNING — an
+  atomic transition in every optuna storage (a row lock in RDB storages, the log order in the
+  journal), so no two workers get the same trial;
+- user attrs of a finished trial: ``flops`` (search / learning / reward / total / rho),
+  ``schedule``, ``scores`` (mean per target), ``evals:<target>`` (per-prompt scores, compact:
+  zlib-compressed float64, base64), ``curve`` (the whole reward-vs-FLOPs curve, same encoding),
+  ``result`` (everything else of the ``PilotResult``); the reward-vs-FLOPs curve is also
+  reported as intermediate values (step = FLOPs spent / ``race:curve_step_flops``), so
+  optuna-dashboard draws the learning curves;
+- liveness: the process running a trial records heartbeats (optuna's RDB heartbeat; for the
+  journal a heartbeat in a system attr through the same optuna interface); a RUNNING trial
+  whose heartbeat is older than the grace period is failed by whoever notices
+  (``optuna.storages.fail_stale_trials``) and its grid point enqueued again. A process that
+  finds a RUNNING trial owned by a dead process on its own machine fails it at once.
+
+Storage URLs may carry passwords: :func:`mask_url` is applied to every message.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import socket
+import struct
+import sys
+import time
+import warnings
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import FrozenTrial, TrialState
+
+from race.config import ConfigError
+from race.records import Diagnosis, PilotResult
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SCHEMA = 1
+DEFAULT_HEARTBEAT = 20            # seconds between heartbeats; a trial is stale after GRACE_FACTOR × this
+GRACE_FACTOR = 3
+ATTR_LIMIT = 30_000               # characters per attribute value (MySQL TEXT holds 64 KiB)
+OWNER = "race:owner"
+HEARTBEAT = "race:heartbeat"      # journal storage only (RDB storages keep their own table)
+ENCODED = "f8z:"                  # prefix of compact float arrays
+CURVE_POINTS = 200                # intermediate values per trial (the full curve is in the "curve" attr)
+
+
+class StoreError(ConfigError):
+    """A storage problem a user can act on; the message is one line and never shows a password."""
+
+
+# ---------------------------------------------------------------- URLs
+
+_PW_IN_NETLOC = re.compile(r"(?P<pre>://[^/@:\s]*:)(?P<pw>[^@/\s]*)(?P<post>@)")
+_PW_IN_QUERY = re.compile(r"(?P<pre>[?&]password=)(?P<pw>[^&\s'\"]*)", re.IGNORECASE)
+
+
+def mask_url(text: str) -> str:
+    """``scheme://user:secret@host/db`` → ``scheme://user:***@host/db`` (also ``?password=``);
+    works on any text that contains such URLs."""
+    text = _PW_IN_NETLOC.sub(lambda m: m.group("pre") + "***" + m.group("post"), text)
+    return _PW_IN_QUERY.sub(lambda m: m.group("pre") + "***", text)
+
+
+def _passwords(url: str) -> list[str]:
+    return [m.group("pw") for rx in (_PW_IN_NETLOC, _PW_IN_QUERY) for m in rx.finditer(url) if m.group("pw")]
+
+
+def default_url(out_dir: str) -> str:
+    """The default storage of a grid: an SQLite file in its output folder."""
+    return "sqlite:///" + os.path.abspath(os.path.join(out_dir, "race.db"))
+
+
+def _journal_path(url: str) -> str | None:
+    if url.startswith("journal://"):
+        return url[len("journal://"):]
+    if url.startswith("journal:"):
+        return url[len("journal:"):]
+    if "://" not in url and url.endswith((".log", ".journal", ".jsonl")):
+        return url
+    return None
+
+
+class _JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
+    """optuna's journal storage with optuna's heartbeat interface (RDB storages have it built in):
+    the heartbeat is a system attr of the trial, so ``fail_stale_trials`` works the same way."""
+
+    def __init__(self, backend: Any, interval: int, grace: int, callback: Callable) -> None:
+        super().__init__(backend)
+        self._race_hb = (interval, grace, callback)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        self.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        now, grace = time.time(), self._race_hb[1]
+        return [t._trial_id for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+                if t.system_attrs.get(HEARTBEAT) is not None and now - t.system_attrs[HEARTBEAT] > grace]
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._race_hb[0]
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable | None:
+        return self._race_hb[2]
+
+
+def _sqlite_immediate(engine: Any) -> None:
+    """Make every SQLite transaction ``BEGIN IMMEDIATE``.
+
+    optuna takes a WAITING trial with SELECT … FOR UPDATE, then UPDATE; SQLite ignores FOR UPDATE
+    and Python's sqlite3 runs the SELECT outside a transaction, so two processes could both take
+    the same trial (measured: tests/test_store.py). Holding the write lock from the start of
+    each transaction makes the take atomic, as it is on PostgreSQL and MySQL."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        # WAL: commits without an fsync each (a killed process loses nothing; a power cut may
+        # lose the last commits), readers do not block the writer
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()          # connections made before the listeners would not have them
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` means psycopg (3) to SQLAlchemy ≥ 2.1; use psycopg2 when only it is installed."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Callable | None = None) -> Any:
+    """An optuna storage for ``url``: ``sqlite:///FILE``, ``postgresql://…``, ``mysql://…`` (any
+    SQLAlchemy URL optuna's RDBStorage takes), or ``journal:FILE`` / ``FILE.log`` (optuna's journal
+    file storage). Unreachable or malformed storages raise ``StoreError`` (one line, masked)."""
+    heartbeat = max(1, int(heartbeat))
+    grace = GRACE_FACTOR * heartbeat
+    masked = mask_url(url)
+    path = _journal_path(url)
+    try:
+        if path is not None:
+            from optuna.storages.journal import JournalFileBackend
+
+            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+            return _JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
+        scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+        if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
+                                              "mssql"):
+            raise StoreError(f"storage {masked!r} is not an optuna storage URL: expected sqlite:///FILE, "
+                             "postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:FILE")
+        if scheme == "postgres":
+            raise StoreError(f"storage {masked!r}: SQLAlchemy spells the scheme postgresql://, not postgres://")
+        engine: dict[str, Any] = {}
+        if scheme == "sqlite":
+            file = url.split(":///", 1)[-1]
+            if file and file != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(file)) or ".", exist_ok=True)
+            engine = {"connect_args": {"timeout": 60}}
+        elif scheme == "postgresql":
+            engine = {"connect_args": {"connect_timeout": 10}}
+            url = _postgres_driver(url)
+        elif scheme in ("mysql", "mariadb"):
+            engine = {"connect_args": {"connect_timeout": 10}}
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
+                                                         grace_period=grace,
+                                                         heartbeat_stale_trial_callback=on_stale)
+                break
+            except Exception as e:  # noqa: BLE001
+                # two processes creating the tables of a new database at once: the loser retries
+                text = str(e)
+                if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        if scheme == "sqlite":
+            _sqlite_immediate(storage.engine)
+        return storage
+    except StoreError:
+        raise
+    except ImportError as e:
+        cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
+        raise StoreError(f"storage {masked!r} needs a Python driver that is not installed "
+                         f"({_first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
+                         "pymysql for MySQL") from None
+    except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
+        raise StoreError(f"storage {masked!r} is unreachable: {_first_line(e, url)}") from None
+
+
+def _first_line(e: BaseException, url: str = "") -> str:
+    msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+    text = msg[0] if msg else type(e).__name__
+    for pw in _passwords(url):
+        text = text.replace(pw, "***")
+    return mask_url(text)
+
+
+# ---------------------------------------------------------------- compact values
+
+def encode_floats(values: Iterable[float]) -> str:
+    vals = [float(v) for v in values]
+    raw = struct.pack(f"<{len(vals)}d", *vals)
+    return ENCODED + base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def decode_floats(text: str) -> tuple[float, ...]:
+    if not text.startswith(ENCODED):
+        raise ValueError(f"not an encoded float array: {text[:20]!r}")
+    raw = zlib.decompress(base64.b64decode(text[len(ENCODED):]))
+    return struct.unpack(f"<{len(raw) // 8}d", raw)
+
+
+def _json_blob(obj: Any) -> str:
+    return "jz:" + base64.b64encode(zlib.compress(json.dumps(obj).encode(), 9)).decode("ascii")
+
+
+def _unjson_blob(text: str) -> Any:
+    return json.loads(zlib.decompress(base64.b64decode(text[3:])))
+
+
+def _put_chunked(setter: Callable[[str, Any], None], key: str, text: str) -> None:
+    """Store a long string as ``key`` = {"chunks": n} plus ``key#0 …`` (each ≤ ATTR_LIMIT)."""
+    if len(text) <= ATTR_LIMIT:
+        setter(key, text)
+        return
+    parts = [text[i:i + ATTR_LIMIT] for i in range(0, len(text), ATTR_LIMIT)]
+    for i, part in enumerate(parts):
+        setter(f"{key}#{i}", part)
+    setter(key, {"chunks": len(parts)})
+
+
+def _get_chunked(attrs: Mapping[str, Any], key: str) -> str | None:
+    v = attrs.get(key)
+    if isinstance(v, dict) and "chunks" in v:
+        return "".join(attrs[f"{key}#{i}"] for i in range(int(v["chunks"])))
+    return v
+
+
+# ---------------------------------------------------------------- process identity
+
+def owner_info() -> dict[str, Any]:
+    """Who runs a trial: host, boot id, pid namespace, pid and process start time, so that a
+    process on the same machine can tell for sure that the owner is gone."""
+    info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            info["boot"] = fh.read().strip()
+        info["pidns"] = os.readlink("/proc/self/ns/pid")
+        info["start"] = _proc_start(os.getpid())
+    except OSError:
+        pass
+    return info
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_is_dead(owner: Mapping[str, Any] | None, me: Mapping[str, Any]) -> bool:
+    """True only when ``owner`` certainly ran on this machine (same host, boot, pid namespace)
+    and its process no longer exists (or the pid now belongs to a younger process)."""
+    if not owner or "boot" not in me:
+        return False
+    if any(owner.get(k) != me.get(k) for k in ("host", "boot", "pidns")):
+        return False
+    pid = int(owner.get("pid", -1))
+    if pid == me["pid"]:
+        return False
+    start = _proc_start(pid)
+    return start is None or (owner.get("start") is not None and start != owner["start"])
+
+
+# ---------------------------------------------------------------- the study
+
+Key = tuple[float, int]
+
+
+@dataclass
+class Claim:
+    """A trial this process took: its id, number, grid point and seed."""
+
+    trial_id: int
+    number: int
+    key: Key
+    trial: Any
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """What a study holds besides its trials: enough for any machine to run its pilots."""
+
+    config: dict
+    run_config: dict
+    plan: dict
+    classify: dict
+    meta: dict
+    adaptive: dict | None
+    curve_step_flops: float
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(float(r) for r in self.run_config["grid"])
+
+    @property
+    def seeds(self) -> int:
+        return int(self.run_config["seeds"])
+
+    def keys(self) -> list[Key]:
+        return [(r, s) for r in self.grid for s in range(self.seeds)]
+
+
+def _norm(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            if d:
+                return d
+        return None
+    return None if a == b else (path, a, b)
+
+
+def _short(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v)
+
+
+def key_of(t: FrozenTrial) -> Key | None:
+    p = t.params or t.system_attrs.get("fixed_params") or {}
+    if "rho" not in p or "seed" not in p:
+        return None
+    return (float(p["rho"]), int(p["seed"]))
+
+
+def is_pilot_failure(t: FrozenTrial) -> bool:
+    """A FAIL trial whose pilot itself failed (an exception, an out-of-memory kill), as opposed to
+    one abandoned by a dead worker (failed by the heartbeat check or a local liveness check)."""
+    return "error" in t.user_attrs and not t.user_attrs.get("stale")
+
+
+class Store:
+    """One RACE study in one optuna storage."""
+
+    def __init__(self, url: str, study_name: str, *, heartbeat: int = DEFAULT_HEARTBEAT):
+        self.url, self.masked, self.name = url, mask_url(url), study_name
+        self.heartbeat = max(1, int(heartbeat))
+        self.storage = open_storage(url, heartbeat=self.heartbeat, on_stale=self._on_stale)
+        self.me = owner_info()
+        self.study: optuna.Study | None = None
+        self.info: StudyInfo | None = None
+        self._last_beat = 0.0
+        self._progress: dict[int, dict] = {}
+        self._mine: set[int] = set()
+        self.requeued: list[Key] = []
+
+    def set_heartbeat(self, seconds: int) -> None:
+        """Heartbeat interval (and grace = 3 intervals) of this process, from the study's setting."""
+        self.heartbeat = max(1, int(seconds))
+        grace = GRACE_FACTOR * self.heartbeat
+        if isinstance(self.storage, _JournalHeartbeatStorage):
+            self.storage._race_hb = (self.heartbeat, grace, self.storage._race_hb[2])
+        else:
+            self.storage.heartbeat_interval, self.storage.grace_period = self.heartbeat, grace
+
+    def update_heartbeat(self, seconds: int) -> None:
+        """Change the study's heartbeat (processes that join later use it)."""
+        assert self.study is not None
+        self.study.set_user_attr("race:heartbeat", max(1, int(seconds)))
+        self.set_heartbeat(seconds)
+
+    # -- study life cycle
+    def _sampler(self) -> optuna.samplers.BaseSampler:
+        return optuna.samplers.RandomSampler(seed=0)   # never samples: every trial is enqueued
+
+    def exists(self) -> bool:
+        try:
+            self.storage.get_study_id_from_name(self.name)
+            return True
+        except KeyError:
+            return False
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"storage {self.masked!r} failed: {_first_line(e, self.url)}") from None
+
+    def load(self, *, wait: float = 60.0) -> StudyInfo:
+        """Open an existing study (waiting up to ``wait`` s for its creator to finish setting it up)."""
+        try:
+            self.study = optuna.load_study(study_name=self.name, storage=self.storage, sampler=self._sampler())
+        except KeyError:
+            names = [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+            raise StoreError(f"study {self.name!r} does not exist in {self.masked}: "
+                             f"start it with race pilot --storage URL --study {self.name}"
+                             + (f" (studies there: {', '.join(names[:8])})" if names else "")) from None
+        deadline = time.monotonic() + wait
+        while True:
+            attrs = self.study.user_attrs
+            if attrs.get("race:ready"):
+                break
+            if time.monotonic() > deadline:
+                raise StoreError(f"study {self.name!r} in {self.masked} is not a RACE study (no race:ready): "
+                                 "expected one created by race pilot")
+            time.sleep(0.5)
+        if attrs.get("race:heartbeat"):           # every process of a study beats and judges alike
+            self.set_heartbeat(int(attrs["race:heartbeat"]))
+        if attrs.get("race:schema") != SCHEMA:
+            raise StoreError(f"study {self.name!r} in {self.masked} has RACE storage schema "
+                             f"{attrs.get('race:schema')!r}: this RACE reads {SCHEMA}")
+        self.info = StudyInfo(config=attrs["race:config"], run_config=attrs["race:run_config"],
+                              plan=_unjson_blob(_get_chunked(attrs, "race:plan")), classify=attrs["race:classify"],
+                              meta=attrs["race:meta"], adaptive=attrs.get("race:adaptive"),
+                              curve_step_flops=float(attrs["race:curve_step_flops"]))
+        return self.info
+
+    def create(self, *, config: dict, run_config: dict, plan: dict, classify: dict, meta: dict,
+               adaptive: dict | None) -> bool:
+        """Create the study with its grid; False when another process created it first."""
+        try:
+            self.study = optuna.create_study(study_name=self.name, storage=self.storage, direction="maximize",
+                                             sampler=self._sampler(), load_if_exists=False)
+        except optuna.exceptions.DuplicatedStudyError:
+            return False
+        budget = float(run_config["budget"])
+        unit = 10.0 ** math.ceil(math.log10(budget)) / 1e8   # ≤ 1e8 steps: fits a 32-bit column
+        s = self.study
+        s.set_user_attr("race:schema", SCHEMA)
+        s.set_user_attr("race:config", _norm(config))
+        s.set_user_attr("race:run_config", _norm(run_config))
+        _put_chunked(s.set_user_attr, "race:plan", _json_blob(plan))
+        s.set_user_attr("race:classify", _norm(classify))
+        s.set_user_attr("race:meta", _norm(meta))
+        s.set_user_attr("race:adaptive", adaptive)
+        s.set_user_attr("race:curve_step_flops", unit)
+        s.set_user_attr("race:heartbeat", self.heartbeat)
+        s.set_user_attr("race:ready", True)
+        self.load()
+        return True
+
+    def check_compatible(self, config: dict) -> None:
+        """Refuse to resume with a config other than the study's (one line naming the difference)."""
+        assert self.info is not None
+        here = {k: v for k, v in _norm(config).items() if k != "name"}
+        there = {k: v for k, v in self.info.config.items() if k != "name"}
+        if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
+            raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
+                             f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"
+                             ": use the same grid, or another --study / --out")
+        diff = _first_difference(there, here)
+        if diff:
+            path, a, b = diff
+            raise StoreError(f"study {self.name!r} in {self.masked} was created with another config: {path} is "
+                             f"{_short(a)} there, {_short(b)} here: resume with the same config, or use another "
+                             "--study / --out")
+
+    def set_adaptive(self, adaptive: dict | None) -> None:
+        assert self.study is not None
+        self.study.set_user_attr("race:adaptive", adaptive)
+
+    def set_finished(self, finished: bool) -> None:
+        assert self.study is not None
+        self.study.set_user_attr("race:finished", bool(finished))
+
+    def finished(self) -> bool:
+        assert self.study is not None
+        return bool(self.study.user_attrs.get("race:finished"))
+
+    # -- trials
+    def trials(self, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+        assert self.study is not None
+        return self.study.get_trials(deepcopy=False, states=tuple(states) if states else None)
+
+    def enqueue(self, key: Key, **user_attrs: Any) -> None:
+        assert self.study is not None
+        self.study.enqueue_trial({"rho": key[0], "seed": key[1]}, user_attrs=user_attrs or None)
+
+    def _distributions(self) -> dict[str, Any]:
+        assert self.info is not None
+        return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(0, self.info.seeds - 1)}
+
+    def claim(self) -> Claim | None:
+        """Take one WAITING trial (atomic WAITING → RUNNING); None when there is none."""
+        assert self.study is not None and self.info is not None
+        st = self.study._storage
+        for t in self.trials((TrialState.WAITING,)):
+            try:
+                if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            st.set_trial_system_attr(t._trial_id, OWNER, self.me)
+            self._beat_one(t._trial_id)
+            key = key_of(t)
+            trial = optuna.trial.Trial(self.study, t._trial_id)
+            trial.suggest_categorical("rho", list(self.info.grid))
+            trial.suggest_int("seed", 0, self.info.seeds - 1)
+            if key is None or self._duplicate(t._trial_id, key):
+                st.set_trial_user_attr(t._trial_id, "duplicate", True)
+                self.study.tell(trial, state=TrialState.PRUNED)
+                continue
+            self._mine.add(t._trial_id)
+            return Claim(t._trial_id, t.number, key, trial)
+        return None
+
+    def _duplicate(self, trial_id: int, key: Key) -> bool:
+        """Another trial of the same pilot already finished, or runs and started first."""
+        assert self.study is not None
+        mine = self.study._storage.get_trial(trial_id)
+        for t in self.trials((TrialState.COMPLETE, TrialState.RUNNING)):
+            if t._trial_id == trial_id or key_of(t) != key:
+                continue
+            if t.state == TrialState.COMPLETE:
+                return True
+            if (t.datetime_start, t.number) < (mine.datetime_start, mine.number):
+                return True
+        return False
+
+    def _beat_one(self, trial_id: int) -> None:
+        from optuna.storages._heartbeat import is_heartbeat_enabled
+
+        st = self.study._storage if self.study is not None else self.storage
+        if is_heartbeat_enabled(st):
+            st.record_heartbeat(trial_id)
+
+    def progress(self, claim: Claim, step: int, flops: float) -> None:
+        self._progress[claim.trial_id] = {"step": int(step), "flops": float(flops)}
+
+    def beat(self, claims: Iterable[Claim], *, force: bool = False) -> None:
+        """Heartbeats (and the latest progress) of the trials this process holds, every interval."""
+        now = time.monotonic()
+        if not force and now - self._last_beat < self.heartbeat:
+            return
+        self._last_beat = now
+        assert self.study is not None
+        for c in claims:
+            try:
+                self._beat_one(c.trial_id)
+                if c.trial_id in self._progress:
+                    self.study._storage.set_trial_user_attr(c.trial_id, "progress", self._progress.pop(c.trial_id))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass   # failed as stale meanwhile: complete() still keeps the result if no retry finished
+
+    def heartbeats(self, claims: Callable[[], Iterable[Claim]]) -> Callable[[], None]:
+        """Beat for ``claims()`` from a background thread (a pilot process can take long to start);
+        returns the function that stops it."""
+        import threading
+
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(self.heartbeat):
+                try:
+                    self.beat(list(claims()), force=True)
+                except Exception as e:  # noqa: BLE001 — a storage hiccup must not kill the grid
+                    print(f"race: heartbeat failed: {_first_line(e, self.url)}", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=run, name="race-heartbeat", daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return halt
+
+    def set_pid(self, claim: Claim, pid: int) -> None:
+        assert self.study is not None
+        try:
+            self.study._storage.set_trial_user_attr(claim.trial_id, "pilot_pid", int(pid))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+    def sweep(self) -> list[Key]:
+        """Fail RUNNING trials whose process is gone (dead on this machine, or heartbeat stale)
+        and enqueue their pilots again; returns the pilots re-enqueued."""
+        assert self.study is not None
+        self.requeued = []
+        st = self.study._storage
+        for t in self.trials((TrialState.RUNNING,)):
+            owner = t.system_attrs.get(OWNER)
+            if owner_is_dead(owner, self.me):
+                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
+                try:   # attributes first: a finished trial takes none
+                    st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
+                    st.set_trial_user_attr(t._trial_id, "stale", True)
+                    if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                        continue
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue
+                self._mark_stale(t, why)
+        for tid in list(self._mine):           # our own trials are alive, whatever our heartbeat thread did
+            try:
+                self._beat_one(tid)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                self._mine.discard(tid)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+        return self.requeued
+
+    def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """optuna's heartbeat-stale callback: this process failed ``trial``; enqueue its pilot again."""
+        owner = trial.system_attrs.get(OWNER) or {}
+        self._mark_stale(trial, f"no heartbeat for {GRACE_FACTOR * self.heartbeat} s from "
+                                f"{owner.get('host', '?')}:{owner.get('pid', '?')} (worker died or lost the storage)",
+                         study=study)
+
+    def _mark_stale(self, t: FrozenTrial, why: str, study: optuna.Study | None = None) -> None:
+        """Enqueue the pilot of a trial failed for want of a live owner; the new trial says why."""
+        study = study or self.study
+        assert study is not None
+        key = key_of(t)
+        if key is not None:
+            study.enqueue_trial({"rho": key[0], "seed": key[1]},
+                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}"})
+            self.requeued.append(key)
+
+    def complete(self, claim: Claim, result: PilotResult, primary_target: str) -> None:
+        """Record a finished pilot: attributes, learning curve, then COMPLETE with its score."""
+        assert self.study is not None and self.info is not None
+        st, tid = self.study._storage, claim.trial_id
+        self._mine.discard(tid)
+        value = result.score(primary_target) if primary_target in result.evals else float("nan")
+        if not math.isfinite(value):
+            self.fail(claim, f"the pilot reported no finite {primary_target!r} score")
+            return
+        attrs: dict[str, Any] = {}
+        for k, v in pilot_attrs(result).items():
+            if isinstance(v, str):
+                _put_chunked(attrs.__setitem__, k, v)
+            else:
+                attrs[k] = v
+        unit, last, steps = self.info.curve_step_flops, -1, {}
+        for flops, reward in _downsample(result.curve, CURVE_POINTS):
+            step = int(round(flops / unit))
+            if step > last and math.isfinite(reward):
+                steps[step] = float(reward)
+                last = step
+        try:
+            for k, v in attrs.items():
+                st.set_trial_user_attr(tid, k, v)
+            for step, reward in steps.items():
+                st.set_trial_intermediate_value(tid, step, reward)
+            self.study.tell(claim.trial, value)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            # someone failed our trial as stale while we worked (a stalled heartbeat, a network
+            # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
+            if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
+                self.study.add_trial(optuna.trial.create_trial(
+                    params={"rho": claim.key[0], "seed": claim.key[1]}, distributions=self._distributions(),
+                    value=value, user_attrs={**attrs, "recovered_from": claim.number},
+                    intermediate_values=steps))
+
+    def fail(self, claim: Claim, error: str, traceback_text: str = "") -> None:
+        assert self.study is not None
+        st = self.study._storage
+        self._mine.discard(claim.trial_id)
+        try:
+            st.set_trial_user_attr(claim.trial_id, "error", error)
+            if traceback_text:
+                st.set_trial_user_attr(claim.trial_id, "traceback", traceback_text[-4000:])
+            self.study.tell(claim.trial, state=TrialState.FAIL)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            pass   # already failed as stale (and enqueued again) by another process
+
+    def failures_since(self, key: Key, number: int) -> int:
+        """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number``."""
+        return sum(1 for t in self.trials((TrialState.FAIL,))
+                   if t.number >= number and key_of(t) == key and is_pilot_failure(t))
+
+    def pilots(self) -> list[PilotResult]:
+        """Every complete pilot (one per grid point × seed), sorted by (ρ, seed)."""
+        best: dict[Key, FrozenTrial] = {}
+        for t in self.trials((TrialState.COMPLETE,)):
+            k = key_of(t)
+            if k is not None and "result" in t.user_attrs and (k not in best or t.number < best[k].number):
+                best[k] = t
+        return [pilot_from_attrs(best[k].user_attrs) for k in sorted(best)]
+
+    def failed_pilots(self, keys: Iterable[Key]) -> list[PilotResult]:
+        """The latest failure of each of ``keys`` (for the results file)."""
+        assert self.info is not None
+        keys = set(keys)
+        latest: dict[Key, FrozenTrial] = {}
+        for t in self.trials((TrialState.FAIL,)):
+            k = key_of(t)
+            if k in keys and (k not in latest or t.number > latest[k].number):
+                latest[k] = t
+        from race.records import FlopBreakdown
+
+        return [PilotResult(rho_target=k[0], seed=k[1], flops=FlopBreakdown(), evals={}, status="failed",
+                            extra={"error": latest[k].user_attrs.get("error", "failed"), "trial": latest[k].number})
+                for k in sorted(latest)]
+
+    def save_diagnosis(self, diagnosis: Diagnosis, pilots: Sequence[PilotResult]) -> None:
+        assert self.study is not None
+        _put_chunked(self.study.set_user_attr, "race:diagnosis", _json_blob(diagnosis.to_dict()))
+        self.study.set_user_attr("race:diagnosis_pilots", [[p.rho_target, p.seed] for p in pilots])
+
+    def stored_diagnosis(self, pilots: Sequence[PilotResult]) -> Diagnosis | None:
+        """The diagnosis stored with the study, if it was made from exactly ``pilots``."""
+        assert self.study is not None
+        attrs = self.study.user_attrs
+        text = _get_chunked(attrs, "race:diagnosis")
+        if not text or attrs.get("race:diagnosis_pilots") != [[p.rho_target, p.seed] for p in pilots]:
+            return None
+        return Diagnosis.from_dict(_unjson_blob(text))
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.trials():
+            out[t.state.name] = out.get(t.state.name, 0) + 1
+        return out
+
+
+def _downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+    if len(curve) <= n:
+        return list(curve)
+    idx = sorted({round(i * (len(curve) - 1) / (n - 1)) for i in range(n)})
+    return [curve[i] for i in idx]
+
+
+def pilot_attrs(result: PilotResult) -> dict[str, Any]:
+    """The user attrs of a finished pilot's trial (see the module docstring)."""
+    d = result.to_dict()
+    rest = {k: v for k, v in d.items() if k not in ("evals", "curve")}
+    attrs: dict[str, Any] = {"result": rest, "flops": d["flops"], "rho_measured": result.rho,
+                             "schedule": d["schedule"], "scores": {t: result.score(t) for t in result.evals},
+                             "evals": sorted(result.evals), "steps": result.extra.get("steps"),
+                             "curve": encode_floats(x for pair in result.curve for x in pair)}
+    for target, values in result.evals.items():
+        attrs[f"evals:{target}"] = encode_floats(values)
+    return attrs
+
+
+def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
+    d = dict(attrs["result"])
+    flat = decode_floats(_get_chunked(attrs, "curve") or ENCODED)
+    d["curve"] = [flat[i:i + 2] for i in range(0, len(flat), 2)]
+    d["evals"] = {t: decode_floats(_get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
+    return PilotResult.from_dict(d)
+
+
+def load_results(url: str, study_name: str):
+    """A ``race.results.Results`` built from storage alone (for ``race report --storage``)."""
+    from race.results import Results
+
+    store = Store(url, study_name)
+    info = store.load(wait=0)
+    pilots = store.pilots()
+    diagnosis = store.stored_diagnosis(pilots)
+    return Results(pilots=tuple(pilots), diagnosis=diagnosis, config=info.run_config, plan=info.plan,
+                   classify={**info.classify, "meta": info.meta}, meta={"storage": store.masked, "study": study_name})

@@ -1,0 +1,143 @@
+"""Real ``race pilot`` processes, really killed: resume after kill -9, a pilot killed like the
+OOM killer does, and the adaptive grid growing into the full one — all on the default
+storage (SQLite in the output folder)."""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
+from race.store import key_of
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes():
+    yield
+    kill_leftovers()
+
+
+def _results(out):
+    return json.load(open(os.path.join(out, "results.json")))
+
+
+def test_kill_9_mid_grid_then_resume(tmp_path):
+    """kill -9 of the whole `race pilot` process group with one pilot finished and one mid-way;
+    the same command again runs only the missing pilots, and its diagnosis (and every pilot)
+    equals that of an uninterrupted run; `race report --storage` reproduces it."""
+    cfg = write_config(tmp_path / "c.yaml", name="resume", budget=4e10)   # pilots long enough to catch mid-way
+    out = tmp_path / "run"
+    args = ["pilot", cfg, "--out", out, "--heartbeat", "2"]       # two pilots at a time
+    proc = start(args, tmp_path / "first")
+    url = f"sqlite:///{out}/race.db"
+    store = open_study(url, "resume", proc=proc)
+    wait_for(lambda: by_state(store, "COMPLETE") and any(midway(t) for t in store.trials()), procs=[proc])
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    finished = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
+    cut = [key_of(t) for t in store.trials() if midway(t)]
+    assert finished and cut
+
+    again = subprocess.run(race(*args), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming, {len(finished)} pilots complete, {3 - len(finished)} to run" in again.stderr
+    complete = by_state(store, "COMPLETE")
+    assert sorted(key_of(t) for t in complete) == [(0.6, 0), (0.75, 0), (0.92, 0)]   # each exactly once
+    for t in complete:
+        if key_of(t) in finished:
+            assert t.number == finished[key_of(t)]          # a finished pilot is never re-run
+    dead = [t for t in by_state(store, "FAIL") if key_of(t) in cut]
+    assert dead and all("died" in t.user_attrs["error"] and t.user_attrs["stale"] for t in dead)
+
+    ref = subprocess.run(race("pilot", cfg, "--out", tmp_path / "ref"), capture_output=True,
+                         text=True, cwd=ROOT, timeout=600)
+    assert ref.returncode == 0, ref.stderr
+    assert again.stdout == ref.stdout and "RACE diagnosis" in ref.stdout
+    a, b = _results(out), _results(tmp_path / "ref")
+    for key in ("evals", "curve", "flops"):
+        assert [p[key] for p in a["pilots"]] == [p[key] for p in b["pilots"]]
+    assert a["diagnosis"] == b["diagnosis"]
+    rep = subprocess.run(race("report", "--storage", url, "--study", "resume"), capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert rep.returncode == 0 and rep.stdout == ref.stdout
+    refit = subprocess.run(race("report", "--storage", url, "--study", "resume", "--refit"), capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+    assert refit.stdout == ref.stdout
+
+
+def test_pilot_killed_like_the_oom_killer(tmp_path):
+    """SIGKILL to one pilot process (what the kernel's OOM killer sends): the grid goes on, the
+    command ends with one line naming the pilot (exit 2), every finished pilot is kept, and the
+    same command again runs only that pilot."""
+    cfg = write_config(tmp_path / "c.yaml", name="oom", budget=4e10)
+    out = tmp_path / "run"
+    args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "2"]
+    proc = start(args, tmp_path / "first")
+    store = open_study(f"sqlite:///{out}/race.db", "oom", proc=proc)
+
+    def kill_one():   # a pilot in its first half, whose process is alive (not a zombie that already reported)
+        for t in store.trials():
+            pid = t.user_attrs.get("pilot_pid")
+            if midway(t) and pid and t.user_attrs["progress"]["flops"] < 2e10 and _alive(pid):
+                try:
+                    os.kill(t.user_attrs["pilot_pid"], signal.SIGKILL)
+                    return t
+                except ProcessLookupError:        # it finished a moment ago: take another
+                    pass
+        return None
+
+    victim = wait_for(lambda: by_state(store, "COMPLETE") and kill_one(), procs=[proc])
+    assert proc.wait(timeout=600) == 2
+    stdout, stderr = read(tmp_path / "first")
+    last = stderr.strip().splitlines()[-1]
+    rho = key_of(victim)[0]
+    assert last.startswith(f"Error: 1 pilot(s) failed — ρ={rho:g} seed 0: pilot process killed by signal 9 "
+                           "(out of memory?); 2 finished pilots are kept in sqlite:///"), last
+    assert "Traceback" not in stderr
+    assert sorted(key_of(t) for t in by_state(store, "COMPLETE")) == sorted(
+        k for k in [(0.6, 0), (0.75, 0), (0.92, 0)] if k[0] != rho)
+    saved = _results(out)
+    assert sorted(p["status"] for p in saved["pilots"]) == ["complete", "complete", "failed"]
+
+    again = subprocess.run(race(*args), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "resuming, 2 pilots complete, 1 to run" in again.stderr
+    assert "RACE diagnosis" in again.stdout
+    assert len(by_state(store, "COMPLETE")) == 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_adaptive_grid_then_the_full_grid(tmp_path):
+    """--adaptive runs seed 0 everywhere and a second seed only at the best point; the plain
+    command on the same study then runs just the missing pilots of the full grid."""
+    cfg = write_config(tmp_path / "c.yaml", name="adapt", seeds=2, budget=1e10)
+    out = tmp_path / "run"
+    first = subprocess.run(race("pilot", cfg, "--out", out, "--adaptive"), capture_output=True, text=True,
+                           cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "RACE diagnosis" in first.stdout and "adaptive" in first.stderr
+    saved = _results(out)
+    seed0 = {p["rho_target"]: sum(p["evals"]["reward"]) / len(p["evals"]["reward"])
+             for p in saved["pilots"] if p["seed"] == 0}
+    best = max(sorted(seed0), key=lambda r: seed0[r])
+    assert sorted((p["rho_target"], p["seed"]) for p in saved["pilots"]) == sorted(
+        [(0.6, 0), (0.75, 0), (0.92, 0), (best, 1)])
+    assert saved["adaptive"] == "successive-halving"
+    store = open_study(f"sqlite:///{out}/race.db", "adapt")
+    kept = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
+    full = subprocess.run(race("pilot", cfg, "--out", out), capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert full.returncode == 0, full.stderr
+    assert "resuming, 4 pilots complete, 2 to run" in full.stderr
+    done = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
+    assert len(done) == 6 and all(done[k] == n for k, n in kept.items())
+    assert len(_results(out)["pilots"]) == 6

@@ -153,12 +153,13 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race.backends import BACKENDS, resolve_backend
     from race.runner import default_workers
 
-    url = storage or S.default_url(out_dir)
-    st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
-    user_cfg = config.to_dict()
+    # before anything is written: a run that cannot start leaves no storage behind
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
+    url = storage or S.default_url(out_dir)
+    st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
+    user_cfg = config.to_dict()
     resumed = st.exists()
     if resumed:
         st.load()

@@ -31,7 +31,7 @@ def test_workers_share_a_study(kind, tmp_path):
     url = storage_url(kind, tmp_path)
     name = f"w-{kind}-{uuid.uuid4().hex[:6]}"
     # on PostgreSQL a worker is killed mid-pilot: pilots long enough to be caught running
-    cfg = write_config(tmp_path / "c.yaml", name=name, budget=5e10 if kind == "postgres" else 2e10)
+    cfg = write_config(tmp_path / "c.yaml", name=name, budget=1.5e11 if kind == "postgres" else 2e10)
     coord = start(["pilot", cfg, "--out", tmp_path / "coord", "--storage", url, "--workers", "0",
                    "--heartbeat", "2"], tmp_path / "coord")
     store = open_study(url, name, proc=coord)
@@ -43,7 +43,7 @@ def test_workers_share_a_study(kind, tmp_path):
     if kind == "postgres":   # kill -9 the second worker while both hold a pilot, its own in its first half
         def both_running():
             ts = store.trials()
-            mine = [t for t in ts if midway(t) and _owner(t) == pids[1] and t.user_attrs["progress"]["flops"] < 2.5e10]
+            mine = [t for t in ts if midway(t) and _owner(t) == pids[1] and t.user_attrs["progress"]["flops"] < 7.5e10]
             return mine[0] if mine and any(t.state.name == "RUNNING" and _owner(t) == pids[0] for t in ts) else None
 
         killed = wait_for(both_running, procs=workers + [coord])

@@ -205,9 +205,14 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> d
         "accuracy": measure(model2, tok2),
         "accuracy_note": "exact match up to EOS on the held-out eval split (all problems); "
                          "sampled = temperature 1.0, torch seed 0; max_new_tokens 6",
-        "model_sha256": sha256(os.path.join(out, "model.safetensors")),
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
+    return write_meta(out, meta)
+
+
+def write_meta(out: str, meta: dict) -> dict:
+    """Write ``out/race_meta.json``: ``meta`` plus the weights' sha256 and the library versions."""
+    meta = {**meta, "model_sha256": sha256(os.path.join(out, "model.safetensors")),
+            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
     with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")

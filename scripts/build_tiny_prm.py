@@ -38,7 +38,7 @@ from transformers import Qwen2ForTokenClassification
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from build_tiny_policy import _portable_tokenizer_config, build_config, build_tokenizer, sha256  # noqa: E402
+from build_tiny_policy import _portable_tokenizer_config, build_config, build_tokenizer, write_meta  # noqa: E402
 from build_tiny_step_policy import generate  # noqa: E402
 
 from race.rewards.prm import STEP_TOKEN, ProcessRewardModel, roc_auc  # noqa: E402
@@ -279,13 +279,8 @@ def build(size: str, out: str, *, seed: int = 0, threads: int = 1, steps: int | 
                     "all": heldout_auc(prm, held_policy + held_corrupt)},
         "heldout_note": f"evaluation split of {TASK} ({len(eval_prompts)} prompts, never trained on): two policy "
                         "samples (generator seed 10000) and two corrupted solutions (random.Random(10000)) per prompt",
-        "model_sha256": sha256(os.path.join(out, "model.safetensors")),
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
-    with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-    return meta
+    return write_meta(out, meta)
 
 
 def main(argv: list[str] | None = None) -> int:

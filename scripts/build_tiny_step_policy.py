@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, build_config,  # noqa: E402
-                               build_tokenizer, make_batch, sha256)
+                               build_tokenizer, make_batch, write_meta)
 
 from race.rewards.rules import sparse  # noqa: E402
 from race.tasks import load_task  # noqa: E402
@@ -144,13 +144,8 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, prob
         "accuracy_note": "held-out eval split of arithmetic-steps; answer = final answer right, solution = the "
                          "whole worked solution exactly right, process = share of right steps (race.tasks.steps); "
                          f"sampled = temperature 1.0, generator seed 0; max_new_tokens {MAX_NEW_TOKENS}",
-        "model_sha256": sha256(os.path.join(out, "model.safetensors")),
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
-    with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-    return meta
+    return write_meta(out, meta)
 
 
 def main(argv: list[str] | None = None) -> int:

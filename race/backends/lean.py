@@ -360,11 +360,9 @@ class LeanLM(torch.nn.Module):
         # the head reads each prompt's last position (predicting completion token 0, once per
         # group) and every completion position; the last one's logits are unused but computed,
         # as the FLOP formula counts
-        last = torch.arange(Lp - 1, Np, Lp, device=dev).index_select(0, group)
-        comp = torch.arange(Np, Np + B * Lc, device=dev).view(B, Lc)[:, :-1]
         head_rows = torch.cat((torch.arange(Lp - 1, Np, Lp, device=dev), torch.arange(Np, Np + B * Lc, device=dev)))
         logits = self._head(x.index_select(0, head_rows))
-        # rows of ``logits``: G prompt-last rows, then B·Lc completion rows
-        first = last // Lp
-        pick = torch.cat((first[:, None], G + (comp - Np)), dim=1)
-        return logits[pick]
+        # rows of ``logits``: G prompt-last rows, then B·Lc completion rows; sequence b reads its
+        # prompt's row ``group[b]``, then its own completion rows but the last
+        comp = G + torch.arange(B * Lc, device=dev).view(B, Lc)[:, :-1]
+        return logits[torch.cat((group[:, None], comp), dim=1)]

@@ -19,6 +19,7 @@ REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
 ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
+VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
 
 
@@ -147,6 +148,7 @@ class GridConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     backend: str = "auto"
     gpu_memory: float | None = None               # bytes of one GPU; `race plan` refuses schedules that exceed it
+    vllm_sleep: str = "auto"                      # vLLM sleep mode during the update: auto | on | off (race.memory)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -235,6 +237,8 @@ def _validate(c: GridConfig) -> None:
     _positive_int("eval.samples", c.eval.samples)
     if c.backend not in BACKENDS:
         raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
+    if c.vllm_sleep not in VLLM_SLEEP:
+        raise ConfigError(f"vllm_sleep {c.vllm_sleep!r} is unknown: expected one of {', '.join(VLLM_SLEEP)}")
     if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
                                      or c.gpu_memory <= 0):
         raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
@@ -281,6 +285,8 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
         from race.memory import parse_bytes
 
         kw["gpu_memory"] = float(parse_bytes(raw["gpu_memory"]))
+    if isinstance(raw.get("vllm_sleep"), bool):      # YAML reads a bare on / off as true / false
+        kw["vllm_sleep"] = "on" if raw["vllm_sleep"] else "off"
     lengths = raw.get("lengths") or {}
     if "prompt" in lengths:
         kw["prompt_len"] = lengths["prompt"]

@@ -23,6 +23,14 @@ A pilot process holds, on its device:
 
 Peak = weights + sampling_copy + lora_state + overhead + max(rollout phase, update phase).
 
+A vLLM engine (sampler ``vllm``) allocates its KV-cache pool once and holds it, with its copy
+of the weights, through the update as well: awake, its ``kv_cache`` and ``sampling_logits``
+count in the update phase too. With vLLM's sleep mode (``vllm_sleep``; CUDA only) the
+engine sleeps at level 1 during the update — its weights offloaded to CPU memory, its KV
+cache freed — so the update phase holds neither ``sampling_copy`` nor the cache.
+``vllm_sleep: auto`` turns sleep on only when the awake plan does not fit the GPU
+(``wants_vllm_sleep``): waking up copies the weights back every step.
+
 Activations saved per token and layer (no checkpointing), from what the lean layer
 keeps for backward: the residual input and the normed input of both RMSNorms (4·h),
 q after RoPE, the attention output and its re-laid-out copy for o_proj (3·q_dim), k and
@@ -88,6 +96,7 @@ class MemoryEstimate:
     update_logits: float
     overhead: float
     reward_model: float = 0.0
+    engine: str = ""        # a vLLM engine: "awake" (holds its pool through the update) or "asleep"; "" none
 
     @property
     def static(self) -> float:
@@ -99,7 +108,8 @@ class MemoryEstimate:
 
     @property
     def update_peak(self) -> float:
-        return self.static + self.activations + self.update_logits
+        held = {"awake": self.kv_cache + self.sampling_logits, "asleep": -self.sampling_copy}.get(self.engine, 0.0)
+        return self.static + self.activations + self.update_logits + held
 
     @property
     def peak(self) -> float:
@@ -110,8 +120,10 @@ class MemoryEstimate:
                 "peak": self.peak}
 
     def largest(self, k: int = 3) -> list[tuple[str, float]]:
-        terms = {n: v for n, v in asdict(self).items()
-                 if not (n in ("kv_cache", "sampling_logits") and self.update_peak > self.rollout_peak)
+        update = self.update_peak > self.rollout_peak
+        terms = {n: v for n, v in asdict(self).items() if n != "engine"
+                 and not (n in ("kv_cache", "sampling_logits") and update and self.engine != "awake")
+                 and not (n == "sampling_copy" and update and self.engine == "asleep")
                  and not (n in ("activations", "update_logits") and self.update_peak <= self.rollout_peak)}
         return sorted(terms.items(), key=lambda kv: -kv[1])[:k]
 
@@ -168,8 +180,8 @@ def sampling_copy_bytes(arch: F.ArchSpec, lora: F.LoRASpec, sampler: str, dtype_
 def estimate_memory(arch: F.ArchSpec, lora: F.LoRASpec, *, prompt_len: float, completion_len: float,
                     rollouts: int, train_sequences: int, dtype_bytes: int = 2, grad_checkpointing: bool = False,
                     sampler: str = "lean", overhead: float = GiB,
-                    reward: F.RewardModelSpec | None = None) -> MemoryEstimate:
-    """Peak-memory terms of one pilot step.
+                    reward: F.RewardModelSpec | None = None, vllm_sleep: bool = False) -> MemoryEstimate:
+    """Peak-memory terms of one pilot step (``vllm_sleep``: the vLLM engine sleeps during the update).
 
     ``rollouts`` = B_p · n_gen sequences sampled at once; ``train_sequences`` = B_p · n_train
     sequences in one update pass; ``completion_len`` is the longest completion (the
@@ -190,6 +202,7 @@ def estimate_memory(arch: F.ArchSpec, lora: F.LoRASpec, *, prompt_len: float, co
         reward_model=(F.param_count(reward.arch) - (0 if reward.arch.tie_word_embeddings else
                                                     reward.arch.vocab_size * reward.arch.hidden_size))
         * dtype_bytes if reward is not None else 0.0,
+        engine=("asleep" if vllm_sleep else "awake") if sampler == "vllm" else "",
     )
 
 
@@ -203,19 +216,38 @@ def sampler_for(config) -> str:
 
 
 def schedule_memory(config, schedule, *, prompt_len: float, arch: F.ArchSpec | None = None,
-                    dtype_bytes: int = 2, overhead: float = GiB) -> MemoryEstimate:
-    """The estimate for one planned schedule of ``config`` (bf16 weights by default)."""
+                    dtype_bytes: int = 2, overhead: float = GiB, gpu_bytes: float | None = None,
+                    vllm_sleep: bool | None = None) -> MemoryEstimate:
+    """The estimate for one planned schedule of ``config`` (bf16 weights by default). A vLLM
+    engine sleeps during the update when ``vllm_sleep`` says so, or, when it is None, as
+    ``config.vllm_sleep`` decides against ``gpu_bytes`` (default: ``config.gpu_memory``)."""
     from race.grid import reward_spec
     from race.models import load_arch
 
     arch = arch or load_arch(config.model)
     lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
-    return estimate_memory(arch, lora, prompt_len=prompt_len, completion_len=config.grpo.max_completion_len,
-                           rollouts=schedule.prompts_per_step * schedule.n_gen,
-                           train_sequences=update_sequences(schedule, config.grpo.micro_batch),
-                           dtype_bytes=dtype_bytes,
-                           grad_checkpointing=config.grpo.grad_checkpointing, sampler=sampler_for(config),
-                           overhead=overhead, reward=reward_spec(config))
+
+    def est(sleep: bool) -> MemoryEstimate:
+        return estimate_memory(arch, lora, prompt_len=prompt_len, completion_len=config.grpo.max_completion_len,
+                               rollouts=schedule.prompts_per_step * schedule.n_gen,
+                               train_sequences=update_sequences(schedule, config.grpo.micro_batch),
+                               dtype_bytes=dtype_bytes,
+                               grad_checkpointing=config.grpo.grad_checkpointing, sampler=sampler_for(config),
+                               overhead=overhead, reward=reward_spec(config), vllm_sleep=sleep)
+
+    if vllm_sleep is not None:
+        return est(vllm_sleep)
+    awake = est(False)
+    gpu = gpu_bytes if gpu_bytes is not None else getattr(config, "gpu_memory", None)
+    return est(True) if wants_vllm_sleep(getattr(config, "vllm_sleep", "auto"), awake, gpu) else awake
+
+
+def wants_vllm_sleep(mode: str, awake: MemoryEstimate, gpu_bytes: float | None) -> bool:
+    """Whether a vLLM engine should sleep during the update: ``on`` / ``off`` as set; ``auto``
+    only when the awake estimate exceeds ``gpu_bytes`` (each wake-up copies the weights back)."""
+    if awake.engine == "" or mode == "off":
+        return False
+    return mode == "on" or (gpu_bytes is not None and awake.peak > gpu_bytes)
 
 
 def update_sequences(schedule, micro_batch: int | None) -> int:
@@ -238,6 +270,7 @@ def check_fits(rho_target: float, est: MemoryEstimate, gpu_bytes: float) -> None
     raise ConfigError(f"schedule ρ={rho_target:g} needs an estimated {fmt_bytes(est.peak)} of GPU memory "
                       f"({phase} phase; largest: {top}) but gpu_memory is {fmt_bytes(gpu_bytes)}: set or lower "
                       f"grpo.micro_batch, lower schedule.prompts_per_step, max_n_gen or grpo.max_completion_len, "
+                      f"{'set vllm_sleep: auto, ' if est.engine == 'awake' else ''}"
                       f"or turn on grpo.grad_checkpointing")
 
 

@@ -133,23 +133,28 @@ def backend_options(config: GridConfig, name: str, *, device: str = "cpu", sched
 
     vLLM on a GPU gets ``gpu_memory_utilization`` from the memory plan (race.memory): its
     weights and the KV cache of one rollout batch (``schedule``'s, or calibration's 64 × 4
-    samples), leaving the rest to training."""
-    if name != "vllm" or not str(device).startswith("cuda"):
+    samples), leaving the rest to training; and ``sleep`` (sleep mode during the update) as
+    ``config.vllm_sleep`` decides against the device's memory (race.memory.wants_vllm_sleep).
+    ``vllm_sleep: on`` off a GPU is passed on, for the backend to refuse."""
+    if name != "vllm":
         return {}
+    if not str(device).startswith("cuda"):
+        return {"sleep": True} if config.vllm_sleep == "on" else {}
     import torch
 
-    from race.memory import estimate_memory, schedule_memory, vllm_memory_fraction
+    from race.memory import estimate_memory, schedule_memory, vllm_memory_fraction, wants_vllm_sleep
     from race.models import load_arch
 
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
     if schedule is not None:
-        est = schedule_memory(config, schedule, prompt_len=config.prompt_len)
+        est = schedule_memory(config, schedule, prompt_len=config.prompt_len, vllm_sleep=False)
     else:
         est = estimate_memory(load_arch(config.model), F.LoRASpec(rank=config.lora.rank,
                                                                   target_modules=tuple(config.lora.targets)),
                               prompt_len=config.prompt_len, completion_len=config.grpo.max_completion_len,
                               rollouts=64 * 4, train_sequences=1, sampler="vllm")
-    return {"gpu_memory_utilization": vllm_memory_fraction(est, total)}
+    return {"gpu_memory_utilization": vllm_memory_fraction(est, total),
+            "sleep": wants_vllm_sleep(config.vllm_sleep, est, total)}
 
 
 def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule | None = None):
@@ -265,6 +270,7 @@ class PilotEngine:
         self.wall["reward"] += time.perf_counter() - t
 
         t = time.perf_counter()
+        backend.pause()          # vLLM with sleep mode frees its weights and KV cache for the update
         keep = [grpo.max_variance_subset(r, s.n_train) for r in rewards]
         kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
         adv = grpo.group_advantages(kept, scale=g.advantage)
@@ -279,6 +285,7 @@ class PilotEngine:
         self.wall["update"] += time.perf_counter() - t
 
         t = time.perf_counter()
+        backend.resume()
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors)

@@ -102,7 +102,7 @@ def render_plan(plan, fmt: str = "text") -> str:
         from race.memory import fmt_bytes
 
         for row, m in zip(rows, memory):
-            row.append(fmt_bytes(m["peak"]))
+            row.append(fmt_bytes(m["peak"]) + (" (vLLM sleeps)" if m.get("engine") == "asleep" else ""))
         headers.append("est. GPU mem")
     head = [f"model {c.model} · reward {c.reward.kind} · LoRA r={c.lora.rank} · "
             f"budget {fmt_flops(c.budget)} FLOPs per pilot",
@@ -112,7 +112,9 @@ def render_plan(plan, fmt: str = "text") -> str:
     if memory:
         gpu = getattr(c, "gpu_memory", None)
         head.append("est. GPU mem: peak per pilot process with bf16 weights (docs/interfaces.md, race/memory.py)"
-                    + (f"; every schedule fits the stated {fmt_bytes(gpu)}" if gpu else ""))
+                    + (f"; every schedule fits the stated {fmt_bytes(gpu)}" if gpu else "")
+                    + ("; 'vLLM sleeps': with vLLM's sleep mode during the update (vllm_sleep)"
+                       if any(m.get("engine") == "asleep" for m in memory) else ""))
     if c.full_run_budget:
         head.append(f"the grid costs {_pct(plan.grid_flops / c.full_run_budget)} of the full-run budget "
                     f"{fmt_flops(c.full_run_budget)}")

@@ -157,6 +157,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
+    if backend == "vllm" and config.vllm_sleep == "on" and not str(device).startswith("cuda"):
+        from race.config import ConfigError
+
+        raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
+                          f"{device!r}: set vllm_sleep to auto or off")
     url = storage or S.default_url(out_dir)
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
     user_cfg = config.to_dict()

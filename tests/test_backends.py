@@ -203,6 +203,56 @@ def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
     assert backend_options(cfg, "hf", device="cuda", schedule=schedule) == {}
 
 
+def test_vllm_sleep_comes_from_the_memory_plan(monkeypatch):
+    """auto: vLLM sleeps during the update only when the awake estimate exceeds the device;
+    on / off as set; `on` off a GPU is passed on for the backend to refuse."""
+    import types
+
+    import torch
+
+    from race.grid import plan_grid
+    from race.memory import schedule_memory
+    from race.pilot import backend_options
+
+    cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
+                        "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024, "micro_batch": 8},
+                        "budget": 5e16, "lengths": {"prompt": 150, "completion": 700}})
+    schedule = plan_grid(cfg).schedules[-1]
+    awake = schedule_memory(cfg, schedule, prompt_len=cfg.prompt_len, vllm_sleep=False)
+    for total, want in ((141 * 2 ** 30, False), (int(awake.peak * 0.95), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d, t=total: types.SimpleNamespace(total_memory=t))
+        assert backend_options(cfg, "vllm", device="cuda", schedule=schedule)["sleep"] is want
+        for mode in ("on", "off"):
+            got = backend_options(cfg.with_overrides(vllm_sleep=mode), "vllm", device="cuda", schedule=schedule)
+            assert got["sleep"] is (mode == "on")
+    assert backend_options(cfg.with_overrides(vllm_sleep="on"), "vllm", device="cpu") == {"sleep": True}
+    assert backend_options(cfg.with_overrides(vllm_sleep="on"), "hf", device="cuda") == {}
+
+
+def test_backend_is_paused_for_exactly_the_update(monkeypatch):
+    """The pilot step frees the sampler (vLLM sleep) for the update and wakes it before sync."""
+    from race import grpo
+    from race.grid import plan_grid
+    from race.pilot import PilotEngine
+
+    cfg = build_config({**presets.DEFAULT, "budget": 6e10, "seeds": 1})
+    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
+    engine = PilotEngine(cfg, schedule, 0)
+    calls = []
+    real_update = grpo.update
+    monkeypatch.setattr(engine.backend, "pause", lambda: calls.append("pause"))
+    monkeypatch.setattr(engine.backend, "resume", lambda: calls.append("resume"))
+    monkeypatch.setattr(engine.backend, "sync", lambda real=engine.backend.sync: calls.append("sync") or real())
+    monkeypatch.setattr(engine.backend, "generate", lambda *a, real=engine.backend.generate, **k:
+                        calls.append("generate") or real(*a, **k))
+    monkeypatch.setattr(grpo, "update", lambda *a, **k: calls.append("update") or real_update(*a, **k))
+    from race.tasks import load_task
+
+    problems = load_task(cfg.task, split="train", seed=0)[:schedule.prompts_per_step]
+    engine.step(problems)
+    assert calls == ["generate", "pause", "update", "resume", "sync"]
+
+
 def test_sdpa_where_available_else_the_default_attention(monkeypatch):
     import transformers
 

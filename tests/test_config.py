@@ -48,6 +48,7 @@ def test_config_from_dict_sections_and_lengths(tmp_path):
     ({"model": "m", "budget": 1e12, "grid": [0.5, 1.5]}, "ρ=1.5"),
     ({"model": "m", "budget": 1e12, "schedule": {"n_train": 8, "n_gen": 4}}, r"n_gen \(4\)"),
     ({"model": "m", "budget": 1e12, "backend": "tpu"}, "backend 'tpu'"),
+    ({"model": "m", "budget": 1e12, "vllm_sleep": "sometimes"}, "vllm_sleep 'sometimes' is unknown"),
 ])
 def test_config_errors_name_the_value(raw, msg):
     with pytest.raises(ConfigError, match=msg):
@@ -73,3 +74,12 @@ def test_with_overrides():
     assert c2.budget == 3e12 and c2.grid == (0.4, 0.6, 0.8) and c2.seeds == cfg.seeds
     with pytest.raises(ConfigError):
         cfg.with_overrides(budget="-5")
+
+
+def test_vllm_sleep_reads_yaml_on_and_off():
+    import yaml
+
+    for text, want in (("on", "on"), ("off", "off"), ("auto", "auto"), ("true", "on")):
+        raw = yaml.safe_load(f"model: m\nbudget: 1e12\nvllm_sleep: {text}\n")
+        assert config_from_dict(raw).vllm_sleep == want
+    assert config_from_dict({"model": "m", "budget": 1e12}).vllm_sleep == "auto"

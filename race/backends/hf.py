@@ -155,6 +155,12 @@ class HFBackend:
             self.sampling_uses_adapter = False
             self.sync()
 
+    def pause(self) -> None:
+        """Nothing to free: the sampling copy is the policy or a merged copy the update does not touch."""
+
+    def resume(self) -> None:
+        pass
+
     def sync(self) -> float:
         """Merge the current adapter into the sampling copy; returns the merge FLOPs (2·r·in·out per layer)."""
         if self._lean:

@@ -29,7 +29,11 @@ Two vLLM traps, guarded here (tests/test_vllm.py covers both):
 
 On a GPU the engine's share of memory (``gpu_memory_utilization``) comes from the memory
 plan (race.memory.vllm_memory_fraction): its weights plus the KV cache of one rollout
-batch, leaving the rest to training.
+batch, leaving the rest to training. With ``sleep=True`` (``vllm_sleep``, decided by the
+plan: race.memory.wants_vllm_sleep) the engine starts with ``enable_sleep_mode`` and sleeps
+at level 1 during every update (``pause``: weights offloaded to CPU memory, KV cache
+freed); ``resume`` wakes it before the new adapter version is registered. vLLM has sleep
+mode on CUDA only: asking for it elsewhere is a one-line error.
 """
 from __future__ import annotations
 
@@ -124,6 +128,17 @@ def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
     return state, cfg.r, cfg.lora_alpha, tuple(sorted(cfg.target_modules))
 
 
+def check_sleep_mode() -> None:
+    """Raise a one-line error when vLLM's sleep mode is not available on this platform."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_sleep_mode_available():
+        from race.config import ConfigError
+
+        raise ConfigError(f"vllm_sleep 'on' needs vLLM's sleep mode, which {type(current_platform).__name__} "
+                          f"does not have (CUDA only): set vllm_sleep to auto or off")
+
+
 class VLLMBackend:
     """Rollouts from a vLLM engine serving the policy's adapter (see the module docstring).
 
@@ -136,9 +151,12 @@ class VLLMBackend:
 
     def __init__(self, policy, tokenizer, *, model_path: str, device: str = "cpu", llm=None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
-                 seed: int = 0, workdir: str | None = None):
+                 seed: int = 0, workdir: str | None = None, sleep: bool = False):
         import torch
 
+        if sleep:
+            check_sleep_mode()
+        self.sleep, self.asleep = sleep, False
         self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
         self.model_path = model_path
         self.eos_id = tokenizer.eos_token_id
@@ -153,7 +171,8 @@ class VLLMBackend:
 
             states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
             llm = create_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
-                                gpu_memory_utilization=gpu_memory_utilization, seed=seed)
+                                gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                                **({"enable_sleep_mode": True} if sleep else {}))
             random.setstate(states[0])
             np.random.set_state(states[1])
             torch.random.set_rng_state(states[2])
@@ -182,6 +201,7 @@ class VLLMBackend:
     def sync(self) -> float:
         """Publish the policy's current adapter as a new LoRA version; returns the FLOPs spent (0:
         vLLM runs the adapter unmerged, and its FLOPs are in every sampled token's 2·(N + N_lora))."""
+        self.resume()
         state, *_ = policy_adapter(self.policy)
         self.version += 1
         int_id = self._ids.new()
@@ -194,6 +214,17 @@ class VLLMBackend:
             engine.remove_lora(old.lora_int_id)      # keep max_loras slots for base + current
             shutil.rmtree(old.lora_path, ignore_errors=True)
         return 0.0
+
+    def pause(self) -> None:
+        """Sleep (level 1) for the update when sleep mode is on: weights to CPU, KV cache freed."""
+        if self.sleep and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def resume(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def loaded_adapters(self) -> set[int]:
         return set(self.llm.llm_engine.list_loras())
@@ -223,6 +254,7 @@ class VLLMBackend:
 
         if adapter not in ("current", "base"):
             raise ValueError(f"adapter {adapter!r} is unknown: expected 'current' or 'base'")
+        self.resume()
         prompt_ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         if seed is None and generator is not None:
             seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=generator))

@@ -125,6 +125,9 @@ class EvalSettings:
     prompts: int = 200            # held-out evaluation prompts
     samples: int = 4              # samples per prompt (pass@1, best@k, worst@k)
     temperature: float = 1.0
+    judge_model: str | None = None      # a step / outcome judge model (HF id or folder): adds the `judge` target
+    judge_aggregation: str = "mean"     # its step scores → one score per sample: min | product | last | mean
+    judge_trust_remote_code: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,11 @@ def _validate(c: GridConfig) -> None:
     _positive_int("learning_rate.ref_batch", c.learning_rate.ref_batch)
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
+    if c.eval.judge_model is not None and (not isinstance(c.eval.judge_model, str) or not c.eval.judge_model):
+        raise ConfigError(f"eval.judge_model {c.eval.judge_model!r} must be a model id or folder")
+    if c.eval.judge_aggregation not in PRM_AGGREGATIONS:
+        raise ConfigError(f"eval.judge_aggregation {c.eval.judge_aggregation!r} is unknown: expected one of "
+                          f"{', '.join(PRM_AGGREGATIONS)}")
     if c.backend not in BACKENDS:
         raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
     if c.vllm_sleep not in VLLM_SLEEP:

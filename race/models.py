@@ -35,6 +35,23 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def check_loadable(name_or_path: str, setting: str) -> None:
+    """A one-line ``ConfigError`` when ``name_or_path`` can be neither a shipped model, an
+    existing folder with a ``config.json``, nor a Hugging Face id (``namespace/name``)."""
+    import re
+
+    from race.config import ConfigError
+
+    path = resolve_model_path(name_or_path)
+    if Path(path).expanduser().is_dir():
+        if not (Path(path).expanduser() / "config.json").is_file():
+            raise ConfigError(f"{setting} {name_or_path!r} is a folder without a config.json")
+        return
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name_or_path) or name_or_path.startswith("race/"):
+        raise ConfigError(f"{setting} {name_or_path!r} is not a folder, a shipped race/<name> model or a "
+                          f"Hugging Face id (namespace/name)")
+
+
 def known_models() -> list[str]:
     """Hugging Face ids of the shipped configs, sorted."""
     return sorted(p.stem.replace("--", "/", 1) for p in CONFIG_DIR.glob("*.json"))

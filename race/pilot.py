@@ -176,7 +176,9 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
     ``reward``: mean native reward; ``pass@1``: fraction of samples exactly right;
     ``best@k``: 1 if any sample is right; ``worst@k``: 1 if all are. ``judges`` adds
     one target per entry, ``name → fn(prompt, completion, reference)``, averaged over the
-    samples (the step task's ``process`` and ``final-answer``: ``race.tasks.judges``).
+    samples (the step task's ``process`` and ``final-answer``: ``race.tasks.judges``), or a
+    judge model with ``score_batch`` (``eval.judge_model``: ``model_judges``), one batched
+    call per chunk.
     """
     import torch
 
@@ -195,6 +197,10 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
         scored = score_completions(reward_fn, [p.prompt for p in chunk for _ in range(samples)],
                                    [t for texts in batch.texts for t in texts],
                                    [p.answer for p in chunk for _ in range(samples)]).scores
+        judged = {name: judge.score_batch([p.prompt for p in chunk for _ in range(samples)],
+                                          [t for texts in batch.texts for t in texts],
+                                          [p.answer for p in chunk for _ in range(samples)]).scores
+                  for name, judge in judges.items() if hasattr(judge, "score_batch")}
         for k, (prob, texts) in enumerate(zip(chunk, batch.texts)):
             rewards = scored[k * samples:(k + 1) * samples]
             correct = [sparse(prob.prompt, t, prob.answer) for t in texts]
@@ -203,7 +209,9 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
             out[f"best@{samples}"].append(float(any(correct)))
             out[f"worst@{samples}"].append(float(all(correct)))
             for name, judge in judges.items():
-                out[name].append(sum(judge(prob.prompt, t, prob.answer) for t in texts) / samples)
+                values = (judged[name][k * samples:(k + 1) * samples] if name in judged
+                          else [judge(prob.prompt, t, prob.answer) for t in texts])
+                out[name].append(sum(values) / samples)
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -291,12 +299,33 @@ class PilotEngine:
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors)
 
 
+def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:
+    """``{"judge": model}`` when ``eval.judge_model`` names a judge model: any model the PRM
+    loader reads (race.rewards.prm: step classification as Qwen2.5-Math-PRM, a value head, or
+    a sequence classifier scoring the whole completion — an outcome judge), its step scores
+    aggregated by ``eval.judge_aggregation``; it scores the evaluation samples only, so its
+    FLOPs are not part of the pilot's budget. Empty without one."""
+    if not config.eval.judge_model:
+        return {}
+    from race.models import check_loadable
+    from race.rewards.prm import ProcessRewardModel, default_step_separator
+
+    check_loadable(config.eval.judge_model, "eval.judge_model")
+
+    sep = config.reward.step_separator or default_step_separator(config.task)
+    return {"judge": ProcessRewardModel(config.eval.judge_model, aggregation=config.eval.judge_aggregation,
+                                        step_separator=sep, trust_remote_code=config.eval.judge_trust_remote_code,
+                                        device=device, batch_size=config.reward.batch_size,
+                                        trust_setting="eval.judge_trust_remote_code")}
+
+
 def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
               progress: ProgressFn | None = None) -> PilotResult:
     """Run one pilot to its budget and evaluate it (see the module docstring)."""
     from race.tasks import judges, load_task
 
     engine = PilotEngine(config, schedule, seed, device=device)
+    targets = {**judges(config.task), **model_judges(config, device=device)}   # loaded before any step runs
     train = load_task(config.task, split="train", seed=seed)
     evals = load_task(config.task, split="eval", n=config.eval.prompts)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
@@ -317,7 +346,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     t = time.perf_counter()
     scores = evaluate(engine.backend, evals, engine.reward_fn, samples=config.eval.samples,
                       temperature=config.eval.temperature, max_new_tokens=config.grpo.max_completion_len, seed=seed,
-                      judges=judges(config.task))
+                      judges=targets)
     engine.wall["eval"] = time.perf_counter() - t
     engine.backend.close()
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,

@@ -162,6 +162,10 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
         raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
                           f"{device!r}: set vllm_sleep to auto or off")
+    if config.eval.judge_model:
+        from race.models import check_loadable
+
+        check_loadable(config.eval.judge_model, "eval.judge_model")
     url = storage or S.default_url(out_dir)
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
     user_cfg = config.to_dict()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -48,16 +49,19 @@ from race.tasks.steps import canonical_steps, corrupted_steps, parse_prompt, spl
 ASSETS = os.path.join(ROOT, "race", "assets")
 POLICY = os.path.join(ASSETS, "tiny-arith-steps")
 TASK = "arithmetic-steps"
-SIZES = {   # the policy's width; s: its 3 layers + 1 new, l: tiny-prm-s's 4 layers + 8 that start as identities
-    "s": {"num_hidden_layers": 4, "steps": 300},
-    "l": {"num_hidden_layers": 12, "steps": 60},
+SIZES = {   # the policy's width; s: 4 layers, l: tiny-prm-s's 4 layers + 8 that start as identities
+    "s": {"num_hidden_layers": 4, "steps": 2400},
+    "l": {"num_hidden_layers": 12, "steps": 600},
 }
-BATCH, LR, WARMUP = 64, 2e-3, 50
+BATCH, LR, WARMUP, LR_FLOOR = 64, 2e-3, 50, 0.1   # cosine decay to LR_FLOOR · LR after the warm-up
 AUX_WEIGHT = 1.0        # weight of the per-token auxiliary labels
-FREEZE_POLICY = False   # train the policy's layers too (freezing them learned slower: see docs/prm.md)
-POOL_SHARE = 0.0        # share of each batch taken from policy samples (0: corruptions only)
-DATA_NOTE = ("canonical solutions of training problems with 0-2 corrupted steps, fresh every batch; labels from "
-             "race.tasks.steps.step_labels; losses: step tokens + per-token right/wrong + canonical character")
+INIT_FROM_POLICY = False  # s from random weights (starting from the step policy's: lower AUC on its own samples)
+FREEZE_POLICY = False   # with INIT_FROM_POLICY: train the policy's layers too (freezing them learned slower)
+POOL_SHARE = 0.5        # share of each batch taken from the step policy's own samples on training prompts
+DATA_NOTE = ("half of each batch: the step policy's own samples at T=1 on training problems (one per problem, drawn "
+             "once); the other half: canonical solutions of training problems with 0-2 corrupted steps, fresh "
+             "every batch; labels from race.tasks.steps.step_labels; losses: step tokens + per-token right/wrong "
+             "+ canonical character")
 
 
 def prm_tokenizer():
@@ -205,7 +209,13 @@ def train(model, tok, pool: list[tuple[str, str]], prompts: list[str], *, steps:
     canon_head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size)   # training only
     params = [p for p in model.parameters() if p.requires_grad] + list(canon_head.parameters())
     opt = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
+    def lr_factor(s: int) -> float:
+        if s < WARMUP:
+            return (s + 1) / WARMUP
+        done = (s - WARMUP) / max(1, steps - WARMUP)
+        return LR_FLOOR + (1 - LR_FLOOR) * 0.5 * (1 + math.cos(math.pi * done))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     model.train()
     start = time.perf_counter()
     n_pool = int(BATCH * POOL_SHARE) if pool else 0
@@ -252,9 +262,9 @@ def build(size: str, out: str, *, seed: int = 0, threads: int = 1, steps: int | 
     model = Qwen2ForTokenClassification(prm_config(size, len(tok)))
     if size == "l":
         init_from_prm(model, os.path.join(ASSETS, "tiny-prm-s"))
-    else:
+    elif INIT_FROM_POLICY:
         init_from_policy(model)
-    probe = corrupted(eval_prompts[:300], random.Random(99))
+    probe = corrupted(eval_prompts[:200], random.Random(99)) + policy_samples(eval_prompts[200:400], seed=99)
     seconds = train(model, tok, pool, train_prompts, steps=steps, seed=seed, probe=probe)
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(out):
@@ -270,8 +280,11 @@ def build(size: str, out: str, *, seed: int = 0, threads: int = 1, steps: int | 
     meta = {
         "task": TASK, "size": size, "convention": "Qwen2.5-Math-PRM: <extra_0> after each step, "
         "P(label 1 = right) at the step tokens",
-        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP, "threads": threads,
-                   "data": DATA_NOTE, "aux_weight": AUX_WEIGHT, "freeze_policy": FREEZE_POLICY},
+        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP,
+                   "lr_schedule": f"linear warm-up, cosine decay to {LR_FLOOR} x lr", "threads": threads,
+                   "data": DATA_NOTE, "pool_share": POOL_SHARE, "aux_weight": AUX_WEIGHT,
+                   "init": "tiny-prm-s + identity layers" if size == "l" else
+                   ("step policy" if INIT_FROM_POLICY else "random")},
         "sample_seconds": round(sample_seconds, 1), "train_seconds": round(seconds, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "heldout": {"policy_samples": heldout_auc(prm, held_policy),

@@ -219,3 +219,47 @@ def test_spec_from_a_loaded_config_matches_the_shipped_one(name):
     b = load_reward_model(f"race/{name}")
     assert reward_flops(a, prompt_len=6, completion_len=22, sequences=3) == \
         reward_flops(b, prompt_len=6, completion_len=22, sequences=3) > 0
+
+
+# ----------------------------------------------------------------------------- a judge model as a target
+
+def test_judge_model_is_a_target_scored_on_the_evaluation_samples(tmp_path):
+    """eval.judge_model: every pilot's evaluation samples are also scored by a judge model (here
+    the shipped tiny-prm-s, mean of its step scores); the `judge` target is the per-prompt mean of
+    exactly those scores, and a bad judge fails at the pilot's start with one line."""
+    import torch
+
+    from race.api import build_config
+    from race.backends.hf import HFBackend
+    from race.config import ConfigError
+    from race.pilot import evaluate, load_policy, model_judges
+    from race.rewards import build_reward
+
+    raw = {"model": "race/tiny-arith-steps", "task": "arithmetic-steps", "budget": 1e10,
+           "eval": {"prompts": 12, "samples": 3, "judge_model": "race/tiny-prm-s", "judge_aggregation": "mean"}}
+    cfg = build_config(raw)
+    judges = model_judges(cfg)
+    assert list(judges) == ["judge"] and judges["judge"].aggregation == "mean"
+    tok, policy, path = load_policy(cfg)
+    backend = HFBackend(policy, tok, model_path=path)
+    problems = load_task("arithmetic-steps", split="eval", n=12)
+    scores = evaluate(backend, problems, build_reward(cfg), samples=3, temperature=1.0, max_new_tokens=24, seed=0,
+                      judges=judges, batch_prompts=5)
+    assert len(scores["judge"]) == 12
+    # the same samples again (same generator seed), scored by the judge directly
+    gen = torch.Generator().manual_seed(10_007)
+    want = []
+    for start in range(0, 12, 5):
+        chunk = problems[start:start + 5]
+        batch = backend.generate([p.prompt for p in chunk], n=3, max_new_tokens=24, temperature=1.0, generator=gen)
+        for p, texts in zip(chunk, batch.texts):
+            want.append(sum(judges["judge"].score_batch([p.prompt] * 3, texts, [p.answer] * 3).scores) / 3)
+    assert scores["judge"] == pytest.approx(tuple(want), abs=1e-6)
+    assert 0.0 < sum(scores["judge"]) / 12 < 1.0
+    with pytest.raises(ConfigError, match="eval.judge_aggregation 'median'"):
+        build_config({**raw, "eval": {**raw["eval"], "judge_aggregation": "median"}})
+    for bad, why in ((str(tmp_path / "nowhere"), "is not a folder"), ("race/tiny-nothing", "is not a folder"),
+                     (str(tmp_path), "is a folder without a config.json")):
+        with pytest.raises(ConfigError, match=f"eval.judge_model '{bad}' {why}"):
+            model_judges(build_config({**raw, "eval": {**raw["eval"], "judge_model": bad}}))
+    assert model_judges(build_config({**raw, "eval": {**raw["eval"], "judge_model": None}})) == {}

@@ -105,7 +105,8 @@ class ProcessRewardModel:
 
     def __init__(self, model: str, *, aggregation: str = "min", step_separator: str = "\n\n",
                  convention: str = "auto", trust_remote_code: bool = False, device: str = "cpu",
-                 batch_size: int = 64, dtype=None, attn_implementation: str | None = None):
+                 batch_size: int = 64, dtype=None, attn_implementation: str | None = None,
+                 trust_setting: str = "reward.trust_remote_code"):
         import torch
         from transformers import AutoConfig, AutoTokenizer
 
@@ -124,7 +125,7 @@ class ProcessRewardModel:
         arch = (getattr(config, "architectures", None) or [""])[0]
         remote = arch.endswith(("ForProcessRewardModel", "ForRewardModel"))
         if remote and not trust_remote_code:
-            raise PRMError(f"reward model {model!r} ({arch}) runs its own code: set reward.trust_remote_code: "
+            raise PRMError(f"reward model {model!r} ({arch}) runs its own code: set {trust_setting}: "
                            f"true to allow it")
         self.convention = detect_convention(config) if convention == "auto" else convention
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=trust_remote_code)

@@ -6,22 +6,23 @@ step score = positive-class probability at the step token).
     python scripts/build_tiny_prm.py                 # both sizes
     python scripts/build_tiny_prm.py --size s        # one of them
 
-Labels come from the rule (``race.tasks.steps.step_labels``) on canonical solutions of
-training-split problems with 0–2 corrupted steps (``race.tasks.steps.corrupted_steps``: wrong
-sums, carries, digits, answers), drawn fresh for every batch. Loss: cross-entropy at the step
-tokens plus an auxiliary cross-entropy on every other completion token (1 while the step so
-far is a prefix of the canonical step), AdamW. Held-out step-classification AUC against the
-rule is measured on evaluation-split problems (never trained on), separately for corrupted
-solutions and for the step policy's own samples at T = 1 (its natural mistakes), and written
-to ``race_meta.json``.
+Labels come from the rule (``race.tasks.steps.step_labels``). Each batch of 64 is half the
+step policy's own samples at T = 1 on training-split problems (one per problem, drawn once: its
+natural mistakes, mostly a sum off by one and a wrong final answer) and half canonical
+solutions of training-split problems with 0–2 corrupted steps (``race.tasks.steps.corrupted_steps``:
+wrong sums, carries, digits, answers), drawn fresh for every batch. Loss: cross-entropy at the
+step tokens, plus auxiliary targets on every other completion token (1 while the step so far is
+a prefix of the canonical step; the canonical character at that place, through a training-only
+head), AdamW with warm-up and cosine decay. Held-out step-classification AUC against the rule
+is measured on evaluation-split problems (never trained on), separately for corrupted solutions
+and for the step policy's own samples, and written to ``race_meta.json``.
 
-Sizes (hidden 128 like the policy): ``s`` = the step policy's 3 layers (its weights) + 1 new
-layer (≈ 0.99 M parameters, 1.3× the policy); ``l`` = 12 layers (≈ 2.97 M, 4× the policy),
-started from the trained ``tiny-prm-s`` (its 4 layers and head) with 8 more layers that start
-as identities (their ``o_proj`` and ``down_proj`` zeroed: depth up-scaling), then trained
-further; ``l`` exists so that scoring every rollout takes a large share of a pilot's FLOPs.
-Deterministic like the policy builds (one thread, deterministic algorithms, seeded init and
-data).
+Sizes (hidden 128 like the policy): ``s`` = 4 layers from random weights (≈ 0.99 M parameters,
+1.3× the policy), 2,400 steps; ``l`` = 12 layers (≈ 2.96 M, 4× the policy), started from the
+trained ``tiny-prm-s`` (its 4 layers and head) with 8 more layers that start as identities
+(their ``o_proj`` and ``down_proj`` zeroed: depth up-scaling), then 600 steps more; ``l`` exists
+so that scoring every rollout takes a large share of a pilot's FLOPs. Deterministic like the
+policy builds (one thread, deterministic algorithms, seeded init and data).
 """
 from __future__ import annotations
 

@@ -4,8 +4,7 @@
 - the shipped tiny PRMs load through ``from_pretrained`` and follow the Qwen2.5-Math-PRM
   convention (``<extra_0>`` after each step, 2 labels, P(right) at the step tokens);
 - their FLOPs, counted from the tokens read, equal FlopCounterMode's count;
-- they judge steps: held-out step-classification AUC against the rule checker above chance
-  (the issue's 0.9 is not reached: docs/prm.md);
+- they judge steps: held-out step-classification AUC against the rule checker ≥ 0.9;
 - the value-head and sequence conventions, remote code refused unless opted in.
 """
 from __future__ import annotations
@@ -97,13 +96,13 @@ def _heldout(n: int, seed: int) -> list[tuple[str, str]]:
     return [(p, ";".join(corrupted_steps(*parse_prompt(p), rng)) + "</s>") for p in prompts]
 
 
-# The issue's target is AUC ≥ 0.9; the shipped builds reach ≈ 0.63 (docs/prm.md: what was tried,
-# what is left). This asserts what they do reach, well clear of chance (the AUC's SE here ≈ 0.01).
-MIN_HELDOUT_AUC = 0.58
+# The issue's target: AUC ≥ 0.9 (the builds measure 0.98 on their own held-out set, docs/prm.md);
+# the AUC's standard error on this set is ≈ 0.005.
+MIN_HELDOUT_AUC = 0.9
 
 
 @pytest.mark.parametrize("name", ["tiny-prm-s", pytest.param("tiny-prm-l", marks=pytest.mark.slow)])
-def test_prm_judges_heldout_steps_above_chance(name):
+def test_prm_judges_heldout_steps_with_auc_0_9(name):
     """Held-out (evaluation-split) solutions, corrupted by the rule's generator with a seed the
     build never used, plus the policy's own samples: the PRM's step scores against the rule."""
     import torch

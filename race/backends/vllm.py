@@ -32,8 +32,10 @@ plan (race.memory.vllm_memory_fraction): its weights plus the KV cache of one ro
 batch, leaving the rest to training. With ``sleep=True`` (``vllm_sleep``, decided by the
 plan: race.memory.wants_vllm_sleep) the engine starts with ``enable_sleep_mode`` and sleeps
 at level 1 during every update (``pause``: weights offloaded to CPU memory, KV cache
-freed); ``resume`` wakes it before the new adapter version is registered. vLLM has sleep
-mode on CUDA only: asking for it elsewhere is a one-line error.
+freed); ``resume`` wakes it before the new adapter version is registered. Level 1 keeps the
+loaded adapters: vLLM allocates its LoRA slots while loading the model, inside the memory pool
+tagged "weights" that level 1 backs up (vllm/v1/worker/gpu_worker.py ``load_model``, 0.32). vLLM
+has sleep mode on CUDA only: asking for it elsewhere is a one-line error.
 """
 from __future__ import annotations
 

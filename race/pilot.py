@@ -349,9 +349,11 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
                       judges=targets)
     engine.wall["eval"] = time.perf_counter() - t
     engine.backend.close()
+    # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
+    backend = engine.backend.name + (" (sleep mode)" if getattr(engine.backend, "sleep", False) else "")
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
-                       extra={"steps": steps, "reward_errors": errors, "device": device, "backend": engine.backend.name,
+                       extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
                               "sampling_uses_adapter": engine.backend.sampling_uses_adapter})
 
 

@@ -104,6 +104,16 @@ def make_batch(tok, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "labels": lab}
 
 
+def optimizer_step(model, loss: torch.Tensor, opt, sched) -> None:
+    """One AdamW step of the asset builders: backward, gradients of ``model`` clipped to norm 1,
+    step, learning-rate schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+
+
 def train(model, tok, *, steps: int, seed: int) -> float:
     """Supervised training; returns wall seconds."""
     rng = random.Random(seed)
@@ -117,11 +127,7 @@ def train(model, tok, *, steps: int, seed: int) -> float:
         n_hard = sum(rng.random() < HARD_SHARE for _ in range(BATCH))
         batch = make_batch(tok, rng.sample(easy, BATCH - n_hard) + rng.sample(hard, n_hard))
         loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(model, loss, opt, sched)
         if step % 100 == 0 or step == steps - 1:
             print(f"step {step:5d}  loss {loss.item():.4f}  {time.perf_counter() - start:6.1f} s", flush=True)
     model.eval()

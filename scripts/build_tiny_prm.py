@@ -40,7 +40,8 @@ from transformers import Qwen2ForTokenClassification
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from build_tiny_policy import _portable_tokenizer_config, build_config, build_tokenizer, write_meta  # noqa: E402
+from build_tiny_policy import (_portable_tokenizer_config, build_config, build_tokenizer, optimizer_step,  # noqa: E402
+                               write_meta)
 from build_tiny_step_policy import generate  # noqa: E402
 
 from race.rewards.prm import STEP_TOKEN, ProcessRewardModel, roc_auc  # noqa: E402
@@ -223,11 +224,7 @@ def train(model, tok, pool: list[tuple[str, str]], prompts: list[str], *, steps:
     for step in range(steps):   # policy samples (POOL_SHARE) and freshly corrupted canonical solutions
         pairs = rng.sample(pool, n_pool) + corrupted(rng.sample(prompts, BATCH - n_pool), rng)
         loss = loss_fn(model, encode(tok, pairs), canon_head)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(model, loss, opt, sched)
         if step % 100 == 0 or step == steps - 1:
             auc = f"  held-out AUC {probe_auc(model, tok, probe):.4f}" if probe else ""
             print(f"step {step:5d}  loss {loss.item():.4f}{auc}  {time.perf_counter() - start:6.1f} s", flush=True)

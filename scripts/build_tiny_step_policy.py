@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, build_config,  # noqa: E402
-                               build_tokenizer, make_batch, write_meta)
+                               build_tokenizer, make_batch, optimizer_step, write_meta)
 
 from race.rewards.rules import sparse  # noqa: E402
 from race.tasks import load_task  # noqa: E402
@@ -56,11 +56,7 @@ def train(model, tok, *, steps: int, seed: int, probe: int = 0) -> float:
     for step in range(steps):
         batch = make_batch(tok, rng.sample(data, BATCH))
         loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(model, loss, opt, sched)
         if probe and (step + 1) % probe == 0:
             model.eval()
             acc = accuracy(model, tok, probe_set, sample=True)

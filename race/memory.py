@@ -238,8 +238,8 @@ def schedule_memory(config, schedule, *, prompt_len: float, arch: F.ArchSpec | N
     if vllm_sleep is not None:
         return est(vllm_sleep)
     awake = est(False)
-    gpu = gpu_bytes if gpu_bytes is not None else getattr(config, "gpu_memory", None)
-    return est(True) if wants_vllm_sleep(getattr(config, "vllm_sleep", "auto"), awake, gpu) else awake
+    gpu = gpu_bytes if gpu_bytes is not None else config.gpu_memory
+    return est(True) if wants_vllm_sleep(config.vllm_sleep, awake, gpu) else awake
 
 
 def wants_vllm_sleep(mode: str, awake: MemoryEstimate, gpu_bytes: float | None) -> bool:

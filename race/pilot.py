@@ -193,14 +193,12 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
         chunk = problems[start:start + batch_prompts]
         batch = backend.generate([p.prompt for p in chunk], n=samples, max_new_tokens=max_new_tokens,
                                  temperature=temperature, generator=gen)
-        # one scoring call per chunk: a model-based reward batches its forwards
-        scored = score_completions(reward_fn, [p.prompt for p in chunk for _ in range(samples)],
-                                   [t for texts in batch.texts for t in texts],
-                                   [p.answer for p in chunk for _ in range(samples)]).scores
-        judged = {name: judge.score_batch([p.prompt for p in chunk for _ in range(samples)],
-                                          [t for texts in batch.texts for t in texts],
-                                          [p.answer for p in chunk for _ in range(samples)]).scores
-                  for name, judge in judges.items() if hasattr(judge, "score_batch")}
+        # one scoring call per chunk: a model-based reward (or judge) batches its forwards
+        flat = ([p.prompt for p in chunk for _ in range(samples)], [t for texts in batch.texts for t in texts],
+                [p.answer for p in chunk for _ in range(samples)])
+        scored = score_completions(reward_fn, *flat).scores
+        judged = {name: judge.score_batch(*flat).scores for name, judge in judges.items()
+                  if hasattr(judge, "score_batch")}
         for k, (prob, texts) in enumerate(zip(chunk, batch.texts)):
             rewards = scored[k * samples:(k + 1) * samples]
             correct = [sparse(prob.prompt, t, prob.answer) for t in texts]

@@ -1,13 +1,15 @@
-"""Adaptive grid (--adaptive, successive halving over ρ) against the full grid: pilot FLOPs and verdicts.
+"""Adaptive grid (--adaptive) against the full grid on real pilots: pilot FLOPs and verdicts.
 
-Runs (or resumes) the adaptive grid, then the full grid on the same study — the full run reuses
-every adaptive pilot, so the pair costs one full grid — and prints a Markdown row: pilots and
-measured pilot FLOPs of each, the two verdicts (primary target), their ρ ranges and whether the
-verdicts agree. The adaptive verdict is recomputed from the stored pilots by replaying the
-halving rule (the same pilots the adaptive run used: pilots are deterministic per seed, and the
-replay checks the selection against the rule).
+Runs (or resumes) the adaptive grid with ``--policy`` (default: informative, what --adaptive
+runs), then the full grid on the same study — the full run reuses every adaptive pilot, so the
+pair costs one full grid — and prints one Markdown row per adaptive policy: pilots and measured
+pilot FLOPs, the full and adaptive verdicts (primary target), their ρ ranges and whether the
+verdicts agree. Each policy's verdict is recomputed from the stored pilots by replaying its rule
+rung by rung (pilots are deterministic per seed, so a replayed subset is exactly what that policy
+would have run; the replay of ``--policy`` is checked against the pilots the adaptive run made).
 
-    python bench/adaptive_vs_full.py --budget 2e11 --out runs/adaptive-easy
+    python bench/adaptive_vs_full.py --out runs/adaptive-default                # the embedded default
+    python bench/adaptive_vs_full.py --thorough --out runs/adaptive-thorough    # the thorough preset
     python bench/adaptive_vs_full.py --budget 2e11 --task arithmetic-hard --out runs/adaptive-hard
 """
 from __future__ import annotations
@@ -15,54 +17,76 @@ from __future__ import annotations
 import argparse
 import time
 
+from race import presets
 from race.api import build_config
 from race.regime import classify
 from race.runner import run_grid
-from race.scheduler import successive_halving
+from race.scheduler import ADAPTIVE_POLICIES, adaptive_needed
 from race.store import Store, default_url
+
+
+def replay(policy: str, info, pilots, primary: str) -> list:
+    """The stored pilots ``policy`` would have run, fed rung by rung with their scores."""
+    by_key = {(p.rho_target, p.seed): p for p in pilots}
+    scores: dict = {}
+    while True:
+        keys, final = adaptive_needed(policy, info.grid, info.seeds, scores)
+        new = [k for k in keys if k not in scores]
+        for k in new:
+            scores[k] = by_key[k].score(primary)
+        if final and not new:
+            return [by_key[k] for k in keys]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", default=None, help="FLOPs per pilot (default: the embedded default's 6e11)")
+    ap.add_argument("--thorough", action="store_true", help="start from the thorough preset")
+    ap.add_argument("--budget", default=None, help="FLOPs per pilot (default: the preset's)")
     ap.add_argument("--task", default=None, help="built-in task (default arithmetic-easy)")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--grid", default=None)
+    ap.add_argument("--policy", choices=ADAPTIVE_POLICIES, default=ADAPTIVE_POLICIES[0],
+                    help="the policy the adaptive run uses (every policy is replayed)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    cfg = build_config(None, budget=a.budget, task=a.task, seeds=a.seeds, grid=a.grid)
+    cfg = build_config(presets.THOROUGH if a.thorough else None, budget=a.budget, task=a.task, seeds=a.seeds,
+                       grid=a.grid)
     if a.task:
         from dataclasses import replace
 
         cfg = replace(cfg, name=f"{cfg.name}-{a.task}")
     t0 = time.time()
-    run_grid(cfg, out_dir=a.out, adaptive=True, quiet=True)
+    run_grid(cfg, out_dir=a.out, adaptive=a.policy, quiet=True)
     t1 = time.time()
+    first = Store(default_url(a.out), cfg.name)
+    first.load()
+    ran = {(p.rho_target, p.seed) for p in first.pilots()}
     full = run_grid(cfg, out_dir=a.out, quiet=True)
     t2 = time.time()
     store = Store(default_url(a.out), cfg.name)
     info = store.load()
     pilots = store.pilots()
     primary = info.classify.get("primary_target", "reward")
-    scores = {(p.rho_target, p.seed): p.score(primary) for p in pilots}
-    keys, final = successive_halving(info.grid, info.seeds, scores)
-    assert final
-    subset = [p for p in pilots if (p.rho_target, p.seed) in set(keys)]
-    adaptive = classify(subset, meta=info.meta, **info.classify)
-    fa, ff = sum(p.flops.total for p in subset), sum(p.flops.total for p in pilots)
     d = full.diagnosis
-    agree = "yes" if adaptive.regime == d.regime else "no"
-    print("| task | budget/pilot | full: pilots, FLOPs | adaptive: pilots, FLOPs (share) | full verdict (ρ range, conf.) "
-          "| adaptive verdict (ρ range, conf.) | same verdict | wall (adaptive, rest of full) |")
+    ff = sum(p.flops.total for p in pilots)
+    print(f"wall: adaptive ({a.policy}) {t1 - t0:.0f} s, rest of the full grid {t2 - t1:.0f} s")
+    print("| task | budget/pilot | policy | full: pilots, FLOPs | adaptive: pilots, FLOPs (share) "
+          "| full verdict (ρ range, conf.) | adaptive verdict (ρ range, conf.) | same verdict |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {cfg.task} | {cfg.budget:.3g} | {len(pilots)}, {ff:.3g} | {len(subset)}, {fa:.3g} ({fa / ff:.0%}) | "
-          f"{d.regime.value} ([{d.rho_range[0]:.2f}, {d.rho_range[1]:.2f}], {d.confidence:.2f}) | "
-          f"{adaptive.regime.value} ([{adaptive.rho_range[0]:.2f}, {adaptive.rho_range[1]:.2f}], "
-          f"{adaptive.confidence:.2f}) | {agree} | {t1 - t0:.0f} s, {t2 - t1:.0f} s |")
-    for target in d.verdicts:
-        if target != primary:
-            print(f"  other target {target}: full {d.verdicts[target].regime.value}, "
-                  f"adaptive {adaptive.verdicts[target].regime.value}")
+    for policy in ADAPTIVE_POLICIES:
+        subset = replay(policy, info, pilots, primary)
+        if policy == a.policy:
+            assert {(p.rho_target, p.seed) for p in subset} == ran, "the replay differs from the adaptive run"
+        ad = classify(subset, meta=info.meta, **info.classify)
+        fa = sum(p.flops.total for p in subset)
+        print(f"| {cfg.task} | {cfg.budget:.3g} | {policy} | {len(pilots)}, {ff:.3g} | {len(subset)}, {fa:.3g} "
+              f"({fa / ff:.0%}) | {d.regime.value} ([{d.rho_range[0]:.2f}, {d.rho_range[1]:.2f}], "
+              f"{d.confidence:.2f}) | {ad.regime.value} ([{ad.rho_range[0]:.2f}, {ad.rho_range[1]:.2f}], "
+              f"{ad.confidence:.2f}) | {'yes' if ad.regime == d.regime else 'no'} |")
+        for target in d.verdicts:
+            if target != primary:
+                print(f"  other target {target}: full {d.verdicts[target].regime.value}, "
+                      f"adaptive {ad.verdicts[target].regime.value}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """A prepared GPU check: a few real GRPO steps of RACE's engine on randomly initialised
-Qwen2.5-0.5B / 1.5B (the shipped configs; throughput does not depend on the weights).
+Qwen2.5-1.5B / 0.5B (the shipped configs; throughput does not depend on the weights).
 
     PYTHONPATH=. python bench/gpu_check.py                  # one CUDA GPU, bf16, < 4 min on an H200
     PYTHONPATH=. python bench/gpu_check.py --cpu            # reduced: tiny random Qwen2, fp32, seconds
@@ -33,7 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-GPU_MODELS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct")
+# the 1.5B first: it carries the MFU target, so a run cut short still measures it
+GPU_MODELS = ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
 # the reduced (CPU) model: Qwen2 layout, a vocabulary larger than the tokenizer's
 TINY_RANDOM = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -185,7 +186,7 @@ def render(rows: list[dict], peak: float, dtype: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu", action="store_true", help="reduced mode: a tiny random Qwen2 on CPU in fp32 (seconds)")
-    p.add_argument("--models", nargs="*", default=None, help="shipped configs (default: Qwen2.5-0.5B and 1.5B)")
+    p.add_argument("--models", nargs="*", default=None, help="shipped configs (default: Qwen2.5-1.5B, then 0.5B)")
     p.add_argument("--prompts", type=int, default=None, help="B_p per step")
     p.add_argument("--n-gen", type=int, default=None, help="rollouts per prompt (all trained)")
     p.add_argument("--completion-len", type=int, default=None)
@@ -195,7 +196,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--grad-checkpointing", action="store_true")
-    p.add_argument("--json", default=None, help="also write the rows to this file")
+    p.add_argument("--json", default=None, help="also write the rows to this file (rewritten after every model)")
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="start no further model after this many seconds (0: no limit)")
     args = p.parse_args(argv)
 
     import torch
@@ -215,19 +218,45 @@ def main(argv=None) -> int:
     peak = matmul_peak(device, dtype, 512 if args.cpu else 8192, 5 if args.cpu else 50)
     models = [("tiny-random-qwen2", TINY_RANDOM)] if args.cpu and not args.models else \
         [(m, load_hf_config(m)) for m in (args.models or GPU_MODELS)]
-    rows = []
+    import transformers
+
+    env = {"torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
+           "device_name": torch.cuda.get_device_name() if not args.cpu else "CPU",
+           "command": "PYTHONPATH=. python bench/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    rows, failed = [], []
+
+    def dump() -> None:          # after every model: a run cut short keeps what it measured
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump({"peak_flop_s": peak, "env": env, "rows": rows, "failed": failed}, fh, indent=2)
+
     with tempfile.TemporaryDirectory(prefix="race-gpu-check-") as work:
         for name, config in models:
-            rows.append(check_model(name, config, args, device, peak, work))
-            print(f"{name}: done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    print(render(rows, peak, "fp32" if args.cpu else "bf16"))
-    print(f"torch {torch.__version__}; {torch.cuda.get_device_name() if not args.cpu else 'CPU'}; "
-          f"wall {time.perf_counter() - t0:.0f} s; command: PYTHONPATH=. python bench/gpu_check.py "
-          + " ".join(argv if argv is not None else sys.argv[1:]))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"peak_flop_s": peak, "rows": rows}, fh, indent=2)
-    return 0
+            if args.max_seconds and rows and time.perf_counter() - t0 > args.max_seconds:
+                failed.append({"model": name, "error": f"skipped: past --max-seconds {args.max_seconds:g}"})
+                print(f"{name}: skipped (past --max-seconds)", file=sys.stderr, flush=True)
+                continue
+            try:
+                rows.append(check_model(name, config, args, device, peak, work))
+                outcome = "done"
+            except Exception as exc:          # one model failing must not lose the others' rows
+                import traceback
+
+                traceback.print_exc()
+                failed.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
+                outcome = "FAILED"
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+            print(f"{name}: {outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            dump()
+    if rows:
+        print(render(rows, peak, "fp32" if args.cpu else "bf16"))
+    for f in failed:
+        print(f"{f['model']}: {f['error']}")
+    print(f"torch {env['torch']}; transformers {env['transformers']}; {env['device_name']}; "
+          f"wall {time.perf_counter() - t0:.0f} s; command: {env['command']}")
+    dump()
+    return 1 if failed and not rows else 0
 
 
 if __name__ == "__main__":

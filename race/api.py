@@ -37,7 +37,8 @@ def build_config(config: str | Mapping[str, Any] | GridConfig | None = None, **o
 def diagnose(*, model: str | None = None, reward: str | None = None, budget: float | str | None = None,
              dataset: str | None = None, grid: Sequence[float] | str | None = None, seeds: int | None = None,
              config: str | Mapping[str, Any] | GridConfig | None = None, out_dir: str | None = None,
-             workers: int | None = None, device: str = "cpu", quiet: bool = True) -> Diagnosis:
+             workers: int | None = None, device: str = "cpu", quiet: bool = True,
+             adaptive: bool | str = False) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -49,11 +50,13 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         seeds: seeds per grid point.
         config: a YAML path / mapping / GridConfig to start from (default: the embedded tiny grid).
         out_dir: where ``results.json`` goes (default: a temporary folder).
+        adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
+            race.scheduler.ADAPTIVE_POLICIES).
     """
     from race.runner import run_grid
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
-    results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet)
+    results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive)
     return results.diagnosis

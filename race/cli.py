@@ -122,7 +122,10 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="optuna storage of the study: sqlite:///FILE, postgresql://…, mysql://…, journal:FILE "
                    "(default: sqlite:///DIR/race.db).")
 @click.option("--study", default=None, help="Study name (default: the config's name).")
-@click.option("--adaptive", is_flag=True, help="Successive halving over ρ: half the pilots of the full grid.")
+@click.option("--adaptive", is_flag=True,
+              help="Half the pilots of the full grid: seed 0 at every ρ, then the seeds that sharpen the verdict most.")
+@click.option("--adaptive-policy", type=click.Choice(["informative", "halving"]), default=None,
+              help="Which adaptive grid (implies --adaptive): informative (default) or successive halving over ρ.")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Times a failed pilot (exception, out-of-memory kill) is run again.")
 @click.option("--heartbeat", type=click.IntRange(min=1), default=None,
@@ -131,8 +134,8 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
-          quiet: bool, storage: str | None, study: str | None, adaptive: bool, retries: int,
-          heartbeat: int | None) -> None:
+          quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
+          retries: int, heartbeat: int | None) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -154,7 +157,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
         click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                    f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
     results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
-                       study=study, adaptive=adaptive, retries=retries, heartbeat=heartbeat)
+                       study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat)
     if results.diagnosis is not None:
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
     failed = results.meta.get("failed")

@@ -352,7 +352,28 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
                        extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
-                              "sampling_uses_adapter": engine.backend.sampling_uses_adapter})
+                              "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
+                              "software": software_versions()})
+
+
+def software_versions() -> dict:
+    """The versions a pilot ran with (its results are reproducible bit for bit under the same ones)."""
+    import platform
+    import sys
+
+    import peft
+    import torch
+    import transformers
+
+    from race import __version__
+
+    out = {"race": __version__, "python": platform.python_version(), "torch": torch.__version__,
+           "transformers": transformers.__version__, "peft": peft.__version__}
+    vllm = sys.modules.get("vllm")
+    if vllm is not None:
+        out["vllm"] = getattr(vllm, "__version__", "?")
+    return out
+
 
 
 # The healthy recipe of the IsoCompute playbook: KL + entropy losses on easy sets (base

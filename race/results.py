@@ -93,6 +93,29 @@ def load_results(path: str) -> Results:
                    classify=raw.get("classify") or {}, meta=meta)
 
 
+def software_line(pilots: Sequence[PilotResult]) -> str:
+    """``torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2`` for the report, from the finished
+    pilots' ``extra.software``; distinct sets (workers with other versions) joined by ``; ``."""
+    seen: list[str] = []
+    for p in pilots:
+        sw = p.extra.get("software") if p.status == "complete" else None
+        if sw:
+            line = ", ".join(f"{k} {sw[k]}" for k in ("torch", "transformers", "peft", "vllm") if k in sw)
+            if line not in seen:
+                seen.append(line)
+    return "; ".join(seen)
+
+
+def pilots_meta(meta: Mapping[str, Any], pilots: Sequence[PilotResult]) -> dict[str, Any]:
+    """The diagnosis meta: the study's, with the backend(s) and software versions that the
+    finished pilots actually ran (each pilot records its own)."""
+    done = [p for p in pilots if p.status == "complete"]
+    used = sorted({str(p.extra.get("backend")) for p in done if p.extra.get("backend")})
+    software = software_line(done)
+    return {**dict(meta), **({"backend": ", ".join(used)} if used else {}),
+            **({"software": software} if software else {})}
+
+
 def diagnose_results(results: Results, *, refit: bool = False, **classify_kw: Any) -> Diagnosis:
     """The stored diagnosis, or a fresh one from the pilots (``refit`` or none stored)."""
     if results.diagnosis is not None and not refit and not classify_kw:

@@ -191,7 +191,7 @@ class Progress:
 
 def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
              calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
-             storage: str | None = None, study: str | None = None, adaptive: bool = False, retries: int = 1,
+             storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
              heartbeat: int | None = None) -> Results:
     """Calibrate, plan and run every pilot of ``config``; write and return the results.
 

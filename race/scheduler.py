@@ -2,7 +2,7 @@
 
 The coordinator (``run_study``) opens or creates the study (race.store), calibrates and plans
 only when it creates it, enqueues every pilot that is missing (or, with ``adaptive``, the next
-rung of successive halving), runs pilots itself (``workers`` processes at a time, 0 = none),
+rung of the adaptive policy: ``informative`` or ``halving``), runs pilots itself (``workers`` processes at a time, 0 = none),
 waits for pilots other workers hold, and classifies what is complete. A worker
 (``run_worker``) joins an existing study and runs the pilots it can take until none is left.
 Both retry a pilot that failed (an exception, an out-of-memory kill) up to ``retries`` times
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from race.config import GridConfig, config_from_dict
 from race.records import PilotResult, Schedule
-from race.results import Results, save_results
+from race.results import Results, pilots_meta, save_results
 
 Key = tuple[float, int]
 
@@ -39,7 +39,7 @@ def successive_halving(grid: Sequence[float], seeds: int, scores: Mapping[Key, f
     full per-pilot budget, so the fit stays IsoFLOP; the dropped points keep their one seed.
     """
     grid, P = sorted(grid), len(grid)
-    cap = min(P * seeds, max(P + 1, (P * seeds) // 2))
+    cap = adaptive_cap(P, seeds)
     keys: list[Key] = [(r, 0) for r in grid]
     alive, total = list(grid), P
     for k in range(1, seeds):
@@ -57,6 +57,120 @@ def successive_halving(grid: Sequence[float], seeds: int, scores: Mapping[Key, f
         keys += [(r, k) for r in alive]
         total += len(alive)
     return keys, True
+
+
+ADAPTIVE_POLICIES = ("informative", "halving")           # the first is what --adaptive runs
+ADAPTIVE_ATTRS = {"informative": {"policy": "informative", "rungs": 2},
+                  "halving": {"policy": "successive-halving", "eta": 2}}
+ADAPTIVE_DESCRIPTIONS = {"informative": "seed 0 everywhere, then the seeds that sharpen the leading verdict most",
+                         "halving": "successive halving over ρ"}
+
+
+def resolve_adaptive(adaptive: bool | str | None) -> str | None:
+    """None (full grid) or a policy name; True means the default policy."""
+    if adaptive is None or adaptive is False:
+        return None
+    if adaptive is True:
+        return ADAPTIVE_POLICIES[0]
+    if adaptive not in ADAPTIVE_POLICIES:
+        from race.config import ConfigError
+
+        raise ConfigError(f"adaptive policy {adaptive!r} is not known: expected one of {', '.join(ADAPTIVE_POLICIES)}")
+    return adaptive
+
+
+def adaptive_cap(P: int, seeds: int) -> int:
+    """Pilots an adaptive grid runs: half the full grid's, at least one second seed."""
+    return min(P * seeds, max(P + 1, (P * seeds) // 2))
+
+
+def informative_seeds(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
+                      given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
+    """The pilots an adaptive grid needs so far, and whether that list is final.
+
+    Rung 0 runs seed 0 at every grid point. Rung 1 (the last) spends the rest of the adaptive
+    budget (``adaptive_cap``: half the full grid's pilots) at once, one seed at a time, where an
+    extra seed most sharpens the statistic the leading verdict of rung 0 rests on
+    (``allocate_seeds``): the curvature and the argmax of the quadratic in log ρ when rung 0 is
+    concave with its vertex inside the grid, else the log-linear slope. Every pilot has the
+    full per-pilot budget, so the fit stays IsoFLOP.
+    """
+    grid = sorted(grid)
+    keys: list[Key] = [(r, 0) for r in grid]
+    if any(key not in scores and key not in given_up for key in keys):
+        return keys, False
+    rung0 = {r: scores[(r, 0)] for r in grid if (r, 0) in scores}
+    n = allocate_seeds(grid, rung0, extra=adaptive_cap(len(grid), seeds) - len(grid), max_seeds=seeds)
+    keys += [(r, k) for r in grid for k in range(1, n[r])]
+    return keys, True
+
+
+def allocate_seeds(grid: Sequence[float], rung0: Mapping[float, float], *, extra: int,
+                   max_seeds: int) -> dict[float, int]:
+    """Seeds per grid point after giving ``extra`` seeds, one at a time, to the points whose
+    next seed most reduces ``J`` (points without a rung-0 score get none).
+
+    The regime rule fits unweighted least squares to the point means, so a coefficient is
+    Σ wᵢ·ȳᵢ with fixed weights w (a row of the design's pseudo-inverse) and its variance is
+    σ²·Σ wᵢ²/nᵢ (seed and evaluation noise both shrink as 1/nᵢ). J is the largest
+    variance / margin² over the conditions the leading verdict needs — a squared inverse
+    z-score of its weakest condition:
+
+    - concave with the vertex v = −b/2c strictly inside the grid (a *balanced* candidate): the
+      curvature c (margin |c|) and v (delta method; margin: its distance to the nearer end);
+    - otherwise (a trend, or noise): the log-linear slope (margin 1: its variance alone).
+
+    Ties go to the better-scoring point, then the lower ρ. Deterministic; no randomness.
+    """
+    import numpy as np
+
+    grid = sorted(grid)
+    n = {r: (1 if r in rung0 else 0) for r in grid}
+    pts = [r for r in grid if r in rung0]
+    if len(pts) < 2 or extra <= 0:
+        return n
+    x = np.log(np.asarray(pts, dtype=float))
+    y = np.asarray([rung0[r] for r in pts], dtype=float)
+    conditions: list[tuple[np.ndarray, float]] = []
+    if len(pts) >= 3:
+        wq = np.linalg.pinv(np.vander(x, 3, increasing=True))      # rows: weights of a, b, c
+        _, b, c = wq @ y
+        if c < 0:
+            v = -b / (2 * c)
+            margin = min(v - x.min(), x.max() - v)
+            if margin > 0:
+                conditions = [(wq[2], abs(c)), (-wq[1] / (2 * c) + b / (2 * c * c) * wq[2], margin)]
+    if not conditions:
+        conditions = [(np.linalg.pinv(np.vander(x, 2, increasing=True))[1], 1.0)]
+
+    def J(counts: np.ndarray) -> float:
+        return max(float(np.sum(w * w / counts)) / (m * m) for w, m in conditions)
+
+    counts = np.ones(len(pts))
+    for _ in range(extra):
+        free = [i for i in range(len(pts)) if counts[i] < max_seeds]
+        if not free:
+            break
+
+        def after(i: int) -> float:
+            trial = counts.copy()
+            trial[i] += 1
+            return J(trial)
+
+        i = min(free, key=lambda i: (round(after(i), 12), -y[i], x[i]))
+        counts[i] += 1
+    n.update({r: int(k) for r, k in zip(pts, counts)})
+    return n
+
+
+def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
+                    given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
+    """The pilots adaptive ``policy`` needs so far, and whether that list is final."""
+    if policy == "halving":
+        return successive_halving(grid, seeds, scores, given_up)
+    if policy == "informative":
+        return informative_seeds(grid, seeds, scores, given_up)
+    raise ValueError(f"adaptive policy {policy!r} is not known; expected one of {', '.join(ADAPTIVE_POLICIES)}")
 
 
 # ---------------------------------------------------------------- shared loop
@@ -146,14 +260,18 @@ def _busy_keys(store: Any) -> set[Key]:
 
 def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
-              classify_kw: dict | None = None, adaptive: bool = False, retries: int = 1,
+              classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
               heartbeat: int | None = None) -> Results:
-    """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring."""
+    """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
+
+    ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
+    name from ``ADAPTIVE_POLICIES``."""
     from race import store as S
     from race.backends import BACKENDS, resolve_backend
     from race.runner import default_workers
 
     # before anything is written: a run that cannot start leaves no storage behind
+    policy = resolve_adaptive(adaptive)
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
@@ -191,7 +309,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         else:                       # another process created it a moment ago
             st.check_compatible(user_cfg)
     info = st.info
-    st.set_adaptive({"policy": "successive-halving", "eta": 2} if adaptive else None)
+    if adaptive is True and info.adaptive:      # a plain --adaptive resumes with the study's own policy
+        policy = next((k for k, v in ADAPTIVE_ATTRS.items() if v["policy"] == info.adaptive.get("policy")), policy)
+    st.set_adaptive(ADAPTIVE_ATTRS[policy] if policy else None)
     st.set_finished(False)
     first_number = len(st.trials())
     if workers is None:
@@ -202,8 +322,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     all_keys = info.keys()
 
     def needed(scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
-        if adaptive:
-            return successive_halving(info.grid, info.seeds, scores, given_up)
+        if policy:
+            return adaptive_needed(policy, info.grid, info.seeds, scores, given_up)
         return all_keys, True
 
     def advance(force: bool = False) -> bool:
@@ -234,7 +354,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
                       diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
                       meta={"backend": info.meta.get("backend"), "device": device, "storage": st.masked,
-                            "study": st.name, **({"adaptive": "successive-halving"} if adaptive else {}),
+                            "study": st.name, **({"adaptive": ADAPTIVE_ATTRS[policy]["policy"]} if policy else {}),
                             **({"failed": list(failed)} if failed else {})})
         save_results(out_dir, res)
         return res
@@ -246,7 +366,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         print(f"RACE study {st.name!r} in {st.masked}: " + (
             f"resuming, {len(scores0)} pilots complete, {loop.progress.total} to run"
             if resumed else f"created, {loop.progress.total} pilots to run")
-            + (" (adaptive: successive halving over ρ)" if adaptive else ""), file=sys.stderr, flush=True)
+            + (f" (adaptive: {ADAPTIVE_DESCRIPTIONS[policy]})" if policy else ""), file=sys.stderr, flush=True)
     save()
     loop.run(lambda: not advance())
     advance(force=True)
@@ -257,8 +377,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     diagnosis = None
     kw = dict(info.classify)
     # the report names the backend that actually produced the pilots (each records its own)
-    used = sorted({str(p.extra.get("backend")) for p in pilots if p.status == "complete" and p.extra.get("backend")})
-    meta = {**info.meta, **({"backend": ", ".join(used)} if used else {})}
+    meta = pilots_meta(info.meta, pilots)
     try:
         diagnosis = classify_fn(pilots, meta=meta, **kw)
     except ValueError:

@@ -66,6 +66,17 @@ ENCODED = "f8z:"                  # prefix of compact float arrays
 CURVE_POINTS = 200                # intermediate values per trial (the full curve is in the "curve" attr)
 
 
+
+def _age_seconds(start) -> float | None:
+    """Seconds since optuna's ``datetime_start`` (naive local time of the claiming machine)."""
+    if start is None:
+        return None
+    import datetime as _dt
+
+    now = _dt.datetime.now(start.tzinfo) if start.tzinfo else _dt.datetime.now()
+    return (now - start).total_seconds()
+
+
 class StoreError(ConfigError):
     """A storage problem a user can act on; the message is one line and never shows a password."""
 
@@ -524,8 +535,10 @@ class Store:
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
-            st.set_trial_system_attr(t._trial_id, OWNER, self.me)
+            # heartbeat before owner: a process killed between the two leaves a trial optuna's
+            # heartbeat check fails; one killed before both is failed by sweep's orphan rule
             self._beat_one(t._trial_id)
+            st.set_trial_system_attr(t._trial_id, OWNER, self.me)
             key = key_of(t)
             trial = optuna.trial.Trial(self.study, t._trial_id)
             trial.suggest_categorical("rho", list(self.info.grid))
@@ -612,18 +625,29 @@ class Store:
         assert self.study is not None
         self.requeued = []
         st = self.study._storage
+        grace = GRACE_FACTOR * self.heartbeat
         for t in self.trials((TrialState.RUNNING,)):
             owner = t.system_attrs.get(OWNER)
-            if owner_is_dead(owner, self.me):
-                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
-                try:   # attributes first: a finished trial takes none
-                    st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
-                    st.set_trial_user_attr(t._trial_id, "stale", True)
-                    if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                        continue
-                except optuna.exceptions.UpdateFinishedTrialError:
+            if owner is None:
+                # claimed (WAITING → RUNNING) by a process killed before it recorded itself or a
+                # heartbeat: nothing else would ever fail it, and a grid waiting for it would hang
+                age = _age_seconds(t.datetime_start)
+                if age is None or age <= grace:
                     continue
-                self._mark_stale(t, why)
+                why = (f"it was claimed {age:.0f} s ago by a process that died before recording itself "
+                       "(no owner, no heartbeat)")
+            elif owner_is_dead(owner, self.me):
+                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
+            else:
+                continue
+            try:   # attributes first: a finished trial takes none
+                st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
+                st.set_trial_user_attr(t._trial_id, "stale", True)
+                if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            self._mark_stale(t, why)
         for tid in list(self._mine):           # our own trials are alive, whatever our heartbeat thread did
             try:
                 self._beat_one(tid)
@@ -779,11 +803,12 @@ def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
 
 def load_results(url: str, study_name: str):
     """A ``race.results.Results`` built from storage alone (for ``race report --storage``)."""
-    from race.results import Results
+    from race.results import Results, pilots_meta
 
     store = Store(url, study_name)
     info = store.load(wait=0)
     pilots = store.pilots()
     diagnosis = store.stored_diagnosis(pilots)
     return Results(pilots=tuple(pilots), diagnosis=diagnosis, config=info.run_config, plan=info.plan,
-                   classify={**info.classify, "meta": info.meta}, meta={"storage": store.masked, "study": study_name})
+                   classify={**info.classify, "meta": pilots_meta(info.meta, pilots)},
+                   meta={"storage": store.masked, "study": study_name})

@@ -26,3 +26,30 @@ def test_gpu_check_reduced_mode_runs_on_cpu(tmp_path):
     assert row["learning_flops"] > 0 and row["search_flops"] > 0
     assert 0 < row["update_mfu"] < 2
     assert row["peak_mem_measured"] is None and row["peak_mem_plan"] > 0
+
+
+def test_gpu_check_keeps_the_rows_of_models_that_ran_when_one_fails(tmp_path, monkeypatch):
+    """A model that raises is reported by name; the other model's row is still printed and saved."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import gpu_check
+
+    real, calls = gpu_check.check_model, []
+
+    def flaky(name, *a, **kw):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (test double)")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(gpu_check, "check_model", flaky)
+    out = tmp_path / "gc.json"
+    assert gpu_check.main(["--cpu", "--models", "race/tiny-arith", "race/tiny-arith", "--steps", "1",
+                           "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert calls == ["race/tiny-arith", "race/tiny-arith"]
+    assert [r["model"] for r in data["rows"]] == ["race/tiny-arith"]
+    assert data["failed"] == [{"model": "race/tiny-arith", "error": "RuntimeError: CUDA out of memory (test double)"}]
+    assert data["env"]["torch"] and data["env"]["command"].startswith("PYTHONPATH=. python bench/gpu_check.py --cpu")

@@ -39,6 +39,11 @@ def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
     assert abs(result.rho - schedule.rho) < 0.03                        # measured ρ near the plan
     assert result.curve[-1][0] == result.flops.total
     assert result.extra["reward_errors"] == 0
+    import torch
+    import transformers
+
+    assert result.extra["software"]["torch"] == torch.__version__          # the versions it ran with
+    assert result.extra["software"]["transformers"] == transformers.__version__
 
 
 def test_same_seed_same_curves_in_fresh_folders(tmp_path):

@@ -71,3 +71,26 @@ def test_render_plan_formats():
     for s in data["schedules"]:
         assert abs(s["rho"] - s["rho_target"]) <= 0.02
     assert r"\toprule" in render_plan(plan, "latex")
+
+
+def test_the_report_names_the_backend_and_software_the_pilots_ran():
+    """pilots_meta: backends and version sets of the complete pilots, in first-seen order; the
+    report prints them in its head."""
+    from dataclasses import replace
+
+    from race.results import pilots_meta
+
+    sw = {"race": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.19.0", "peft": "0.21.2"}
+    other = {**sw, "torch": "2.11.0+cu130", "transformers": "5.17.0"}
+    base = PilotResult(0.3, 0, FlopBreakdown(1.0, 1.0), {"reward": (0.5,)}, _sched(0.3))
+    pilots = [replace(base, extra={"backend": "hf", "software": sw}),
+              replace(base, seed=1, extra={"backend": "hf", "software": sw}),
+              replace(base, seed=2, extra={"backend": "vllm (sleep mode)", "software": {**other, "vllm": "0.32.0"}}),
+              replace(base, seed=3, status="failed", extra={"backend": "lean", "software": {**sw, "torch": "x"}})]
+    meta = pilots_meta({"model": "tiny", "backend": "auto"}, pilots)
+    assert meta == {"model": "tiny", "backend": "hf, vllm (sleep mode)",
+                    "software": "torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2; "
+                                "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.2, vllm 0.32.0"}
+    assert pilots_meta({"backend": "hf"}, [base]) == {"backend": "hf"}      # old pilots: no software recorded
+    out = render_diagnosis(replace(_diag(), meta=meta), "text")
+    assert "software: torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2; torch 2.11.0+cu130" in out

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ROOT
 from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
+from race.scheduler import allocate_seeds
 from race.store import key_of
 
 
@@ -118,8 +119,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_adaptive_grid_then_the_full_grid(tmp_path):
-    """--adaptive runs seed 0 everywhere and a second seed only at the best point; the plain
-    command on the same study then runs just the missing pilots of the full grid."""
+    """--adaptive runs seed 0 everywhere and one second seed where the informative policy puts it
+    (from the seed-0 scores); the plain command on the same study then runs just the missing
+    pilots of the full grid."""
     cfg = write_config(tmp_path / "c.yaml", name="adapt", seeds=2, budget=1e10)
     out = tmp_path / "run"
     first = subprocess.run(race("pilot", cfg, "--out", out, "--adaptive"), capture_output=True, text=True,
@@ -129,10 +131,11 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
     saved = _results(out)
     seed0 = {p["rho_target"]: sum(p["evals"]["reward"]) / len(p["evals"]["reward"])
              for p in saved["pilots"] if p["seed"] == 0}
-    best = max(sorted(seed0), key=lambda r: seed0[r])
+    n = allocate_seeds(sorted(seed0), seed0, extra=1, max_seeds=2)
+    (second,) = [r for r in n if n[r] == 2]
     assert sorted((p["rho_target"], p["seed"]) for p in saved["pilots"]) == sorted(
-        [(0.6, 0), (0.75, 0), (0.92, 0), (best, 1)])
-    assert saved["adaptive"] == "successive-halving"
+        [(0.6, 0), (0.75, 0), (0.92, 0), (second, 1)])
+    assert saved["adaptive"] == "informative"
     store = open_study(f"sqlite:///{out}/race.db", "adapt")
     kept = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
     full = subprocess.run(race("pilot", cfg, "--out", out), capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -157,6 +157,34 @@ def test_concurrent_claims_are_exclusive(kind, tmp_path):
     assert sum(1 for got in taken if got) >= 2                # the work was really shared
 
 
+@pytest.mark.parametrize("kind", STORAGES)
+def test_a_claim_killed_before_it_recorded_itself_is_failed_and_requeued(kind, tmp_path):
+    """A process killed between WAITING → RUNNING and writing its owner and heartbeat leaves a
+    RUNNING trial that optuna's heartbeat check never sees (no heartbeat row); a grid waiting for
+    it hung (seen under load in test_kill_9_mid_grid_then_resume). sweep() fails it once it is
+    older than the grace period (3 heartbeats) and enqueues its pilot again."""
+    import time
+
+    from optuna.trial import TrialState
+
+    url = storage_url(kind, tmp_path)
+    store = make_store(url, f"orphan-{uuid.uuid4().hex[:8]}", tiny_config(grid=[0.3, 0.45, 0.6], seeds=1))
+    store.enqueue((0.45, 0))
+    (waiting,) = store.trials((TrialState.WAITING,))
+    store.study._storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING)  # then killed
+    assert store.sweep() == []                          # within the grace period: maybe a live claimer
+    time.sleep(3 * store.heartbeat + 0.5)
+    assert store.sweep() == [(0.45, 0)]
+    failed = store.study._storage.get_trial(waiting._trial_id)
+    assert failed.state == TrialState.FAIL and failed.user_attrs["stale"] is True
+    assert "died before recording itself" in failed.user_attrs["error"]
+    (again,) = store.trials((TrialState.WAITING,))
+    assert again.user_attrs["retry_of"] == failed.number
+    claim = store.claim()                               # and the pilot can be taken again
+    assert claim is not None and claim.key == (0.45, 0)
+    assert store.sweep() == []                          # a live claim is left alone
+
+
 def run(*args):
     return CliRunner().invoke(main, list(args))
 

@@ -129,10 +129,10 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if beta > 0 and ref_logp is not None:
         kl = kl_k3(logp, ref_logp)
         per_token = per_token + beta * kl
-        kl_mean = float((kl * mask).sum() / mask.sum().clamp(min=1))
+        kl_mean = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
     ent_mean = 0.0
     if entropy is not None:
-        ent_mean = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+        ent_mean = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
         if entropy_coef:
             per_token = per_token - entropy_coef * entropy
     loss = aggregate(per_token, mask, how=loss_agg, max_completion_len=max_completion_len)

@@ -377,7 +377,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     diagnosis = None
     kw = dict(info.classify)
     # the report names the backend that actually produced the pilots (each records its own)
-    meta = pilots_meta(info.meta, pilots)
+    meta = pilots_meta(info.meta, pilots, adaptive=ADAPTIVE_ATTRS[policy] if policy else None,
+                       full_grid=len(info.grid) * info.seeds)
     try:
         diagnosis = classify_fn(pilots, meta=meta, **kw)
     except ValueError:

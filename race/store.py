@@ -810,5 +810,6 @@ def load_results(url: str, study_name: str):
     pilots = store.pilots()
     diagnosis = store.stored_diagnosis(pilots)
     return Results(pilots=tuple(pilots), diagnosis=diagnosis, config=info.run_config, plan=info.plan,
-                   classify={**info.classify, "meta": pilots_meta(info.meta, pilots)},
+                   classify={**info.classify, "meta": pilots_meta(info.meta, pilots, adaptive=info.adaptive,
+                                                                   full_grid=len(info.grid) * info.seeds)},
                    meta={"storage": store.masked, "study": study_name})

@@ -92,5 +92,7 @@ def test_the_report_names_the_backend_and_software_the_pilots_ran():
                     "software": "torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2; "
                                 "torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.2, vllm 0.32.0"}
     assert pilots_meta({"backend": "hf"}, [base]) == {"backend": "hf"}      # old pilots: no software recorded
+    assert pilots_meta({}, pilots, adaptive={"policy": "informative", "rungs": 2}, full_grid=12)["adaptive"] \
+        == "informative, 3 of 12 pilots"                                      # complete pilots only
     out = render_diagnosis(replace(_diag(), meta=meta), "text")
     assert "software: torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2; torch 2.11.0+cu130" in out

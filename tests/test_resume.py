@@ -128,6 +128,7 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
                            cwd=ROOT, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "RACE diagnosis" in first.stdout and "adaptive" in first.stderr
+    assert "adaptive: informative, 4 of 6 pilots" in first.stdout           # the report says what ran
     saved = _results(out)
     seed0 = {p["rho_target"]: sum(p["evals"]["reward"]) / len(p["evals"]["reward"])
              for p in saved["pilots"] if p["seed"] == 0}

@@ -2,9 +2,10 @@
 
 The coordinator (``run_study``) opens or creates the study (race.store), calibrates and plans
 only when it creates it, enqueues every pilot that is missing (or, with ``adaptive``, the next
-rung of the adaptive policy: ``informative`` or ``halving``), runs pilots itself (``workers`` processes at a time, 0 = none),
-waits for pilots other workers hold, and classifies what is complete. A worker
-(``run_worker``) joins an existing study and runs the pilots it can take until none is left.
+rung of the adaptive policy: ``informative`` or ``halving``), runs pilots itself (``workers``
+processes at a time, 0 = none), waits for pilots other workers hold, and classifies what is
+complete. A worker (``run_worker``) joins an existing study and runs the pilots it can take
+until none is left.
 Both retry a pilot that failed (an exception, an out-of-memory kill) up to ``retries`` times
 and re-enqueue the pilots of dead processes (race.store.Store.sweep).
 

@@ -6,12 +6,18 @@
 #
 # 1. bench/gpu_check.py: the table for docs/benchmarks.md (Qwen2.5-1.5B first, then 0.5B; it starts
 #    no further model after 200 s, and rewrites $OUT/gpu_check.json after every model);
-# 2. the gpu-marked tests (tests/test_gpu.py: bf16 log-probs, a CUDA pilot, the memory plan).
-# Expected wall time on an H200: under 8 minutes in all.
+# 2. the gpu-marked tests (tests/test_gpu.py: bf16 log-probs, a CUDA pilot, the memory plan);
+# 3. with .whl/ carried (bench/device_wheels.sh: optuna is not on that machine), a small real
+#    `race pilot --device cuda` (3 pilots at 2e10 FLOPs), as a user would run it.
+# Expected wall time on an H200: under 9 minutes in all.
 set -u -o pipefail
 OUT=${OUT:-device-check}
 mkdir -p "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
+if [ -d .whl ]; then          # bench/device_wheels.sh: optuna for the end-to-end `race pilot` below
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=.:/tmp/site
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/nvidia-smi.csv" 2>&1
 python -c "import sys, torch, transformers, peft; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee "$OUT/versions.txt"
@@ -19,5 +25,12 @@ timeout 300 python bench/gpu_check.py --max-seconds 200 --json "$OUT/gpu_check.j
 check=$?
 timeout 240 python -m pytest -m gpu -q -p no:cacheprovider -rA tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
 tests=$?
-echo "gpu_check exit $check, gpu tests exit $tests" | tee "$OUT/summary.txt"
+pilot=skipped
+if python -c "import optuna" 2>/dev/null; then
+  # 3. the product path as a user runs it: calibration, plan, 3 pilots on the GPU, the verdict
+  timeout 300 python -m race.cli pilot --device cuda --budget 2e10 --seeds 1 --grid 0.5,0.62,0.74 \
+    --out "$OUT/pilot" 2>&1 | tee "$OUT/pilot.txt"
+  pilot=$?
+fi
+echo "gpu_check exit $check, gpu tests exit $tests, race pilot on cuda: $pilot" | tee "$OUT/summary.txt"
 exit $(( check != 0 || tests != 0 ))

@@ -83,6 +83,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_device(device: str) -> str:
+    """``device`` if pilots can run there, else a one-line ConfigError naming it and what exists:
+    ``cpu``, ``cuda`` or ``cuda:N`` with a CUDA build of torch and an N below the device count."""
+    import re
+
+    from race.config import ConfigError
+
+    if device == "cpu":
+        return device
+    m = re.fullmatch(r"cuda(?::(\d+))?", str(device))
+    if not m:
+        raise ConfigError(f"device {device!r} is not one RACE runs pilots on: expected cpu, cuda or cuda:N")
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        why = "this torch has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise ConfigError(f"device {device!r} needs a CUDA GPU, but {why} (torch {torch.__version__}): "
+                          "use --device cpu, or run on a GPU machine")
+    if m.group(1) is not None and int(m.group(1)) >= n:
+        raise ConfigError(f"device {device!r} does not exist: this machine has {n} CUDA GPU(s), cuda:0 … cuda:{n - 1}")
+    return device
+
+
 def model_load_kwargs(device: str) -> dict:
     """``from_pretrained`` keywords for a device: bf16 on CUDA (fp32 elsewhere: CPU bf16 matmuls are slow
     and the tests compare log-probs at fp32 tolerance) and PyTorch SDPA attention, which on CUDA runs

@@ -273,6 +273,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
     # before anything is written: a run that cannot start leaves no storage behind
     policy = resolve_adaptive(adaptive)
+    from race.pilot import check_device
+
+    check_device(device)
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
@@ -398,8 +401,10 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
     (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
     from race import store as S
+    from race.pilot import check_device
     from race.runner import default_workers
 
+    check_device(device)
     st = S.Store(storage, study)
     info = st.load()
     first_number = len(st.trials())

@@ -105,3 +105,26 @@ def test_pilot_bad_input_exit_2(tmp_path, extra, msg):
     r = run("pilot", "--out", str(tmp_path), "--quiet", *extra)
     assert r.exit_code == 2, r.output
     assert msg in r.output and "Traceback" not in r.output
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("cmd,device,msg", [
+    ("pilot", "gpu0", "device 'gpu0' is not one RACE runs pilots on: expected cpu, cuda or cuda:N"),
+    ("pilot", "cuda", "device 'cuda' needs a CUDA GPU"),
+    ("worker", "cuda:0", "device 'cuda:0' needs a CUDA GPU"),
+])
+def test_a_device_pilots_cannot_run_on_is_refused_before_anything_is_written(tmp_path, cmd, device, msg):
+    if "needs a CUDA GPU" in msg and _has_cuda():
+        pytest.skip("this machine has a CUDA GPU")
+    out = tmp_path / "run"
+    args = ("pilot", "--out", str(out), "--quiet") if cmd == "pilot" else \
+        ("worker", "--storage", f"sqlite:///{tmp_path / 'w.db'}", "--study", "s", "--quiet")
+    r = run(*args, "--device", device)
+    assert r.exit_code == 2, r.output
+    assert msg in r.output and "Traceback" not in r.output
+    assert not out.exists() and not (tmp_path / "w.db").exists()

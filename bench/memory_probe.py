@@ -53,7 +53,8 @@ def main() -> None:
     from race.records import FlopBreakdown, Schedule
     from race.tasks import load_task
 
-    folder = gpu_check.build_random_model(load_hf_config(a.model), os.path.join(tempfile.mkdtemp(), "m"),
+    work = tempfile.TemporaryDirectory(prefix="race-memory-probe-")     # ~2 GB of random weights, removed at exit
+    folder = gpu_check.build_random_model(load_hf_config(a.model), os.path.join(work.name, "m"),
                                           torch.float32, "cpu")
     C = a.completion_len
     cfg = config_from_dict({
@@ -88,6 +89,8 @@ def main() -> None:
     print(f"| {a.model} | {a.prompts}×{a.n_gen}, ≤{C} tok, micro-batch {a.micro_batch} | "
           f"{seen['transient'] / G:.2f} GiB | {plan / G:.2f} GiB (activations {mem.activations / G:.2f}, "
           f"logits {mem.update_logits / G:.2f}) | {seen['transient'] / plan:.2f} |")
+    engine.backend.close()
+    work.cleanup()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from race import regime  # noqa: E402
 from race.records import Regime  # noqa: E402
-from race.scheduler import ADAPTIVE_POLICIES, adaptive_needed  # noqa: E402
+from race.scheduler import ADAPTIVE_POLICIES, adaptive_subset  # noqa: E402
 from test_regime import FALLING, FLAT, PEAKED, RISING, synthetic_results  # noqa: E402
 
 # the thorough preset's measured response (docs/pilot.md: 0.648 / 0.662 / 0.658 / 0.628 / 0.555 at
@@ -46,16 +46,9 @@ GRIDS = {
 
 
 def chosen(policy: str, pilots, grid, seeds) -> list:
-    """The pilots ``policy`` runs, fed rung by rung with the scores of what it ran."""
+    """The pilots ``policy`` runs (synthetic seeds are numbered from 1000)."""
     by_key = {(p.rho_target, p.seed - 1000): p for p in pilots}
-    scores: dict = {}
-    while True:
-        keys, final = adaptive_needed(policy, grid, seeds, scores)
-        new = [k for k in keys if k not in scores]
-        for k in new:
-            scores[k] = by_key[k].score("reward")
-        if final and not new:
-            return [by_key[k] for k in keys]
+    return [by_key[k] for k in adaptive_subset(policy, grid, seeds, lambda k: by_key[k].score("reward"))]
 
 
 def run(repeats: int) -> None:

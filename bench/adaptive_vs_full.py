@@ -21,21 +21,14 @@ from race import presets
 from race.api import build_config
 from race.regime import classify
 from race.runner import run_grid
-from race.scheduler import ADAPTIVE_POLICIES, adaptive_needed
+from race.scheduler import ADAPTIVE_POLICIES, adaptive_subset
 from race.store import Store, default_url
 
 
 def replay(policy: str, info, pilots, primary: str) -> list:
-    """The stored pilots ``policy`` would have run, fed rung by rung with their scores."""
+    """The stored pilots ``policy`` would have run."""
     by_key = {(p.rho_target, p.seed): p for p in pilots}
-    scores: dict = {}
-    while True:
-        keys, final = adaptive_needed(policy, info.grid, info.seeds, scores)
-        new = [k for k in keys if k not in scores]
-        for k in new:
-            scores[k] = by_key[k].score(primary)
-        if final and not new:
-            return [by_key[k] for k in keys]
+    return [by_key[k] for k in adaptive_subset(policy, info.grid, info.seeds, lambda k: by_key[k].score(primary))]
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import click
 
 from race.report import FORMATS
+from race.scheduler import ADAPTIVE_POLICIES
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,7 +125,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--study", default=None, help="Study name (default: the config's name).")
 @click.option("--adaptive", is_flag=True,
               help="Half the pilots of the full grid: seed 0 at every ρ, then the seeds that sharpen the verdict most.")
-@click.option("--adaptive-policy", type=click.Choice(["informative", "halving"]), default=None,
+@click.option("--adaptive-policy", type=click.Choice(ADAPTIVE_POLICIES), default=None,
               help="Which adaptive grid (implies --adaptive): informative (default) or successive halving over ρ.")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Times a failed pilot (exception, out-of-memory kill) is run again.")

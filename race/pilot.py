@@ -399,7 +399,6 @@ def software_versions() -> dict:
     return out
 
 
-
 # The healthy recipe of the IsoCompute playbook: KL + entropy losses on easy sets (base
 # pass rate in [0.3, 0.6]), neither on hard sets (≤ 0.0625). The coefficients are RACE's
 # choice (the playbook gives none); between the two bands the config stands.

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from race.config import GridConfig, config_from_dict
 from race.records import PilotResult, Schedule
@@ -167,11 +167,21 @@ def allocate_seeds(grid: Sequence[float], rung0: Mapping[float, float], *, extra
 def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
                     given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
     """The pilots adaptive ``policy`` needs so far, and whether that list is final."""
-    if policy == "halving":
-        return successive_halving(grid, seeds, scores, given_up)
-    if policy == "informative":
-        return informative_seeds(grid, seeds, scores, given_up)
-    raise ValueError(f"adaptive policy {policy!r} is not known; expected one of {', '.join(ADAPTIVE_POLICIES)}")
+    rule = {"informative": informative_seeds, "halving": successive_halving}[resolve_adaptive(policy)]
+    return rule(grid, seeds, scores, given_up)
+
+
+def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float]) -> list[Key]:
+    """The pilots ``policy`` runs when pilot ``key`` scores ``score(key)``: its rule fed rung by
+    rung with the scores of what it already ran (for replays on a stored full grid)."""
+    scores: dict[Key, float] = {}
+    while True:
+        keys, final = adaptive_needed(policy, grid, seeds, scores)
+        new = [k for k in keys if k not in scores]
+        for k in new:
+            scores[k] = score(k)
+        if final and not new:
+            return keys
 
 
 # ---------------------------------------------------------------- shared loop

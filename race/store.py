@@ -66,7 +66,6 @@ ENCODED = "f8z:"                  # prefix of compact float arrays
 CURVE_POINTS = 200                # intermediate values per trial (the full curve is in the "curve" attr)
 
 
-
 def _age_seconds(start) -> float | None:
     """Seconds since optuna's ``datetime_start`` (naive local time of the claiming machine)."""
     if start is None:

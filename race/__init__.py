@@ -9,7 +9,8 @@ from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, R
 __version__ = "0.1.0"
 
 _LAZY = {"diagnose": "race.api", "plan_grid": "race.grid", "classify": "race.regime",
-         "GridConfig": "race.config", "load_config": "race.config"}
+         "GridConfig": "race.config", "load_config": "race.config", "load_results": "race.results",
+         "plot_results": "race.plot"}
 
 
 def __getattr__(name: str):
@@ -22,6 +23,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "classify", "diagnose", "plan_grid", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
+    "classify", "diagnose", "plan_grid", "plot_results", "load_results", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
     "TargetVerdict", "__version__",
 ]

@@ -132,11 +132,13 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--heartbeat", type=click.IntRange(min=1), default=None,
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE",
+              help="Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg.")
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
-          retries: int, heartbeat: int | None) -> None:
+          retries: int, heartbeat: int | None, plot_path: str | None) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -151,6 +153,10 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
 
     if thorough and config_path:
         raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
+    if plot_path:
+        from race.plot import check_plot_path
+
+        check_plot_path(plot_path)  # before any pilot runs
     cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
                        grid=grid, backend=backend)
     out_dir = out_dir or os.path.join("runs", cfg.name)
@@ -161,12 +167,22 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                        study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat)
     if results.diagnosis is not None:
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
+        if plot_path:
+            _plot(results, plot_path, quiet)
     failed = results.meta.get("failed")
     if failed:
         raise _Failed(f"{len(failed)} pilot(s) failed — {failed[0]}"
                       + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
                       + f"; {len(results.pilots) - len(failed)} finished pilots are kept in {results.meta['storage']}: "
                         "re-run the same command to retry only the failed ones")
+
+
+def _plot(results: Any, path: str, quiet: bool) -> None:
+    from race.plot import plot_results
+
+    plot_results(results, path)
+    if not quiet:
+        click.echo(f"figure → {path}", err=True)
 
 
 class _Failed(click.ClickException):
@@ -205,13 +221,20 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
 @click.option("--refit", is_flag=True, help="Re-run fit → bootstrap → classify from the stored pilots.")
 @click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
 @click.option("--study", default=None, help="Study name in --storage.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE",
+              help="Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg.")
 @_user_errors
-def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None) -> None:
+def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None,
+           plot_path: str | None) -> None:
     """Render the diagnosis stored in RESULTS.json (or a folder holding it), or from an optuna
     storage alone (--storage URL --study NAME)."""
     from race.report import render_diagnosis
     from race.results import diagnose_results, load_results
 
+    if plot_path:
+        from race.plot import check_plot_path
+
+        check_plot_path(plot_path)
     if storage or study:
         if not (storage and study) or results_path:
             raise click.UsageError("report from storage takes --storage URL and --study NAME (and no RESULTS.json)")
@@ -222,7 +245,12 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
         results = load_results(results_path)
     else:
         raise click.UsageError("give RESULTS.json (or its folder), or --storage URL --study NAME")
-    click.echo(render_diagnosis(diagnose_results(results, refit=refit), fmt), nl=False)
+    diagnosis = diagnose_results(results, refit=refit)
+    click.echo(render_diagnosis(diagnosis, fmt), nl=False)
+    if plot_path:
+        from dataclasses import replace
+
+        _plot(replace(results, diagnosis=diagnosis), plot_path, False)
 
 
 if __name__ == "__main__":  # pragma: no cover

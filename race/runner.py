@@ -176,7 +176,8 @@ class Progress:
         self._clear()
         print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: {result.status}, "
               f"ρ measured {result.rho:.3f}, {result.flops.total:.3g} FLOPs, {score} "
-              f"({time.monotonic() - self.t0:.0f} s)", file=sys.stderr, flush=True)
+              f"(pilot {sum(result.wall_seconds.values()):.0f} s, {time.monotonic() - self.t0:.0f} s elapsed)",
+              file=sys.stderr, flush=True)
 
     def _clear(self) -> None:
         if self.tty:

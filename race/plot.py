@@ -1,0 +1,181 @@
+"""Figures of a pilot grid: how reward responds to ρ, where the FLOPs went, reward against FLOPs.
+
+One figure, three panels, for a paper or a planning note (``race report RESULTS --plot fig.pdf``,
+``race pilot --plot fig.png``, or :func:`plot_results`):
+
+1. **response**: the target's held-out score against measured ρ (log axis): every pilot (grey
+   dots), each grid point's mean with its bootstrap CI (error bars), the fit the verdict rests on
+   (solid; when no fit is decisive, the best fit by AICc, dashed), the recommended ρ range
+   (shaded, or a line when it is one point); the verdict in the title;
+2. **compute split**: C_search / C_learning / C_reward shares of each grid point (stacked bars);
+3. **training curves**: mean batch reward against FLOPs spent, every seed's steps pooled into
+   FLOP bins, one line per grid point.
+
+matplotlib is optional (``pip install "race-rl[plot]"``) and imported only here. The figure is a
+bare ``matplotlib.figure.Figure`` (no pyplot, no backend switch), so a headless node needs no
+display and a notebook's own backend is left alone.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from race.records import PilotResult, TargetVerdict
+from race.report import fmt_flops
+from race.results import Results, diagnose_results, load_results
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+SPLIT_COLORS = {"search": "#4c72b0", "learning": "#dd8452", "reward": "#55a868"}
+CURVE_BINS = 40
+
+
+class PlotError(ValueError):
+    """A figure that cannot be drawn (file type, missing matplotlib, unknown target): one line."""
+
+
+def check_plot_path(path: str) -> str:
+    """``path`` when its suffix is one RACE writes and matplotlib is importable; else PlotError.
+
+    Called before any pilot runs, so a bad ``--plot`` never costs a grid."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in PLOT_SUFFIXES:
+        raise PlotError(f"plot file {path!r} has suffix {suffix or '(none)'!r}: "
+                        f"expected one of {', '.join(PLOT_SUFFIXES)}")
+    _figure_class()
+    return path
+
+
+def _figure_class() -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotError('plots need matplotlib, which is not installed: pip install "race-rl[plot]"') from None
+    return Figure
+
+
+def binned_curve(runs: Sequence[Sequence[tuple[float, float]]], *, n_bins: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Pool the ``(flops_spent, mean_reward)`` points of several runs into ``n_bins`` equal FLOP
+    bins over [0, largest FLOPs]; returns (bin centres, mean reward per bin), NaN where a bin is
+    empty. Pooling averages over seeds and smooths the noisy per-step batch means at once.
+    Default ``n_bins``: half a run's points (median run), between 5 and ``CURVE_BINS``."""
+    pts = np.array([p for run in runs for p in run], dtype=float).reshape(-1, 2)
+    if not len(pts):
+        return np.zeros(0), np.zeros(0)
+    if n_bins is None:
+        n_bins = int(np.clip(np.median([len(r) for r in runs]) // 2, 5, CURVE_BINS))
+    edges = np.linspace(0.0, float(pts[:, 0].max()), n_bins + 1)
+    idx = np.clip(np.searchsorted(edges, pts[:, 0], side="right") - 1, 0, n_bins - 1)
+    count = np.bincount(idx, minlength=n_bins)
+    total = np.bincount(idx, weights=pts[:, 1], minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return (edges[:-1] + edges[1:]) / 2, mean
+
+
+def fit_curve(v: TargetVerdict, *, n: int = 200) -> tuple[str, bool, np.ndarray, np.ndarray] | None:
+    """The fit to draw: (name, decisive, ρ, fitted score). The chosen fit when the verdict rests
+    on one, else the best by AICc; None when the diagnosis stored no fits."""
+    fits = v.fits
+    name = fits.get("chosen") or fits.get("best_by_aicc")
+    if not name or name not in fits or not fits.get("rho_measured"):
+        return None
+    rho = np.asarray(fits["rho_measured"], dtype=float)
+    dense = np.exp(np.linspace(math.log(rho.min()), math.log(rho.max()), n))
+    coef = np.asarray(fits[name]["coef"], dtype=float)
+    return name, bool(fits.get("chosen")), dense, np.polynomial.polynomial.polyval(np.log(dense), coef)
+
+
+def plot_results(results: Results | str, path: str | None = None, *, target: str | None = None,
+                 refit: bool = False) -> Any:
+    """Draw the three panels for ``target`` (default: the primary target) and save them to
+    ``path`` (.png, .pdf or .svg) when given; returns the ``matplotlib.figure.Figure``.
+
+    ``results``: a :class:`Results` or the path of a results file / its folder."""
+    if path is not None:
+        check_plot_path(path)
+    res = load_results(results) if isinstance(results, str) else results
+    diag = diagnose_results(res, refit=refit)
+    name = target or diag.primary_target
+    if name not in diag.verdicts:
+        raise PlotError(f"target {name!r} is not in this diagnosis: expected one of {', '.join(diag.verdicts)}")
+    v = diag.verdicts[name]
+    done = [p for p in res.pilots if p.status == "complete"]
+    fig = _figure_class()(figsize=(14, 4.2), layout="constrained")
+    ax_r, ax_s, ax_c = fig.subplots(1, 3, width_ratios=[1.35, 1, 1.35])
+    _response(ax_r, v, done)
+    _split(ax_s, v)
+    _curves(ax_c, v, done)
+    meta = diag.meta
+    fig.suptitle(" · ".join(str(meta[k]) for k in ("model", "task", "reward") if meta.get(k)) or "RACE diagnosis",
+                 fontsize=11)
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=150)
+    return fig
+
+
+def _response(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:
+    rho = np.array([p.rho_measured for p in v.points])
+    mean = np.array([p.reward_mean for p in v.points])
+    ci = np.array([p.reward_ci for p in v.points]).reshape(-1, 2)
+    level = float(v.fits.get("confidence_level", 0.9))
+    mine = [p for p in pilots if v.target in p.evals]
+    ax.scatter([p.rho for p in mine], [p.score(v.target) for p in mine], s=14, color="0.65",
+               label="pilots (one per seed)", zorder=2)
+    ax.errorbar(rho, mean, yerr=[mean - ci[:, 0], ci[:, 1] - mean], fmt="o", color="k", capsize=3,
+                label=f"grid point mean, {level:.0%} CI", zorder=3)
+    curve = fit_curve(v)
+    if curve:
+        fit, decisive, x, y = curve
+        ax.plot(x, y, "-" if decisive else "--", color="tab:red", zorder=4,
+                label=f"{fit} fit in log ρ" + ("" if decisive else " (best AICc, not decisive)"))
+    lo, hi = v.rho_range
+    label = f"recommended ρ {lo:.2f}–{hi:.2f}" if hi > lo else f"recommended ρ {lo:.2f}"
+    if hi > lo:
+        ax.axvspan(lo, hi, color="tab:green", alpha=0.15, label=label, zorder=1)
+    else:
+        ax.axvline(lo, color="tab:green", alpha=0.6, label=label, zorder=1)
+    ax.set_xscale("log")
+    ax.set_xticks(rho, [f"{r:.2f}" for r in rho])
+    ax.minorticks_off()
+    ax.set_xlabel("ρ = C_learning / C_total (measured)")
+    ax.set_ylabel(f"held-out {v.target}")
+    ax.set_title(f"verdict ({v.target}): {v.regime.value} · confidence {v.confidence:.2f}", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+
+
+def _split(ax: Any, v: TargetVerdict) -> None:
+    labels = [f"{p.rho_target:.2f}" for p in v.points]
+    bottom = np.zeros(len(labels))
+    for part, color in SPLIT_COLORS.items():
+        share = np.array([p.flops.shares()[part] for p in v.points]) * 100
+        if part != "reward" or share.any():
+            ax.bar(labels, share, bottom=bottom, color=color, label=f"C_{part}")
+        bottom += share
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("ρ target")
+    ax.set_ylabel("% of pilot FLOPs")
+    per_pilot = float(np.mean([p.flops.total for p in v.points])) if v.points else 0.0
+    ax.set_title(f"compute split ({fmt_flops(per_pilot)} FLOPs per pilot)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _curves(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    n = len(v.points)
+    for i, point in enumerate(v.points):
+        runs = [p.curve for p in pilots if math.isclose(p.rho_target, point.rho_target) and p.curve]
+        x, y = binned_curve(runs)
+        keep = ~np.isnan(y)
+        if keep.any():
+            ax.plot(x[keep], y[keep], color=cmap(0.85 * i / max(1, n - 1)), label=f"ρ {point.rho_target:.2f} ({len(runs)} seeds)")
+    ax.set_xlabel("FLOPs spent")
+    ax.set_ylabel("mean batch reward (training)")
+    ax.set_title("training curves (seeds pooled per FLOP bin)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")

@@ -28,6 +28,10 @@ class Regime(str, enum.Enum):
     INCONCLUSIVE = "inconclusive"
 
 
+# Pilot phases the FLOP budget pays for (PilotResult.wall_seconds also has setup and eval).
+BUDGET_PHASES = ("rollout", "reward", "update", "sync")
+
+
 @dataclass(frozen=True)
 class FlopBreakdown:
     """FLOPs spent by one pilot (or one step), split by where they went."""
@@ -176,19 +180,28 @@ class PointSummary:
     reward_mean: float           # mean over seeds and evaluation prompts
     reward_ci: tuple[float, float]  # bootstrap CI of the mean
     schedule: Schedule | None = None
+    seconds: Mapping[str, float] = field(default_factory=dict)   # mean wall seconds per phase over seeds
+
+    @property
+    def budget_seconds(self) -> float:
+        """Mean wall seconds of the phases the FLOP budget pays for (rollout, reward, update,
+        sync); setup and evaluation are left out. 0 when no timing was recorded."""
+        return float(sum(self.seconds.get(k, 0.0) for k in BUDGET_PHASES))
 
     def to_dict(self) -> dict[str, Any]:
         return {"rho_target": self.rho_target, "rho_measured": self.rho_measured,
                 "n_seeds": self.n_seeds, "flops": self.flops.to_dict(), "shares": self.flops.shares(),
                 "reward_mean": self.reward_mean, "reward_ci": list(self.reward_ci),
-                "schedule": self.schedule.to_dict() if self.schedule else None}
+                "schedule": self.schedule.to_dict() if self.schedule else None,
+                "seconds": dict(self.seconds)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PointSummary":
         return cls(float(d["rho_target"]), float(d["rho_measured"]), int(d["n_seeds"]),
                    FlopBreakdown.from_dict(d["flops"]), float(d["reward_mean"]),
                    (float(d["reward_ci"][0]), float(d["reward_ci"][1])),
-                   Schedule.from_dict(d["schedule"]) if d.get("schedule") else None)
+                   Schedule.from_dict(d["schedule"]) if d.get("schedule") else None,
+                   {k: float(v) for k, v in (d.get("seconds") or {}).items()})
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,16 @@ def _grid(complete: list[PilotResult], target: str) -> GridScores:
                        pilot_rho=[r.rho for r in complete], scores=[r.evals[target] for r in complete])
 
 
+def _point_seconds(complete: list[PilotResult], grid: GridScores) -> list[dict[str, float]]:
+    """Mean wall seconds per phase over the seeds of each grid point (canonical order)."""
+    sums: list[dict[str, float]] = [{} for _ in range(grid.n_points)]
+    for i, r in enumerate(complete):
+        acc = sums[grid.point_index[i]]
+        for phase, sec in r.wall_seconds.items():
+            acc[phase] = acc.get(phase, 0.0) + float(sec)
+    return [{k: v / n for k, v in acc.items()} for acc, n in zip(sums, grid.n_seeds)]
+
+
 def _point_flops(complete: list[PilotResult], grid: GridScores) -> list[FlopBreakdown]:
     """Mean FLOP breakdown over the seeds of each grid point (canonical order)."""
     sums = [FlopBreakdown() for _ in range(grid.n_points)]
@@ -167,6 +177,7 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
     boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=SEED_RESAMPLING,
                               seed_scale=seed_scale(grid=grid, level=level))
     flops = _point_flops(complete, grid)
+    seconds = _point_seconds(complete, grid)
     shares = np.array([f.shares()["reward"] for f in flops])
     means = grid.point_means
     best = int(np.argmax(means))
@@ -184,7 +195,8 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
         PointSummary(rho_target=float(grid.rho_targets[p]), rho_measured=float(grid.rho[p]),
                      n_seeds=int(grid.n_seeds[p]), flops=flops[p], reward_mean=float(means[p]),
                      reward_ci=percentile_ci(samples=boot.point_means[:, p], confidence_level=level),
-                     schedule=next(r.schedule for r, i in zip(complete, grid.point_index) if i == p))
+                     schedule=next(r.schedule for r, i in zip(complete, grid.point_index) if i == p),
+                     seconds=seconds[p])
         for p in range(grid.n_points))
     slope = float(fits["loglinear"].coef[1])
     return TargetVerdict(

@@ -135,7 +135,39 @@ def _points_table(v: TargetVerdict, fmt: str) -> str:
         rows.append([f"{p.rho_target:.2f}", f"{p.rho_measured:.3f}", p.n_seeds, knobs,
                      *_breakdown_cells(p.flops), f"{p.reward_mean:.4f} ± {half:.4f}"])
     headers = ["ρ target", "ρ measured", "seeds", "B_p×n_gen→n_train", *_FLOP_HEADERS, f"{v.target} ± CI"]
+    if any(p.budget_seconds > 0 for p in v.points):   # diagnoses stored before 0.1.0's timing have none
+        rows = [row + [f"{p.budget_seconds:.1f}"] for row, p in zip(rows, v.points)]
+        headers.append("wall s")
     return _table(rows, headers, fmt)
+
+
+_PHASE_OF = {"search": "rollout", "learning": "update", "reward": "reward"}
+
+
+def time_line(v: TargetVerdict) -> str:
+    """Wall time beside FLOPs: seconds per pilot at the fastest and slowest grid point, and the
+    FLOP rate of each phase as run (concurrent pilots included), so a reader can tell whether
+    ranking by wall-clock would differ from the equal-FLOP comparison the verdict makes."""
+    pts = [p for p in v.points if p.budget_seconds > 0]
+    if len(pts) < 2:
+        return ""
+    rates = []
+    for part, phase in _PHASE_OF.items():
+        flops = sum(getattr(p.flops, part) for p in pts)
+        sec = sum(p.seconds.get(phase, 0.0) for p in pts)
+        if flops > 0 and sec > 0:
+            rates.append(f"{phase} {fmt_flops(flops / sec)} FLOP/s")
+    fast = min(pts, key=lambda p: p.budget_seconds)
+    slow = max(pts, key=lambda p: p.budget_seconds)
+    line = (f"wall time per pilot (as run): {fast.budget_seconds:.1f} s at ρ={fast.rho_target:.2f} … "
+            f"{slow.budget_seconds:.1f} s at ρ={slow.rho_target:.2f}; " + ", ".join(rates))
+    if slow.budget_seconds > TIME_SPREAD * fast.budget_seconds:
+        line += ("; equal FLOPs took unequal time: under a wall-clock budget the slower points would "
+                 "get fewer FLOPs than this IsoFLOP comparison gives them")
+    return line
+
+
+TIME_SPREAD = 1.25   # slowest / fastest pilot wall time above which the report says so
 
 
 def _targets_table(verdicts: list[TargetVerdict], fmt: str) -> str:
@@ -158,6 +190,8 @@ def _verdict_lines(v: TargetVerdict) -> list[str]:
     if v.argmax_ci:
         out.append(f"concave fit: argmax ρ CI {v.argmax_ci[0]:.2f} … {v.argmax_ci[1]:.2f}")
     out.append("advice: " + _ADVICE[v.regime])
+    if time_line(v):
+        out.append(time_line(v))
     out += [f"warning: {w}" for w in v.warnings]
     return out
 

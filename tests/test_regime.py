@@ -270,3 +270,18 @@ def test_seeds_that_agree_exactly_do_not_crash_the_noise_advice():
     d = classify(pilots, n_boot=100)
     assert d.regime.value == "inconclusive"
     assert any("seeds agree exactly" in w for w in d.primary.warnings)
+
+
+def test_point_summaries_carry_mean_wall_seconds_per_phase():
+    """Each grid point's seconds are the mean over its seeds, phase by phase (a phase one seed
+    lacks counts as 0 for it); the verdict itself does not depend on them."""
+    from dataclasses import replace
+
+    pilots = synthetic_results(response=FALLING, n_seeds=2, seed=4)
+    timed = [replace(p, wall_seconds={"rollout": 10.0 * p.rho_target + (p.seed - 1000), "update": 4.0,
+                                      **({"sync": 2.0} if p.seed == 1000 else {})}) for p in pilots]
+    d, plain = classify(timed), classify(pilots)
+    for point in d.primary.points:
+        assert point.seconds == pytest.approx({"rollout": 10.0 * point.rho_target + 0.5, "update": 4.0, "sync": 1.0})
+        assert point.budget_seconds == pytest.approx(10.0 * point.rho_target + 5.5)
+    assert d.primary.regime is plain.primary.regime and d.primary.rho_range == plain.primary.rho_range

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -96,3 +97,45 @@ def test_the_report_names_the_backend_and_software_the_pilots_ran():
         == "informative, 3 of 12 pilots"                                      # complete pilots only
     out = render_diagnosis(replace(_diag(), meta=meta), "text")
     assert "software: torch 2.13.0+cpu, transformers 5.19.0, peft 0.21.2; torch 2.11.0+cu130" in out
+
+
+def _timed(seconds_by_rho):
+    """_diag() with wall seconds per phase at each grid point (ρ → (rollout, update))."""
+    d = _diag()
+    v = d.primary
+    pts = tuple(replace(p, seconds={"setup": 5.0, "rollout": seconds_by_rho[p.rho_target][0], "reward": 0.5,
+                                    "update": seconds_by_rho[p.rho_target][1], "sync": 0.5, "eval": 9.0})
+                for p in v.points)
+    return replace(d, verdicts={"reward": replace(v, points=pts)})
+
+
+def test_wall_time_column_and_line_by_hand():
+    # search FLOPs 1e12·(1−ρ): 0.7e12, 0.4e12, 0.15e12 over rollouts of 7, 4, 1.5 s → 1e11 FLOP/s;
+    # learning 1e12·ρ: 0.3e12, 0.6e12, 0.85e12 over updates of 1, 2, 2.5 s → 1.75e12 / 5.5 s
+    d = _timed({0.3: (7.0, 1.0), 0.6: (4.0, 2.0), 0.85: (1.5, 2.5)})
+    assert [p.budget_seconds for p in d.primary.points] == [9.0, 7.0, 5.0]   # setup and eval left out
+    out = render_diagnosis(d)
+    head = next(line for line in out.splitlines() if line.startswith("ρ target"))
+    assert head.rstrip().endswith("wall s")
+    assert "9.0" in next(line for line in out.splitlines() if line.startswith("0.30"))
+    line = next(line for line in out.splitlines() if "wall time per pilot" in line)
+    assert "5.0 s at ρ=0.85 … 9.0 s at ρ=0.30" in line
+    assert "rollout 1e+11 FLOP/s" in line and f"update {1.75e12 / 5.5:.3g} FLOP/s" in line
+    assert "reward" not in line.split(";")[1]      # rule reward: no FLOPs, no rate
+    assert "equal FLOPs took unequal time" in line  # 9.0 > 1.25 × 5.0
+
+
+def test_wall_time_within_the_spread_says_nothing_more_and_untimed_diagnoses_have_no_column():
+    d = _timed({0.3: (4.0, 1.0), 0.6: (3.5, 1.5), 0.85: (3.0, 2.0)})   # 6.0, 6.0, 6.0 s
+    out = render_diagnosis(d)
+    assert "wall time per pilot" in out and "unequal time" not in out
+    plain = render_diagnosis(_diag())
+    assert "wall s" not in plain and "wall time per pilot" not in plain
+
+
+def test_point_seconds_roundtrip_and_older_files_without_them():
+    p = _timed({0.3: (7.0, 1.0), 0.6: (4.0, 2.0), 0.85: (1.5, 2.5)}).primary.points[0]
+    assert PointSummary.from_dict(p.to_dict()) == p
+    old = p.to_dict()
+    del old["seconds"]
+    assert PointSummary.from_dict(old).seconds == {} and PointSummary.from_dict(old).budget_seconds == 0.0

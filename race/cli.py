@@ -253,5 +253,19 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
         _plot(replace(results, diagnosis=diagnosis), plot_path, False)
 
 
+@main.command()
+@click.argument("paths", nargs=-1, metavar="RESULTS.json|DIR ...")
+@click.option("--target", default=None, help="Evaluation target to compare (default: each run's primary target).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@_user_errors
+def compare(paths: tuple[str, ...], target: str | None, fmt: str) -> None:
+    """Compare pilot grids side by side (reward systems, models, budgets): one row per run with
+    its verdict, ρ range, slope, feedback share and wall time; for one setup piloted at several
+    budgets, whether the response to ρ moves with budget."""
+    from race.compare import load_runs, render_comparison
+
+    click.echo(render_comparison(load_runs(paths, target=target), fmt), nl=False)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

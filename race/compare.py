@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Sequence
 
 from race.records import BUDGET_PHASES, TargetVerdict
 from race.report import SCHEMA_VERSION, _check_fmt, _heading, _lines, _table, fmt_flops
@@ -80,16 +80,25 @@ def _point_seconds(results: Results) -> list[float]:
 
 def load_runs(paths: Sequence[str], *, target: str | None = None) -> list[RunSummary]:
     """Summaries of the results files (or folders) at ``paths``, labelled by config name (or file
-    name), made unique with ``#2``, ``#3`` … when two runs share one."""
+    name); runs sharing a name get ``@budget`` when that tells them apart, else ``#2``, ``#3`` …"""
     if len(paths) < 2:
         raise ValueError(f"compare needs at least 2 results files, got {len(paths)}")
-    runs, seen = [], {}
+    runs = []
     for path in paths:
         res = load_results(path)
         base = str(res.config.get("name") or os.path.splitext(os.path.basename(os.path.normpath(path)))[0])
-        seen[base] = seen.get(base, 0) + 1
-        runs.append(summarize_run(res, label=base if seen[base] == 1 else f"{base}#{seen[base]}", target=target))
-    return runs
+        runs.append(summarize_run(res, label=base, target=target))
+    return _unique_labels(runs)
+
+
+def _unique_labels(runs: list[RunSummary]) -> list[RunSummary]:
+    names = [r.label for r in runs]
+    keyed = [f"{r.label}@{fmt_flops(r.budget)}" if names.count(r.label) > 1 else r.label for r in runs]
+    out, seen = [], {}
+    for r, label in zip(runs, keyed):
+        seen[label] = seen.get(label, 0) + 1
+        out.append(replace(r, label=label if seen[label] == 1 else f"{label}#{seen[label]}"))
+    return out
 
 
 def budget_trends(runs: Sequence[RunSummary]) -> list[str]:

@@ -154,6 +154,14 @@ def _failed(job: Job, error: str, tb: str) -> PilotResult:
                        schedule=job.schedule, status="failed", extra={"error": error, "traceback": tb[-4000:]})
 
 
+def eta_seconds(*, elapsed: float, done: int, total: int) -> float:
+    """Seconds left if the remaining pilots go at the pace so far (pilots run in parallel, so
+    the pace is elapsed / done, not one pilot's time); 0 when all are done."""
+    if done <= 0 or done >= total:
+        return 0.0
+    return elapsed / done * (total - done)
+
+
 class Progress:
     """One status line on stderr: grid point, seed, step and FLOPs of running pilots."""
 
@@ -174,10 +182,12 @@ class Progress:
             return
         score = f"reward {result.score('reward'):.3f}" if result.status == "complete" else result.extra.get("error")
         self._clear()
+        elapsed = time.monotonic() - self.t0
+        left = eta_seconds(elapsed=elapsed, done=self.done, total=self.total)
         print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: {result.status}, "
               f"ρ measured {result.rho:.3f}, {result.flops.total:.3g} FLOPs, {score} "
-              f"(pilot {sum(result.wall_seconds.values()):.0f} s, {time.monotonic() - self.t0:.0f} s elapsed)",
-              file=sys.stderr, flush=True)
+              f"(pilot {sum(result.wall_seconds.values()):.0f} s, {elapsed:.0f} s elapsed"
+              + (f", ~{left:.0f} s left)" if left else ")"), file=sys.stderr, flush=True)
 
     def _clear(self) -> None:
         if self.tty:

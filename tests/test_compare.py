@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from race.cli import main
-from race.compare import RunSummary, budget_trends, load_runs, render_comparison, summarize_run
+from race.compare import RunSummary, budget_trends, render_comparison, summarize_run
 from race.regime import classify
 from race.results import Results, save_results
 from test_regime import FALLING, RISING, synthetic_results
@@ -56,6 +56,13 @@ def test_budget_line_resolves_a_change_only_for_disjoint_cis():
     assert budget_trends([_row(3e11, (-0.3, -0.2)), _row(3e11, (-0.1, 0.0))]) == []
 
 
+def test_labels_are_unique():
+    from race.compare import _unique_labels
+
+    runs = [replace(_row(b, (-0.3, -0.2)), label=n) for n, b in (("g", 3e11), ("g", 6e11), ("g", 6e11), ("h", 6e11))]
+    assert [r.label for r in _unique_labels(runs)] == ["g@3e+11", "g@6e+11", "g@6e+11#2", "h"]
+
+
 def test_render_formats_and_json():
     runs = [_row(3e11, (-0.30, -0.20)), _row(6e11, (-0.10, 0.02))]
     text = render_comparison(runs)
@@ -74,8 +81,8 @@ def test_cli_compare(tmp_path):
     r = CliRunner().invoke(main, ["compare", str(a), str(b), str(c / "results.json")])
     assert r.exit_code == 0, r.output
     rows = {line.split()[0]: line for line in r.output.splitlines() if line.startswith(("sparse-grid", "prm-grid"))}
-    assert set(rows) == {"sparse-grid", "prm-grid", "sparse-grid#2"}
-    assert "search-heavy" in rows["sparse-grid"] and "1.5e+12" in rows["sparse-grid"] and "3e+12" in rows["sparse-grid#2"]
+    assert set(rows) == {"sparse-grid@1.5e+12", "prm-grid", "sparse-grid@3e+12"}   # same name: told apart by budget
+    assert "search-heavy" in rows["sparse-grid@1.5e+12"] and "3e+12" in rows["sparse-grid@3e+12"]
     assert "budget (tiny · arith · sparse, reward)" in r.output
 
 

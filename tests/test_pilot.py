@@ -106,3 +106,11 @@ def test_hf_peft_path_runs_a_pilot(torch_one_thread):
     assert result.status == "complete" and result.extra["steps"] > 5
     assert result.flops.total == pytest.approx(3e10, rel=0.05)
     assert abs(result.rho - schedule.rho) < 0.03
+
+
+def test_eta_is_the_pace_so_far_times_what_is_left():
+    from race.runner import eta_seconds
+
+    assert eta_seconds(elapsed=60.0, done=3, total=12) == pytest.approx(180.0)   # 20 s a pilot, 9 left
+    assert eta_seconds(elapsed=60.0, done=12, total=12) == 0.0
+    assert eta_seconds(elapsed=5.0, done=0, total=12) == 0.0                   # no pace yet

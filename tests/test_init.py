@@ -1,0 +1,89 @@
+"""race init: the written config loads, plans, is sized from the full run and fits the GPU."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from race.cli import main
+from race.config import ConfigError, config_from_dict, load_config
+from race.grid import plan_grid
+from race.init import fit_memory, init_raw, render_init
+
+QWEN = "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_qwen_config_is_sized_from_the_full_run_and_fits_the_gpu(tmp_path):
+    raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="80GiB"))
+    assert raw["budget"] == pytest.approx(0.1 * 5e18 / (5 * 2))
+    # the largest micro-batch that fits: one prompt group of 8; two groups do not fit 80 GiB
+    assert raw["grpo"]["micro_batch"] == 8 and "grad_checkpointing" not in raw["grpo"]
+    with pytest.raises(ConfigError, match="GPU memory"):
+        plan_grid(config_from_dict({**raw, "grpo": {**raw["grpo"], "micro_batch": 16}}))
+    text = render_init(raw, share=0.1)
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    cfg = load_config(str(path))
+    assert cfg == config_from_dict(raw)                       # the YAML says exactly what was planned
+    assert cfg.gpu_memory == 80 * 2 ** 30 and cfg.full_run_budget == 5e18 and cfg.grpo.temperature == 0.6
+    plan = plan_grid(cfg)
+    for s in plan.schedules:                                 # the header's plan lines are the planner's
+        assert f"ρ {s.rho_target:.2f} (achieved {s.rho:.3f}): {s.prompts_per_step} prompts × {s.n_gen} rollouts → " \
+               f"{s.n_train} trained, μ {s.mu}: {s.steps} steps a pilot, " \
+               f"{int(5e18 // s.flops_per_step.total):,} in the full run" in text
+    assert f"= {plan.grid_flops / 5e18:.1%} of the full run" in text
+
+
+def test_a_gpu_too_small_without_checkpointing_turns_it_on():
+    raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB", grid="0.4,0.6,0.8"))
+    assert raw["grpo"].get("grad_checkpointing") is True and raw["grpo"]["micro_batch"] == 8
+    # checkpointing recomputes the forward: C_learning grows and the lowest reachable ρ with it
+    with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable.*with the gradient checkpointing that gpu_memory 24GiB needs"):
+        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB"))
+    with pytest.raises(ConfigError, match="GPU memory"):
+        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="2GiB", grid="0.4,0.6,0.8"))
+
+
+def test_rewards():
+    assert init_raw(model=QWEN, task="t", full_run=1e18, reward="mymod:score")["reward"] == {
+        "kind": "custom", "function": "mymod:score"}
+    assert init_raw(model=QWEN, task="t", full_run=1e18, reward="prm", reward_model="Qwen/Qwen2.5-Math-PRM-7B"
+                    )["reward"] == {"kind": "prm", "model": "Qwen/Qwen2.5-Math-PRM-7B"}
+    with pytest.raises(ConfigError, match="reward 'prm' needs --reward-model"):
+        init_raw(model=QWEN, task="t", full_run=1e18, reward="prm")
+    with pytest.raises(ConfigError, match="reward 'judge' is unknown"):
+        init_raw(model=QWEN, task="t", full_run=1e18, reward="judge")
+
+
+def test_cli_init_writes_a_config_race_plan_accepts(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(200)))
+    out = tmp_path / "tiny.yaml"
+    args = ["init", "--model", "race/tiny-arith", "--task", str(data), "--full-run", "6e13", "--grid", "0.5,0.62,0.74",
+            "--seeds", "3", "--prompt-len", "6", "--completion-len", "4", "--max-completion-len", "6", "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    counts = re.search(r"([\d,]+) training problems, ([\d,]+) held out", text)
+    assert counts and sum(int(c.replace(",", "")) for c in counts.groups()) == 200
+    assert yaml.safe_load(text)["budget"] == pytest.approx(float(f"{0.1 * 6e13 / 9:.3g}"))
+    p = CliRunner().invoke(main, ["plan", str(out)])
+    assert p.exit_code == 0 and "the grid costs 10.0% of the full-run budget 6e+13" in p.output
+    r = CliRunner().invoke(main, args)                          # never overwrites silently
+    assert r.exit_code == 2 and "exists: pass --force" in r.output and out.read_text() == text
+    assert CliRunner().invoke(main, args + ["--force"]).exit_code == 0
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (("--full-run", "6e9"), "too small for one step at ρ=0.3"),
+    (("--full-run", "6e13", "--share", "0"), "share 0.0 is outside (0, 1]"),
+    (("--full-run", "-1"), "full run budget"),
+    (("--full-run", "6e13", "--task", "missing.jsonl"), "task file 'missing.jsonl' does not exist"),
+])
+def test_cli_init_errors(extra, msg):
+    args = ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy", *extra]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output

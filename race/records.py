@@ -180,7 +180,9 @@ class PointSummary:
     reward_mean: float           # mean over seeds and evaluation prompts
     reward_ci: tuple[float, float]  # bootstrap CI of the mean
     schedule: Schedule | None = None
-    seconds: Mapping[str, float] = field(default_factory=dict)   # mean wall seconds per phase over seeds
+    # mean wall seconds per phase over seeds, as run. Left out of equality: timing is not
+    # reproducible, and a resumed grid's diagnosis must equal the uninterrupted one.
+    seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def budget_seconds(self) -> float:

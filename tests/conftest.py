@@ -21,3 +21,29 @@ def require(ok: bool, what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is missing, and CI=true: .ci/run is meant to provide it")
     pytest.skip(f"{what} is missing (CI installs it; see .ci/run)")
+
+
+def untimed(report: str) -> str:
+    """A text report without its wall-time parts (the points table's last column, ``wall s``,
+    and the ``wall time per pilot`` line): what two independent runs of one grid share."""
+    out, in_table = [], False
+    for line in report.splitlines():
+        if "wall time per pilot" in line:
+            continue
+        if line.startswith("ρ target") and line.rstrip().endswith("wall s"):
+            in_table = True
+        elif not line.strip():
+            in_table = False
+        out.append(line.rstrip().rsplit(None, 1)[0] if in_table else line)
+    return "\n".join(out)
+
+
+def untimed_diagnosis(d: dict) -> dict:
+    """A diagnosis dict (results.json) without the points' ``seconds``."""
+    import copy
+
+    d = copy.deepcopy(d)
+    for v in d.get("verdicts", {}).values():
+        for p in v.get("points", []):
+            p.pop("seconds", None)
+    return d

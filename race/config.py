@@ -305,10 +305,29 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
         kw["model"] = os.path.normpath(os.path.join(base_dir, model))
     for name, cls in _SECTIONS.items():
         kw[name] = _section(cls, name, raw.get(name))
+    if base_dir and kw["reward"].function:
+        kw["reward"] = replace(kw["reward"], function=_reward_near_config(kw["reward"].function, base_dir))
     try:
         return GridConfig(**kw)
     except TypeError as e:  # wrong value types reaching the dataclass
         raise ConfigError(f"bad config value: {e}") from None
+
+
+def _reward_near_config(function: str, base_dir: str) -> str:
+    """A custom reward named relative to its config: ``file.py:fn`` becomes an absolute path,
+    and ``module:fn`` whose module is not importable but sits beside the config as
+    ``module.py`` becomes that file's path, so the config works from any directory."""
+    import importlib.util
+
+    module, sep, attr = function.rpartition(":")
+    if not sep:
+        return function
+    if module.endswith(".py"):
+        return function if os.path.isabs(module) else f"{os.path.normpath(os.path.join(base_dir, module))}:{attr}"
+    beside = os.path.join(base_dir, module.replace(".", os.sep) + ".py")
+    if "." not in module and os.path.isfile(beside) and importlib.util.find_spec(module) is None:
+        return f"{beside}:{attr}"
+    return function
 
 
 def load_config(path: str) -> GridConfig:

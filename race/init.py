@@ -19,6 +19,7 @@ DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
 RULE_REWARDS = ("sparse", "structured", "dense")
 MODEL_REWARDS = ("prm", "proxy-prm")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+EVAL_PROMPTS = 500                         # held-out prompts per evaluation, when the task has them
 
 
 def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
@@ -29,30 +30,35 @@ def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
             raise ConfigError(f"reward {reward!r} needs --reward-model (a PRM id or folder)")
         return {"kind": reward, "model": reward_model}
     if ":" in reward:
+        from race.rewards import get_reward
+
+        get_reward(reward)              # importable now, from here, or refused with the reason
         return {"kind": "custom", "function": reward}
     raise ConfigError(f"reward {reward!r} is unknown: expected one of {', '.join(RULE_REWARDS + MODEL_REWARDS)} "
                       "or 'module:function'")
 
 
-def check_task(task: str) -> str:
-    """A note on the task for the header; a dataset file that does not exist is an error."""
+def check_task(task: str) -> tuple[str, int | None]:
+    """(a note on the task for the header, held-out problems of a local dataset or None); a
+    dataset file that does not exist is an error."""
     if not task.endswith(DATA_SUFFIXES):
-        return f"task {task}"
+        return f"task {task}", None
     if not os.path.isfile(task):
         raise ConfigError(f"task file {task!r} does not exist: expected a .jsonl / .parquet file with "
                           "prompt and answer fields, a built-in task or a Hugging Face dataset name")
     from race.tasks import load_task
 
     train, held = (len(load_task(task, split=s)) for s in ("train", "eval"))
-    return f"task {task}: {train:,} training problems, {held:,} held out for evaluation"
+    return f"task {task}: {train:,} training problems, {held:,} held out for evaluation", held
 
 
 def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "sparse",
              reward_model: str | None = None, share: float = DEFAULT_SHARE,
              grid: Sequence[float] | str | None = None, seeds: int = 2, prompt_len: float = 256,
              completion_len: float = 512, max_completion_len: int = 1024, gpu_memory: str | None = None,
-             lora_rank: int = 8, name: str | None = None) -> dict[str, Any]:
-    """The config mapping ``race init`` writes (see the module docstring for the sizing)."""
+             lora_rank: int = 8, name: str | None = None, eval_prompts: int = EVAL_PROMPTS) -> dict[str, Any]:
+    """The config mapping ``race init`` writes (see the module docstring for the sizing);
+    ``eval_prompts``: held-out prompts per pilot evaluation (at most what the dataset holds)."""
     full = parse_flops(full_run, "full run budget")
     if not 0.0 < share <= 1.0:
         raise ConfigError(f"share {share!r} is outside (0, 1]: expected the fraction of the full run spent on pilots")
@@ -68,7 +74,7 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
         "schedule": {"prompts_per_step": 8, "n_train": 8, "max_n_gen": 64, "max_mu": 8},
         "grpo": {"temperature": 1.0 if tiny else 0.6, "max_completion_len": max_completion_len},
         "learning_rate": {"ref": 1e-3 if tiny else 1e-5, "ref_batch": 64},
-        "eval": {"prompts": 500, "samples": 4},
+        "eval": {"prompts": eval_prompts, "samples": 4},
         "backend": "auto",
         **({"gpu_memory": gpu_memory} if gpu_memory else {}),
     }

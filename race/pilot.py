@@ -416,10 +416,24 @@ class Calibration:
     samples: int
     seconds: float
     healthy: dict | None = None
+    reward_check: dict | None = None     # the configured reward on these samples (rule / custom rewards)
 
     def to_dict(self) -> dict:
         return {"prompt_len": self.prompt_len, "completion_len": self.completion_len, "pass_rate": self.pass_rate,
-                "samples": self.samples, "seconds": self.seconds, "healthy": self.healthy}
+                "samples": self.samples, "seconds": self.seconds, "healthy": self.healthy,
+                "reward_check": self.reward_check}
+
+    def reward_warning(self) -> str | None:
+        """One line when the configured reward gave every calibration sample the same score:
+        GRPO would get no signal (a group whose rollouts all score alike has zero advantages)."""
+        rc = self.reward_check
+        if not rc or not rc["constant"]:
+            return None
+        ex = rc["example"]
+        return (f"the reward gave {ex['reward']:g} to all {rc['samples']} calibration samples of the base policy: "
+                f"GRPO gets no signal from a reward that never varies. Rewards see completions decoded with "
+                f"special tokens, e.g. prompt {ex['prompt']!r} → completion {ex['completion']!r}, reference "
+                f"{ex['reference']!r}; check the reward on such text")
 
 
 def healthy_recipe(pass_rate: float) -> dict | None:
@@ -451,4 +465,21 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     pass_rate = sum(correct) / len(correct)
     backend.close()
     return Calibration(prompt_len, sum(lens) / len(lens), pass_rate, len(lens), time.perf_counter() - t0,
-                       healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None)
+                       healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None,
+                       reward_check(config, problems, batch.texts))
+
+
+def reward_check(config: GridConfig, problems: list, texts: list[list[str]]) -> dict | None:
+    """The configured reward on the calibration samples: its mean, whether it was the same for
+    all, and the first sample. None for model rewards (a PRM is loaded only in the pilots)."""
+    if config.reward.kind in ("prm", "proxy-prm"):
+        return None
+    from race.rewards import build_reward, score_completions
+
+    flat = [(p, t) for p, group in zip(problems, texts) for t in group]
+    batch = score_completions(build_reward(config), [p.prompt for p, _ in flat], [t for _, t in flat],
+                              [p.answer for p, _ in flat])
+    p, t = flat[0]
+    return {"mean": batch.mean, "constant": max(batch.scores) == min(batch.scores), "samples": len(flat),
+            "errors": batch.errors, "example": {"prompt": p.prompt, "completion": t, "reference": p.answer,
+                                                "reward": batch.scores[0]}}

@@ -76,6 +76,10 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     trends = {name: v.fits["trend_regime"] for name, v in verdicts.items() if v.regime is Regime.REWARD_HEAVY}
     if len(set(trends.values())) > 1:
         notes.append("trends under the feedback cost disagree: " + ", ".join(f"{k} → {v}" for k, v in trends.items()))
+    seen = {v for r in complete for _, v in r.curve}
+    if len(seen) == 1 and all(r.curve for r in complete):
+        notes.append(f"the training reward was {seen.pop():g} at every step of every pilot: GRPO had no signal "
+                     "(a group whose rollouts all score alike has zero advantages); check the reward function")
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")

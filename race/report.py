@@ -216,8 +216,9 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if others:
         parts.append(_heading("other targets", fmt))
         parts.append(_targets_table(others, fmt))
-    if diag.warnings:
-        parts.append(_lines([f"warning: {w}" for w in diag.warnings], fmt))
+    notes = ([meta["reward_warning"]] if meta.get("reward_warning") else []) + list(diag.warnings)
+    if notes:
+        parts.append(_lines([f"warning: {w}" for w in notes], fmt))
     return "\n\n".join(parts) + "\n"
 
 

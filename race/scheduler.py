@@ -286,6 +286,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race.pilot import check_device
 
     check_device(device)
+    if config.reward.kind == "custom":      # a reward no pilot can import fails here, not in every pilot
+        from race.rewards import get_reward
+
+        get_reward(config.reward.function)
+    check_task_size(config)
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
@@ -317,6 +322,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
         meta = {"model": config.model, "reward": config.reward.kind, "backend": backend, "task": config.task,
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
+        warning = cal.reward_warning() if hasattr(cal, "reward_warning") else None
+        if warning:
+            meta["reward_warning"] = warning
+            if not quiet:
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
         if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
                      classify=classify, meta=meta, adaptive=None):
             pass
@@ -405,6 +415,24 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
 
 # ---------------------------------------------------------------- worker
+
+def check_task_size(config: Any) -> None:
+    """A local dataset with fewer held-out problems than ``eval.prompts`` fails here, once, with
+    the number to set, instead of in every pilot (a Hugging Face dataset is checked by the pilots,
+    which download it anyway)."""
+    from race.config import ConfigError
+    from race.tasks import TASKS, load_task
+
+    task = config.task
+    if task in TASKS:
+        return
+    if not task.endswith((".jsonl", ".json", ".parquet")):
+        return
+    held = len(load_task(task, split="eval"))
+    if config.eval.prompts > held:
+        raise ConfigError(f"eval.prompts {config.eval.prompts} exceeds the {held} held-out problems of task "
+                          f"{task!r}: set eval.prompts to at most {held}, or use a larger dataset")
+
 
 def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,
                retries: int = 1, wait: float = 30.0) -> dict[str, Any]:

@@ -128,3 +128,24 @@ def test_a_device_pilots_cannot_run_on_is_refused_before_anything_is_written(tmp
     assert r.exit_code == 2, r.output
     assert msg in r.output and "Traceback" not in r.output
     assert not out.exists() and not (tmp_path / "w.db").exists()
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ({"reward": {"kind": "custom", "function": "no_such_reward_module:score"}},
+     "reward 'no_such_reward_module:score': cannot import module 'no_such_reward_module'"),
+    ({"task": "DATA", "eval": {"prompts": 500}},   # 20 rows: about 2 held out by the prompt hash
+     "held-out problems of task"),
+])
+def test_a_grid_every_pilot_would_fail_is_refused_before_anything_is_written(tmp_path, extra, msg):
+    """An unimportable custom reward or too few held-out problems would fail each pilot after
+    calibration; both are one line and exit 2 before the study exists."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(20)))
+    cfg = {"model": "race/tiny-arith", "budget": 1e10, "grid": [0.6, 0.75, 0.92], "seeds": 1, **extra}
+    if cfg.get("task") == "DATA":
+        cfg["task"] = str(data)
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    out = tmp_path / "run"
+    r = run("pilot", str(tmp_path / "c.yaml"), "--out", str(out), "--quiet")
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, r.output
+    assert not out.exists()

@@ -285,3 +285,14 @@ def test_point_summaries_carry_mean_wall_seconds_per_phase():
         assert point.seconds == pytest.approx({"rollout": 10.0 * point.rho_target + 0.5, "update": 4.0, "sync": 1.0})
         assert point.budget_seconds == pytest.approx(10.0 * point.rho_target + 5.5)
     assert d.primary.regime is plain.primary.regime and d.primary.rho_range == plain.primary.rho_range
+
+
+def test_a_training_reward_that_never_moved_is_flagged():
+    from dataclasses import replace
+
+    pilots = synthetic_results(response=FALLING, n_seeds=2, seed=5)
+    flat = [replace(p, curve=((1e9, 0.0), (2e9, 0.0))) for p in pilots]
+    assert any("training reward was 0 at every step of every pilot" in w for w in classify(flat).warnings)
+    moving = [replace(p, curve=((1e9, 0.0), (2e9, 0.1 * (p.seed % 2)))) for p in pilots]
+    assert not any("training reward" in w for w in classify(moving).warnings)
+    assert not any("training reward" in w for w in classify(pilots).warnings)     # no curves recorded

@@ -115,3 +115,68 @@ def test_score_completions_by_name():
 def test_score_completions_length_mismatch():
     with pytest.raises(RewardError, match=r"prompts \(2\), completions \(1\) and references \(2\)"):
         score_completions("sparse", ["a", "b"], ["1"], ["1", "2"])
+
+
+def _user_reward(folder, name="myreward_e2e", body="def score(p, c, r):\n    return 0.25\n"):
+    (folder / f"{name}.py").write_text(body)
+    return name
+
+
+def test_a_module_in_the_current_directory_is_found_as_a_user_expects(tmp_path, monkeypatch):
+    """`race` is a console script: the current directory is not on sys.path, yet `myreward:score`
+    next to the user's config must work (and does in every pilot process, which shares the cwd)."""
+    import sys
+
+    name = _user_reward(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert get_reward(f"{name}:score")("1+1=", "2", "2") == 0.25
+    sys.modules.pop(name, None)
+
+
+def test_a_reward_file_path(tmp_path):
+    _user_reward(tmp_path, "file_reward", "def score(p, c, r):\n    return 0.75\n")
+    assert get_reward(f"{tmp_path}/file_reward.py:score")("", "", "") == 0.75
+    with pytest.raises(RewardError, match=r"file '.*missing.py' does not exist"):
+        get_reward(f"{tmp_path}/missing.py:score")
+    _user_reward(tmp_path, "broken_reward", "import no_such_dependency_xyz\n")
+    with pytest.raises(RewardError, match="importing .*broken_reward.py' failed .ModuleNotFoundError"):
+        get_reward(f"{tmp_path}/broken_reward.py:score")
+
+
+def test_a_config_finds_its_reward_beside_it_from_any_directory(tmp_path, monkeypatch):
+    from race.config import load_config
+
+    cfgdir = tmp_path / "configs"
+    cfgdir.mkdir()
+    _user_reward(cfgdir, "beside_reward")
+    (cfgdir / "a.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\nreward: {kind: custom, function: beside_reward:score}\n")
+    (cfgdir / "b.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\nreward: {kind: custom, function: ./beside_reward.py:score}\n")
+    monkeypatch.chdir(tmp_path)                     # not the config's folder
+    for f in ("a.yaml", "b.yaml"):
+        fn = load_config(str(cfgdir / f)).reward.function
+        assert fn == f"{cfgdir / 'beside_reward.py'}:score"
+        assert get_reward(fn)("", "", "") == 0.25
+    # an importable module keeps its name
+    (cfgdir / "c.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\nreward: {kind: custom, function: math:isfinite}\n")
+    assert load_config(str(cfgdir / "c.yaml")).reward.function == "math:isfinite"
+
+
+def test_calibration_warns_when_the_reward_never_varies():
+    from race.config import config_from_dict
+    from race.pilot import Calibration, reward_check
+    from race.tasks import Problem
+
+    cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e10})          # sparse reward
+    problems = [Problem("1+2=", "3", 0), Problem("4+4=", "8", 1)]
+    flat = reward_check(cfg, problems, [["4</s>", "5</s>"], ["9</s>", "7</s>"]])
+    assert flat["constant"] and flat["samples"] == 4 and flat["mean"] == 0.0
+    assert flat["example"] == {"prompt": "1+2=", "completion": "4</s>", "reference": "3", "reward": 0.0}
+    line = Calibration(4, 2, 0.0, 4, 0.1, reward_check=flat).reward_warning()
+    assert "gave 0 to all 4 calibration samples" in line and "'1+2=' → completion '4</s>', reference '3'" in line
+    varied = reward_check(cfg, problems, [["3</s>", "5</s>"], ["9</s>", "7</s>"]])
+    assert not varied["constant"] and varied["mean"] == 0.25
+    assert Calibration(4, 2, 0.25, 4, 0.1, reward_check=varied).reward_warning() is None
+    prm = config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "reward": {"kind": "prm", "model": "x"}})
+    assert reward_check(prm, problems, [["3"], ["8"]]) is None       # a PRM loads in the pilots only

@@ -11,7 +11,8 @@ class RolloutBatch:
 
     ``completion_ids[i][j]`` are the generated token ids of rollout j of prompt i,
     up to and including the end-of-sequence token when one was produced (no
-    padding); ``texts[i][j]`` is their decoded text without special tokens.
+    padding); ``texts[i][j]`` is their decoded text WITH special tokens (the EOS marker included,
+    so a reward can tell a policy that stopped from one that ran out of tokens).
     ``logprobs[i][j][t]``, when the backend reports them (vLLM), is the sampler's log-prob
     of completion token t (for inspection and tests: the update recomputes its own).
     """

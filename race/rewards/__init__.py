@@ -12,7 +12,10 @@ No torch here: model-based rewards import it when they are built.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
@@ -63,14 +66,11 @@ def get_reward(name_or_callable: Union[str, RewardFn]) -> RewardFn:
                           f"a 'module:function' string, or a callable")
     if name_or_callable in REWARDS:
         return REWARDS[name_or_callable]
-    module_name, sep, attr = name_or_callable.partition(":")
+    module_name, sep, attr = name_or_callable.rpartition(":")
     if not sep or not module_name or not attr:
-        raise RewardError(f"reward {name_or_callable!r} is unknown: expected one of {', '.join(REWARDS)} "
-                          f"or 'module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise RewardError(f"reward {name_or_callable!r}: cannot import module {module_name!r} ({e})") from None
+        raise RewardError(f"reward {name_or_callable!r} is unknown: expected one of {', '.join(REWARDS)}, "
+                          f"'module:function' or 'file.py:function'")
+    module = _import_reward_module(name_or_callable, module_name)
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -80,6 +80,44 @@ def get_reward(name_or_callable: Union[str, RewardFn]) -> RewardFn:
         raise RewardError(f"reward {name_or_callable!r} is not callable: "
                           f"expected fn(prompt, completion, reference)")
     return fn
+
+
+def _import_reward_module(spec: str, module_name: str) -> object:
+    """The module of a custom reward: a ``.py`` file path, or a module name importable as is or
+    from the current directory. A ``race`` console script does not put the current directory
+    on ``sys.path`` (``python script.py`` would), yet a user's ``myreward.py`` next to their
+    config is what ``myreward:score`` means; pilot processes share the directory, so they
+    resolve it the same way."""
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        if not os.path.isfile(path):
+            raise RewardError(f"reward {spec!r}: file {module_name!r} does not exist")
+        name = "race_user_reward_" + os.path.splitext(os.path.basename(path))[0]
+        if name not in sys.modules:
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader_spec)
+            try:
+                loader_spec.loader.exec_module(module)
+            except Exception as e:
+                raise RewardError(f"reward {spec!r}: importing {module_name!r} failed ({type(e).__name__}: {e})") from None
+            sys.modules[name] = module
+        return sys.modules[name]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.split(".")[0]
+        here = os.getcwd()
+        local = os.path.isfile(os.path.join(here, top + ".py")) or os.path.isdir(os.path.join(here, top))
+        if e.name != top or not local or here in sys.path:
+            raise RewardError(f"reward {spec!r}: cannot import module {module_name!r} ({e})") from None
+    except Exception as e:
+        raise RewardError(f"reward {spec!r}: importing {module_name!r} failed ({type(e).__name__}: {e})") from None
+    sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    except Exception as e:
+        raise RewardError(f"reward {spec!r}: importing {module_name!r} from {here} failed "
+                          f"({type(e).__name__}: {e})") from None
 
 
 def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completions: Sequence[str],

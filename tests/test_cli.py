@@ -133,7 +133,7 @@ def test_a_device_pilots_cannot_run_on_is_refused_before_anything_is_written(tmp
 @pytest.mark.parametrize("extra,msg", [
     ({"reward": {"kind": "custom", "function": "no_such_reward_module:score"}},
      "reward 'no_such_reward_module:score': cannot import module 'no_such_reward_module'"),
-    ({"task": "DATA", "eval": {"prompts": 500}},   # 20 rows: about 2 held out by the prompt hash
+    ({"task": "DATA", "eval": {"prompts": 500}},   # 20 rows: one held out by the prompt hash
      "held-out problems of task"),
 ])
 def test_a_grid_every_pilot_would_fail_is_refused_before_anything_is_written(tmp_path, extra, msg):

@@ -47,9 +47,12 @@ def test_a_gpu_too_small_without_checkpointing_turns_it_on():
         fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="2GiB", grid="0.4,0.6,0.8"))
 
 
-def test_rewards():
-    assert init_raw(model=QWEN, task="t", full_run=1e18, reward="mymod:score")["reward"] == {
-        "kind": "custom", "function": "mymod:score"}
+def test_rewards(tmp_path):
+    (tmp_path / "init_reward.py").write_text("def score(p, c, r):\n    return 1.0\n")
+    fn = f"{tmp_path / 'init_reward.py'}:score"
+    assert init_raw(model=QWEN, task="t", full_run=1e18, reward=fn)["reward"] == {"kind": "custom", "function": fn}
+    with pytest.raises(ValueError, match="cannot import module .no_such_init_reward."):
+        init_raw(model=QWEN, task="t", full_run=1e18, reward="no_such_init_reward:score")
     assert init_raw(model=QWEN, task="t", full_run=1e18, reward="prm", reward_model="Qwen/Qwen2.5-Math-PRM-7B"
                     )["reward"] == {"kind": "prm", "model": "Qwen/Qwen2.5-Math-PRM-7B"}
     with pytest.raises(ConfigError, match="reward 'prm' needs --reward-model"):

@@ -238,9 +238,10 @@ def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     r = subprocess.run([sys.executable, "-m", "race.cli", "pilot", str(path), "--backend", "vllm", "--out", str(out),
-                        "--quiet", "--workers", "2"], capture_output=True, text=True, env=env, timeout=600)
+                        "--quiet", "--workers", "2", "--format", "json"], capture_output=True, text=True, env=env,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "backend: vllm" in r.stdout
+    assert json.loads(r.stdout)["meta"]["backend"] == "vllm"      # stdout is the report alone: vLLM logs to stderr
     saved = json.loads((out / "results.json").read_text())
     assert len(saved["pilots"]) == 3
     for pilot in saved["pilots"]:

@@ -67,10 +67,19 @@ def engine_ids(llm) -> _LoRAIds:
     return ids
 
 
+def _log_env() -> None:
+    """Before vLLM is first imported: it logs to stdout by default, where RACE prints the report
+    (``--format json > file``); send its log to stderr, beside the progress lines, warnings only
+    (the user's own VLLM_LOGGING_* settings win)."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
 def _engine_env(device: str) -> None:
     # the pilot runs in a daemonic child process, which may not start processes of its
     # own: keep vLLM's engine core in this process
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    _log_env()
     if not str(device).startswith("cuda"):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")       # GiB of KV cache on CPU
 
@@ -132,6 +141,7 @@ def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
 
 def check_sleep_mode() -> None:
     """Raise a one-line error when vLLM's sleep mode is not available on this platform."""
+    _log_env()
     from vllm.platforms import current_platform
 
     if not current_platform.is_sleep_mode_available():

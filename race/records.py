@@ -27,6 +27,10 @@ class Regime(str, enum.Enum):
     BALANCED = "balanced"
     INCONCLUSIVE = "inconclusive"
 
+    def __str__(self) -> str:
+        """``print(diagnosis.regime)`` shows ``search-heavy``, as the report does."""
+        return self.value
+
 
 # Pilot phases the FLOP budget pays for (PilotResult.wall_seconds also has setup and eval).
 BUDGET_PHASES = ("rollout", "reward", "update", "sync")

@@ -139,3 +139,8 @@ def test_point_seconds_roundtrip_and_older_files_without_them():
     old = p.to_dict()
     del old["seconds"]
     assert PointSummary.from_dict(old).seconds == {} and PointSummary.from_dict(old).budget_seconds == 0.0
+
+
+def test_a_regime_prints_as_the_report_names_it():
+    assert str(Regime.SEARCH_HEAVY) == "search-heavy" and f"{Regime.BALANCED}" == "balanced"
+    assert Regime("update-heavy") is Regime.UPDATE_HEAVY and Regime.UPDATE_HEAVY == "update-heavy"

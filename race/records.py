@@ -264,6 +264,18 @@ class Diagnosis:
     def primary(self) -> TargetVerdict:
         return self.verdicts[self.primary_target]
 
+    def __str__(self) -> str:
+        """The text report (``print(race.diagnose(...))``), as ``race report`` prints it."""
+        from race.report import render_diagnosis
+
+        return render_diagnosis(self, "text")
+
+    def _repr_markdown_(self) -> str:
+        """The Markdown report, for notebooks."""
+        from race.report import render_diagnosis
+
+        return render_diagnosis(self, "md")
+
     @property
     def regime(self) -> Regime:
         return self.primary.regime

@@ -144,3 +144,7 @@ def test_point_seconds_roundtrip_and_older_files_without_them():
 def test_a_regime_prints_as_the_report_names_it():
     assert str(Regime.SEARCH_HEAVY) == "search-heavy" and f"{Regime.BALANCED}" == "balanced"
     assert Regime("update-heavy") is Regime.UPDATE_HEAVY and Regime.UPDATE_HEAVY == "update-heavy"
+
+
+def test_a_diagnosis_prints_as_its_report():
+    assert str(_diag()) == render_diagnosis(_diag()) and _diag()._repr_markdown_() == render_diagnosis(_diag(), "md")

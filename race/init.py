@@ -38,6 +38,14 @@ def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
                       "or 'module:function'")
 
 
+def _reward_label(reward: str) -> str:
+    """``sparse`` → ``sparse``; ``path/myreward.py:score`` or ``myreward:score`` → ``myreward``."""
+    module = reward.rpartition(":")[0] or reward
+    if module.endswith(".py"):
+        return os.path.basename(module)[:-3]
+    return module.split(".")[-1]
+
+
 def check_task(task: str) -> tuple[str, int | None]:
     """(a note on the task for the header, held-out problems of a local dataset or None); a
     dataset file that does not exist is an error."""
@@ -65,7 +73,7 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
     rhos = parse_grid(grid) if grid is not None else DEFAULT_GRID
     tiny = model.startswith("race/")
     return {
-        "name": name or f"{os.path.basename(model.rstrip('/')).lower()}-{reward.split(':')[-1]}",
+        "name": name or f"{os.path.basename(model.rstrip('/')).lower()}-{_reward_label(reward)}",
         "model": model, "task": task, "reward": _reward_section(reward, reward_model),
         "budget": float(f"{share * full / (len(rhos) * seeds):.3g}"), "full_run_budget": full,
         "grid": list(rhos), "seeds": seeds,

@@ -90,3 +90,11 @@ def test_cli_init_errors(extra, msg):
     args = ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy", *extra]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_default_names():
+    from race.init import _reward_label
+
+    assert [_reward_label(r) for r in ("sparse", "myreward:score", "/a/b/my_r.py:score", "pkg.mod:fn")] == [
+        "sparse", "myreward", "my_r", "mod"]
+    assert init_raw(model=QWEN, task="t", full_run=1e18)["name"] == "qwen2.5-1.5b-instruct-sparse"

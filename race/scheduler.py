@@ -320,7 +320,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         run_cfg = replace(config, grpo=replace(config.grpo, **cal.healthy)) if cal.healthy is not None else config
         plan = plan_grid(run_cfg, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
         classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
-        meta = {"model": config.model, "reward": config.reward.kind, "backend": backend, "task": config.task,
+        reward = config.reward.kind + (f" ({config.reward.function})" if config.reward.kind == "custom" else "")
+        meta = {"model": config.model, "reward": reward, "backend": backend, "task": config.task,
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
         warning = cal.reward_warning() if hasattr(cal, "reward_warning") else None
         if warning:

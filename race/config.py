@@ -300,9 +300,10 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
         kw["prompt_len"] = lengths["prompt"]
     if "completion" in lengths:
         kw["completion_len"] = lengths["completion"]
-    model = str(kw["model"])
-    if base_dir and (model.startswith("./") or model.startswith("../")):
-        kw["model"] = os.path.normpath(os.path.join(base_dir, model))
+    for key in ("model", "task"):       # ./ and ../ paths are the config's neighbours; others as given
+        value = kw.get(key)
+        if base_dir and isinstance(value, str) and value.startswith(("./", "../")):
+            kw[key] = os.path.normpath(os.path.join(base_dir, value))
     for name, cls in _SECTIONS.items():
         kw[name] = _section(cls, name, raw.get(name))
     if base_dir and kw["reward"].function:

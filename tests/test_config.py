@@ -83,3 +83,15 @@ def test_vllm_sleep_reads_yaml_on_and_off():
         raw = yaml.safe_load(f"model: m\nbudget: 1e12\nvllm_sleep: {text}\n")
         assert config_from_dict(raw).vllm_sleep == want
     assert config_from_dict({"model": "m", "budget": 1e12}).vllm_sleep == "auto"
+
+
+def test_dot_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
+    from race.config import load_config
+
+    sub = tmp_path / "cfg"
+    sub.mkdir()
+    (sub / "g.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\ntask: ./data/p.jsonl\n")
+    (sub / "h.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\ntask: p.jsonl\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(str(sub / "g.yaml")).task == str(sub / "data" / "p.jsonl")
+    assert load_config(str(sub / "h.yaml")).task == "p.jsonl"        # a bare name: as given (cwd, or HF)

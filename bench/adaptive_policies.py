@@ -78,11 +78,20 @@ def run(repeats: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--share", type=float, default=None,
+                    help="what-if: adaptive grids of this share of the full grid's pilots instead of "
+                         "race.scheduler.adaptive_cap's half (the product has no such option yet)")
     args = ap.parse_args()
+    if args.share is not None:
+        import race.scheduler as S
+
+        share = args.share
+        S.adaptive_cap = lambda P, seeds: min(P * seeds, max(P + 1, round(share * P * seeds)))
     t0 = time.perf_counter()
     run(args.repeats)
     print(f"\n{args.repeats} synthetic grids per row; wall {time.perf_counter() - t0:.0f} s; "
-          f"command: python bench/adaptive_policies.py --repeats {args.repeats}")
+          f"command: python bench/adaptive_policies.py --repeats {args.repeats}"
+          + (f" --share {args.share}" if args.share is not None else ""))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ per-prompt difficulty, 500 prompts × 4 samples, seed SD 0.024 — the noise mea
 tiny policy), classifies it, then lets each adaptive policy of race.scheduler pick its pilots
 from the same draws (rung by rung, seeing only the scores of the pilots it already ran) and
 classifies that subset with the same bootstrap seed. Both policies run half the full grid's
-pilots (race.scheduler.adaptive_cap). Reported per response and grid: how often the adaptive
+pilots (race.scheduler.adaptive_cap), or ``--share`` of them (``race pilot --adaptive-share``). Reported per response and grid: how often the adaptive
 verdict equals the full grid's, and how often each equals the truth of the response.
 """
 from __future__ import annotations
@@ -45,13 +45,14 @@ GRIDS = {
 }
 
 
-def chosen(policy: str, pilots, grid, seeds) -> list:
+def chosen(policy: str, pilots, grid, seeds, share: float) -> list:
     """The pilots ``policy`` runs (synthetic seeds are numbered from 1000)."""
     by_key = {(p.rho_target, p.seed - 1000): p for p in pilots}
-    return [by_key[k] for k in adaptive_subset(policy, grid, seeds, lambda k: by_key[k].score("reward"))]
+    return [by_key[k] for k in adaptive_subset(policy, grid, seeds, lambda k: by_key[k].score("reward"),
+                                               share=share)]
 
 
-def run(repeats: int) -> None:
+def run(repeats: int, share: float = 0.5) -> None:
     print("| response (truth) | grid, pilots full → adaptive | full = truth | "
           + " | ".join(f"{p}: = full, = truth" for p in ADAPTIVE_POLICIES) + " |")
     print("|---|---|---|" + "---|" * len(ADAPTIVE_POLICIES))
@@ -64,7 +65,7 @@ def run(repeats: int) -> None:
                 full = regime.classify(pilots, seed=rep).regime
                 full_ok += full is truth
                 for policy in ADAPTIVE_POLICIES:
-                    sub = chosen(policy, pilots, grid, seeds)
+                    sub = chosen(policy, pilots, grid, seeds, share)
                     sizes.add(len(sub))
                     v = regime.classify(sub, seed=rep).regime
                     agree[policy] += v is full
@@ -78,20 +79,14 @@ def run(repeats: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--share", type=float, default=None,
-                    help="what-if: adaptive grids of this share of the full grid's pilots instead of "
-                         "race.scheduler.adaptive_cap's half (the product has no such option yet)")
+    ap.add_argument("--share", type=float, default=0.5,
+                    help="share of the full grid's pilots the adaptive grids run (race pilot --adaptive-share)")
     args = ap.parse_args()
-    if args.share is not None:
-        import race.scheduler as S
-
-        share = args.share
-        S.adaptive_cap = lambda P, seeds: min(P * seeds, max(P + 1, round(share * P * seeds)))
     t0 = time.perf_counter()
-    run(args.repeats)
+    run(args.repeats, args.share)
     print(f"\n{args.repeats} synthetic grids per row; wall {time.perf_counter() - t0:.0f} s; "
           f"command: python bench/adaptive_policies.py --repeats {args.repeats}"
-          + (f" --share {args.share}" if args.share is not None else ""))
+          + (f" --share {args.share}" if args.share != 0.5 else ""))
 
 
 if __name__ == "__main__":

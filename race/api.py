@@ -38,7 +38,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              dataset: str | None = None, grid: Sequence[float] | str | None = None, seeds: int | None = None,
              config: str | Mapping[str, Any] | GridConfig | None = None, out_dir: str | None = None,
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
-             adaptive: bool | str = False) -> Diagnosis:
+             adaptive: bool | str = False, adaptive_share: float | None = None) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -52,11 +52,14 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         out_dir: where ``results.json`` goes (default: a temporary folder).
         adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
             race.scheduler.ADAPTIVE_POLICIES).
+        adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
+            implies ``adaptive``).
     """
     from race.runner import run_grid
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
-    results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive)
+    results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
+                       adaptive_share=adaptive_share)
     return results.diagnosis

@@ -176,6 +176,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="Half the pilots of the full grid: seed 0 at every ρ, then the seeds that sharpen the verdict most.")
 @click.option("--adaptive-policy", type=click.Choice(ADAPTIVE_POLICIES), default=None,
               help="Which adaptive grid (implies --adaptive): informative (default) or successive halving over ρ.")
+@click.option("--adaptive-share", type=float, default=None,
+              help="Share of the full grid's pilots an adaptive grid runs (implies --adaptive; default 0.5, "
+                   "or the study's own on a resume; a larger share on a resume adds pilots).")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Times a failed pilot (exception, out-of-memory kill) is run again.")
 @click.option("--heartbeat", type=click.IntRange(min=1), default=None,
@@ -187,7 +190,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
-          retries: int, heartbeat: int | None, plot_path: str | None) -> None:
+          adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -213,7 +216,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
         click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                    f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
     results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
-                       study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat)
+                       study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
+                       adaptive_share=adaptive_share)
     if results.diagnosis is not None:
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:

@@ -30,17 +30,18 @@ Key = tuple[float, int]
 # ---------------------------------------------------------------- adaptive grid
 
 def successive_halving(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                       given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
+                       given_up: set[Key] = frozenset(), share: float = 0.5) -> tuple[list[Key], bool]:
     """The pilots an adaptive grid needs so far, and whether that list is final.
 
     Successive halving over ρ with seeds as the resource (η = 2): rung 0 runs seed 0 at every
     grid point; rung k gives seed k to the best ⌈P / 2^k⌉ points of rung k − 1 (mean primary
-    score over their seeds so far), until the grid has spent half the pilots of the full grid
-    (at least one point gets a second seed, which the regime rule needs). Every pilot has the
-    full per-pilot budget, so the fit stays IsoFLOP; the dropped points keep their one seed.
+    score over their seeds so far), until the grid has spent ``share`` of the full grid's pilots
+    (``adaptive_cap``; at least one point gets a second seed, which the regime rule needs). Every
+    pilot has the full per-pilot budget, so the fit stays IsoFLOP; the dropped points keep their
+    one seed.
     """
     grid, P = sorted(grid), len(grid)
-    cap = adaptive_cap(P, seeds)
+    cap = adaptive_cap(P, seeds, share)
     keys: list[Key] = [(r, 0) for r in grid]
     alive, total = list(grid), P
     for k in range(1, seeds):
@@ -80,17 +81,31 @@ def resolve_adaptive(adaptive: bool | str | None) -> str | None:
     return adaptive
 
 
-def adaptive_cap(P: int, seeds: int) -> int:
-    """Pilots an adaptive grid runs: half the full grid's, at least one second seed."""
-    return min(P * seeds, max(P + 1, (P * seeds) // 2))
+DEFAULT_SHARE = 0.5       # pilots of an adaptive grid, as a share of the full grid's
+
+
+def adaptive_cap(P: int, seeds: int, share: float = DEFAULT_SHARE) -> int:
+    """Pilots an adaptive grid runs: ``share`` of the full grid's (rounded down), at least one
+    second seed, at most the full grid."""
+    return min(P * seeds, max(P + 1, math.floor(share * P * seeds + 1e-9)))
+
+
+def check_share(share: float) -> float:
+    """``share`` when it is in (0, 1]; else a one-line ConfigError."""
+    if not (isinstance(share, (int, float)) and 0.0 < share <= 1.0):
+        from race.config import ConfigError
+
+        raise ConfigError(f"adaptive share {share!r} is outside (0, 1]: expected the fraction of the full "
+                          "grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
+    return float(share)
 
 
 def informative_seeds(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                      given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
+                      given_up: set[Key] = frozenset(), share: float = 0.5) -> tuple[list[Key], bool]:
     """The pilots an adaptive grid needs so far, and whether that list is final.
 
     Rung 0 runs seed 0 at every grid point. Rung 1 (the last) spends the rest of the adaptive
-    budget (``adaptive_cap``: half the full grid's pilots) at once, one seed at a time, where an
+    budget (``adaptive_cap``: ``share`` of the full grid's pilots) at once, one seed at a time, where an
     extra seed most sharpens the statistic the leading verdict of rung 0 rests on
     (``allocate_seeds``): the curvature and the argmax of the quadratic in log ρ when rung 0 is
     concave with its vertex inside the grid, else the log-linear slope. Every pilot has the
@@ -101,7 +116,7 @@ def informative_seeds(grid: Sequence[float], seeds: int, scores: Mapping[Key, fl
     if any(key not in scores and key not in given_up for key in keys):
         return keys, False
     rung0 = {r: scores[(r, 0)] for r in grid if (r, 0) in scores}
-    n = allocate_seeds(grid, rung0, extra=adaptive_cap(len(grid), seeds) - len(grid), max_seeds=seeds)
+    n = allocate_seeds(grid, rung0, extra=adaptive_cap(len(grid), seeds, share) - len(grid), max_seeds=seeds)
     keys += [(r, k) for r in grid for k in range(1, n[r])]
     return keys, True
 
@@ -165,18 +180,20 @@ def allocate_seeds(grid: Sequence[float], rung0: Mapping[float, float], *, extra
 
 
 def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                    given_up: set[Key] = frozenset()) -> tuple[list[Key], bool]:
-    """The pilots adaptive ``policy`` needs so far, and whether that list is final."""
+                    given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE) -> tuple[list[Key], bool]:
+    """The pilots adaptive ``policy`` needs so far (``share`` of the full grid's), and whether
+    that list is final."""
     rule = {"informative": informative_seeds, "halving": successive_halving}[resolve_adaptive(policy)]
-    return rule(grid, seeds, scores, given_up)
+    return rule(grid, seeds, scores, given_up, share=check_share(share))
 
 
-def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float]) -> list[Key]:
+def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float],
+                    share: float = DEFAULT_SHARE) -> list[Key]:
     """The pilots ``policy`` runs when pilot ``key`` scores ``score(key)``: its rule fed rung by
     rung with the scores of what it already ran (for replays on a stored full grid)."""
     scores: dict[Key, float] = {}
     while True:
-        keys, final = adaptive_needed(policy, grid, seeds, scores)
+        keys, final = adaptive_needed(policy, grid, seeds, scores, share=share)
         new = [k for k in keys if k not in scores]
         for k in new:
             scores[k] = score(k)
@@ -272,17 +289,20 @@ def _busy_keys(store: Any) -> set[Key]:
 def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
-              heartbeat: int | None = None) -> Results:
+              heartbeat: int | None = None, adaptive_share: float | None = None) -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
 
     ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
-    name from ``ADAPTIVE_POLICIES``."""
+    name from ``ADAPTIVE_POLICIES``. ``adaptive_share``: the share of the full grid's pilots it
+    runs (None: the study's own on a resume, else 0.5); stored with the study."""
     from race import store as S
     from race.backends import BACKENDS, resolve_backend
     from race.runner import default_workers
 
     # before anything is written: a run that cannot start leaves no storage behind
-    policy = resolve_adaptive(adaptive)
+    policy = resolve_adaptive(adaptive if adaptive_share is None else (adaptive or True))
+    if adaptive_share is not None:
+        check_share(adaptive_share)
     from race.pilot import check_device
 
     check_device(device)
@@ -334,9 +354,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         else:                       # another process created it a moment ago
             st.check_compatible(user_cfg)
     info = st.info
-    if adaptive is True and info.adaptive:      # a plain --adaptive resumes with the study's own policy
+    if adaptive in (True, False) and policy and info.adaptive:   # a plain --adaptive keeps the study's policy
         policy = next((k for k, v in ADAPTIVE_ATTRS.items() if v["policy"] == info.adaptive.get("policy")), policy)
-    st.set_adaptive(ADAPTIVE_ATTRS[policy] if policy else None)
+    share = adaptive_share if adaptive_share is not None else \
+        float((info.adaptive or {}).get("share", DEFAULT_SHARE)) if policy else DEFAULT_SHARE
+    st.set_adaptive({**ADAPTIVE_ATTRS[policy], "share": share} if policy else None)
     st.set_finished(False)
     first_number = len(st.trials())
     if workers is None:
@@ -348,7 +370,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
     def needed(scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
         if policy:
-            return adaptive_needed(policy, info.grid, info.seeds, scores, given_up)
+            return adaptive_needed(policy, info.grid, info.seeds, scores, given_up, share=share)
         return all_keys, True
 
     def advance(force: bool = False) -> bool:
@@ -402,7 +424,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     diagnosis = None
     kw = dict(info.classify)
     # the report names the backend that actually produced the pilots (each records its own)
-    meta = pilots_meta(info.meta, pilots, adaptive=ADAPTIVE_ATTRS[policy] if policy else None,
+    meta = pilots_meta(info.meta, pilots, adaptive={**ADAPTIVE_ATTRS[policy], "share": share} if policy else None,
                        full_grid=len(info.grid) * info.seeds)
     try:
         diagnosis = classify_fn(pilots, meta=meta, **kw)

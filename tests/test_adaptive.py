@@ -67,3 +67,25 @@ def test_policy_names():
         resolve_adaptive("bisect")
     with pytest.raises(ValueError):
         adaptive_needed("bisect", [0.3, 0.5, 0.7], 2, {})
+
+
+
+def test_the_adaptive_share():
+    from race.scheduler import check_share
+
+    assert adaptive_cap(4, 3, 2 / 3) == 8 and adaptive_cap(5, 4, 0.67) == 13 and adaptive_cap(5, 4, 1.0) == 20
+    assert adaptive_cap(4, 3, 0.1) == 5                      # never below one second seed
+    grid = [0.45, 0.6, 0.73, 0.84]
+    scores = {(r, 0): -(math.log(r) - math.log(0.62)) ** 2 for r in grid}
+    keys, final = informative_seeds(grid, 3, scores, share=2 / 3)
+    assert final and len(keys) == 8 and len(set(keys)) == 8
+    half, _ = informative_seeds(grid, 3, scores)
+    assert set(half) < set(keys)                             # greedy: a larger share only adds pilots
+    keys, final = adaptive_needed("informative", grid, 3, scores, share=1.0)
+    assert final and len(keys) == 12
+    # halving stops where its rungs end (4 + 2 + 1 = 7 of 12), whatever the share above that
+    rung = {**scores, **{(r, 1): 0.0 for r in grid}, **{(r, 2): 0.0 for r in grid}}
+    assert len(successive_halving(grid, 3, rung, share=1.0)[0]) == 7
+    for bad in (0, 1.5, -0.2):
+        with pytest.raises(ConfigError, match=f"adaptive share {bad!r} is outside \\(0, 1\\]"):
+            check_share(bad)

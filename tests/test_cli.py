@@ -149,3 +149,10 @@ def test_a_grid_every_pilot_would_fail_is_refused_before_anything_is_written(tmp
     r = run("pilot", str(tmp_path / "c.yaml"), "--out", str(out), "--quiet")
     assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, r.output
     assert not out.exists()
+
+
+
+def test_a_bad_adaptive_share_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "run"
+    r = run("pilot", "--out", str(out), "--quiet", "--adaptive-share", "1.5")
+    assert r.exit_code == 2 and "adaptive share 1.5 is outside (0, 1]" in r.output and not out.exists()

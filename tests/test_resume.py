@@ -138,10 +138,20 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
         [(0.6, 0), (0.75, 0), (0.92, 0), (second, 1)])
     assert saved["adaptive"] == "informative"
     store = open_study(f"sqlite:///{out}/race.db", "adapt")
+    assert store.study.user_attrs["race:adaptive"]["share"] == 0.5
+    # a larger share on the same study adds pilots (⌊0.84 × 6⌋ = 5), the next greedy seed
+    more = subprocess.run(race("pilot", cfg, "--out", out, "--adaptive-share", "0.84"), capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert more.returncode == 0, more.stderr
+    assert "resuming, 4 pilots complete, 1 to run" in more.stderr and "informative, 5 of 6 pilots" in more.stdout
+    assert store.study.user_attrs["race:adaptive"]["share"] == 0.84
+    n3 = allocate_seeds(sorted(seed0), seed0, extra=2, max_seeds=2)
+    assert sorted((p["rho_target"], p["seed"]) for p in _results(out)["pilots"]) == sorted(
+        [(r, 0) for r in seed0] + [(r, 1) for r in n3 if n3[r] == 2])
     kept = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
     full = subprocess.run(race("pilot", cfg, "--out", out), capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert full.returncode == 0, full.stderr
-    assert "resuming, 4 pilots complete, 2 to run" in full.stderr
+    assert "resuming, 5 pilots complete, 1 to run" in full.stderr
     done = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
     assert len(done) == 6 and all(done[k] == n for k, n in kept.items())
     assert len(_results(out)["pilots"]) == 6

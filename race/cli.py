@@ -16,6 +16,8 @@ import click
 from race.report import FORMATS
 from race.scheduler import ADAPTIVE_POLICIES
 
+PLOT_HELP = "Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg."
+
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn RACE's validation errors into click usage errors (exit 2, one line)."""
@@ -184,8 +186,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--heartbeat", type=click.IntRange(min=1), default=None,
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
-@click.option("--plot", "plot_path", default=None, metavar="FILE",
-              help="Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
@@ -274,8 +275,7 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
 @click.option("--refit", is_flag=True, help="Re-run fit → bootstrap → classify from the stored pilots.")
 @click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
 @click.option("--study", default=None, help="Study name in --storage.")
-@click.option("--plot", "plot_path", default=None, metavar="FILE",
-              help="Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
 @_user_errors
 def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None,
            plot_path: str | None) -> None:

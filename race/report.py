@@ -190,8 +190,9 @@ def _verdict_lines(v: TargetVerdict) -> list[str]:
     if v.argmax_ci:
         out.append(f"concave fit: argmax ρ CI {v.argmax_ci[0]:.2f} … {v.argmax_ci[1]:.2f}")
     out.append("advice: " + _ADVICE[v.regime])
-    if time_line(v):
-        out.append(time_line(v))
+    timing = time_line(v)
+    if timing:
+        out.append(timing)
     out += [f"warning: {w}" for w in v.warnings]
     return out
 

@@ -25,12 +25,13 @@ from race.records import PilotResult, Schedule
 from race.results import Results, pilots_meta, save_results
 
 Key = tuple[float, int]
+DEFAULT_SHARE = 0.5       # pilots of an adaptive grid, as a share of the full grid's
 
 
 # ---------------------------------------------------------------- adaptive grid
 
 def successive_halving(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                       given_up: set[Key] = frozenset(), share: float = 0.5) -> tuple[list[Key], bool]:
+                       given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE) -> tuple[list[Key], bool]:
     """The pilots an adaptive grid needs so far, and whether that list is final.
 
     Successive halving over ρ with seeds as the resource (η = 2): rung 0 runs seed 0 at every
@@ -81,9 +82,6 @@ def resolve_adaptive(adaptive: bool | str | None) -> str | None:
     return adaptive
 
 
-DEFAULT_SHARE = 0.5       # pilots of an adaptive grid, as a share of the full grid's
-
-
 def adaptive_cap(P: int, seeds: int, share: float = DEFAULT_SHARE) -> int:
     """Pilots an adaptive grid runs: ``share`` of the full grid's (rounded down), at least one
     second seed, at most the full grid."""
@@ -101,7 +99,7 @@ def check_share(share: float) -> float:
 
 
 def informative_seeds(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                      given_up: set[Key] = frozenset(), share: float = 0.5) -> tuple[list[Key], bool]:
+                      given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE) -> tuple[list[Key], bool]:
     """The pilots an adaptive grid needs so far, and whether that list is final.
 
     Rung 0 runs seed 0 at every grid point. Rung 1 (the last) spends the rest of the adaptive
@@ -343,7 +341,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         reward = config.reward.kind + (f" ({config.reward.function})" if config.reward.kind == "custom" else "")
         meta = {"model": config.model, "reward": reward, "backend": backend, "task": config.task,
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
-        warning = cal.reward_warning() if hasattr(cal, "reward_warning") else None
+        warning = cal.reward_warning()
         if warning:
             meta["reward_warning"] = warning
             if not quiet:
@@ -358,7 +356,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         policy = next((k for k, v in ADAPTIVE_ATTRS.items() if v["policy"] == info.adaptive.get("policy")), policy)
     share = adaptive_share if adaptive_share is not None else \
         float((info.adaptive or {}).get("share", DEFAULT_SHARE)) if policy else DEFAULT_SHARE
-    st.set_adaptive({**ADAPTIVE_ATTRS[policy], "share": share} if policy else None)
+    adaptive_attrs = {**ADAPTIVE_ATTRS[policy], "share": share} if policy else None
+    st.set_adaptive(adaptive_attrs)
     st.set_finished(False)
     first_number = len(st.trials())
     if workers is None:
@@ -424,8 +423,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     diagnosis = None
     kw = dict(info.classify)
     # the report names the backend that actually produced the pilots (each records its own)
-    meta = pilots_meta(info.meta, pilots, adaptive={**ADAPTIVE_ATTRS[policy], "share": share} if policy else None,
-                       full_grid=len(info.grid) * info.seeds)
+    meta = pilots_meta(info.meta, pilots, adaptive=adaptive_attrs, full_grid=len(info.grid) * info.seeds)
     try:
         diagnosis = classify_fn(pilots, meta=meta, **kw)
     except ValueError:

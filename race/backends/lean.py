@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 from race.backends import LEAN_MODEL_TYPES
 
-SUPPORTED_TYPES = LEAN_MODEL_TYPES
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 # projections that read the same input run as one matmul on their stacked weights
@@ -85,8 +84,8 @@ class _LoRAGroup(torch.autograd.Function):
 
 def supports(config) -> str | None:
     """None when the lean path can run this model, else the reason it cannot."""
-    if config.model_type not in SUPPORTED_TYPES:
-        return f"model_type {config.model_type!r} (lean path: {', '.join(SUPPORTED_TYPES)})"
+    if config.model_type not in LEAN_MODEL_TYPES:
+        return f"model_type {config.model_type!r} (lean path: {', '.join(LEAN_MODEL_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"hidden_act {config.hidden_act!r}"
     if getattr(config, "use_sliding_window", False):

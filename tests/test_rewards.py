@@ -180,3 +180,11 @@ def test_calibration_warns_when_the_reward_never_varies():
     assert Calibration(4, 2, 0.25, 4, 0.1, reward_check=varied).reward_warning() is None
     prm = config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "reward": {"kind": "prm", "model": "x"}})
     assert reward_check(prm, problems, [["3"], ["8"]]) is None       # a PRM loads in the pilots only
+
+
+def test_two_reward_files_with_one_name_are_two_modules(tmp_path):
+    for folder, value in (("a", "0.1"), ("b", "0.9")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "reward.py").write_text(f"def score(p, c, r):\n    return {value}\n")
+    assert get_reward(f"{tmp_path}/a/reward.py:score")("", "", "") == 0.1
+    assert get_reward(f"{tmp_path}/b/reward.py:score")("", "", "") == 0.9

@@ -11,6 +11,7 @@ No torch here: model-based rewards import it when they are built.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import math
@@ -92,7 +93,9 @@ def _import_reward_module(spec: str, module_name: str) -> object:
         path = os.path.abspath(module_name)
         if not os.path.isfile(path):
             raise RewardError(f"reward {spec!r}: file {module_name!r} does not exist")
-        name = "race_user_reward_" + os.path.splitext(os.path.basename(path))[0]
+        # keyed by the whole path: two reward.py files in different folders are two modules
+        digest = hashlib.sha1(path.encode()).hexdigest()[:12]
+        name = f"race_user_reward_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
         if name not in sys.modules:
             loader_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(loader_spec)

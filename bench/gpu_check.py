@@ -90,6 +90,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     import torch
 
     from race import flops as F
+    from race.architectures import read_arch
     from race.config import config_from_dict
     from race.memory import schedule_memory
     from race.pilot import PilotEngine
@@ -144,7 +145,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     mem = schedule_memory(cfg, schedule, prompt_len=sum(p for p, _ in lengths) / max(1, len(lengths))
                           / (args.prompts * args.n_gen), dtype_bytes=2 if cuda else 4,
                           overhead=1024 ** 3 if cuda else 0.0)
-    arch = F.ArchSpec.from_hf_config(config)
+    arch = read_arch(config, allow_approximate=True).arch
     out = {
         "model": name, "params": F.param_count(arch), "device": device, "dtype": str(dtype).replace("torch.", ""),
         "batch": f"{args.prompts}×{args.n_gen}, ≤{args.completion_len} tok, μ={args.mu}",

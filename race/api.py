@@ -38,7 +38,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              dataset: str | None = None, grid: Sequence[float] | str | None = None, seeds: int | None = None,
              config: str | Mapping[str, Any] | GridConfig | None = None, out_dir: str | None = None,
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
-             adaptive: bool | str = False, adaptive_share: float | None = None) -> Diagnosis:
+             adaptive: bool | str = False, adaptive_share: float | None = None,
+             allow_approximate: bool = False) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -54,10 +55,14 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
             race.scheduler.ADAPTIVE_POLICIES).
         adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
             implies ``adaptive``).
+        allow_approximate: count a model type outside RACE's architecture table anyway (as a
+            Llama-style decoder); the diagnosis then carries the warning. Without it such a model
+            raises ``race.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.
     """
     from race.runner import run_grid
 
-    cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds)
+    cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
+                       allow_approximate_flops=allow_approximate or None)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,

@@ -53,20 +53,40 @@ def main() -> None:
 @click.option("-n", "--rollouts", type=click.IntRange(min=1), default=8, show_default=True, help="Rollouts per prompt (all trained, μ=1).")
 @click.option("--reward-model", default=None, help="A reward model / PRM id or folder (default: rule-based, 0 FLOPs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--allow-approximate", "allow_approximate", is_flag=True,
+              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
+                   "every report then carries the warning (config: allow_approximate_flops: true).")
 @_user_errors
 def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, rollouts: int,
-          reward_model: str | None, as_json: bool) -> None:
+          reward_model: str | None, as_json: bool, allow_approximate: bool) -> None:
     """FLOP accounting for one model: parameters, forward FLOPs per token, and the
     search / learning / reward split of one GRPO step per prompt."""
     from race import flops as F
-    from race.models import load_arch, load_reward_model
+    from race.architectures import lora_note, sliding_window_warning
+    from race.models import load_arch_reading
 
-    arch = load_arch(model)
-    reward = load_reward_model(reward_model) if reward_model else None
+    policy = load_arch_reading(model, allow_approximate=allow_approximate)
+    arch = policy.arch
+    warnings = list(policy.warnings)
+    reward = None
+    if reward_model:
+        from race.models import _resolve, reward_model_spec
+
+        rm = load_arch_reading(reward_model, allow_approximate=allow_approximate, what="reward model")
+        warnings += list(rm.warnings)
+        name, cfg = _resolve(reward_model)
+        reward = reward_model_spec(cfg, name, allow_approximate=allow_approximate)
     from race.grid import ENGINE_LEARNING_KW
 
-    summary = F.summarize(arch, lora=F.LoRASpec(rank=lora_rank), prompt_len=prompt_len,
+    lora = F.LoRASpec(rank=lora_rank)
+    warnings += [w for w in (sliding_window_warning(arch, prompt_len + completion_len),
+                             lora_note(arch, lora.target_modules)) if w]
+    summary = F.summarize(arch, lora=lora, prompt_len=prompt_len,
                           completion_len=completion_len, n=rollouts, reward=reward, **ENGINE_LEARNING_KW)
+    summary["model_type"] = arch.model_type
+    summary["warnings"] = warnings
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -107,10 +127,14 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--name", default=None, help="Grid / study name (default: model-reward).")
 @click.option("--out", "out_path", default=None, help="Write the YAML here instead of printing it.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--allow-approximate", "allow_approximate", is_flag=True,
+              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
+                   "every report then carries the warning (config: allow_approximate_flops: true).")
 @_user_errors
 def init(model: str, task: str, full_run: str, reward: str, reward_model: str | None, share: float,
          grid: str | None, seeds: int, prompt_len: float, completion_len: float, max_completion_len: int,
-         lora_rank: int, gpu_memory: str | None, name: str | None, out_path: str | None, force: bool) -> None:
+         lora_rank: int, gpu_memory: str | None, name: str | None, out_path: str | None, force: bool,
+         allow_approximate: bool) -> None:
     """Write a commented pilot-grid config for MODEL, TASK and reward, sized from the full run:
     the budget per pilot is --share of --full-run over grid points × seeds, the header shows
     RACE's arithmetic, and the config is planned before it is written."""
@@ -125,7 +149,8 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                               share=share, grid=grid, seeds=seeds, prompt_len=prompt_len,
                               completion_len=completion_len, max_completion_len=max_completion_len,
                               gpu_memory=gpu_memory, lora_rank=lora_rank, name=name,
-                              eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS)))
+                              eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
+                              allow_approximate=allow_approximate))
     text = render_init(raw, share=share, task_note=note)
     if not out_path:
         click.echo(text, nl=False)
@@ -144,15 +169,19 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: refuse schedules whose "
               "estimated peak exceeds it (overrides the config's gpu_memory).")
+@click.option("--allow-approximate", "allow_approximate", is_flag=True,
+              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
+                   "every report then carries the warning (config: allow_approximate_flops: true).")
 @_user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
-         as_json: bool, gpu_memory: str | None) -> None:
+         as_json: bool, gpu_memory: str | None, allow_approximate: bool) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown."""
     from race.config import load_config
     from race.grid import plan_grid
     from race.report import render_plan
 
-    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory)
+    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory,
+                                                  allow_approximate_flops=allow_approximate or None)
     click.echo(render_plan(plan_grid(cfg), "json" if as_json else fmt), nl=False)
 
 
@@ -187,11 +216,15 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
+@click.option("--allow-approximate", "allow_approximate", is_flag=True,
+              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
+                   "every report then carries the warning (config: allow_approximate_flops: true).")
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
-          adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None) -> None:
+          adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
+          allow_approximate: bool) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -211,7 +244,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
 
         check_plot_path(plot_path)  # before any pilot runs
     cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
-                       grid=grid, backend=backend)
+                       grid=grid, backend=backend, allow_approximate_flops=allow_approximate or None)
     out_dir = out_dir or os.path.join("runs", cfg.name)
     if not quiet:
         click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "

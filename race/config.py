@@ -152,6 +152,7 @@ class GridConfig:
     backend: str = "auto"
     gpu_memory: float | None = None               # bytes of one GPU; `race plan` refuses schedules that exceed it
     vllm_sleep: str = "auto"                      # vLLM sleep mode during the update: auto | on | off (race.memory)
+    allow_approximate_flops: bool = False         # count a model type outside race.architectures' table anyway
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -245,11 +246,20 @@ def _validate(c: GridConfig) -> None:
                           f"{', '.join(PRM_AGGREGATIONS)}")
     if c.backend not in BACKENDS:
         raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
+    if not isinstance(c.allow_approximate_flops, bool):
+        raise ConfigError(f"allow_approximate_flops {c.allow_approximate_flops!r} must be true or false")
     if c.vllm_sleep not in VLLM_SLEEP:
         raise ConfigError(f"vllm_sleep {c.vllm_sleep!r} is unknown: expected one of {', '.join(VLLM_SLEEP)}")
     if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
                                      or c.gpu_memory <= 0):
         raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
+
+
+def default_settings() -> dict[str, Any]:
+    """Every setting's default, as ``GridConfig.to_dict`` writes it (model and budget left out):
+    what a study stored before a setting existed ran with."""
+    d = GridConfig(model="-", budget=1.0).to_dict()
+    return {k: v for k, v in d.items() if k not in ("model", "budget")}
 
 
 def _section(cls: type, name: str, raw: Any) -> Any:

@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_GEMMA_FAMILY = ("gemma", "gemma2", "gemma3", "gemma3_text")
 
 
 def _check_length(name: str, value: Any) -> float:
@@ -66,14 +65,22 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """The sizes of a decoder-only transformer that matter for FLOPs and parameters.
+    """The sizes and structure of a decoder-only transformer that matter for FLOPs and parameters.
 
+    Read one from a ``config.json`` with ``race.architectures.read_arch`` (which knows each
+    family's module layout and transformers' defaults); build one by hand for what-ifs.
     ``head_dim`` need not be hidden_size / num_heads (Qwen3, Gemma). MoE models set
-    ``num_experts`` > 0: ``moe_intermediate_size`` is then the size of one routed
-    expert and ``shared_expert_intermediate_size`` that of an always-on shared expert
-    (Qwen2-MoE); ``intermediate_size`` is unused. ``qk_norm`` (Qwen3, Gemma3) only
-    changes the parameter count; ``norms_per_layer`` = 4 (Gemma2/3: norms before AND
-    after attention and MLP) also changes what gradient checkpointing recomputes.
+    ``num_experts`` > 0: ``moe_intermediate_size`` is then the size of one routed expert and
+    ``shared_expert_intermediate_size`` that of an always-on shared expert (Qwen2-MoE);
+    ``intermediate_size`` is the MLP of the layers in ``dense_layers`` (Qwen-MoE
+    ``mlp_only_layers`` / ``decoder_sparse_step``). Structure that changes FLOPs:
+    ``gated_mlp`` (act(gate)·up vs act(up)), ``parallel_residual`` (attention and MLP read the
+    same input: Phi, GPT-NeoX), ``post_mlp_norm`` (a norm reads the MLP output, so gradient
+    checkpointing recomputes the layer's last matmul). ``fused_qkv`` / ``fused_gate_up`` change
+    LoRA only (one adapter per fused module). Parameters only: the bias flags, ``norm_bias``
+    (LayerNorm), ``qk_norm`` ("" | "head": a weight of d per q and k | "full": over the whole
+    projections), ``norms_per_layer``. ``sliding_window`` = (window, layers using it) is
+    reported, never counted (local attention is counted as full: an upper bound).
     """
 
     name: str
@@ -91,8 +98,19 @@ class ArchSpec:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
-    qk_norm: bool = False
+    qk_norm: str = ""
     norms_per_layer: int = 2
+    o_bias: bool = False
+    mlp_bias: bool = False
+    lm_head_bias: bool = False
+    norm_bias: bool = False
+    post_mlp_norm: bool = False
+    parallel_residual: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    dense_layers: tuple[int, ...] = ()
+    model_type: str = ""
+    sliding_window: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -101,69 +119,38 @@ class ArchSpec:
         for f in ("intermediate_size", "num_experts", "experts_per_token",
                   "moe_intermediate_size", "shared_expert_intermediate_size", "norms_per_layer"):
             _check_int(f, getattr(self, f), 0)
+        if isinstance(self.qk_norm, bool):           # older callers: True = one weight per head dim
+            object.__setattr__(self, "qk_norm", "head" if self.qk_norm else "")
+        if self.qk_norm not in ("", "head", "full"):
+            raise ValueError(f"qk_norm must be '', 'head' or 'full', got {self.qk_norm!r}")
+        object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
+        object.__setattr__(self, "sliding_window", tuple(self.sliding_window))
+        if any(not 0 <= i < self.num_layers for i in self.dense_layers):
+            raise ValueError(f"dense_layers {self.dense_layers!r} must be layer indices below {self.num_layers}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
+        if self.fused_gate_up and not self.gated_mlp:
+            raise ValueError("fused_gate_up needs a gated MLP")
         if self.num_experts:
             if not 1 <= self.experts_per_token <= self.num_experts:
                 raise ValueError(f"experts_per_token ({self.experts_per_token}) must be in "
                                  f"1..num_experts ({self.num_experts})")
             _check_int("moe_intermediate_size", self.moe_intermediate_size, 1)
+            if self.dense_layers:
+                _check_int("intermediate_size", self.intermediate_size, 1)
         else:
             if self.experts_per_token:
                 raise ValueError(f"experts_per_token ({self.experts_per_token}) needs "
                                  "num_experts > 0")
+            if self.dense_layers:
+                raise ValueError("dense_layers is for MoE models (num_experts > 0)")
             _check_int("intermediate_size", self.intermediate_size, 1)
 
-    @classmethod
-    def from_hf_config(cls, cfg: Mapping, name: str | None = None) -> "ArchSpec":
-        """Read a Hugging Face ``config.json`` dict (Llama, Mistral, Qwen2/2.5, Qwen3,
-        Gemma 1/2/3, Mixtral, Qwen2-MoE, Qwen3-MoE; a nested ``text_config`` is used
-        when the top level has no ``hidden_size``).
-
-        Defaults follow transformers: ``num_key_value_heads`` = heads, ``head_dim`` =
-        hidden / heads, Qwen2 always has q/k/v biases, others read ``attention_bias``,
-        missing ``tie_word_embeddings`` means tied for Gemma, untied otherwise. Ignored:
-        sliding windows (counted as full causal attention, an upper bound), Qwen2-MoE
-        ``mlp_only_layers`` (all layers taken as sparse), an o_proj bias.
-        """
-        if not isinstance(cfg, Mapping):
-            raise ValueError(f"expected a config.json mapping, got {type(cfg).__name__}")
-        if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
-            cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get(
-                "tie_word_embeddings", cfg["text_config"].get("tie_word_embeddings"))}
-
-        def need(key: str) -> Any:
-            if cfg.get(key) is None:
-                raise ValueError(f"config is missing '{key}' (needed for the architecture)")
-            return cfg[key]
-
-        model_type = str(cfg.get("model_type", ""))
-        hidden, heads = int(need("hidden_size")), int(need("num_attention_heads"))
-        experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
-        tie = cfg.get("tie_word_embeddings")
-        if tie is None:
-            tie = model_type in _GEMMA_FAMILY
-        return cls(
-            name=name or str(cfg.get("_name_or_path") or model_type or "model"),
-            hidden_size=hidden,
-            num_layers=int(need("num_hidden_layers")),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            intermediate_size=int(cfg.get("intermediate_size") or 0) if experts
-            else int(need("intermediate_size")),
-            vocab_size=int(need("vocab_size")),
-            tie_word_embeddings=bool(tie),
-            qkv_bias=model_type.startswith("qwen2") or bool(cfg.get("attention_bias", False)),
-            num_experts=experts,
-            experts_per_token=int(need("num_experts_per_tok")) if experts else 0,
-            moe_intermediate_size=int(cfg.get("moe_intermediate_size")
-                                      or (need("intermediate_size") if experts else 0)),
-            shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
-            qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
-            norms_per_layer=4 if model_type in ("gemma2", "gemma3", "gemma3_text") else 2,
-        )
+    def layer_kinds(self) -> list[tuple[bool, int]]:
+        """(dense, how many layers) for the layer kinds present: MoE layers and dense ones."""
+        dense = len(self.dense_layers) if self.num_experts else self.num_layers
+        return [(k, n) for k, n in ((True, dense), (False, self.num_layers - dense)) if n]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,7 +158,10 @@ class ArchSpec:
 
 @dataclass(frozen=True)
 class LoRASpec:
-    """LoRA adapters of rank ``rank`` on the named linear modules of every layer.
+    """LoRA adapters of rank ``rank`` on the linear modules of every layer that play the
+    named roles (``q_proj`` … ``down_proj``, Llama's names; ``race.architectures`` maps a
+    config's ``lora.targets`` and a family's own module names to them). A fused module
+    (Phi-3's ``qkv_proj``) carries one adapter and is adapted when all its roles are named.
 
     Default: all seven linear modules. Check against REFERENCES: h=128, 3 layers,
     4 heads (head_dim 32), 2 KV heads, MLP 512, r=8 gives 3·8·(256+192+192+256
@@ -218,45 +208,68 @@ class RewardModelSpec:
 
 @dataclass(frozen=True)
 class _Linear:
-    name: str         # LoRA target name (gate_proj also for experts / the shared expert)
+    name: str         # unique within the layer: a role (q_proj …), "qkv", "gate_up", "router", …
     stage: str        # "qkv", "o", "mlp_in" (reads the residual), "mlp_out" (reads the MLP)
     fan_in: int
     fan_out: int
     copies: int = 1   # stored per layer (routed experts)
     active: int = 1   # applied per token (top-k experts)
+    roles: tuple[str, ...] = ()   # LoRA roles it plays (a fused module plays several)
+    adaptable: bool = True        # peft's target_modules can reach it (routed experts: no)
+    bias: bool = False
 
 
-def _layer_linears(arch: ArchSpec) -> list[_Linear]:
-    """The matmuls of one decoder layer, in forward order."""
+def _lin(name: str, stage: str, fan_in: int, fan_out: int, *, roles: tuple[str, ...] | None = None,
+         **kw) -> _Linear:
+    return _Linear(name, stage, fan_in, fan_out, roles=(name,) if roles is None else roles, **kw)
+
+
+def _layer_linears(arch: ArchSpec, dense: bool = True) -> list[_Linear]:
+    """The matmuls of one decoder layer, in forward order (``dense``: a dense-MLP layer of a MoE)."""
     h, q_out, kv_out = arch.hidden_size, arch.num_heads * arch.head_dim, \
         arch.num_kv_heads * arch.head_dim
-    out = [_Linear("q_proj", "qkv", h, q_out), _Linear("k_proj", "qkv", h, kv_out),
-           _Linear("v_proj", "qkv", h, kv_out), _Linear("o_proj", "o", q_out, h)]
+    qkv = ("q_proj", "k_proj", "v_proj")
+    if arch.fused_qkv:
+        out = [_lin("qkv", "qkv", h, q_out + 2 * kv_out, roles=qkv, bias=arch.qkv_bias)]
+    else:
+        out = [_lin(r, "qkv", h, o, bias=arch.qkv_bias) for r, o in zip(qkv, (q_out, kv_out, kv_out))]
+    out.append(_lin("o_proj", "o", q_out, h, bias=arch.o_bias))
 
-    def mlp(size: int, copies: int = 1, active: int = 1) -> list[_Linear]:
-        ins = [_Linear(n, "mlp_in", h, size, copies, active)
-               for n in (("gate_proj", "up_proj") if arch.gated_mlp else ("up_proj",))]
-        return ins + [_Linear("down_proj", "mlp_out", size, h, copies, active)]
+    def mlp(size: int, copies: int = 1, active: int = 1, adaptable: bool = True, bias: bool = False) -> list[_Linear]:
+        kw = dict(copies=copies, active=active, adaptable=adaptable, bias=bias)
+        if not arch.gated_mlp:
+            ins = [_lin("up_proj", "mlp_in", h, size, **kw)]
+        elif arch.fused_gate_up:
+            ins = [_lin("gate_up", "mlp_in", h, 2 * size, roles=("gate_proj", "up_proj"), **kw)]
+        else:
+            ins = [_lin(r, "mlp_in", h, size, **kw) for r in ("gate_proj", "up_proj")]
+        return ins + [_lin("down_proj", "mlp_out", size, h, **kw)]
 
-    if not arch.num_experts:
-        return out + mlp(arch.intermediate_size)
-    out.append(_Linear("router", "mlp_in", h, arch.num_experts))
-    out += mlp(arch.moe_intermediate_size, arch.num_experts, arch.experts_per_token)
+    if not arch.num_experts or dense:
+        return out + mlp(arch.intermediate_size, bias=arch.mlp_bias)
+    out.append(_lin("router", "mlp_in", h, arch.num_experts, roles=(), adaptable=False))
+    out += mlp(arch.moe_intermediate_size, arch.num_experts, arch.experts_per_token, adaptable=False)
     if arch.shared_expert_intermediate_size:
         out += mlp(arch.shared_expert_intermediate_size)
-        out.append(_Linear("shared_expert_gate", "mlp_in", h, 1))
+        out.append(_lin("shared_expert_gate", "mlp_in", h, 1, roles=()))
     return out
 
 
+def _per_layer(arch: ArchSpec, fn) -> float:
+    """Σ over the decoder layers of ``fn(dense)`` (one call per layer kind, times its count)."""
+    return sum(n * fn(dense) for dense, n in arch.layer_kinds())
+
+
 def _adapted(lin: _Linear, lora: LoRASpec | None) -> bool:
-    return lora is not None and lin.name in lora.target_modules
+    return lora is not None and lin.adaptable and bool(lin.roles) \
+        and all(r in lora.target_modules for r in lin.roles)
 
 
-def _layer_forward_per_token(arch: ArchSpec, lora: LoRASpec | None) -> float:
+def _layer_forward_per_token(arch: ArchSpec, lora: LoRASpec | None, dense: bool = True) -> float:
     """Σ 2·in·out over the layer's matmuls (active experts only), plus 2·r·(in+out)
     for every adapted module (the x·Aᵀ and (xAᵀ)·Bᵀ products of an unmerged adapter)."""
     total = 0.0
-    for lin in _layer_linears(arch):
+    for lin in _layer_linears(arch, dense):
         per = 2.0 * lin.fan_in * lin.fan_out
         if _adapted(lin, lora):
             per += 2.0 * lora.rank * (lin.fan_in + lin.fan_out)
@@ -266,7 +279,7 @@ def _layer_forward_per_token(arch: ArchSpec, lora: LoRASpec | None) -> float:
 
 def _token_flops(arch: ArchSpec, lora: LoRASpec | None) -> float:
     """Matmul FLOPs of one token through the layers and the LM head (no attention)."""
-    return arch.num_layers * _layer_forward_per_token(arch, lora) \
+    return _per_layer(arch, lambda dense: _layer_forward_per_token(arch, lora, dense)) \
         + 2.0 * arch.vocab_size * arch.hidden_size
 
 
@@ -293,30 +306,32 @@ def _linear_backward(lin: _Linear, lora: LoRASpec | None, input_rg: bool,
 
 
 def _layer_backward(arch: ArchSpec, lora: LoRASpec | None, train_base: bool,
-                    resid_rg: bool) -> tuple[float, float, bool]:
+                    resid_rg: bool, dense: bool = True) -> tuple[float, float, bool]:
     """One decoder layer's backward: (FLOPs per token for the matmuls, attention FLOPs
     per score entry, whether the layer output requires grad).
 
     Requires-grad flows: residual → q, k, v → scores (q or k) → PV (scores or v) → o
-    → residual + o → MLP inputs → MLP hidden → down → residual.
+    → residual + o → MLP inputs (the residual alone in a parallel block) → MLP hidden
+    → down → residual. ``rg`` is kept per role, so fused modules and shared experts fit.
     """
     per_token, rg = 0.0, {}
     stage_input = {"qkv": resid_rg}
-    for lin in _layer_linears(arch):
+    for lin in _layer_linears(arch, dense):
         if lin.stage == "o":
             scores = rg["q_proj"] or rg["k_proj"]
             stage_input["o"] = scores or rg["v_proj"]
         elif lin.stage == "mlp_in" and "mlp_in" not in stage_input:
-            stage_input["mlp_in"] = resid_rg or rg["o_proj"]
+            stage_input["mlp_in"] = resid_rg or (rg["o_proj"] and not arch.parallel_residual)
         elif lin.stage == "mlp_out" and "mlp_out" not in stage_input:
             stage_input["mlp_out"] = any(rg.get(n, False) for n in ("gate_proj", "up_proj"))
         flops, out_rg = _linear_backward(lin, lora, stage_input[lin.stage], train_base)
         per_token += flops
-        rg[lin.name] = rg.get(lin.name, False) or out_rg
+        for role in lin.roles or (lin.name,):
+            rg[role] = rg.get(role, False) or out_rg
     # dQ = dS·K, dK = dSᵀ·Q (2·d per entry each), dP = dO·Vᵀ, dV = Pᵀ·dO (2·d each)
     grads = rg["q_proj"] + rg["k_proj"] + (rg["q_proj"] or rg["k_proj"]) + rg["v_proj"]
     attn_per_entry = 2.0 * arch.num_heads * arch.head_dim * grads
-    return per_token, attn_per_entry, stage_input["mlp_in"] or rg["down_proj"]
+    return per_token, attn_per_entry, resid_rg or rg["o_proj"] or rg["down_proj"]
 
 
 def _backward_costs(arch: ArchSpec, lora: LoRASpec | None, *, train_base: bool,
@@ -325,8 +340,10 @@ def _backward_costs(arch: ArchSpec, lora: LoRASpec | None, *, train_base: bool,
     attention FLOPs per score entry)."""
     body = attn = 0.0
     rg = embed_rg
-    for _ in range(arch.num_layers):
-        b, a, rg = _layer_backward(arch, lora, train_base, rg)
+    dense_layers = set(arch.dense_layers)
+    for i in range(arch.num_layers):
+        b, a, rg = _layer_backward(arch, lora, train_base, rg,
+                                   dense=not arch.num_experts or i in dense_layers)
         body, attn = body + b, attn + a
     head = 2.0 * arch.vocab_size * arch.hidden_size * (rg + train_base)
     return body, head, attn
@@ -337,28 +354,39 @@ def _backward_costs(arch: ArchSpec, lora: LoRASpec | None, *, train_base: bool,
 def matmul_params(arch: ArchSpec) -> int:
     """Weights a token is multiplied with: all layer matmuls (active experts only) plus
     the LM head V·h, counted even when it shares its weight with the embedding."""
-    layer = sum(lin.fan_in * lin.fan_out * lin.active for lin in _layer_linears(arch))
-    return arch.num_layers * layer + arch.vocab_size * arch.hidden_size
+    layers = _per_layer(arch, lambda dense: sum(lin.fan_in * lin.fan_out * lin.active
+                                                for lin in _layer_linears(arch, dense)))
+    return int(layers) + arch.vocab_size * arch.hidden_size
 
 
 def param_count(arch: ArchSpec) -> int:
-    """All parameters: embedding (+ untied LM head), every expert, q/k/v biases, norm
-    weights (``norms_per_layer`` per layer, q/k norms, the final norm)."""
+    """All parameters: embedding (+ untied LM head, + its bias), every expert, linear biases,
+    norm weights (and biases for LayerNorm): ``norms_per_layer`` per layer, q/k norms, the
+    final norm."""
     h, d = arch.hidden_size, arch.head_dim
-    layer = sum(lin.fan_in * lin.fan_out * lin.copies for lin in _layer_linears(arch))
-    layer += arch.norms_per_layer * h + (2 * d if arch.qk_norm else 0)
-    if arch.qkv_bias:
-        layer += (arch.num_heads + 2 * arch.num_kv_heads) * d
+    per_norm = 2 if arch.norm_bias else 1
+    qk = {"": 0, "head": 2 * d, "full": (arch.num_heads + arch.num_kv_heads) * d}[arch.qk_norm] * per_norm
+
+    def layer(dense: bool) -> int:
+        linears = _layer_linears(arch, dense)
+        return sum(lin.fan_in * lin.fan_out * lin.copies + (lin.fan_out if lin.bias else 0) for lin in linears) \
+            + arch.norms_per_layer * h * per_norm + qk
     embeddings = arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
-    return embeddings + arch.num_layers * layer + h
+    return embeddings + int(_per_layer(arch, layer)) + h * per_norm \
+        + (arch.vocab_size if arch.lm_head_bias else 0)
 
 
 def lora_param_count(arch: ArchSpec, lora: LoRASpec) -> int:
-    """r·(in+out) per adapted module per layer (every expert copy of an adapted MLP)."""
+    """r·(in+out) per adapted module per layer (a fused module has one adapter)."""
     if not isinstance(lora, LoRASpec):
         raise ValueError(f"lora must be a LoRASpec, got {type(lora).__name__}")
-    return arch.num_layers * sum(lora.rank * (lin.fan_in + lin.fan_out) * lin.copies
-                                 for lin in _layer_linears(arch) if _adapted(lin, lora))
+    return int(_per_layer(arch, lambda dense: sum(lora.rank * (lin.fan_in + lin.fan_out) * lin.copies
+                                                  for lin in _layer_linears(arch, dense) if _adapted(lin, lora))))
+
+
+def adapted_module_count(arch: ArchSpec, lora: LoRASpec) -> int:
+    """How many modules carry a LoRA adapter in the whole model (what peft should build)."""
+    return int(_per_layer(arch, lambda dense: sum(1 for lin in _layer_linears(arch, dense) if _adapted(lin, lora))))
 
 
 # ---------------------------------------------------------------- forward passes
@@ -431,7 +459,7 @@ def learning_flops(arch: ArchSpec, *, prompt_len: float, completion_len: float,
       once the last tensor saved for backward exists again, so each layer's final
       matmul, whose output only feeds the residual add, is not redone: lora_B of
       down_proj when it is adapted, else the base down_proj. Not so when a norm
-      follows the MLP (Gemma2/3, ``norms_per_layer`` = 4: the norm saves its input),
+      follows the MLP (Gemma2/3, OLMo2: ``post_mlp_norm``, the norm saves its input),
       nor for MoE (whole layer counted). HF's ``gradient_checkpointing_enable`` also
       makes the embedding output require grad, which adds layer 0's dL/dx products.
 
@@ -463,14 +491,15 @@ def learning_flops(arch: ArchSpec, *, prompt_len: float, completion_len: float,
 
 def _recompute_per_token(arch: ArchSpec, lora: LoRASpec | None) -> float:
     """Layer matmuls redone per token by non-reentrant checkpointing: the forward minus
-    each layer's last product, whose output nothing saves (see `learning_flops`)."""
-    layers = arch.num_layers * _layer_forward_per_token(arch, lora)
-    if arch.num_experts or arch.norms_per_layer >= 4:
-        return layers
-    down = _layer_linears(arch)[-1]
-    last = 2.0 * lora.rank * down.fan_out if _adapted(down, lora) \
-        else 2.0 * down.fan_in * down.fan_out
-    return layers - arch.num_layers * last
+    each layer's last product, whose output nothing saves (see `learning_flops`); the whole
+    forward of a MoE layer and of a layer whose MLP output feeds a norm."""
+    def layer(dense: bool) -> float:
+        full = _layer_forward_per_token(arch, lora, dense)
+        if (arch.num_experts and not dense) or arch.post_mlp_norm:
+            return full
+        down = _layer_linears(arch, dense)[-1]
+        return full - (2.0 * lora.rank * down.fan_out if _adapted(down, lora) else 2.0 * down.fan_in * down.fan_out)
+    return _per_layer(arch, layer)
 
 
 def reward_flops(reward: RewardModelSpec | None, *, prompt_len: float, completion_len: float,
@@ -483,7 +512,7 @@ def reward_flops(reward: RewardModelSpec | None, *, prompt_len: float, completio
     if reward is None:
         return 0.0
     arch, t = reward.arch, p + c
-    per_token = arch.num_layers * _layer_forward_per_token(arch, None) \
+    per_token = _per_layer(arch, lambda dense: _layer_forward_per_token(arch, None, dense)) \
         + reward.head_flops_per_token()
     return seqs * (t * per_token + attention_flops(arch, t, causal=causal))
 

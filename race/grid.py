@@ -45,10 +45,10 @@ def shares_prefix(config: GridConfig) -> bool:
     race.backends.lean: Llama-family models, ``grpo.fast_path`` on, no gradient checkpointing)."""
     if not config.grpo.fast_path or config.grpo.grad_checkpointing:
         return False
-    from race.backends import LEAN_MODEL_TYPES
+    from race.architectures import LEAN_MODEL_TYPES, model_type_of
     from race.models import load_hf_config
 
-    return load_hf_config(config.model).get("model_type") in LEAN_MODEL_TYPES
+    return model_type_of(load_hf_config(config.model)) in LEAN_MODEL_TYPES
 
 
 def grouped_learning(cost, prompt_lens, completion_lens, group, *, shared_prefix: bool) -> float:
@@ -75,6 +75,7 @@ class Plan:
     prompt_len: float
     completion_len: float
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()         # FLOP-count assumptions (grid.flop_warnings): never silent
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -89,6 +90,7 @@ class Plan:
             "seeds": c.seeds, "pilots": len(self.schedules) * c.seeds, "grid_flops": self.grid_flops,
             "prompt_len": self.prompt_len, "completion_len": self.completion_len,
             "schedules": [s.to_dict() for s in self.schedules], "notes": list(self.notes),
+            "flop_warnings": list(self.warnings),
         }
         if c.full_run_budget:
             d["full_run_budget"] = c.full_run_budget
@@ -116,7 +118,7 @@ class CostModel:
                  prompt_len: float, completion_len: float):
         self.c, self.arch, self.reward = config, arch, reward
         self.P, self.C = prompt_len, completion_len
-        self.lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
+        self.lora = lora_spec(config, arch)
         self.shared_prefix = shares_prefix(config)
         self._cache: dict[tuple[int, int, int], StepCost] = {}
         self._seq_cache: dict[tuple[float, float, int], float] = {}
@@ -268,12 +270,75 @@ def plan_schedule(cm: CostModel, rho: float) -> Schedule:
 
 
 def reward_spec(config: GridConfig) -> F.RewardModelSpec | None:
-    """The reward model whose forward counts in C_reward (None for rule-based rewards)."""
+    """The reward model whose forward counts in C_reward (None for rule-based rewards); an
+    architecture outside race.architectures' table is refused unless ``allow_approximate_flops``."""
     if config.reward.kind in ("prm", "proxy-prm"):
         from race.models import load_reward_model
 
-        return load_reward_model(config.reward.model)
+        return load_reward_model(config.reward.model, allow_approximate=config.allow_approximate_flops)
     return None
+
+
+def policy_reading(config: GridConfig):
+    """``race.architectures.ArchReading`` of the policy: refused (one line) when its model type is
+    outside the architecture table, unless ``allow_approximate_flops``."""
+    from race.models import load_arch_reading
+
+    return load_arch_reading(config.model, allow_approximate=config.allow_approximate_flops)
+
+
+def policy_arch(config: GridConfig) -> F.ArchSpec:
+    return policy_reading(config).arch
+
+
+def lora_spec(config: GridConfig, arch: F.ArchSpec) -> F.LoRASpec:
+    """The policy's adapters: ``lora.targets`` resolved against its family (a target matching no
+    module, or part of a fused module, is a one-line ConfigError)."""
+    from race.architectures import resolve_lora_targets
+    from race.config import ConfigError
+
+    try:
+        roles = resolve_lora_targets(arch, config.lora.targets)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return F.LoRASpec(rank=config.lora.rank, target_modules=roles)
+
+
+def flop_warnings(config: GridConfig, *, prompt_len: float | None = None) -> tuple[str, ...]:
+    """Every assumption the FLOP count of this config makes, one line each: an architecture read
+    approximately (policy or reward model), local attention counted as full, LoRA that reaches
+    fewer modules than its roles name (MoE). Empty when every figure is exact."""
+    from race.architectures import UnsupportedArchitecture, lora_note, sliding_window_warning
+    from race.models import load_arch_reading
+
+    reading = policy_reading(config)
+    out = list(reading.warnings)
+    longest = float(prompt_len if prompt_len is not None else config.prompt_len) + config.grpo.max_completion_len
+    note = sliding_window_warning(reading.arch, longest)
+    if note:
+        out.append(note)
+    note = lora_note(reading.arch, lora_spec(config, reading.arch).target_modules)
+    if note:
+        out.append(note)
+    if config.reward.kind in ("prm", "proxy-prm"):
+        rm = load_arch_reading(config.reward.model, allow_approximate=config.allow_approximate_flops,
+                               what="reward model")
+        out += list(rm.warnings)
+        note = sliding_window_warning(rm.arch, longest)
+        if note:
+            out.append(note)
+    judge = config.eval.judge_model
+    if judge:            # scores evaluations only (outside C_total), but its FLOPs are reported too
+        try:
+            reading = load_arch_reading(judge, allow_approximate=config.allow_approximate_flops,
+                                        what="judge model")
+        except UnsupportedArchitecture:
+            raise
+        except ValueError:          # a hub id RACE has no config for: read when the pilot loads it
+            reading = None
+        if reading is not None:
+            out += list(reading.warnings)
+    return tuple(out)
 
 
 def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
@@ -284,11 +349,9 @@ def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
     (the pilot runner passes the calibrated ones). Raises ``ConfigError`` naming
     the first unreachable ρ.
     """
-    from race.models import load_arch
-
     P = float(prompt_len if prompt_len is not None else config.prompt_len)
     C = float(completion_len if completion_len is not None else config.completion_len)
-    arch = arch or load_arch(config.model)
+    arch = arch or policy_arch(config)
     cm = CostModel(config, arch, reward_spec(config), P, C)
     schedules = tuple(plan_schedule(cm, rho) for rho in config.grid)
     from race.memory import check_fits, schedule_memory
@@ -301,4 +364,5 @@ def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
     if not config.learning_rate.fixed and len({s.learning_rate for s in schedules}) > 1:
         notes.append("learning rate follows the √B rule per point (set learning_rate.fixed to hold it)")
     return Plan(config=config, schedules=schedules, prompt_len=P, completion_len=C, notes=tuple(notes),
+                warnings=flop_warnings(config, prompt_len=P),
                 extra={"memory": [{"rho_target": s.rho_target, **est.to_dict()} for s, est in zip(schedules, memory)]})

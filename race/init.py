@@ -64,9 +64,11 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
              reward_model: str | None = None, share: float = DEFAULT_SHARE,
              grid: Sequence[float] | str | None = None, seeds: int = 2, prompt_len: float = 256,
              completion_len: float = 512, max_completion_len: int = 1024, gpu_memory: str | None = None,
-             lora_rank: int = 8, name: str | None = None, eval_prompts: int = EVAL_PROMPTS) -> dict[str, Any]:
+             lora_rank: int = 8, name: str | None = None, eval_prompts: int = EVAL_PROMPTS,
+             allow_approximate: bool = False) -> dict[str, Any]:
     """The config mapping ``race init`` writes (see the module docstring for the sizing);
-    ``eval_prompts``: held-out prompts per pilot evaluation (at most what the dataset holds)."""
+    ``eval_prompts``: held-out prompts per pilot evaluation (at most what the dataset holds);
+    ``allow_approximate``: count a model type outside the architecture table anyway (warned)."""
     full = parse_flops(full_run, "full run budget")
     if not 0.0 < share <= 1.0:
         raise ConfigError(f"share {share!r} is outside (0, 1]: expected the fraction of the full run spent on pilots")
@@ -85,6 +87,7 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
         "eval": {"prompts": eval_prompts, "samples": 4},
         "backend": "auto",
         **({"gpu_memory": gpu_memory} if gpu_memory else {}),
+        **({"allow_approximate_flops": True} if allow_approximate else {}),
     }
 
 
@@ -134,13 +137,12 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     from race import __version__
     from race import flops as F
     from race.report import fmt_flops
-    from race.grid import CostModel, plan_grid, reward_spec
-    from race.models import load_arch
+    from race.grid import CostModel, lora_spec, plan_grid, policy_arch, reward_spec
 
     cfg = config_from_dict(raw)
-    arch = load_arch(cfg.model)
+    arch = policy_arch(cfg)
     plan = plan_grid(cfg, arch=arch)
-    lora = F.LoRASpec(rank=cfg.lora.rank, target_modules=tuple(cfg.lora.targets))
+    lora = lora_spec(cfg, arch)
     per_token = F.forward_flops_per_token(arch, cfg.prompt_len + cfg.completion_len / 2)
     on_policy = CostModel(cfg, arch, reward_spec(cfg), cfg.prompt_len, cfg.completion_len).cost(
         cfg.schedule.n_train, 1).per_prompt          # the planner's own cost of one on-policy prompt
@@ -165,6 +167,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
                     f"{full_steps:,} in the full run")
     head.append(f"  grid: {fmt_flops(plan.grid_flops)} FLOPs = {plan.grid_flops / cfg.full_run_budget:.1%} of the "
                 "full run")
+    head += [f"WARNING: {w}" for w in plan.warnings]
     return "\n".join(f"# {line}".rstrip() for line in head) + "\n" + _yaml(raw)
 
 
@@ -178,6 +181,7 @@ _COMMENTS = {
     "max_completion_len": "hard cap on new tokens per rollout",
     "backend": "auto: vLLM when installed and a GPU is present, else Transformers",
     "gpu_memory": "`race plan` refuses schedules estimated above it",
+    "allow_approximate_flops": "the model type is outside RACE's architecture table: FLOPs are approximate",
     "micro_batch": "sequences per update forward/backward: the largest that fits gpu_memory",
     "grad_checkpointing": "needed to fit gpu_memory (its recomputation is counted in C_learning)",
 }

@@ -221,11 +221,10 @@ def schedule_memory(config, schedule, *, prompt_len: float, arch: F.ArchSpec | N
     """The estimate for one planned schedule of ``config`` (bf16 weights by default). A vLLM
     engine sleeps during the update when ``vllm_sleep`` says so, or, when it is None, as
     ``config.vllm_sleep`` decides against ``gpu_bytes`` (default: ``config.gpu_memory``)."""
-    from race.grid import reward_spec
-    from race.models import load_arch
+    from race.grid import lora_spec, policy_arch, reward_spec
 
-    arch = arch or load_arch(config.model)
-    lora = F.LoRASpec(rank=config.lora.rank, target_modules=tuple(config.lora.targets))
+    arch = arch or policy_arch(config)
+    lora = lora_spec(config, arch)
 
     def est(sleep: bool) -> MemoryEstimate:
         return estimate_memory(arch, lora, prompt_len=prompt_len, completion_len=config.grpo.max_completion_len,

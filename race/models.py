@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from race.architectures import ArchReading, read_arch
 from race.flops import ArchSpec, RewardModelSpec
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
@@ -95,15 +96,22 @@ def load_hf_config(name_or_path: str) -> dict:
     return _resolve(name_or_path)[1]
 
 
-def load_arch(name_or_path: str) -> ArchSpec:
+def load_arch_reading(name_or_path: str, *, allow_approximate: bool = False, what: str = "model") -> ArchReading:
+    """``race.architectures.read_arch`` of a model named like `load_hf_config`: the spec, the
+    family it was read as, and warnings. An architecture outside the table is refused
+    (``UnsupportedArchitecture``, one line) unless ``allow_approximate``."""
+    name, cfg = _resolve(name_or_path)
+    return read_arch(cfg, name=name, allow_approximate=allow_approximate, what=what)
+
+
+def load_arch(name_or_path: str, *, allow_approximate: bool = False) -> ArchSpec:
     """``ArchSpec`` of a model, named like `load_hf_config`; its name is the HF id
     (as shipped) or the folder / file name."""
-    name, cfg = _resolve(name_or_path)
-    return ArchSpec.from_hf_config(cfg, name=name)
+    return load_arch_reading(name_or_path, allow_approximate=allow_approximate).arch
 
 
-def load_reward_model(name_or_path: str) -> RewardModelSpec:
-    """``RewardModelSpec`` from the config's ``architectures``:
+def reward_model_spec(cfg: dict, name: str, *, allow_approximate: bool = False) -> RewardModelSpec:
+    """``RewardModelSpec`` from a reward model's config dict, by its ``architectures``:
 
     - ``*ForProcessRewardModel`` (Qwen2.5-Math-PRM): head Linear(h, h), ReLU,
       Linear(h, 2) on every token;
@@ -112,8 +120,7 @@ def load_reward_model(name_or_path: str) -> RewardModelSpec:
       labels from ``num_labels`` or ``id2label`` (transformers' default: 2);
     - anything else: a scalar head Linear(h, 1) on the model's body.
     """
-    name, cfg = _resolve(name_or_path)
-    arch = ArchSpec.from_hf_config(cfg, name=name)
+    arch = read_arch(cfg, name=name, allow_approximate=allow_approximate, what="reward model").arch
     architecture = (cfg.get("architectures") or [""])[0]
     if architecture.endswith("ForProcessRewardModel"):
         return RewardModelSpec(arch, num_labels=2, head_hidden_size=arch.hidden_size)
@@ -123,3 +130,9 @@ def load_reward_model(name_or_path: str) -> RewardModelSpec:
         labels = cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 2
         return RewardModelSpec(arch, num_labels=int(labels))
     return RewardModelSpec(arch, num_labels=1)
+
+
+def load_reward_model(name_or_path: str, *, allow_approximate: bool = False) -> RewardModelSpec:
+    """``RewardModelSpec`` of a reward model named like `load_hf_config` (`reward_model_spec`)."""
+    name, cfg = _resolve(name_or_path)
+    return reward_model_spec(cfg, name, allow_approximate=allow_approximate)

@@ -131,21 +131,40 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
 
     from transformers.utils import logging as hf_logging
 
+    from race.architectures import (EXPERTS_IMPLEMENTATION, FAMILIES, UnsupportedArchitecture, check_adapted_modules,
+                                    peft_target_modules)
     from race.backends.hf import load_causal_lm
+    from race.grid import lora_spec, policy_arch
     from race.models import resolve_model_path
 
     hf_logging.disable_progress_bar()
+    arch = policy_arch(config)
+    lora = lora_spec(config, arch)
     path = resolve_model_path(config.model)
     tok = AutoTokenizer.from_pretrained(path)
-    model = load_causal_lm(path, **model_load_kwargs(device)).to(device)
+    kw = model_load_kwargs(device)
+    if arch.num_experts:      # the experts implementation the FLOP count is verified against
+        kw["experts_implementation"] = EXPERTS_IMPLEMENTATION
+    model = load_causal_lm(path, **kw).to(device)
     from race.backends.lean import LeanLM, supports
 
     if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:
         model.requires_grad_(False)
-        return tok, LeanLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=config.lora.targets), path
+        return tok, LeanLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules), path
+    targets = peft_target_modules(arch, lora.target_modules)
+    exact = arch.model_type in FAMILIES
+    if not exact:             # an approximate reading (allow_approximate_flops): the role names the model has
+        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        targets = [t for t in targets if t in present]
+        if not targets:
+            raise UnsupportedArchitecture(f"model type {arch.model_type!r} has none of the LoRA modules "
+                                          f"{', '.join(lora.target_modules)}: RACE cannot place adapters on it")
     lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
-                      target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
+                      target_modules=targets, task_type="CAUSAL_LM")
     policy = get_peft_model(model, lcfg)
+    if exact:                 # the adapters peft built must be the ones the FLOP count assumes (one line if not)
+        check_adapted_modules(arch, lora, [name for name, mod in policy.named_modules()
+                                           if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {})])
     if config.grpo.grad_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy.train()          # HF checkpoints only in training mode (dropout is 0: nothing else changes)
@@ -166,15 +185,15 @@ def backend_options(config: GridConfig, name: str, *, device: str = "cpu", sched
         return {"sleep": True} if config.vllm_sleep == "on" else {}
     import torch
 
+    from race.grid import lora_spec, policy_arch
     from race.memory import estimate_memory, schedule_memory, vllm_memory_fraction, wants_vllm_sleep
-    from race.models import load_arch
 
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
     if schedule is not None:
         est = schedule_memory(config, schedule, prompt_len=config.prompt_len, vllm_sleep=False)
     else:
-        est = estimate_memory(load_arch(config.model), F.LoRASpec(rank=config.lora.rank,
-                                                                  target_modules=tuple(config.lora.targets)),
+        arch = policy_arch(config)
+        est = estimate_memory(arch, lora_spec(config, arch),
                               prompt_len=config.prompt_len, completion_len=config.grpo.max_completion_len,
                               rollouts=64 * 4, train_sequences=1, sampler="vllm")
     return {"gpu_memory_utilization": vllm_memory_fraction(est, total),
@@ -254,8 +273,7 @@ class PilotEngine:
     def __init__(self, config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu"):
         import torch
 
-        from race.grid import reward_spec
-        from race.models import load_arch
+        from race.grid import lora_spec, policy_arch, reward_spec
         from race.rewards import build_reward
 
         self.config, self.schedule, self.device = config, schedule, device
@@ -267,8 +285,8 @@ class PilotEngine:
         # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
         self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
         g = config.grpo
-        self.meter = FlopMeter(load_arch(config.model),
-                               F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
+        arch = policy_arch(config)
+        self.meter = FlopMeter(arch, lora_spec(config, arch),
                                reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
                                g.grad_checkpointing)
         self.reward_fn = build_reward(config, device=device)

@@ -121,6 +121,8 @@ def render_plan(plan, fmt: str = "text") -> str:
     parts = [_heading("RACE plan", fmt), _lines(head, fmt), _table(rows, headers, fmt)]
     if plan.notes:
         parts.append(_lines(list(plan.notes), fmt))
+    if getattr(plan, "warnings", ()):
+        parts.append(_lines([f"warning: {w}" for w in plan.warnings], fmt))
     return "\n\n".join(parts) + "\n"
 
 
@@ -217,7 +219,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if others:
         parts.append(_heading("other targets", fmt))
         parts.append(_targets_table(others, fmt))
-    notes = ([meta["reward_warning"]] if meta.get("reward_warning") else []) + list(diag.warnings)
+    notes = list(meta.get("flop_warnings") or []) + ([meta["reward_warning"]] if meta.get("reward_warning") else []) \
+        + list(diag.warnings)
     if notes:
         parts.append(_lines([f"warning: {w}" for w in notes], fmt))
     return "\n\n".join(parts) + "\n"

@@ -309,6 +309,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
         get_reward(config.reward.function)
     check_task_size(config)
+    from race.grid import flop_warnings
+
+    flop_warnings(config)        # an architecture RACE cannot count, or a LoRA target no module has, stops here
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
@@ -341,6 +344,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         reward = config.reward.kind + (f" ({config.reward.function})" if config.reward.kind == "custom" else "")
         meta = {"model": config.model, "reward": reward, "backend": backend, "task": config.task,
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
+        if plan.warnings:
+            meta["flop_warnings"] = list(plan.warnings)
+            if not quiet:
+                for w in plan.warnings:
+                    print(f"warning: {w}", file=sys.stderr, flush=True)
         warning = cal.reward_warning()
         if warning:
             meta["reward_warning"] = warning
@@ -401,6 +409,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
                       diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
                       meta={"backend": info.meta.get("backend"), "device": device, "storage": st.masked,
                             "study": st.name, **({"adaptive": ADAPTIVE_ATTRS[policy]["policy"]} if policy else {}),
+                            **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings") else {}),
                             **({"failed": list(failed)} if failed else {})})
         save_results(out_dir, res)
         return res

@@ -360,6 +360,13 @@ def _norm(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+def _fill_missing(stored: Any, defaults: Any) -> Any:
+    """``stored`` with the keys it lacks taken from ``defaults``, recursively (mappings only)."""
+    if not isinstance(stored, dict) or not isinstance(defaults, dict):
+        return stored
+    return {**defaults, **{k: _fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
+
+
 def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
@@ -487,7 +494,10 @@ class Store:
         """Refuse to resume with a config other than the study's (one line naming the difference)."""
         assert self.info is not None
         here = {k: v for k, v in _norm(config).items() if k != "name"}
-        there = {k: v for k, v in self.info.config.items() if k != "name"}
+        from race.config import default_settings
+
+        # a setting added after the study was created ran at its default there
+        there = {k: v for k, v in _fill_missing(self.info.config, _norm(default_settings())).items() if k != "name"}
         if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
             raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
                              f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"

@@ -47,3 +47,14 @@ def untimed_diagnosis(d: dict) -> dict:
         for p in v.get("points", []):
             p.pop("seconds", None)
     return d
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per model type from tests/test_architectures.py (FLOPs and parameters vs torch)."""
+    module = sys.modules.get("tests.test_architectures") or sys.modules.get("test_architectures")
+    rows = getattr(module, "_ROWS", None)
+    if rows:
+        terminalreporter.write_line("")
+        terminalreporter.write_line("FLOP accuracy per model type (RACE vs FlopCounterMode; parameters vs torch / peft):")
+        for row in rows:
+            terminalreporter.write_line("  " + row)

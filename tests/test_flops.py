@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from race.architectures import read_arch
 from race.flops import (ArchSpec, LoRASpec, RewardModelSpec, attention_flops, forward_flops,
                         forward_flops_per_token, learning_flops, lora_param_count, matmul_params,
                         param_count, reward_flops, search_flops, summarize)
@@ -149,32 +150,32 @@ def test_summarize_is_json_ready():
     (lambda: LoRASpec(rank=0), "rank"),
     (lambda: LoRASpec(target_modules=("q_proj", "lm_head")), "lm_head"),
     (lambda: ArchSpec("x", 64, 2, 6, 4, 16, 96, 10, True), "num_kv_heads"),
-    (lambda: ArchSpec.from_hf_config({"hidden_size": 64, "num_attention_heads": 4}),
-     "num_hidden_layers"),
+    (lambda: read_arch({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "num_hidden_layers": "two"}), "num_hidden_layers"),
 ])
 def test_bad_input_names_the_value(call, message):
     with pytest.raises(ValueError, match=message):
         call()
 
 
-def test_from_hf_config_families():
-    mixtral = ArchSpec.from_hf_config({
+def test_read_arch_families():
+    mixtral = read_arch({
         "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2})
+        "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}).arch
     assert (mixtral.num_experts, mixtral.moe_intermediate_size) == (8, 14336)
     assert not mixtral.tie_word_embeddings
     assert param_count(mixtral) == pytest.approx(46.7e9, rel=0.01)   # "46.7B"
     assert matmul_params(mixtral) == pytest.approx(12.9e9, rel=0.02)  # "12.9B active"
-    gemma = ArchSpec.from_hf_config({"model_type": "gemma", "hidden_size": 3072,
+    gemma = read_arch({"model_type": "gemma", "hidden_size": 3072,
                                      "intermediate_size": 24576, "num_hidden_layers": 28,
                                      "num_attention_heads": 16, "num_key_value_heads": 16,
-                                     "head_dim": 256, "vocab_size": 256000})
+                                     "head_dim": 256, "vocab_size": 256000}).arch
     assert gemma.tie_word_embeddings and gemma.head_dim == 256
     assert param_count(gemma) == pytest.approx(8.54e9, rel=0.01)     # Gemma-7B: 8.54B
-    nested = ArchSpec.from_hf_config({"model_type": "x", "text_config": {
+    nested = read_arch({"model_type": "x", "text_config": {"model_type": "llama",
         "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 96, "vocab_size": 10}}, name="vlm")
+        "intermediate_size": 96, "vocab_size": 10}}, name="vlm").arch
     assert nested.name == "vlm" and nested.hidden_size == 64
     assert ArchSpec(**QWEN15.to_dict()) == QWEN15
 
@@ -224,6 +225,6 @@ def test_param_counts_match_torch(bench, arch):
     model, spec = bench.build_model(arch)
     assert param_count(spec) == sum(p.numel() for p in model.parameters())
     if arch in ("qwen2", "qwen3"):
-        peft_model, lora = bench.add_lora(model)
+        peft_model, lora = bench.add_lora(model, spec)
         trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
         assert lora_param_count(spec, lora) == trainable

@@ -146,7 +146,9 @@ def test_grouped_update_flops_match_the_counter():
     with FlopCounterMode(display=False) as counter:
         logp, _ = grpo.completion_logprobs(lean, b)
         logp.sum().backward()
-    arch = F.ArchSpec.from_hf_config(model.config.to_dict())
+    from race.architectures import read_arch
+
+    arch = read_arch(model.config.to_dict()).arch
     lora = F.LoRASpec(rank=4, target_modules=TARGETS)
 
     def cost(p, c):

@@ -222,9 +222,9 @@ def test_spec_from_a_loaded_config_matches_the_shipped_one(name):
 
     from race.flops import reward_flops
     from race.models import load_reward_model
-    from race.rewards.prm import _spec_from_config
+    from race.models import reward_model_spec
 
-    a = _spec_from_config(AutoConfig.from_pretrained(ASSETS / name), name)
+    a = reward_model_spec(AutoConfig.from_pretrained(ASSETS / name).to_dict(), name)
     b = load_reward_model(f"race/{name}")
     assert reward_flops(a, prompt_len=6, completion_len=22, sequences=3) == \
         reward_flops(b, prompt_len=6, completion_len=22, sequences=3) > 0

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import importlib
 
-# model_type values the lean training path (race.backends.lean) runs; here, torch-free, so that
-# the planner (race.grid.shares_prefix) can ask without importing torch.
-LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+# model_type values the lean training path (race.backends.lean) runs: kept beside the architecture
+# table (torch-free), so that the planner (race.grid.shares_prefix) can ask without importing torch.
+from race.architectures import LEAN_MODEL_TYPES  # noqa: E402,F401
 
 BACKENDS = {
     "hf": "race.backends.hf:HFBackend",

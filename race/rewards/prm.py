@@ -110,7 +110,7 @@ class ProcessRewardModel:
         import torch
         from transformers import AutoConfig, AutoTokenizer
 
-        from race.models import load_reward_model, resolve_model_path
+        from race.models import load_reward_model, resolve_model_path, reward_model_spec
 
         if aggregation not in AGGREGATIONS:
             raise PRMError(f"aggregation {aggregation!r} is unknown: expected one of {', '.join(AGGREGATIONS)}")
@@ -141,10 +141,11 @@ class ProcessRewardModel:
         if attn_implementation:
             kw["attn_implementation"] = attn_implementation
         self.model = self._load(arch, kw).to(device).eval()
+        # planning has already refused an architecture RACE cannot count (or the user opted in)
         try:
-            self.spec = load_reward_model(self.path)          # shipped configs and local folders
-        except ValueError:                                     # a hub id RACE has no config for
-            self.spec = _spec_from_config(config, model)
+            self.spec = load_reward_model(self.path, allow_approximate=True)   # shipped configs, local folders
+        except ValueError:                                                    # a hub id RACE has no config for
+            self.spec = reward_model_spec(config.to_dict(), model, allow_approximate=True)
 
     def _load(self, arch: str, kw: dict):
         from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
@@ -222,19 +223,6 @@ class ProcessRewardModel:
 
     def __call__(self, prompt: str, completion: str, reference: str) -> float:
         return self.score_batch([prompt], [completion], [reference]).scores[0]
-
-
-def _spec_from_config(config, name: str):
-    """``RewardModelSpec`` from a loaded config (the rules of ``race.models.load_reward_model``)."""
-    from race.flops import ArchSpec, RewardModelSpec
-
-    arch = ArchSpec.from_hf_config(config.to_dict(), name=name)
-    kind = (getattr(config, "architectures", None) or [""])[0]
-    if kind.endswith("ForProcessRewardModel"):
-        return RewardModelSpec(arch, num_labels=2, head_hidden_size=arch.hidden_size)
-    if kind.endswith("ForRewardModel"):
-        return RewardModelSpec(arch, num_labels=1, head_hidden_size=arch.hidden_size)
-    return RewardModelSpec(arch, num_labels=int(getattr(config, "num_labels", 1) or 1))
 
 
 def build_prm(reward, *, task: str = "", device: str = "cpu") -> ProcessRewardModel:

@@ -37,6 +37,13 @@ rm -f "$DIR/pw"
   -o "-c listen_addresses=127.0.0.1 -p $PORT -k $DIR -c fsync=off -c max_connections=200" start >/dev/null
 "${AS[@]}" "$BIN/psql" -h "$DIR" -p "$PORT" -U postgres -q -v ON_ERROR_STOP=1 \
   -c "CREATE ROLE race LOGIN PASSWORD '$PASSWORD'" -c "CREATE DATABASE race OWNER race" >/dev/null
+# a second role whose password holds every character URL syntax makes awkward (/ @ : % space, non-ASCII):
+# tests/test_urls.py checks it appears in no output, file or stored attribute
+HOSTILE="h/st@le:pa%ss wörd-$(python3 -c 'import secrets; print(secrets.token_hex(4))')"
+PGCLIENTENCODING=UTF8 "${AS[@]}" "$BIN/psql" -h "$DIR" -p "$PORT" -U postgres -q -v ON_ERROR_STOP=1 \
+  -c "CREATE ROLE race_hostile LOGIN PASSWORD '$HOSTILE'" -c "CREATE DATABASE race_hostile OWNER race_hostile" >/dev/null
+HOSTILE_Q=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$HOSTILE")
 log "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT (data in $DIR)"
 echo "export RACE_TEST_POSTGRES_URL='postgresql://race:$PASSWORD@127.0.0.1:$PORT/race'"
+echo "export RACE_TEST_POSTGRES_HOSTILE_URL='postgresql://race_hostile:$HOSTILE_Q@127.0.0.1:$PORT/race_hostile'"
 echo "trap '${AS[*]} $BIN/pg_ctl -D $DIR/data -m immediate stop >/dev/null 2>&1 || true' EXIT"

@@ -27,7 +27,8 @@ Layout of a study (docs/storage.md):
   (``optuna.storages.fail_stale_trials``) and its grid point enqueued again. A process that
   finds a RUNNING trial owned by a dead process on its own machine fails it at once.
 
-Storage URLs may carry passwords: :func:`mask_url` is applied to every message.
+Storage URLs may carry passwords: ``race.urls`` (SQLAlchemy's URL parser) masks them in every
+message and every stored value, and refuses URLs whose password cannot be told apart.
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ import base64
 import json
 import math
 import os
-import re
 import socket
 import struct
 import sys
@@ -50,6 +50,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
+from race import urls
 from race.config import ConfigError
 from race.records import Diagnosis, PilotResult
 
@@ -80,36 +81,16 @@ class StoreError(ConfigError):
     """A storage problem a user can act on; the message is one line and never shows a password."""
 
 
-# ---------------------------------------------------------------- URLs
+# ---------------------------------------------------------------- URLs (race.urls)
 
-_PW_IN_NETLOC = re.compile(r"(?P<pre>://[^/@:\s]*:)(?P<pw>[^@/\s]*)(?P<post>@)")
-_PW_IN_QUERY = re.compile(r"(?P<pre>[?&]password=)(?P<pw>[^&\s'\"]*)", re.IGNORECASE)
-
-
-def mask_url(text: str) -> str:
-    """``scheme://user:secret@host/db`` → ``scheme://user:***@host/db`` (also ``?password=``);
-    works on any text that contains such URLs."""
-    text = _PW_IN_NETLOC.sub(lambda m: m.group("pre") + "***" + m.group("post"), text)
-    return _PW_IN_QUERY.sub(lambda m: m.group("pre") + "***", text)
-
-
-def _passwords(url: str) -> list[str]:
-    return [m.group("pw") for rx in (_PW_IN_NETLOC, _PW_IN_QUERY) for m in rx.finditer(url) if m.group("pw")]
+def mask_url(url: str) -> str:
+    """``race.urls.masked``: the URL with its password shown as ``***``."""
+    return urls.masked(url)
 
 
 def default_url(out_dir: str) -> str:
     """The default storage of a grid: an SQLite file in its output folder."""
     return "sqlite:///" + os.path.abspath(os.path.join(out_dir, "race.db"))
-
-
-def _journal_path(url: str) -> str | None:
-    if url.startswith("journal://"):
-        return url[len("journal://"):]
-    if url.startswith("journal:"):
-        return url[len("journal:"):]
-    if "://" not in url and url.endswith((".log", ".journal", ".jsonl")):
-        return url
-    return None
 
 
 class _JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
@@ -176,8 +157,9 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
     file storage). Unreachable or malformed storages raise ``StoreError`` (one line, masked)."""
     heartbeat = max(1, int(heartbeat))
     grace = GRACE_FACTOR * heartbeat
-    masked = mask_url(url)
-    path = _journal_path(url)
+    urls.check(url)
+    masked = urls.masked(url)
+    path = urls.journal_path(url)
     try:
         if path is not None:
             from optuna.storages.journal import JournalFileBackend
@@ -232,10 +214,7 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
 
 def _first_line(e: BaseException, url: str = "") -> str:
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
-    text = msg[0] if msg else type(e).__name__
-    for pw in _passwords(url):
-        text = text.replace(pw, "***")
-    return mask_url(text)
+    return urls.redact(msg[0] if msg else type(e).__name__, url)
 
 
 # ---------------------------------------------------------------- compact values
@@ -398,7 +377,8 @@ class Store:
     """One RACE study in one optuna storage."""
 
     def __init__(self, url: str, study_name: str, *, heartbeat: int = DEFAULT_HEARTBEAT):
-        self.url, self.masked, self.name = url, mask_url(url), study_name
+        urls.check(url)
+        self.url, self.masked, self.name = url, urls.masked(url), study_name
         self.heartbeat = max(1, int(heartbeat))
         self.storage = open_storage(url, heartbeat=self.heartbeat, on_stale=self._on_stale)
         self.me = owner_info()

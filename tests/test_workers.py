@@ -76,9 +76,9 @@ def test_workers_share_a_study(kind, tmp_path):
                          cwd=ROOT, timeout=120)
     assert rep.returncode == 0 and rep.stdout == stdout and "RACE diagnosis" in stdout
     if kind == "postgres":   # the password of the storage URL is in no output and no file
-        from race.store import _passwords
+        from race.urls import passwords
 
-        secret = _passwords(url)[0]
+        secret = passwords(url)[0]
         texts = [*read(tmp_path / "coord"), *read(tmp_path / "w0"), *read(tmp_path / "w1"), rep.stdout, rep.stderr,
                  open(tmp_path / "coord" / "results.json").read()]
         assert all(secret not in t for t in texts)

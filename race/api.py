@@ -58,6 +58,9 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         allow_approximate: count a model type outside RACE's architecture table anyway (as a
             Llama-style decoder); the diagnosis then carries the warning. Without it such a model
             raises ``race.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.
+
+    Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
+    the one-line message the CLI prints where it exits 2; it never returns None.
     """
     from race.runner import run_grid
 
@@ -67,4 +70,13 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     os.makedirs(out, exist_ok=True)
     results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
                        adaptive_share=adaptive_share)
+    from race.errors import PilotsFailed, RaceError
+    from race.results import failure_message
+
+    failed = failure_message(results)
+    if failed:                          # the CLI exits 2 with this line; the API raises it
+        raise PilotsFailed(failed)
+    if results.diagnosis is None:
+        raise RaceError(f"the grid in {out} ended without a diagnosis: no pilot finished "
+                        f"(results.json there lists what ran)")
     return results.diagnosis

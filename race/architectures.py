@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from race.errors import RaceError
 from race.flops import LORA_TARGETS, ArchSpec
 
 ROLES = LORA_TARGETS      # q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
@@ -43,7 +44,7 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 EXPERTS_IMPLEMENTATION = "eager"
 
 
-class UnsupportedArchitecture(ValueError):
+class UnsupportedArchitecture(RaceError):
     """A model type (or a feature of one) RACE cannot count exactly; the message is one line."""
 
 

@@ -35,7 +35,62 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _save_traceback(argv: list[str]) -> str:
+    """Write the current exception's traceback (storage passwords redacted) to a file; its path."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    from race import urls
+
+    text = "race " + " ".join(argv) + "\n\n" + traceback.format_exc()
+    for arg in argv:
+        if "://" in arg:
+            text = urls.redact(text, arg)
+    path = os.path.join(tempfile.gettempdir(), f"race-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+class _OneLineGroup(click.Group):
+    """A click group whose every error is exactly one line on stderr: ``Error: …`` and exit 2
+    for bad input (click's own usage errors included: no ``Usage:`` / ``Try`` lines), and for an
+    internal error one line naming it and the file its traceback was saved to (exit 1)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            click.echo(f"Error: {_one_line(e.format_message())}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
+            path = _save_traceback(argv)
+            from race import urls
+
+            what = _one_line(f"{type(e).__name__}: {e}")
+            for arg in argv:
+                if "://" in arg:
+                    what = urls.redact(what, arg)
+            click.echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else "error"
+
+
+@click.group(cls=_OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="race-rl", prog_name="race")
 def main() -> None:
     """RACE: where should the RL post-training compute go?
@@ -256,12 +311,11 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:
             _plot(results, plot_path, quiet)
-    failed = results.meta.get("failed")
+    from race.results import failure_message
+
+    failed = failure_message(results)
     if failed:
-        raise _Failed(f"{len(failed)} pilot(s) failed — {failed[0]}"
-                      + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
-                      + f"; {len(results.pilots) - len(failed)} finished pilots are kept in {results.meta['storage']}: "
-                        "re-run the same command to retry only the failed ones")
+        raise _Failed(failed)
 
 
 def _plot(results: Any, path: str, quiet: bool) -> None:

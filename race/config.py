@@ -14,6 +14,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from race.errors import RaceError
+
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
 REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
@@ -23,7 +25,7 @@ VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
 
 
-class ConfigError(ValueError):
+class ConfigError(RaceError):
     """A bad configuration value; the message is one line and names the value."""
 
 
@@ -79,6 +81,7 @@ class RewardSettings:
     step_separator: str | None = None   # prm kinds: text between steps (None: ";" for arithmetic-steps, else "\n\n")
     trust_remote_code: bool = False     # prm kinds: allow the model's own code (Qwen2.5-Math-PRM needs it)
     batch_size: int = 64          # prm kinds: sequences per PRM forward
+    timeout: float = 60.0         # custom: seconds a batch may take (its own process; a hang fails the pilot)
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,9 @@ def _validate(c: GridConfig) -> None:
                                                  or not c.reward.step_separator):
         raise ConfigError(f"reward.step_separator {c.reward.step_separator!r} must be a non-empty string")
     _positive_int("reward.batch_size", c.reward.batch_size)
+    t = c.reward.timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ConfigError(f"reward.timeout {t!r} must be a positive number of seconds")
     if c.grpo.loss_agg not in LOSS_AGGREGATIONS:
         raise ConfigError(f"grpo.loss_agg {c.grpo.loss_agg!r} is unknown: expected one of {', '.join(LOSS_AGGREGATIONS)}")
     if c.grpo.advantage not in ADVANTAGES:

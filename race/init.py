@@ -30,9 +30,9 @@ def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
             raise ConfigError(f"reward {reward!r} needs --reward-model (a PRM id or folder)")
         return {"kind": reward, "model": reward_model}
     if ":" in reward:
-        from race.rewards import get_reward
+        from race.rewards.isolated import IsolatedReward
 
-        get_reward(reward)              # importable now, from here, or refused with the reason
+        IsolatedReward(reward).start().close()    # importable now, from here, or refused with the reason
         return {"kind": "custom", "function": reward}
     raise ConfigError(f"reward {reward!r} is unknown: expected one of {', '.join(RULE_REWARDS + MODEL_REWARDS)} "
                       "or 'module:function'")

@@ -279,3 +279,38 @@ def vllm_memory_fraction(est: MemoryEstimate, gpu_bytes: float, *, headroom: flo
     activations), as a fraction of the GPU, clamped to [0.05, 0.9]."""
     need = (est.sampling_copy + est.kv_cache + est.sampling_logits) * headroom + 0.5 * GiB
     return min(0.9, max(0.05, need / gpu_bytes))
+
+
+def _available_bytes(device: str) -> float | None:
+    """Memory a pilot could use on ``device``: free GPU memory, or the host's MemAvailable."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return float(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_host_memory(config, device: str = "cpu") -> None:
+    """Refuse, before calibration, a policy whose weights, LoRA adapters, their gradients and
+    AdamW state cannot fit the memory ``device`` has free (fp32 on CPU, bf16 weights on CUDA),
+    in one ``ConfigError`` line naming the sizes (e.g. ``lora.rank: 1000000``)."""
+    from race.config import ConfigError
+    from race.grid import lora_spec, policy_arch
+
+    arch = policy_arch(config)
+    lora = lora_spec(config, arch)
+    weights = F.param_count(arch) * (2 if str(device).startswith("cuda") else 4)
+    adapters = F.lora_param_count(arch, lora) * 4 * 4        # fp32 value, gradient, two AdamW moments
+    available = _available_bytes(device)
+    if available is not None and weights + adapters > available:
+        raise ConfigError(f"the policy needs {fmt_bytes(weights)} of weights and {fmt_bytes(adapters)} of LoRA "
+                          f"adapters with their gradients and optimizer state (lora.rank {config.lora.rank}), more "
+                          f"than the {fmt_bytes(available)} free on {device}: lower lora.rank or use a smaller model")

@@ -261,6 +261,7 @@ class StepRecord:
     flops: FlopBreakdown
     mean_reward: float
     reward_errors: int
+    reward_first_error: str | None = None
 
 
 class PilotEngine:
@@ -336,7 +337,7 @@ class PilotEngine:
         backend.resume()
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
-        return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors)
+        return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error)
 
 
 def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:
@@ -369,7 +370,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     train = load_task(config.task, split="train", seed=seed)
     evals = load_task(config.task, split="eval", n=config.eval.prompts)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
-    spent, curve, steps, errors = FlopBreakdown(), [], 0, 0
+    spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
     last_step = schedule.flops_per_step.total
     while spent.total + 0.5 * last_step <= config.budget:
         if cursor + schedule.prompts_per_step > len(order):
@@ -379,6 +380,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
         cursor += schedule.prompts_per_step
         spent, last_step, steps = spent + record.flops, record.flops.total, steps + 1
         errors += record.reward_errors
+        first_error = first_error or record.reward_first_error
         curve.append((spent.total, record.mean_reward))
         if progress:
             progress(steps, spent.total)
@@ -389,11 +391,13 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
                       judges=targets)
     engine.wall["eval"] = time.perf_counter() - t
     engine.backend.close()
+    close_reward(engine.reward_fn)
     # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
     backend = engine.backend.name + (" (sleep mode)" if getattr(engine.backend, "sleep", False) else "")
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
                        extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
+                              **({"reward_first_error": first_error} if first_error else {}),
                               "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
                               "software": software_versions()})
 
@@ -448,6 +452,9 @@ class Calibration:
         if not rc or not rc["constant"]:
             return None
         ex = rc["example"]
+        if rc.get("errors"):
+            return (f"the reward failed on {rc['errors']} of {rc['samples']} calibration samples of the base policy "
+                    f"(each scored 0: GRPO gets no signal from it); first: {rc.get('first_error')}")
         return (f"the reward gave {ex['reward']:g} to all {rc['samples']} calibration samples of the base policy: "
                 f"GRPO gets no signal from a reward that never varies. Rewards see completions decoded with "
                 f"special tokens, e.g. prompt {ex['prompt']!r} → completion {ex['completion']!r}, reference "
@@ -487,6 +494,14 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
                        reward_check(config, problems, batch.texts))
 
 
+def close_reward(reward) -> None:
+    """Stop a reward's own process (custom rewards: race.rewards.isolated); others have none."""
+    from race.rewards.isolated import IsolatedReward
+
+    if isinstance(reward, IsolatedReward):
+        reward.close()
+
+
 def reward_check(config: GridConfig, problems: list, texts: list[list[str]]) -> dict | None:
     """The configured reward on the calibration samples: its mean, whether it was the same for
     all, and the first sample. None for model rewards (a PRM is loaded only in the pilots)."""
@@ -495,9 +510,13 @@ def reward_check(config: GridConfig, problems: list, texts: list[list[str]]) -> 
     from race.rewards import build_reward, score_completions
 
     flat = [(p, t) for p, group in zip(problems, texts) for t in group]
-    batch = score_completions(build_reward(config), [p.prompt for p, _ in flat], [t for _, t in flat],
-                              [p.answer for p, _ in flat])
+    reward = build_reward(config)
+    try:
+        batch = score_completions(reward, [p.prompt for p, _ in flat], [t for _, t in flat],
+                                  [p.answer for p, _ in flat])
+    finally:
+        close_reward(reward)
     p, t = flat[0]
     return {"mean": batch.mean, "constant": max(batch.scores) == min(batch.scores), "samples": len(flat),
-            "errors": batch.errors, "example": {"prompt": p.prompt, "completion": t, "reference": p.answer,
+            "errors": batch.errors, "first_error": batch.first_error, "example": {"prompt": p.prompt, "completion": t, "reference": p.answer,
                                                 "reward": batch.scores[0]}}

@@ -80,6 +80,12 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     if len(seen) == 1 and all(r.curve for r in complete):
         notes.append(f"the training reward was {seen.pop():g} at every step of every pilot: GRPO had no signal "
                      "(a group whose rollouts all score alike has zero advantages); check the reward function")
+    failing = [r for r in complete if r.extra.get("reward_errors")]
+    if failing:
+        first = next((r.extra["reward_first_error"] for r in failing if r.extra.get("reward_first_error")), None)
+        notes.append(f"the reward failed {sum(int(r.extra['reward_errors']) for r in failing)} times in training "
+                     f"(raised, or returned no finite number: those samples scored 0) in {len(failing)} of "
+                     f"{len(complete)} pilots" + (f"; first: {first}" if first else ""))
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")

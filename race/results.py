@@ -120,6 +120,16 @@ def pilots_meta(meta: Mapping[str, Any], pilots: Sequence[PilotResult], *,
             **({"software": software} if software else {})}
 
 
+def failure_message(results: Results) -> str | None:
+    """One line for pilots that failed after their retries (``meta["failed"]``), else None."""
+    failed = results.meta.get("failed")
+    if not failed:
+        return None
+    return (f"{len(failed)} pilot(s) failed — {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
+            + f"; {len(results.pilots) - len(failed)} finished pilots are kept in {results.meta.get('storage')}: "
+              "re-run the same command to retry only the failed ones")
+
+
 def diagnose_results(results: Results, *, refit: bool = False, **classify_kw: Any) -> Diagnosis:
     """The stored diagnosis, or a fresh one from the pilots (``refit`` or none stored)."""
     if results.diagnosis is not None and not refit and not classify_kw:

@@ -8,6 +8,7 @@ pilot down. The parent owns every write: after each finished pilot it rewrites
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -67,6 +68,24 @@ def _context(extra_preload: tuple[str, ...] = ()):
     return mp.get_context("spawn")
 
 
+@contextlib.contextmanager
+def _unimportable_main_hidden():
+    """Pilot processes never need the caller's ``__main__``, but multiprocessing re-runs it from
+    its ``__file__`` in every child: a script read from stdin (``python -``, ``<stdin>``) or a
+    file deleted since has none to re-run, and each pilot would die. Hide such a ``__file__``
+    while processes start (``python -c`` and notebooks have none; real scripts keep theirs)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = path is not None and getattr(main, "__spec__", None) is None and not os.path.isfile(path)
+    if hide:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if hide:
+            main.__file__ = path
+
+
 def default_workers(device: str) -> int:
     """Two pilots at a time on a CPU with ≥ 2 cores (small models are overhead-bound, so two
     single-threaded pilots beat one two-threaded one); one per GPU otherwise."""
@@ -106,7 +125,8 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
             parent, child = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_child, args=(child, cfg, job.schedule.to_dict(), job.seed, threads, device),
                                daemon=True)
-            proc.start()
+            with _unimportable_main_hidden():
+                proc.start()
             child.close()
             running[parent] = (proc, job)
             if on_start:

@@ -295,7 +295,6 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     runs (None: the study's own on a resume, else 0.5); stored with the study."""
     from race import store as S
     from race.backends import BACKENDS, resolve_backend
-    from race.runner import default_workers
 
     # before anything is written: a run that cannot start leaves no storage behind
     policy = resolve_adaptive(adaptive if adaptive_share is None else (adaptive or True))
@@ -305,9 +304,10 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
     check_device(device)
     if config.reward.kind == "custom":      # a reward no pilot can import fails here, not in every pilot
-        from race.rewards import get_reward
+        from race.rewards.isolated import IsolatedReward
 
-        get_reward(config.reward.function)
+        # imported in its own process, under reward.timeout: an import that hangs cannot hang us
+        IsolatedReward(config.reward.function, timeout=config.reward.timeout).start().close()
     check_task_size(config)
     from race.grid import flop_warnings
 
@@ -324,8 +324,32 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         from race.models import check_loadable
 
         check_loadable(config.eval.judge_model, "eval.judge_model")
+    from race.memory import check_host_memory
+
+    check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
     url = storage or S.default_url(out_dir)
+    fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
+    try:
+        return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
+                      adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,
+                      calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat)
+    except BaseException:
+        if fresh and not st.exists():          # a refusal or a failed calibration leaves nothing behind
+            st.close()
+            for path in reversed(fresh):
+                for p in (path, path + "-journal", path + "-wal", path + "-shm"):
+                    if os.path.isfile(p):
+                        os.remove(p)
+                if os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
+        raise
+
+
+def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
+           adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
+           classify_kw: dict | None, heartbeat: int | None) -> Results:
+    """Create or resume the study in ``st``, then coordinate it."""
     user_cfg = config.to_dict()
     resumed = st.exists()
     if resumed:
@@ -358,7 +382,22 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
                      classify=classify, meta=meta, adaptive=None):
             pass
         else:                       # another process created it a moment ago
+            st.load()
             st.check_compatible(user_cfg)
+    st.claim_coordination()         # one coordinator per study: a second one gets one line, exit 2
+    try:
+        return _coordinate(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
+                           adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed)
+    finally:
+        st.release_coordination()
+
+
+def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool,
+                retries: int, adaptive: bool | str, adaptive_share: float | None, policy: str | None,
+                resumed: bool) -> Results:
+    """The coordinator's loop over a study it holds: enqueue, run, sweep, save, classify."""
+    from race.runner import default_workers
+
     info = st.info
     if adaptive in (True, False) and policy and info.adaptive:   # a plain --adaptive keeps the study's policy
         policy = next((k for k, v in ADAPTIVE_ATTRS.items() if v["policy"] == info.adaptive.get("policy")), policy)
@@ -385,6 +424,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         if not force and now - state["last"] < min(1.0, st.heartbeat / 2):
             return state["done"]
         state["last"] = now
+        st.beat_coordination()
         st.sweep()
         scores = _complete_scores(st)
         busy = _busy_keys(st)
@@ -496,6 +536,7 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
         if now - state["last"] < min(1.0, st.heartbeat / 2):
             return state["go"]
         state["last"] = now
+        st.beat_coordination()
         st.sweep()
         if _busy_keys(st):
             state["idle_since"], state["go"] = None, True

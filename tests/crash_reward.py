@@ -1,9 +1,12 @@
-"""A reward that kills its process once: the test double for a pilot dying mid-run (OOM kill).
+"""A reward that kills its pilot once: the test double for a pilot dying mid-run (OOM kill).
 
-Pilot processes fork from a server started earlier, so they do not see environment
-variables set by a test later; the trigger is a marker file at a fixed path instead.
+Custom rewards run in a child process of the pilot (race.rewards.isolated), so the OOM killer
+is played by SIGKILL on the parent. Pilot processes fork from a server started earlier, so they
+do not see environment variables set by a test later; the trigger is a marker file at a fixed
+path instead.
 """
 import os
+import signal
 import tempfile
 
 MARKER = os.path.join(tempfile.gettempdir(), "race-test-crash-once")
@@ -15,5 +18,6 @@ def reward(prompt: str, completion: str, reference: str) -> float:
     except OSError:
         pass
     else:
-        os._exit(137)                                 # no cleanup, no message: like the OOM killer
+        os.kill(os.getppid(), signal.SIGKILL)         # no cleanup, no message: like the OOM killer
+        os._exit(137)
     return 1.0 if completion.split("</s>")[0].strip() == reference else 0.0

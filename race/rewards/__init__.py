@@ -30,7 +30,7 @@ REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "den
 
 __all__ = [
     "EOS_MARKERS", "REWARDS", "RewardBatch", "RewardError", "RewardFn", "build_reward", "dense", "final_answer",
-    "get_reward", "score_completions", "sparse", "structured", "well_formed",
+    "get_reward", "score_completions", "score_each", "sparse", "structured", "well_formed",
 ]
 
 
@@ -134,8 +134,15 @@ def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completi
     if not len(prompts) == len(completions) == len(references):
         raise RewardError(f"prompts ({len(prompts)}), completions ({len(completions)}) and references "
                           f"({len(references)}) must have the same length")
-    if hasattr(reward, "score_batch"):      # a model-based reward (race.rewards.prm): one batched call
+    if hasattr(reward, "score_batch"):      # a model-based or isolated reward: one batched call
         return _score_batched(reward, prompts, completions, references)
+    return score_each(reward, prompts, completions, references)
+
+
+def score_each(reward: RewardFn, prompts: Sequence[str], completions: Sequence[str],
+               references: Sequence[str]) -> RewardBatch:
+    """Call ``reward`` sample by sample: an ``Exception`` or a non-finite value scores 0 and
+    is counted; anything else (``SystemExit``…) propagates."""
     scores: list[float] = []
     errors, first_error = 0, None
     start = time.process_time()
@@ -155,9 +162,13 @@ def score_completions(fn: Union[str, RewardFn], prompts: Sequence[str], completi
 
 def _score_batched(reward, prompts, completions, references) -> RewardBatch:
     """``reward.score_batch``; if it raises, the whole batch scores 0 and counts as errors."""
+    from race.rewards.isolated import RewardFailed
+
     start = time.process_time()
     try:
         batch = reward.score_batch(prompts, completions, references)
+    except RewardFailed:                    # a custom reward that hung or exited: the pilot stops, in one line
+        raise
     except Exception as e:  # a reward must never kill a pilot
         return RewardBatch(scores=[0.0] * len(prompts), errors=len(prompts),
                            cpu_seconds=time.process_time() - start, first_error=f"{type(e).__name__}: {e}")
@@ -171,11 +182,16 @@ def _score_batched(reward, prompts, completions, references) -> RewardBatch:
 
 
 def build_reward(config, *, device: str = "cpu") -> RewardFn:
-    """The reward a ``GridConfig`` names: a rule, a custom function, or a PRM (kinds ``prm``,
-    ``proxy-prm``: ``race.rewards.prm``, loaded on ``device``)."""
+    """The reward a ``GridConfig`` names: a rule, a custom function (run in a child process with
+    ``reward.timeout`` per batch: ``race.rewards.isolated``; ``close()`` it when done), or a PRM
+    (kinds ``prm``, ``proxy-prm``: ``race.rewards.prm``, loaded on ``device``)."""
     kind = config.reward.kind
     if kind in ("prm", "proxy-prm"):
         from race.rewards.prm import build_prm
 
         return build_prm(config.reward, task=config.task, device=device)
-    return get_reward(config.reward.function if kind == "custom" else kind)
+    if kind == "custom":        # untrusted code: its own process, a time limit per batch (race.rewards.isolated)
+        from race.rewards.isolated import IsolatedReward
+
+        return IsolatedReward(config.reward.function, timeout=config.reward.timeout).start()
+    return get_reward(kind)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 DEFAULT_EVAL_FRACTION = 0.1
 SPLITS = ("train", "eval")
@@ -108,7 +109,40 @@ def _problem(row: Any, index: int, prompt_field: str, answer_field: str, where: 
             raise TaskError(f"{where}: field {name!r} is missing (fields: {', '.join(map(str, row)) or 'none'})")
         if row[name] is None:
             raise TaskError(f"{where}: field {name!r} is null: expected a string")
-    return Problem(prompt=str(row[prompt_field]), answer=str(row[answer_field]).strip(), id=index)
+    prompt, answer = row[prompt_field], row[answer_field]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TaskError(f"{where}: field {prompt_field!r} is {_kind(prompt)}: expected a non-empty string")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) \
+            or (isinstance(answer, float) and not math.isfinite(answer)) or not str(answer).strip():
+        raise TaskError(f"{where}: field {answer_field!r} is {_kind(answer)}: expected a string or a number")
+    return Problem(prompt=prompt, answer=str(answer).strip(), id=index)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "an empty string" if not value.strip() else repr(value)[:40]
+    if isinstance(value, (list, dict, bool)):
+        return f"a {type(value).__name__} ({json.dumps(value)[:40]})"
+    return repr(value)[:40]
+
+
+def check_unique_answers(problems: list[Problem], where: Callable[[int], str]) -> list[Problem]:
+    """Refuse a prompt that appears with two different answers (``where(id)`` names a row)."""
+    seen: dict[str, Problem] = {}
+    for p in problems:
+        first = seen.setdefault(p.prompt, p)
+        if first.answer != p.answer:
+            raise TaskError(f"{where(p.id)}: prompt {p.prompt[:40]!r} has answer {p.answer!r}, but {where(first.id)} "
+                            f"gives it {first.answer!r}: one prompt, one reference answer")
+    return problems
+
+
+def drop_overlong(problems: list[Problem], count_tokens: Callable[[str], int], limit: int) -> tuple[list[Problem], list[Problem]]:
+    """(problems whose prompt has at most ``limit`` tokens, those dropped), order kept."""
+    kept, dropped = [], []
+    for p in problems:
+        (kept if count_tokens(p.prompt) <= limit else dropped).append(p)
+    return kept, dropped
 
 
 def _existing_file(path: str) -> None:
@@ -124,6 +158,7 @@ def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "
     """
     _existing_file(path)
     out: list[Problem] = []
+    lines: list[int] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -134,16 +169,17 @@ def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "
             except json.JSONDecodeError as e:
                 raise TaskError(f"{where}: invalid JSON ({e.msg}): expected one JSON object a line") from None
             out.append(_problem(row, len(out), prompt_field, answer_field, where))
+            lines.append(lineno)
     if not out:
         raise TaskError(f"dataset file {path!r} is empty: expected one JSON object a line")
-    return out
+    return check_unique_answers(out, lambda i: f"{path} line {lines[i]}")
 
 
 def _rows(rows: Iterable[dict], source: str, prompt_field: str, answer_field: str) -> list[Problem]:
     out = [_problem(row, i, prompt_field, answer_field, f"{source} row {i}") for i, row in enumerate(rows)]
     if not out:
         raise TaskError(f"dataset {source!r} is empty: expected at least one row")
-    return out
+    return check_unique_answers(out, lambda i: f"{source} row {i}")
 
 
 def load_parquet(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:

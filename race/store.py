@@ -18,6 +18,8 @@ Layout of a study (docs/storage.md):
 - user attrs of a finished trial: ``flops`` (search / learning / reward / total / rho),
   ``schedule``, ``scores`` (mean per target), ``evals:<target>`` (per-prompt scores, compact:
   zlib-compressed float64, base64), ``curve`` (the whole reward-vs-FLOPs curve, same encoding),
+  ``checkpoints`` (the held-out checkpoints with their per-prompt scores: zlib-compressed JSON,
+  base64, chunked like every long value; absent in trials of pilots without checkpoints),
   ``result`` (everything else of the ``PilotResult``); the reward-vs-FLOPs curve is also
   reported as intermediate values (step = FLOPs spent / ``race:curve_step_flops``), so
   optuna-dashboard draws the learning curves;
@@ -370,6 +372,21 @@ def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | 
     return None if a == b else (path, a, b)
 
 
+def _with_defaults(stored: Mapping[str, Any]) -> dict:
+    """A study's config with the settings it lacks (added by a later RACE, e.g. ``eval.checkpoints``)
+    at their defaults: a study written before a setting existed ran as its default, so a resume at
+    the default is no difference."""
+    from race.config import GridConfig
+
+    def fill(have: Any, default: Any) -> Any:
+        if not isinstance(have, dict) or not isinstance(default, dict):
+            return have
+        return {**{k: v for k, v in default.items() if k not in have},
+                **{k: fill(v, default.get(k)) for k, v in have.items()}}
+
+    return fill(dict(stored), _norm(GridConfig(model="m", budget=1.0).to_dict()))
+
+
 def _short(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else json.dumps(v)
 
@@ -487,7 +504,7 @@ class Store:
         """Refuse to resume with a config other than the study's (one line naming the difference)."""
         assert self.info is not None
         here = {k: v for k, v in _norm(config).items() if k != "name"}
-        there = {k: v for k, v in self.info.config.items() if k != "name"}
+        there = {k: v for k, v in _with_defaults(self.info.config).items() if k != "name"}
         if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
             raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
                              f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"
@@ -782,13 +799,15 @@ def _downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[floa
 def pilot_attrs(result: PilotResult) -> dict[str, Any]:
     """The user attrs of a finished pilot's trial (see the module docstring)."""
     d = result.to_dict()
-    rest = {k: v for k, v in d.items() if k not in ("evals", "curve")}
+    rest = {k: v for k, v in d.items() if k not in ("evals", "curve", "checkpoints")}
     attrs: dict[str, Any] = {"result": rest, "flops": d["flops"], "rho_measured": result.rho,
                              "schedule": d["schedule"], "scores": {t: result.score(t) for t in result.evals},
                              "evals": sorted(result.evals), "steps": result.extra.get("steps"),
                              "curve": encode_floats(x for pair in result.curve for x in pair)}
     for target, values in result.evals.items():
         attrs[f"evals:{target}"] = encode_floats(values)
+    if d["checkpoints"]:
+        attrs["checkpoints"] = _json_blob(d["checkpoints"])
     return attrs
 
 
@@ -797,6 +816,8 @@ def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
     flat = decode_floats(_get_chunked(attrs, "curve") or ENCODED)
     d["curve"] = [flat[i:i + 2] for i in range(0, len(flat), 2)]
     d["evals"] = {t: decode_floats(_get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
+    blob = _get_chunked(attrs, "checkpoints")
+    d["checkpoints"] = _unjson_blob(blob) if blob else []
     return PilotResult.from_dict(d)
 
 

@@ -131,6 +131,10 @@ class EvalSettings:
     judge_model: str | None = None      # a step / outcome judge model (HF id or folder): adds the `judge` target
     judge_aggregation: str = "mean"     # its step scores → one score per sample: min | product | last | mean
     judge_trust_remote_code: bool = False
+    checkpoints: int | tuple[float, ...] = 8    # held-out evaluations during a pilot: a count of log-spaced
+                                                # budget fractions 1/64 … 1, or the fractions; 0: off (race.checkpoints)
+    checkpoint_prompts: int | None = None       # held-out prompts evaluated at each checkpoint (the first ones;
+                                                # None: all, at most 100)
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,7 @@ def _validate(c: GridConfig) -> None:
     _positive_int("learning_rate.ref_batch", c.learning_rate.ref_batch)
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
+    _validate_checkpoints(c.eval)
     if c.eval.judge_model is not None and (not isinstance(c.eval.judge_model, str) or not c.eval.judge_model):
         raise ConfigError(f"eval.judge_model {c.eval.judge_model!r} must be a model id or folder")
     if c.eval.judge_aggregation not in PRM_AGGREGATIONS:
@@ -268,6 +273,44 @@ def default_settings() -> dict[str, Any]:
     return {k: v for k, v in d.items() if k not in ("model", "budget")}
 
 
+def _validate_checkpoints(e: EvalSettings) -> None:
+    from race.checkpoints import MAX_CHECKPOINTS
+
+    cp = e.checkpoints
+    if isinstance(cp, bool) or not isinstance(cp, (int, tuple)):
+        raise ConfigError(f"eval.checkpoints {cp!r} must be a count (0: off) or a list of budget fractions in (0, 1]")
+    if isinstance(cp, int) and not 0 <= cp <= MAX_CHECKPOINTS:
+        raise ConfigError(f"eval.checkpoints {cp!r} must be a count from 0 (off) to {MAX_CHECKPOINTS}, "
+                          "or a list of budget fractions in (0, 1]")
+    if isinstance(cp, tuple):
+        if not cp or len(cp) > MAX_CHECKPOINTS:
+            raise ConfigError(f"eval.checkpoints {list(cp)!r} must list 1 to {MAX_CHECKPOINTS} budget fractions "
+                              "in (0, 1] (or be a count; 0: off)")
+        for f in cp:
+            if isinstance(f, bool) or not isinstance(f, float) or not 0.0 < f <= 1.0:
+                raise ConfigError(f"eval.checkpoints value {f!r} is not a budget fraction: expected numbers in (0, 1]")
+        if len(set(cp)) < len(cp):
+            raise ConfigError(f"eval.checkpoints {list(cp)!r} repeats a fraction: expected distinct values in (0, 1]")
+    if e.checkpoint_prompts is not None:
+        _positive_int("eval.checkpoint_prompts", e.checkpoint_prompts)
+        if e.checkpoint_prompts > e.prompts:
+            raise ConfigError(f"eval.checkpoint_prompts ({e.checkpoint_prompts}) must be ≤ eval.prompts ({e.prompts}): "
+                              "checkpoints evaluate a subset of the held-out prompts")
+
+
+def _fractions(value: Any, name: str) -> Any:
+    """A YAML list of fractions as a tuple of floats (PyYAML reads ``1e-2`` as a string); other values as given."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    out = []
+    for v in value:
+        try:
+            out.append(v if isinstance(v, bool) else float(v))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} value {v!r} is not a number: expected budget fractions in (0, 1]") from None
+    return tuple(out)
+
+
 def _section(cls: type, name: str, raw: Any) -> Any:
     if raw is None:
         return cls()
@@ -281,6 +324,8 @@ def _section(cls: type, name: str, raw: Any) -> Any:
     for k in ("ref",):
         if cls is LearningRate and k in kw:
             kw[k] = float(parse_flops(kw[k], f"{name}.{k}"))
+    if cls is EvalSettings and "checkpoints" in kw:
+        kw["checkpoints"] = _fractions(kw["checkpoints"], f"{name}.checkpoints")
     if cls is LoRASettings and "targets" in kw:
         t = kw["targets"]
         kw["targets"] = LoRASettings().targets if t == "all" else tuple([t] if isinstance(t, str) else t)

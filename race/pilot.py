@@ -16,7 +16,7 @@ from typing import Callable
 from race import flops as F
 from race.config import GridConfig
 from race.grid import ENGINE_LEARNING_KW, grouped_learning
-from race.records import FlopBreakdown, PilotResult, Schedule
+from race.records import Checkpoint, FlopBreakdown, PilotResult, Schedule
 
 ProgressFn = Callable[[int, float], None]       # (steps done, FLOPs spent)
 
@@ -221,39 +221,105 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
     one target per entry, ``name → fn(prompt, completion, reference)``, averaged over the
     samples (the step task's ``process`` and ``final-answer``: ``race.tasks.judges``), or a
     judge model with ``score_batch`` (``eval.judge_model``: ``model_judges``), one batched
-    call per chunk.
+    call per chunk. Samples come from a generator seeded with ``10_007 + seed``.
     """
     import torch
 
+    gen = torch.Generator(device=backend.device).manual_seed(10_007 + seed)
+    return evaluate_with_cost(backend, problems, reward_fn, samples=samples, temperature=temperature,
+                              max_new_tokens=max_new_tokens, generator=gen, batch_prompts=batch_prompts,
+                              judges=judges)[0]
+
+
+def evaluate_with_cost(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
+                       generator, batch_prompts: int = 256, judges: dict | None = None,
+                       meter: FlopMeter | None = None) -> tuple[dict[str, tuple[float, ...]], FlopBreakdown]:
+    """``evaluate`` with the sampling generator given, and what the evaluation cost in FLOPs (with
+    ``meter``: the rollouts' search FLOPs by the meter's formulas, as a step's; the reward and
+    judge models' FLOPs as ``reward``; zero without a meter)."""
     from race.rewards import score_completions
     from race.rewards.rules import sparse
 
     judges = judges or {}
-    gen = torch.Generator(device=backend.device).manual_seed(10_007 + seed)
+    cost = FlopBreakdown()
     out: dict[str, list[float]] = {"reward": [], "pass@1": [], f"best@{samples}": [], f"worst@{samples}": [],
                                    **{name: [] for name in judges}}
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start:start + batch_prompts]
         batch = backend.generate([p.prompt for p in chunk], n=samples, max_new_tokens=max_new_tokens,
-                                 temperature=temperature, generator=gen)
+                                 temperature=temperature, generator=generator)
         # one scoring call per chunk: a model-based reward (or judge) batches its forwards
         flat = ([p.prompt for p in chunk for _ in range(samples)], [t for texts in batch.texts for t in texts],
                 [p.answer for p in chunk for _ in range(samples)])
-        scored = score_completions(reward_fn, *flat).scores
-        judged = {name: judge.score_batch(*flat).scores for name, judge in judges.items()
-                  if hasattr(judge, "score_batch")}
+        scored = score_completions(reward_fn, *flat)
+        judged = {name: judge.score_batch(*flat) for name, judge in judges.items() if hasattr(judge, "score_batch")}
+        if meter is not None:
+            lengths = [(len(p), len(c)) for p, grp in zip(batch.prompt_ids, batch.completion_ids) for c in grp]
+            feedback = scored.flops if hasattr(reward_fn, "score_batch") else meter.reward_flops(lengths)
+            cost = cost + FlopBreakdown(meter.search([len(p) for p in batch.prompt_ids],
+                                                     [[len(c) for c in grp] for grp in batch.completion_ids]),
+                                        0.0, feedback + sum(j.flops for j in judged.values()))
         for k, (prob, texts) in enumerate(zip(chunk, batch.texts)):
-            rewards = scored[k * samples:(k + 1) * samples]
+            rewards = scored.scores[k * samples:(k + 1) * samples]
             correct = [sparse(prob.prompt, t, prob.answer) for t in texts]
             out["reward"].append(sum(rewards) / samples)
             out["pass@1"].append(sum(correct) / samples)
             out[f"best@{samples}"].append(float(any(correct)))
             out[f"worst@{samples}"].append(float(all(correct)))
             for name, judge in judges.items():
-                values = (judged[name][k * samples:(k + 1) * samples] if name in judged
+                values = (judged[name].scores[k * samples:(k + 1) * samples] if name in judged
                           else [judge(prob.prompt, t, prob.answer) for t in texts])
                 out[name].append(sum(values) / samples)
-    return {k: tuple(v) for k, v in out.items()}
+    return {k: tuple(v) for k, v in out.items()}, cost
+
+
+class HeldOutCheckpoints:
+    """Held-out evaluations during a pilot (race.checkpoints has the schedule and the rule).
+
+    ``due(spent)`` says whether the FLOPs spent have reached the next budget fraction (and skips
+    every fraction they passed: one evaluation for all); ``run(...)`` evaluates the policy as it
+    is on the checkpoint prompts with the checkpoint's own generator, so the training
+    generator, the policy and the optimizer are untouched (``tests/test_checkpoints.py``
+    checks that a pilot is bit-identical with and without checkpoints).
+    """
+
+    def __init__(self, engine: "PilotEngine", problems: list, judges: dict, seed: int):
+        from race.checkpoints import checkpoint_fractions, checkpoint_prompts, checkpoints_on
+
+        e = engine.config.eval
+        self.engine, self.judges, self.seed = engine, judges, seed
+        self.on = checkpoints_on(e.checkpoints)
+        self.fractions = checkpoint_fractions(e.checkpoints) if self.on else ()
+        self.problems = problems[:checkpoint_prompts(len(problems), e.checkpoint_prompts)]
+        self.records: list[Checkpoint] = []
+        self._next = 0
+
+    def due(self, spent: float) -> float | None:
+        budget, hit = self.engine.config.budget, None
+        while self._next < len(self.fractions) and spent >= self.fractions[self._next] * budget:
+            hit, self._next = self.fractions[self._next], self._next + 1
+        return hit
+
+    def run(self, fraction: float, step: int, spent: FlopBreakdown) -> None:
+        import torch
+
+        from race.checkpoints import checkpoint_seed
+
+        eng, e = self.engine, self.engine.config.eval
+        t = time.perf_counter()
+        gen = torch.Generator(device=eng.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
+        scores, cost = evaluate_with_cost(eng.backend, self.problems, eng.reward_fn, samples=e.samples,
+                                          temperature=e.temperature, max_new_tokens=eng.config.grpo.max_completion_len,
+                                          generator=gen, judges=self.judges, meter=eng.meter)
+        seconds = time.perf_counter() - t
+        self.records.append(Checkpoint(fraction, step, spent, scores, cost, seconds))
+
+    def end(self, step: int, spent: FlopBreakdown, final: dict[str, tuple[float, ...]]) -> tuple[Checkpoint, ...]:
+        """The records, closed by the end checkpoint: the final evaluation on the checkpoint prompts."""
+        if not self.on:
+            return ()
+        k = len(self.problems)
+        return tuple(self.records) + (Checkpoint(1.0, step, spent, {t: v[:k] for t, v in final.items()}),)
 
 
 @dataclass
@@ -371,6 +437,9 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     evals = load_task(config.task, split="eval", n=config.eval.prompts)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
     spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
+    checkpoints = HeldOutCheckpoints(engine, evals, targets, seed)
+    if checkpoints.on:
+        checkpoints.run(0.0, 0, spent)                       # the base policy: the curve's start
     last_step = schedule.flops_per_step.total
     while spent.total + 0.5 * last_step <= config.budget:
         if cursor + schedule.prompts_per_step > len(order):
@@ -382,24 +451,35 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
         errors += record.reward_errors
         first_error = first_error or record.reward_first_error
         curve.append((spent.total, record.mean_reward))
+        fraction = checkpoints.due(spent.total)
+        if fraction is not None and spent.total + 0.5 * last_step <= config.budget:   # not the last step
+            checkpoints.run(fraction, steps, spent)
         if progress:
             progress(steps, spent.total)
 
+    import torch
+
     t = time.perf_counter()
-    scores = evaluate(engine.backend, evals, engine.reward_fn, samples=config.eval.samples,
-                      temperature=config.eval.temperature, max_new_tokens=config.grpo.max_completion_len, seed=seed,
-                      judges=targets)
+    scores, final_cost = evaluate_with_cost(
+        engine.backend, evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
+        max_new_tokens=config.grpo.max_completion_len, judges=targets, meter=engine.meter,
+        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed))
     engine.wall["eval"] = time.perf_counter() - t
+    if checkpoints.on:
+        engine.wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
     engine.backend.close()
     close_reward(engine.reward_fn)
     # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
     backend = engine.backend.name + (" (sleep mode)" if getattr(engine.backend, "sleep", False) else "")
+    cps = checkpoints.end(steps, spent, scores)
+    eval_flops = {"final": final_cost.total, **({"checkpoints": sum(c.eval_flops.total for c in cps)} if cps else {})}
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
                        extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
                               **({"reward_first_error": first_error} if first_error else {}),
                               "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
-                              "software": software_versions()})
+                              "software": software_versions(), "eval_flops": eval_flops},
+                       checkpoints=cps)
 
 
 def software_versions() -> dict:

@@ -1,7 +1,8 @@
 """Immutable records that flow between RACE's pure modules.
 
 Everything here is a frozen dataclass with ``to_dict`` / ``from_dict`` so that a
-results file (``results.json``) round-trips exactly. No torch, no optuna.
+results file (``results.json``) round-trips exactly; fields added after a file was written
+(``PilotResult.checkpoints``, ``Diagnosis.stability``) read back as empty. No torch, no optuna.
 """
 from __future__ import annotations
 
@@ -121,6 +122,44 @@ class Schedule:
         )
 
 
+def _evals_from(d: Mapping[str, Any]) -> dict[str, tuple[float, ...]]:
+    return {k: tuple(float(x) for x in v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A held-out evaluation during a pilot (race.checkpoints).
+
+    ``fraction``: the budget fraction that fired it (0: the base policy before any step; 1: the
+    end, a view of the final evaluation); ``step``: GRPO steps done; ``flops``: the metered
+    FLOPs spent by then (training only); ``evals``: per-prompt scores per target on the
+    checkpoint prompts (the same prompts, in the same order, at every checkpoint);
+    ``eval_flops`` / ``seconds``: what the evaluation itself cost, never part of the budget
+    (0 at the end: that cost is the final evaluation's).
+    """
+
+    fraction: float
+    step: int
+    flops: FlopBreakdown
+    evals: Mapping[str, tuple[float, ...]]
+    eval_flops: FlopBreakdown = FlopBreakdown()
+    seconds: float = 0.0
+
+    def score(self, target: str) -> float:
+        vals = self.evals[target]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "step": self.step, "flops": self.flops.to_dict(),
+                "evals": {k: list(v) for k, v in self.evals.items()},
+                "eval_flops": self.eval_flops.to_dict(), "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Checkpoint":
+        return cls(float(d["fraction"]), int(d["step"]), FlopBreakdown.from_dict(d["flops"]), _evals_from(d["evals"]),
+                   FlopBreakdown.from_dict(d.get("eval_flops") or {}), float(d.get("seconds", 0.0)))
+
+
 @dataclass(frozen=True)
 class PilotResult:
     """The outcome of one pilot run (one grid point, one seed).
@@ -129,6 +168,7 @@ class PilotResult:
     per-evaluation-prompt score, a tuple ordered by evaluation-prompt index, so
     that the bootstrap can resample prompts jointly across pilots.
     ``curve`` is the reward-vs-FLOPs curve: ``(flops_spent, mean_reward)`` pairs.
+    ``checkpoints``: held-out evaluations during the run, in FLOP order (empty when off).
     """
 
     rho_target: float
@@ -140,6 +180,7 @@ class PilotResult:
     wall_seconds: Mapping[str, float] = field(default_factory=dict)
     status: str = "complete"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     @property
     def rho(self) -> float:
@@ -158,6 +199,7 @@ class PilotResult:
             "schedule": self.schedule.to_dict() if self.schedule else None,
             "curve": [list(p) for p in self.curve],
             "wall_seconds": dict(self.wall_seconds), "status": self.status, "extra": dict(self.extra),
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
         }
 
     @classmethod
@@ -165,11 +207,12 @@ class PilotResult:
         return cls(
             rho_target=float(d["rho_target"]), seed=int(d["seed"]),
             flops=FlopBreakdown.from_dict(d["flops"]),
-            evals={k: tuple(float(x) for x in v) for k, v in d["evals"].items()},
+            evals=_evals_from(d["evals"]),
             schedule=Schedule.from_dict(d["schedule"]) if d.get("schedule") else None,
             curve=tuple((float(a), float(b)) for a, b in d.get("curve", ())),
             wall_seconds={k: float(v) for k, v in d.get("wall_seconds", {}).items()},
             status=str(d.get("status", "complete")), extra=dict(d.get("extra", {})),
+            checkpoints=tuple(Checkpoint.from_dict(c) for c in d.get("checkpoints") or ()),
         )
 
 
@@ -248,17 +291,94 @@ class TargetVerdict:
 
 
 @dataclass(frozen=True)
+class Instability:
+    """A pilot whose held-out score fell from its best earlier checkpoint towards the base
+    policy's (the rule: race.checkpoints). ``fraction`` / ``step`` / ``flops``: where it fell;
+    ``value``, ``best`` (at ``best_fraction``), ``base`` and ``final``: means of ``target`` over
+    the checkpoint prompts; ``drop_se``: the paired standard error of ``best − value``."""
+
+    rho_target: float
+    seed: int
+    target: str
+    fraction: float
+    step: int
+    flops: float
+    value: float
+    best: float
+    best_fraction: float
+    base: float
+    drop_se: float
+    final: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Instability":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class StabilityPoint:
+    """One grid point's pilots with checkpoints: how many, how many unstable, mean checkpoints
+    and checkpoint prompts per pilot, and the mean FLOPs of a pilot's held-out evaluations
+    (final + checkpoints), which are outside C_total."""
+
+    rho_target: float
+    pilots: int
+    unstable: int
+    checkpoints: float
+    prompts: int
+    eval_flops: float
+
+    @property
+    def share(self) -> float:
+        return self.unstable / self.pilots if self.pilots else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "share": self.share}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StabilityPoint":
+        return cls(float(d["rho_target"]), int(d["pilots"]), int(d["unstable"]), float(d["checkpoints"]),
+                   int(d["prompts"]), float(d["eval_flops"]))
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Held-out checkpoints of a grid: the instability rule's constants, unstable pilots per
+    grid point, and each unstable pilot (race.checkpoints)."""
+
+    target: str
+    rule: Mapping[str, float]
+    points: tuple[StabilityPoint, ...]
+    unstable: tuple[Instability, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "rule": dict(self.rule), "points": [p.to_dict() for p in self.points],
+                "unstable": [u.to_dict() for u in self.unstable]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Stability":
+        return cls(d["target"], dict(d["rule"]), tuple(StabilityPoint.from_dict(p) for p in d["points"]),
+                   tuple(Instability.from_dict(u) for u in d.get("unstable", ())))
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """What RACE concludes from a pilot grid.
 
     ``regime``, ``rho_range`` and ``confidence`` are those of the primary target
     (the native training reward by default); ``verdicts`` holds every target's.
+    ``stability``: unstable pilots per grid point, from their held-out checkpoints (None when
+    the pilots have none).
     """
 
     primary_target: str
     verdicts: Mapping[str, TargetVerdict]
     warnings: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    stability: Stability | None = None
 
     @property
     def primary(self) -> TargetVerdict:
@@ -296,10 +416,12 @@ class Diagnosis:
         return {"primary_target": self.primary_target, "regime": self.regime.value,
                 "rho_range": list(self.rho_range), "confidence": self.confidence,
                 "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
-                "warnings": list(self.warnings), "meta": dict(self.meta)}
+                "warnings": list(self.warnings), "meta": dict(self.meta),
+                "stability": self.stability.to_dict() if self.stability else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Diagnosis":
         return cls(primary_target=d["primary_target"],
                    verdicts={k: TargetVerdict.from_dict(v) for k, v in d["verdicts"].items()},
-                   warnings=tuple(d.get("warnings", ())), meta=dict(d.get("meta", {})))
+                   warnings=tuple(d.get("warnings", ())), meta=dict(d.get("meta", {})),
+                   stability=Stability.from_dict(d["stability"]) if d.get("stability") else None)

@@ -15,7 +15,9 @@ seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
 3. inconclusive  otherwise, and always when no grid point has two seeds.
 
 A reward-heavy verdict still computes the trend, which sets its ρ range and is
-reported in ``fits["trend_regime"]``.
+reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get the
+instability rule of :mod:`race.checkpoints` on the primary target (``Diagnosis.stability``);
+it flags pilots, it does not enter the verdict.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race.checkpoints import stability
 from race.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
                       percentile_ci, quadratic_argmax, t_quantile)
 from race.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict
@@ -92,7 +95,8 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
-                     meta={**dict(meta or {}), "classify": settings})
+                     meta={**dict(meta or {}), "classify": settings},
+                     stability=stability(complete, primary_target))
 
 
 def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,

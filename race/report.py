@@ -2,14 +2,16 @@
 
 The JSON form is RACE's stable machine interface (fields in docs/interfaces.md):
 ``render_json`` of a Diagnosis is ``{"schema_version", "kind": "diagnosis", ...}``
-and of a Plan ``{"schema_version", "kind": "plan", ...}``.
+and of a Plan ``{"schema_version", "kind": "plan", ...}``. A diagnosis of pilots with
+held-out checkpoints has a section in every format: unstable pilots per grid point (grid point
+and seed of each), and what the evaluations cost apart from C_total.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
-from race.records import Diagnosis, FlopBreakdown, Regime, TargetVerdict
+from race.records import Diagnosis, FlopBreakdown, Regime, Stability, TargetVerdict
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "md", "latex", "json")
@@ -166,6 +168,10 @@ def time_line(v: TargetVerdict) -> str:
     if slow.budget_seconds > TIME_SPREAD * fast.budget_seconds:
         line += ("; equal FLOPs took unequal time: under a wall-clock budget the slower points would "
                  "get fewer FLOPs than this IsoFLOP comparison gives them")
+    evals = {k: sum(p.seconds.get(k, 0.0) for p in pts) / len(pts) for k in ("eval", "checkpoints")}
+    if evals["checkpoints"] > 0:
+        line += (f"; held-out evaluation, not in the budget: {evals['eval']:.1f} s final + "
+                 f"{evals['checkpoints']:.1f} s checkpoints per pilot")
     return line
 
 
@@ -199,6 +205,29 @@ def _verdict_lines(v: TargetVerdict) -> list[str]:
     return out
 
 
+def _stability_parts(st: Stability, v: TargetVerdict, fmt: str) -> list[str]:
+    """Unstable pilots per grid point, the evaluations' FLOPs beside the budget, each unstable
+    pilot (grid point, seed, where it fell) and the rule."""
+    spent = {p.rho_target: p.flops.total for p in v.points}
+    rows = [[f"{p.rho_target:.2f}", p.pilots, f"{p.unstable} ({_pct(p.share)})", f"{p.checkpoints:.3g} × {p.prompts}",
+             fmt_flops(p.eval_flops) + (f" ({_pct(p.eval_flops / spent[p.rho_target])} of C_total)"
+                                        if spent.get(p.rho_target) else "")]
+            for p in st.points]
+    table = _table(rows, ["ρ target", "pilots", "unstable", "checkpoints × prompts",
+                          "eval FLOPs per pilot (not in C_total)"], fmt)
+    lines = [f"unstable: ρ={u.rho_target:.2f} seed {u.seed}: {u.target} fell to {u.value:.3f} at "
+             f"{_pct(u.fraction)} of the budget (step {u.step}, {fmt_flops(u.flops)} FLOPs) from {u.best:.3f} at "
+             f"{_pct(u.best_fraction)} (base {u.base:.3f}; drop {u.best - u.value:.3f}, SE {u.drop_se:.3f}); "
+             f"{u.final:.3f} at the end" for u in st.unstable]
+    if not st.unstable:
+        lines.append(f"no pilot fell back: 0 of {sum(p.pilots for p in st.points)} unstable")
+    r = st.rule
+    lines.append(f"rule: unstable when a checkpoint keeps ≤ {_pct(r['keep'])} of its best earlier gain over the "
+                 f"base policy and falls ≥ {r['min_drop']:g} and ≥ {r['drop_se']:g} paired SEs below that best "
+                 "(race/checkpoints.py)")
+    return [_heading(f"held-out checkpoints ({st.target})", fmt), table, _lines(lines, fmt)]
+
+
 def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     """Per grid point ρ, schedule, C_search / C_learning / C_reward and shares, reward ± CI; then verdicts."""
     _check_fmt(fmt)
@@ -215,6 +244,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     parts.append(_heading(f"primary target: {v.target}", fmt))
     parts.append(_points_table(v, fmt))
     parts.append(_lines(_verdict_lines(v), fmt))
+    if diag.stability is not None:
+        parts += _stability_parts(diag.stability, v, fmt)
     others = [diag.verdicts[t] for t in diag.verdicts if t != diag.primary_target]
     if others:
         parts.append(_heading("other targets", fmt))

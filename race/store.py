@@ -18,6 +18,8 @@ Layout of a study (docs/storage.md):
 - user attrs of a finished trial: ``flops`` (search / learning / reward / total / rho),
   ``schedule``, ``scores`` (mean per target), ``evals:<target>`` (per-prompt scores, compact:
   zlib-compressed float64, base64), ``curve`` (the whole reward-vs-FLOPs curve, same encoding),
+  ``checkpoints`` (the held-out checkpoints with their per-prompt scores: zlib-compressed JSON,
+  base64, chunked like every long value; absent in trials of pilots without checkpoints),
   ``result`` (everything else of the ``PilotResult``); the reward-vs-FLOPs curve is also
   reported as intermediate values (step = FLOPs spent / ``race:curve_step_flops``), so
   optuna-dashboard draws the learning curves;
@@ -833,13 +835,15 @@ def _downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[floa
 def pilot_attrs(result: PilotResult) -> dict[str, Any]:
     """The user attrs of a finished pilot's trial (see the module docstring)."""
     d = result.to_dict()
-    rest = {k: v for k, v in d.items() if k not in ("evals", "curve")}
+    rest = {k: v for k, v in d.items() if k not in ("evals", "curve", "checkpoints")}
     attrs: dict[str, Any] = {"result": rest, "flops": d["flops"], "rho_measured": result.rho,
                              "schedule": d["schedule"], "scores": {t: result.score(t) for t in result.evals},
                              "evals": sorted(result.evals), "steps": result.extra.get("steps"),
                              "curve": encode_floats(x for pair in result.curve for x in pair)}
     for target, values in result.evals.items():
         attrs[f"evals:{target}"] = encode_floats(values)
+    if d["checkpoints"]:
+        attrs["checkpoints"] = _json_blob(d["checkpoints"])
     return attrs
 
 
@@ -848,6 +852,8 @@ def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
     flat = decode_floats(_get_chunked(attrs, "curve") or ENCODED)
     d["curve"] = [flat[i:i + 2] for i in range(0, len(flat), 2)]
     d["evals"] = {t: decode_floats(_get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
+    blob = _get_chunked(attrs, "checkpoints")
+    d["checkpoints"] = _unjson_blob(blob) if blob else []
     return PilotResult.from_dict(d)
 
 

@@ -72,8 +72,14 @@ def a_pilot(rho=0.6, seed=0, prompts=500, steps=2500) -> PilotResult:
              "pass@1": tuple(rng.random() for _ in range(prompts))}
     curve = tuple((1e7 * (i + 1) + rng.random(), rng.random()) for i in range(steps))
     sched = Schedule(rho, 8, 16, 8, 1, steps, 1e-3, 8, FlopBreakdown(1e7, 2e7), FlopBreakdown(1e10, 2e10))
+    from race.records import Checkpoint
+
+    # held-out checkpoints: 9 × 2 targets × 500 per-prompt scores, more than one attribute holds as JSON
+    checkpoints = tuple(Checkpoint(i / 8, i * 300, FlopBreakdown(1e9 * i + rng.random(), 2e9 * i),
+                                   {t: tuple(rng.random() for _ in range(prompts)) for t in evals},
+                                   FlopBreakdown(1e8 + rng.random(), 0.0, 0.0), rng.random()) for i in range(9))
     return PilotResult(rho, seed, FlopBreakdown(1e10 + 0.5, 2e10 + 0.25, 0.0), evals, sched, curve,
-                       {"rollout": 1.5, "update": 2.25}, "complete", {"steps": steps, "device": "cpu"})
+                       {"rollout": 1.5, "update": 2.25}, "complete", {"steps": steps, "device": "cpu"}, checkpoints)
 
 
 @pytest.mark.parametrize("url,masked", [
@@ -93,7 +99,8 @@ def test_mask_url(url, masked):
 
 @pytest.mark.parametrize("kind", STORAGES)
 def test_pilot_round_trips_through_storage(kind, tmp_path):
-    """A finished pilot comes back from storage bit for bit (evals compact, long curve chunked);
+    """A finished pilot comes back from storage bit for bit (evals compact, long curve and
+    held-out checkpoints chunked);
     its curve is in the intermediate values and its breakdown, schedule and scores in attrs."""
     url = storage_url(kind, tmp_path)
     name = f"rt-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,149 @@
+"""Held-out evaluations during a pilot: when they fire, their random streams, and the instability rule. Pure.
+
+A pilot with ``eval.checkpoints`` on evaluates its policy on a fixed subset of the held-out
+prompts (the first ``checkpoint_prompts`` of them, the same at every checkpoint):
+
+- at fraction 0, the base policy before any step (the curve's start);
+- between steps, when the metered FLOPs spent first reach each fraction ``f < 1`` of the
+  pilot's budget (one evaluation when a step crosses several fractions, recorded at the
+  largest);
+- at the end (fraction 1): the final evaluation, which runs on all ``eval.prompts`` exactly as
+  without checkpoints; the end checkpoint holds its scores on the checkpoint prompts, and its
+  cost is the final evaluation's.
+
+``eval.checkpoints: N`` puts the fractions log-spaced from ``CHECKPOINT_FIRST`` (1/64) to 1,
+N of them counting the end (N = 8: 1/64, 0.028, 0.051, 0.093, 0.17, 0.31, 0.55, 1); a list
+gives them explicitly; 0 switches checkpoints off. Checkpoint k draws its samples from its own
+generator, seeded by ``checkpoint_seed(pilot seed, k)``, so training, which has its own, runs
+bit for bit as without checkpoints. Evaluation FLOPs and seconds are recorded apart and never
+count towards the budget or ρ.
+
+**The instability rule** (``find_instability``), on the per-prompt scores of one target (the
+primary, held-out reward). For checkpoints c_0 (base) … c_n (end) with means m_k over the same
+K prompts, checkpoint j is a fall from its best earlier checkpoint b = argmax_{k<j} m_k when
+
+1. m_j ≤ m_0 + COLLAPSE_KEEP · (m_b − m_0): it kept at most half of the gain over the base
+   that it had at its best (with no gain, b is the base and this says "at or below the base");
+2. m_b − m_j ≥ MIN_DROP: an absolute drop that evaluation noise on a flat curve rarely reaches;
+3. m_b − m_j ≥ DROP_SE · SE, SE = sd(x_b − x_j) / √K over the paired per-prompt scores: the
+   drop is resolved by the prompts themselves.
+
+A pilot with such a checkpoint is *unstable*; the first one is recorded, with the end's mean
+(whether it came back). ``stability`` summarises a grid: unstable pilots per grid point.
+
+Why these constants (simulated in ``tests/test_checkpoints.py``: 9 checkpoints, per-prompt
+scores of 4 samples): with 2 SEs a flat curve on 100 prompts was flagged in ~15 % of pilots,
+since the best of up to 8 earlier checkpoints meets each of the later ones; with 3.5 SEs and
+MIN_DROP 0.05 in ~1 %, on 500 prompts ≤ 2 %; a curve that rises and saturates, never; a fall
+from 0.75 back to 0.365 (base 0.33: the 10× grid's collapsed run), always; a fall that gives
+back 56 % of a 0.27 gain, in 80–90 %.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Sequence
+
+from race.records import Checkpoint, Instability, PilotResult, Stability, StabilityPoint
+
+CHECKPOINT_FIRST = 1 / 64          # the earliest log-spaced fraction
+DEFAULT_CHECKPOINTS = 8            # fractions, counting the end (1/64 … 1)
+DEFAULT_CHECKPOINT_PROMPTS = 100   # checkpoint prompts when eval.checkpoint_prompts is not set
+MAX_CHECKPOINTS = 64
+
+COLLAPSE_KEEP = 0.5                # f: a fall keeps at most this share of the best gain over the base
+MIN_DROP = 0.05                    # absolute drop from the best earlier checkpoint
+DROP_SE = 3.5                      # and this many paired standard errors (3.5, not 2: the best of the
+                                   # earlier checkpoints against each later one is many comparisons)
+
+
+def checkpoint_fractions(spec: int | Sequence[float]) -> tuple[float, ...]:
+    """Budget fractions < 1 at which a pilot evaluates between steps (the base, 0, and the end, 1,
+    are implied whenever checkpoints are on). ``spec``: a count N (N fractions from
+    ``CHECKPOINT_FIRST`` to 1, log-spaced, the end included) or explicit fractions in (0, 1]."""
+    if isinstance(spec, int):
+        if spec <= 1:
+            return ()
+        span = math.log(CHECKPOINT_FIRST)
+        return tuple(math.exp(span * (1 - i / (spec - 1))) for i in range(spec - 1))
+    return tuple(sorted(float(f) for f in spec if float(f) < 1.0))
+
+
+def checkpoints_on(spec: int | Sequence[float]) -> bool:
+    return bool(spec) if isinstance(spec, int) else len(spec) > 0
+
+
+def checkpoint_prompts(prompts: int, setting: int | None) -> int:
+    """Held-out prompts evaluated at each checkpoint: the setting, else all up to DEFAULT_CHECKPOINT_PROMPTS."""
+    return setting if setting is not None else min(prompts, DEFAULT_CHECKPOINT_PROMPTS)
+
+
+def checkpoint_seed(seed: int, index: int) -> int:
+    """The seed of checkpoint ``index``'s sampling generator in the pilot of ``seed``: a stream of
+    its own (not the training generator's, nor the final evaluation's), the same in every
+    process and on every machine."""
+    digest = hashlib.sha256(f"race-checkpoint:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1          # < 2**63: any torch generator takes it
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def find_instability(checkpoints: Sequence[Checkpoint], target: str) -> dict[str, Any] | None:
+    """The first checkpoint that fell from its best earlier one by the module's rule, or None.
+
+    Returns ``{"fraction", "step", "flops", "value", "best", "best_fraction", "base", "drop_se",
+    "final"}`` (means of ``target`` over the checkpoint prompts; ``drop_se`` the paired SE of
+    the drop). Checkpoints without ``target`` or with another prompt count than the base's are
+    left out; fewer than two left: None."""
+    cps = [c for c in sorted(checkpoints, key=lambda c: (c.flops.total, c.fraction)) if c.evals.get(target)]
+    if len(cps) < 2:
+        return None
+    k = len(cps[0].evals[target])
+    cps = [c for c in cps if len(c.evals[target]) == k]
+    means = [_mean(c.evals[target]) for c in cps]
+    base = means[0]
+    for j in range(1, len(cps)):
+        b = max(range(j), key=lambda i: (means[i], -i))
+        drop = means[b] - means[j]
+        if means[j] > base + COLLAPSE_KEEP * (means[b] - base) or drop < MIN_DROP:
+            continue
+        diffs = [x - y for x, y in zip(cps[b].evals[target], cps[j].evals[target])]
+        sd = math.sqrt(sum((d - drop) ** 2 for d in diffs) / (k - 1)) if k > 1 else 0.0
+        se = sd / math.sqrt(k)
+        if drop >= DROP_SE * se:
+            return {"fraction": cps[j].fraction, "step": cps[j].step, "flops": cps[j].flops.total,
+                    "value": means[j], "best": means[b], "best_fraction": cps[b].fraction, "base": base,
+                    "drop_se": se, "final": means[-1]}
+    return None
+
+
+def eval_flops(pilot: PilotResult) -> float:
+    """FLOPs of a pilot's held-out evaluations (final + checkpoints), outside its budget."""
+    cost = pilot.extra.get("eval_flops") or {}
+    return float(sum(cost.values()))
+
+
+def stability(pilots: Sequence[PilotResult], target: str) -> Stability | None:
+    """Unstable pilots per grid point among the complete pilots with checkpoints of ``target``;
+    None when no pilot has any (results written before checkpoints, or with them off)."""
+    checked = sorted((p for p in pilots if p.status == "complete" and any(target in c.evals for c in p.checkpoints)),
+                     key=lambda p: (p.rho_target, p.seed))
+    if not checked:
+        return None
+    flagged = []
+    for p in checked:
+        hit = find_instability(p.checkpoints, target)
+        if hit:
+            flagged.append(Instability(rho_target=p.rho_target, seed=p.seed, target=target, **hit))
+    points = []
+    for rho in sorted({p.rho_target for p in checked}):
+        here = [p for p in checked if p.rho_target == rho]
+        points.append(StabilityPoint(
+            rho_target=rho, pilots=len(here), unstable=sum(1 for f in flagged if f.rho_target == rho),
+            checkpoints=_mean([len(p.checkpoints) for p in here]),
+            prompts=max(len(c.evals.get(target, ())) for p in here for c in p.checkpoints),
+            eval_flops=_mean([eval_flops(p) for p in here])))
+    rule = {"keep": COLLAPSE_KEEP, "min_drop": MIN_DROP, "drop_se": DROP_SE}
+    return Stability(target=target, rule=rule, points=tuple(points), unstable=tuple(flagged))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wheels that the lent GPU machine lacks (it has no network): optuna and what it needs beyond that
+# Wheels that the lent GPU machine lacks (it has no network): optuna and pydantic (config schema) and what they need beyond that
 # machine's packages, for Python 3.12 on x86_64, into .whl/ (git-ignored). Run here, before the
 # device call, then name .whl in the device tool's `carry`; bench/device_check.sh installs them
 # into /tmp/site when the folder is there, and then also runs a small `race pilot --device cuda`.
@@ -11,5 +11,6 @@ rm -rf .whl && mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \
-  optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3
+  optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3 \
+  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
 ls .whl

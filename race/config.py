@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
@@ -47,10 +48,17 @@ def parse_flops(value: Any, what: str = "budget") -> float:
 
 def parse_grid(value: Any) -> tuple[float, ...]:
     """Parse ρ targets from a list or a comma-separated string; each in (0, 1)."""
-    items = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ConfigError(f"grid {value!r} is not valid: expected a list of ρ values in (0, 1), e.g. [0.3, 0.5, 0.7]")
     out = []
     for item in items:
         try:
+            if isinstance(item, bool):
+                raise TypeError
             rho = float(item)
         except (TypeError, ValueError):
             raise ConfigError(f"grid value {item!r} is not a number: expected ρ values in (0, 1)") from None
@@ -194,9 +202,15 @@ def _positive_int(name: str, v: Any) -> None:
         raise ConfigError(f"{name} {v!r} must be a positive integer")
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
 def _validate(c: GridConfig) -> None:
     if not isinstance(c.model, str) or not c.model:
         raise ConfigError(f"model {c.model!r} must be a Hugging Face id or a folder with a config.json")
+    if not isinstance(c.name, str) or not _NAME.fullmatch(c.name):
+        raise ConfigError(f"name {c.name!r} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
+                          "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
     _positive_int("seeds", c.seeds)
     for name in ("prompt_len", "completion_len"):
         v = getattr(c, name)
@@ -311,9 +325,10 @@ def _fractions(value: Any, name: str) -> Any:
     return tuple(out)
 
 
-def _section(cls: type, name: str, raw: Any) -> Any:
+def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
+    """A config section as a normalised mapping (unknown keys refused), for race.schema to check."""
     if raw is None:
-        return cls()
+        return {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{name} must be a mapping, got {type(raw).__name__}")
     known = {f.name for f in fields(cls)}
@@ -328,8 +343,9 @@ def _section(cls: type, name: str, raw: Any) -> Any:
         kw["checkpoints"] = _fractions(kw["checkpoints"], f"{name}.checkpoints")
     if cls is LoRASettings and "targets" in kw:
         t = kw["targets"]
-        kw["targets"] = LoRASettings().targets if t == "all" else tuple([t] if isinstance(t, str) else t)
-    return cls(**kw)
+        kw["targets"] = LoRASettings().targets if t == "all" else (t,) if isinstance(t, str) \
+            else tuple(t) if isinstance(t, (list, tuple)) else t
+    return kw
 
 
 def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> GridConfig:
@@ -357,6 +373,11 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
     if isinstance(raw.get("vllm_sleep"), bool):      # YAML reads a bare on / off as true / false
         kw["vllm_sleep"] = "on" if raw["vllm_sleep"] else "off"
     lengths = raw.get("lengths") or {}
+    if not isinstance(lengths, Mapping):
+        raise ConfigError(f"lengths {lengths!r} is not valid: expected a mapping like {{prompt: 64, completion: 256}}")
+    unknown = sorted(set(lengths) - {"prompt", "completion"})
+    if unknown:
+        raise ConfigError(f"lengths.{unknown[0]} is not a known setting: expected prompt and completion")
     if "prompt" in lengths:
         kw["prompt_len"] = lengths["prompt"]
     if "completion" in lengths:
@@ -367,12 +388,14 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
             kw[key] = os.path.normpath(os.path.join(base_dir, value))
     for name, cls in _SECTIONS.items():
         kw[name] = _section(cls, name, raw.get(name))
-    if base_dir and kw["reward"].function:
-        kw["reward"] = replace(kw["reward"], function=_reward_near_config(kw["reward"].function, base_dir))
-    try:
-        return GridConfig(**kw)
-    except TypeError as e:  # wrong value types reaching the dataclass
-        raise ConfigError(f"bad config value: {e}") from None
+    from race import schema
+
+    checked = schema.validate(kw, GridConfig)        # types, finiteness, ranges: one line naming the field
+    sections = {name: cls(**checked.pop(name)) for name, cls in _SECTIONS.items()}
+    if base_dir and sections["reward"].function:
+        sections["reward"] = replace(sections["reward"],
+                                     function=_reward_near_config(sections["reward"].function, base_dir))
+    return GridConfig(**checked, **sections)
 
 
 def _reward_near_config(function: str, base_dir: str) -> str:

@@ -303,6 +303,13 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race.pilot import check_device
 
     check_device(device)
+    from race.regime import MIN_GRID_POINTS
+
+    if len(config.grid) < MIN_GRID_POINTS:   # the verdict needs them: refuse before any pilot runs
+        from race.config import ConfigError
+
+        raise ConfigError(f"grid {list(config.grid)} has {len(config.grid)} point(s): a verdict needs at least "
+                          f"{MIN_GRID_POINTS} ρ values (race plan shows any grid)")
     if config.reward.kind == "custom":      # a reward no pilot can import fails here, not in every pilot
         from race.rewards.isolated import IsolatedReward
 

@@ -37,6 +37,9 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "eval.prompts": {"ge": 1}, "eval.samples": {"ge": 1}, "eval.temperature": {"gt": 0},
 }
 
+# fields whose shape race.config checks itself (a count or a list: eval.checkpoints)
+RULES_ELSEWHERE = ("eval.checkpoints",)
+
 _EXPECTED = {
     "bool_type": "true or false (a YAML boolean, not a string)",
     "string_type": "a string", "int_type": "an integer", "int_parsing": "an integer",
@@ -67,6 +70,8 @@ def _pydantic_type(annotation: str, path: str):
         t = tuple[StrictStr, ...]
     elif base == "tuple[float,...]":
         t = tuple[typing.Annotated[float, Field(allow_inf_nan=False, gt=0, lt=1)], ...]
+    elif path in RULES_ELSEWHERE:
+        t = Any
     else:
         raise TypeError(f"race.schema has no type for {path}: {annotation}")
     return typing.Optional[t] if optional else t
@@ -104,7 +109,8 @@ def _bools_as_numbers(raw: Any, cls: type, prefix: str = "") -> str | None:
             found = _bools_as_numbers(value, sub, f.name + ".")
             if found:
                 return found
-        elif isinstance(value, bool) and str(f.type).replace(" ", "").split("|")[0] in ("int", "float"):
+        elif isinstance(value, bool) and path not in RULES_ELSEWHERE \
+                and str(f.type).replace(" ", "").split("|")[0] in ("int", "float"):
             return path
     return None
 

@@ -433,8 +433,8 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
 
     engine = PilotEngine(config, schedule, seed, device=device)
     targets = {**judges(config.task), **model_judges(config, device=device)}   # loaded before any step runs
-    train = load_task(config.task, split="train", seed=seed)
-    evals = load_task(config.task, split="eval", n=config.eval.prompts)
+    train, _ = within_context(config, load_task(config.task, split="train", seed=seed), engine.backend.tok)
+    evals, _ = within_context(config, load_task(config.task, split="eval", n=config.eval.prompts), engine.backend.tok)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
     spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
     checkpoints = HeldOutCheckpoints(engine, evals, targets, seed)
@@ -519,11 +519,20 @@ class Calibration:
     seconds: float
     healthy: dict | None = None
     reward_check: dict | None = None     # the configured reward on these samples (rule / custom rewards)
+    dropped: dict | None = None          # problems too long for the context (context_report)
 
     def to_dict(self) -> dict:
         return {"prompt_len": self.prompt_len, "completion_len": self.completion_len, "pass_rate": self.pass_rate,
                 "samples": self.samples, "seconds": self.seconds, "healthy": self.healthy,
-                "reward_check": self.reward_check}
+                "reward_check": self.reward_check, "dropped": self.dropped}
+
+    def data_warning(self) -> str | None:
+        """One line when prompts too long for the model's context were dropped."""
+        d = self.dropped
+        if not d:
+            return None
+        return (f"{d['count']} problem(s) of the task have prompts longer than the model's context allows "
+                f"({d['limit']} tokens), and were dropped (first: row {d['first_row']})")
 
     def reward_warning(self) -> str | None:
         """One line when the configured reward gave every calibration sample the same score:
@@ -561,6 +570,8 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     seed_everything(seed)
     _, backend = load_rollout(config, device=device)
     problems = load_task(config.task, split="train", n=prompts, seed=10_000 + seed)
+    problems, _ = within_context(config, problems, backend.tok)
+    dropped = context_report(config, backend.tok)
     gen = torch.Generator(device=device).manual_seed(seed)
     batch = backend.generate([p.prompt for p in problems], n=samples, max_new_tokens=config.grpo.max_completion_len,
                              temperature=config.grpo.temperature, top_p=config.grpo.top_p, generator=gen)
@@ -571,7 +582,42 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     backend.close()
     return Calibration(prompt_len, sum(lens) / len(lens), pass_rate, len(lens), time.perf_counter() - t0,
                        healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None,
-                       reward_check(config, problems, batch.texts))
+                       reward_check(config, problems, batch.texts), dropped)
+
+
+def context_tokens(config: GridConfig) -> int | None:
+    """The longest prompt that leaves the policy's context room for one new token (None when its
+    config states no ``max_position_embeddings``). ``grpo.max_completion_len`` is a cap that
+    generation rarely reaches, so it does not shorten this."""
+    from race.models import load_hf_config
+
+    cfg = load_hf_config(config.model)
+    ctx = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+    return int(ctx) - 1 if ctx else None
+
+
+def within_context(config: GridConfig, problems: list, tok) -> tuple[list, list]:
+    """(problems whose prompt fits ``context_tokens``, those dropped); deterministic, so every
+    pilot and calibration drop the same ones."""
+    from race.tasks.datasets import drop_overlong
+
+    limit = context_tokens(config)
+    if limit is None:
+        return problems, []
+    return drop_overlong(problems, lambda text: len(tok(text, add_special_tokens=False, verbose=False)["input_ids"]), limit)
+
+
+def context_report(config: GridConfig, tok) -> dict | None:
+    """How many problems of the task (both splits) are too long for the context, and the first one."""
+    from race.tasks import load_task
+
+    dropped = []
+    for split in ("train", "eval"):
+        dropped += within_context(config, load_task(config.task, split=split), tok)[1]
+    if not dropped:
+        return None
+    first = min(dropped, key=lambda p: p.id)
+    return {"count": len(dropped), "first_row": first.id + 1, "limit": context_tokens(config)}
 
 
 def close_reward(reward) -> None:

@@ -250,7 +250,7 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if others:
         parts.append(_heading("other targets", fmt))
         parts.append(_targets_table(others, fmt))
-    notes = list(meta.get("flop_warnings") or []) + ([meta["reward_warning"]] if meta.get("reward_warning") else []) \
+    notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning") if meta.get(k)] \
         + list(diag.warnings)
     if notes:
         parts.append(_lines([f"warning: {w}" for w in notes], fmt))

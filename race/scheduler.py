@@ -380,6 +380,11 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
             if not quiet:
                 for w in plan.warnings:
                     print(f"warning: {w}", file=sys.stderr, flush=True)
+        dropped = cal.data_warning() if hasattr(cal, "data_warning") else None
+        if dropped:
+            meta["data_warning"] = dropped
+            if not quiet:
+                print(f"warning: {dropped}", file=sys.stderr, flush=True)
         warning = cal.reward_warning()
         if warning:
             meta["reward_warning"] = warning
@@ -501,7 +506,8 @@ def check_task_size(config: Any) -> None:
     from race.tasks import TASKS, load_task
 
     task = config.task
-    if task in TASKS:
+    if task in TASKS:        # a built-in task's held-out set is generated: asking for more fails here, once
+        load_task(task, split="eval", n=config.eval.prompts)
         return
     if not task.endswith((".jsonl", ".json", ".parquet")):
         return

@@ -1,0 +1,266 @@
+"""Bad, hostile and stuck input: a table of cases across the CLI, YAML configs, dataset rows,
+rewards, storage URLs and damaged results files.
+
+Refusals before compute: exit 2, exactly one ``Error:`` line on stderr, no traceback, nothing
+written (no output folder, no storage). Failures at run time (a reward that hangs or exits
+mid-pilot): that pilot fails with a one-line reason within its time limit, the command ends
+with exit 2 and one line, and the finished pilots are unchanged when the same command runs
+again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from race.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = "model: race/tiny-arith\nbudget: 2e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
+
+REWARDS = '''
+import os, sys, time
+def hang(p, c, r):
+    time.sleep(3600)
+def leave(p, c, r):
+    sys.exit(0)
+def boom(p, c, r):
+    raise RuntimeError("boom on purpose")
+def text(p, c, r):
+    return "not a number"
+def fine(p, c, r):
+    return 1.0 if c.split("</s>")[0].strip() == r else 0.0
+'''
+
+# (id, config YAML appended to BASE or replacing it, extra CLI args, text the error line must hold)
+CONFIGS = [
+    ("nan-temperature", "grpo: {temperature: .nan}\n", (), "grpo.temperature nan"),
+    ("negative-top-p", "grpo: {top_p: -0.5}\n", (), "grpo.top_p -0.5"),
+    ("alpha-not-number", "lora: {alpha: x}\n", (), "lora.alpha 'x'"),
+    ("name-not-string", "name: 123\n", (), "name 123"),
+    ("name-escapes", "name: ../escape\n", (), "name '../escape'"),
+    ("model-missing", "!model: ./nope\n", (), "nope"),
+    ("grid-scalar", "!grid: 0.5\n", (), "grid 0.5"),
+    ("grid-two-points", "!grid: [0.5, 0.6]\n", (), "a verdict needs at least 3"),
+    ("grid-one-point", "!grid: [0.5]\n", (), "a verdict needs at least 3"),
+    ("grid-out-of-range", "!grid: [0.5, 1.2, 0.7]\n", (), "ρ=1.2 is outside"),
+    ("lengths-scalar", "lengths: 5\n", (), "lengths 5"),
+    ("task-number", "task: 42\n", (), "task 42"),
+    ("beta-not-number", "grpo: {beta: 1e-3x}\n", (), "grpo.beta '1e-3x'"),
+    ("eval-temperature-negative", "eval: {temperature: -1}\n", (), "eval.temperature -1"),
+    ("eval-temperature-zero", "eval: {temperature: 0}\n", (), "eval.temperature 0"),
+    ("prefix-shared-string", "schedule: {prefix_shared: 'no'}\n", (), "schedule.prefix_shared 'no'"),
+    ("fixed-maybe", "learning_rate: {fixed: maybe}\n", (), "learning_rate.fixed 'maybe'"),
+    ("trust-remote-code-quoted", "reward: {kind: prm, model: race/tiny-prm-s, trust_remote_code: 'false'}\n", (),
+     "reward.trust_remote_code 'false'"),
+    ("judge-trust-quoted", "eval: {judge_trust_remote_code: 'off'}\n", (), "eval.judge_trust_remote_code 'off'"),
+    ("approximate-quoted", "allow_approximate_flops: 'yes'\n", (), "allow_approximate_flops 'yes'"),
+    ("seeds-bool", "!seeds: true\n", (), "seeds True"),
+    ("seeds-zero", "!seeds: 0\n", (), "seeds 0"),
+    ("rank-fraction", "lora: {rank: 2.5}\n", (), "lora.rank 2.5"),
+    ("targets-number", "lora: {targets: 5}\n", (), "lora.targets 5"),
+    ("targets-unknown", "lora: {targets: [c_attn]}\n", (), "'c_attn' is not a module"),
+    ("eval-prompts-beyond-builtin", "eval: {prompts: 100000}\n", (), "100000"),
+    ("rank-too-big-for-memory", "lora: {rank: 1000000}\n", (), "lora.rank 1000000"),
+    ("unknown-key", "bogus: 1\n", (), "'bogus' is not a known setting"),
+    ("unknown-section-key", "grpo: {bogus: 1}\n", (), "grpo.bogus is not a known setting"),
+    ("reward-not-mapping", "reward: sparse\n", (), "reward must be a mapping"),
+    ("budget-bool", "!budget: true\n", (), "budget True"),
+    ("budget-negative", "!budget: -1\n", (), "budget"),
+    ("custom-without-function", "reward: {kind: custom}\n", (), "needs reward.function"),
+    ("custom-unimportable", "reward: {kind: custom, function: 'no_such_module_x:fn'}\n", (), "no_such_module_x"),
+    ("custom-not-callable", "reward: {kind: custom, function: 'rewards.py:NOPE'}\n", (), "NOPE"),
+    ("reward-timeout-zero", "reward: {kind: custom, function: 'rewards.py:fine', timeout: 0}\n", (), "reward.timeout 0"),
+    ("checkpoint-fraction", "eval: {checkpoints: [0.5, 2]}\n", (), "eval.checkpoints value 2"),
+    ("unsupported-architecture", "!model: ./falconish\n", (), "'falcon' is not in RACE's architecture table"),
+    ("prm-unsupported", "reward: {kind: prm, model: ./falconish}\n", (), "reward model type 'falcon'"),
+    ("empty-file", "!", (), "is empty"),
+    ("malformed-yaml", "!model: [1\n", (), "not valid YAML"),
+    ("config-a-list", "!- 1\n- 2\n", (), "must be a mapping"),
+    ("vllm-sleep-unknown", "vllm_sleep: sometimes\n", (), "vllm_sleep 'sometimes'"),
+    ("backend-unknown", "backend: tpu\n", (), "backend 'tpu'"),
+    # datasets
+    ("dataset-prompt-list", "task: ./rows_list.jsonl\n", (), "field 'prompt' is a list"),
+    ("dataset-conflicting-answers", "task: ./rows_conflict.jsonl\n", (), "one prompt, one reference answer"),
+    ("dataset-null-answer", "task: ./rows_null.jsonl\n", (), "field 'answer' is null"),
+    ("dataset-bool-answer", "task: ./rows_bool.jsonl\n", (), "field 'answer' is a bool"),
+    ("dataset-bad-json", "task: ./rows_badjson.jsonl\n", (), "invalid JSON"),
+    ("dataset-missing-field", "task: ./rows_missing.jsonl\n", (), "field 'answer' is missing"),
+    ("dataset-empty", "task: ./rows_empty.jsonl\n", (), "is empty"),
+    ("dataset-absent", "task: ./absent.jsonl\n", (), "does not exist"),
+    # storage URLs
+    ("storage-two-ats", "", ("--storage", "postgresql://race:pa@ss@127.0.0.1:1/race"), "percent-encode"),
+    ("storage-not-a-url", "", ("--storage", "foo://x"), "not an optuna storage URL"),
+    ("storage-postgres-scheme", "", ("--storage", "postgres://race@127.0.0.1:1/race"), "postgresql://"),
+    ("storage-unreachable", "", ("--storage", "postgresql://race:s%2Fcr%40t@127.0.0.1:1/race"), "unreachable"),
+    # CLI flags
+    ("flag-grid-range", "", ("--grid", "0.3,1.4,0.5"), "ρ=1.4 is outside"),
+    ("flag-budget-negative", "", ("--budget", "-3e12"), "budget '-3e12'"),
+    ("flag-unknown", "", ("--bogus",), "No such option"),
+    ("flag-device-name", "", ("--device", "gpu0"), "device 'gpu0'"),
+    ("flag-device-cuda", "", ("--device", "cuda"), "needs a CUDA GPU"),
+    ("flag-adaptive-share", "", ("--adaptive-share", "1.5"), "adaptive share 1.5"),
+    ("flag-plot-suffix", "", ("--plot", "fig.txt"), "fig.txt"),
+    ("flag-format", "", ("--format", "xml"), "xml"),
+    ("flag-seeds-zero", "", ("--seeds", "0"), "--seeds"),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rewards.py").write_text(REWARDS)
+    rows = {"rows_list": [{"prompt": ["1+1="], "answer": "2"}],
+            "rows_conflict": [{"prompt": "1+1=", "answer": "2"}, {"prompt": "1+1=", "answer": "3"}],
+            "rows_null": [{"prompt": "1+1=", "answer": None}],
+            "rows_bool": [{"prompt": "1+1=", "answer": True}],
+            "rows_missing": [{"prompt": "1+1="}]}
+    for name, content in rows.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in content))
+    (tmp_path / "rows_badjson.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n{oops\n')
+    (tmp_path / "rows_empty.jsonl").write_text("\n")
+    (tmp_path / "falconish").mkdir()
+    (tmp_path / "falconish" / "config.json").write_text(json.dumps({
+        "model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,
+        "num_hidden_layers": 2, "vocab_size": 101}))
+    return tmp_path
+
+
+def _config_text(spec: str) -> str:
+    if spec.startswith("!"):            # replaces the matching base line, or the whole config
+        body = spec[1:]
+        key = body.split(":", 1)[0] if ":" in body and not body.startswith("-") else None
+        if key and key + ":" in BASE:
+            return "".join(line + "\n" for line in BASE.splitlines() if not line.startswith(key + ":")) + body
+        return body
+    return BASE + spec
+
+
+def _one_error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("case, spec, args, message", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_refused_before_compute_in_one_line_with_nothing_written(workdir, case, spec, args, message):
+    (workdir / "grid.yaml").write_text(_config_text(spec))
+    before = sorted(p.name for p in workdir.iterdir())
+    result = CliRunner().invoke(main, ["pilot", "grid.yaml", "--out", "run", "--quiet", *args])
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    line = _one_error_line(result)
+    assert message in line, line
+    assert sorted(p.name for p in workdir.iterdir()) == before       # no run/, no race.db, nothing
+
+
+DAMAGED = [
+    ("results-not-json", "{not json", "not valid JSON"),
+    ("results-a-list", "[1, 2]", "results"),
+    ("results-no-pilots", json.dumps({"schema_version": 1, "kind": "results"}), "results"),
+]
+
+
+@pytest.mark.parametrize("case, content, message", DAMAGED, ids=[c[0] for c in DAMAGED])
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_damaged_results_files_are_one_line(workdir, case, content, message, command):
+    (workdir / "results.json").write_text(content)
+    (workdir / "other.json").write_text(content)
+    result = CliRunner().invoke(main, [command, "results.json"] + (["other.json"] if command == "compare" else []))
+    assert result.exit_code == 2, result.output
+    assert message.lower() in _one_error_line(result).lower()
+
+
+def test_a_missing_results_path_is_one_line(workdir):
+    result = CliRunner().invoke(main, ["report", "nowhere/results.json"])
+    assert result.exit_code == 2 and "nowhere" in _one_error_line(result)
+
+
+# ---------------------------------------------------------------- rewards at run time
+
+def _race(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
+
+
+def test_a_reward_that_hangs_in_calibration_is_one_line_and_leaves_nothing(workdir):
+    (workdir / "grid.yaml").write_text(BASE + "reward: {kind: custom, function: 'rewards.py:hang', timeout: 2}\n")
+    t0 = time.monotonic()
+    out = _race("pilot", "grid.yaml", "--out", "run", "--quiet", cwd=workdir)
+    assert out.returncode == 2 and time.monotonic() - t0 < 60
+    line = [x for x in out.stderr.splitlines() if x.strip()][-1]
+    assert line.startswith("Error: ") and "did not return within 2 s" in line and "rewards.py:hang" in line
+    assert not (workdir / "run").exists() and "Traceback" not in out.stderr
+
+
+MARKED = '''
+import os, sys, tempfile, time
+MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marker")
+
+def _in_a_pilot():
+    """Pilots are forked by a fork server; calibration runs in the race pilot process itself."""
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+        return b"forkserver" in fh.read()
+
+def _taken():
+    if not _in_a_pilot():
+        return False
+    try:
+        os.rename(MARKER, MARKER + ".taken")     # one process wins
+        return True
+    except OSError:
+        return False
+
+_mine = None
+def reward(p, c, r):
+    global _mine
+    if _mine is None:
+        _mine = _taken()
+    if _mine:
+        {action}
+    return 1.0 if c.split("</s>")[0].strip() == r else 0.0
+'''
+
+
+@pytest.mark.parametrize("action, reason", [("time.sleep(3600)", "did not return within 3 s"),
+                                            ("sys.exit(0)", "raised SystemExit(0)")], ids=["hangs", "exits"])
+def test_a_reward_that_fails_mid_grid_fails_its_pilot_alone(workdir, action, reason):
+    """One pilot's reward hangs (or exits): that pilot fails with the reason, the others finish,
+    the command ends with exit 2 and one line; re-run, only the failed pilot runs again."""
+    (workdir / "marked.py").write_text(MARKED.replace("{action}", action))
+    (workdir / "grid.yaml").write_text(BASE + "reward: {kind: custom, function: 'marked.py:reward', timeout: 3}\n")
+    (workdir / "marker").write_text("")
+    out = _race("pilot", "grid.yaml", "--out", "run", "--quiet", "--retries", "0", cwd=workdir, timeout=900)
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert lines[-1].startswith("Error: 1 pilot(s) failed") and reason in lines[-1], lines[-1]
+    first = json.loads((workdir / "run" / "results.json").read_text())
+    done = {(p["rho_target"], p["seed"]): p for p in first["pilots"] if p["status"] == "complete"}
+    assert len(done) == 2
+    out = _race("pilot", "grid.yaml", "--out", "run", "--quiet", cwd=workdir, timeout=900)   # marker taken: all fine
+    assert out.returncode == 0, out.stderr[-2000:]
+    again = json.loads((workdir / "run" / "results.json").read_text())
+    for p in again["pilots"]:
+        key = (p["rho_target"], p["seed"])
+        if key in done:
+            assert p["evals"] == done[key]["evals"] and p["flops"] == done[key]["flops"]
+    assert all(p["status"] == "complete" for p in again["pilots"]) and again["diagnosis"]
+
+
+def test_a_reward_that_raises_or_returns_text_is_reported_with_its_first_error(workdir):
+    """Not fatal: each such sample scores 0, and the report says how often and why."""
+    from race.config import config_from_dict
+    from race.pilot import calibrate
+
+    for fn, why in (("boom", "RuntimeError: boom on purpose"), ("text", "ValueError")):
+        cfg = config_from_dict({"model": "race/tiny-arith", "budget": 2e10,
+                                "reward": {"kind": "custom", "function": f"rewards.py:{fn}"}}, base_dir=str(workdir))
+        warning = calibrate(cfg, prompts=4, samples=2).reward_warning()
+        assert warning and "failed on 8 of 8 calibration samples" in warning and why in warning, warning

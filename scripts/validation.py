@@ -1,0 +1,460 @@
+"""The validation study (issue 16): do pilot verdicts come true at the full budget?
+
+    python scripts/validation.py status                         # which grids are committed, which missing
+    python scripts/validation.py run SETTING KIND [--pin DIR]   # one grid: KIND = pilot | full10 | full30
+    python scripts/validation.py queue [--pin DIR] [--kinds pilot,full10] [--half development]
+    python scripts/validation.py tables                         # every table of docs/validation.md
+    python scripts/validation.py tables --check docs/validation.md    # exit 1 if the doc differs
+    python scripts/validation.py tables --write docs/validation.md    # rewrite the doc's tables
+
+The suite (settings, their development / held-out split, pilot budgets and grids) is
+``validation/suite.yaml``. Every grid runs as ``race pilot`` from a pinned checkout (``--pin``: a
+``git worktree`` at a commit; default: this checkout) with its storage outside the work tree
+(``RACE_VALIDATION_RUNS``, default ``/work/validation-runs``), so it resumes after an
+interruption and keeps its finished pilots. When it ends, its compact data (config, schedules,
+FLOPs, per-prompt held-out scores of the reward and pass@1 targets, curves, checkpoints; not the
+SQLite file) goes to ``validation/runs/SETTING/KIND.json.gz`` with the pinned commit and the
+command: that file is the record the study resumes from (a grid whose data is there never runs
+again). ``tables`` recomputes every table from those files alone, in well under a minute.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SUITE = ROOT / "validation" / "suite.yaml"
+RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR changes it (tests)
+KINDS = {"pilot": 1, "full10": 10, "full30": 30}
+TARGETS = ("reward", "pass@1")          # kept per prompt in the committed data
+N_BOOT = 1000
+BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"
+
+
+# ---------------------------------------------------------------- the suite
+
+def load_suite(path: Path = SUITE) -> dict[str, Any]:
+    import yaml
+
+    suite = yaml.safe_load(path.read_text())
+    names = [s["name"] for s in suite["settings"]]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: setting names repeat")
+    return suite
+
+
+def setting(suite: dict, name: str) -> dict[str, Any]:
+    for s in suite["settings"]:
+        if s["name"] == name:
+            return s
+    raise SystemExit(f"unknown setting {name!r}: expected one of {', '.join(s['name'] for s in suite['settings'])}")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def grid_config(s: dict, kind: str, seeds: int) -> tuple[dict, float, list[float]]:
+    """(config mapping, budget per pilot, ρ grid) of one grid of setting ``s``."""
+    import yaml
+
+    from race import presets
+
+    base = dict(presets.DEFAULT) if s["base"] == "default" else yaml.safe_load((ROOT / s["base"]).read_text())
+    cfg = _merge(base, s.get("overrides") or {})
+    budget = float(s["pilot_budget"]) * KINDS[kind]
+    grid = {"pilot": s["pilot_grid"], "full10": s["full_grid"], "full30": s.get("long_grid")}[kind]
+    if not grid:
+        raise SystemExit(f"setting {s['name']!r} has no grid for {kind}")
+    cfg.update(name=f"val-{s['name']}-{kind}", budget=budget, grid=list(grid), seeds=seeds)
+    return cfg, budget, list(grid)
+
+
+def data_path(name: str, kind: str) -> Path:
+    return RUNS / name / f"{kind}.json.gz"
+
+
+def write_record(record: dict) -> Path:
+    path = data_path(record["setting"], record["kind"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        json.dump(record, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+    return path
+
+
+def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, command: str,
+                wall_seconds: float) -> dict:
+    budget = float(s["pilot_budget"]) * KINDS[kind]
+    grid = sorted({p["rho_target"] for p in results["pilots"]})
+    return {"setting": s["name"], "kind": kind, "half": s["half"], "budget": budget, "grid": grid,
+            "seeds": int(suite.get("seeds", 3)), "on_policy": s.get("on_policy"), "commit": commit,
+            "command": command, "wall_seconds": round(wall_seconds, 1),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "config": results.get("config"),
+            "software": (results.get("diagnosis") or {}).get("meta", {}).get("software"),
+            "pilots": [compact_pilot(p) for p in results["pilots"]]}
+
+
+def load_run(name: str, kind: str) -> dict | None:
+    path = data_path(name, kind)
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+# ---------------------------------------------------------------- compact data
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        return float(f"{x:.6g}") if math.isfinite(x) else x
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    return x
+
+
+def compact_pilot(p: dict) -> dict:
+    """A results.json pilot with the held-out scores of ``TARGETS`` only, floats at 6 digits."""
+    out = dict(p)
+    out["evals"] = {k: v for k, v in p.get("evals", {}).items() if k in TARGETS}
+    out["checkpoints"] = [{**c, "evals": {k: v for k, v in c.get("evals", {}).items() if k in TARGETS}}
+                          for c in p.get("checkpoints") or []]
+    extra = p.get("extra") or {}
+    out["extra"] = {k: extra[k] for k in ("steps", "reward_errors", "reward_first_error", "software", "error")
+                    if k in extra}
+    return _round(out)
+
+
+def _commit(path: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown"
+
+
+def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, quiet: bool = False) -> Path:
+    """Run (or resume) one grid from the pinned checkout; write its compact data; return its path."""
+    import yaml
+
+    s = setting(suite, name)
+    cfg, budget, grid = grid_config(s, kind, int(suite.get("seeds", 3)))
+    out_dir = storage_root / f"{name}-{kind}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_file = out_dir / "config.yaml"
+    config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet",
+           "--format", "json"]
+    env = {**os.environ, "PYTHONPATH": str(pin)}
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=str(ROOT), env=env,
+                          stdout=subprocess.DEVNULL, stderr=None if not quiet else subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} {kind}: race pilot ended with exit {proc.returncode}; its storage in {out_dir} "
+                         "keeps every finished pilot (run the same command again)")
+    results = json.loads((out_dir / "results.json").read_text())
+    return write_record(make_record(s, kind, suite, results, commit=_commit(pin),
+                                    command=" ".join(["race", *cmd[3:]]), wall_seconds=time.time() - t0))
+
+
+# ---------------------------------------------------------------- statistics
+
+def pilots_of(record: dict) -> list:
+    from race.records import PilotResult
+
+    return [PilotResult.from_dict(p) for p in record["pilots"] if p.get("status") == "complete"]
+
+
+def verdict(record: dict):
+    """The rule's verdict on a grid (race.regime.classify, the primary target: held-out reward)."""
+    from race.regime import classify
+
+    return classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0).primary
+
+
+def point_means(record: dict, target: str = "reward") -> dict[float, list[float]]:
+    """ρ target → per-seed mean held-out score."""
+    out: dict[float, list[float]] = {}
+    for p in pilots_of(record):
+        scores = p.evals[target]
+        out.setdefault(p.rho_target, []).append(sum(scores) / len(scores))
+    return dict(sorted(out.items()))
+
+
+def best_rho_ci(record: dict, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """The full runs' best ρ (highest mean over seeds) and a bootstrap CI over seeds and prompts."""
+    import numpy as np
+
+    pilots = pilots_of(record)
+    by_rho: dict[float, list] = {}
+    for p in pilots:
+        by_rho.setdefault(p.rho_target, []).append(np.asarray(p.evals["reward"], dtype=float))
+    rhos = sorted(by_rho)
+    means = [np.mean([s.mean() for s in by_rho[r]]) for r in rhos]
+    best = rhos[int(np.argmax(means))]
+    rng = np.random.default_rng(seed)
+    picks = []
+    for _ in range(n_boot):
+        vals = []
+        for r in rhos:
+            seeds = by_rho[r]
+            chosen = [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))]
+            vals.append(np.mean([s[rng.integers(0, len(s), len(s))].mean() for s in chosen]))
+        picks.append(rhos[int(np.argmax(vals))])
+    lo, hi = np.quantile(picks, [0.025, 0.975])
+    return best, (float(lo), float(hi))
+
+
+def interpolate(means: dict[float, list[float]], rho: float) -> float:
+    """The full-run response (mean over seeds) at ``rho``, linear between grid points."""
+    xs = sorted(means)
+    ys = [sum(means[x]) / len(means[x]) for x in xs]
+    if rho <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if rho <= x1:
+            return y0 + (y1 - y0) * (rho - x0) / (x1 - x0)
+    return ys[-1]
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def collapses(record: dict) -> dict[float, int]:
+    """Unstable pilots per ρ (race.checkpoints' rule on the held-out reward)."""
+    from race.checkpoints import stability
+
+    st = stability(pilots_of(record), "reward")
+    return {pt.rho_target: pt.unstable for pt in st.points} if st else {}
+
+
+def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
+    """Every per-setting metric of docs/validation.md for one setting with both grids done."""
+    import statistics
+
+    pv, fv = verdict(pilot), verdict(full)
+    means = point_means(full)
+    best, best_ci = best_rho_ci(full)
+    lo, hi = pv.rho_range
+    centre = (lo + hi) / 2
+    best_mean = sum(means[best]) / len(means[best])
+    se = statistics.stdev(means[best]) / math.sqrt(len(means[best])) if len(means[best]) > 1 else float("nan")
+    at_rec = interpolate(means, centre)
+    on_policy = s.get("on_policy")
+    gain = at_rec - interpolate(means, on_policy) if on_policy is not None else float("nan")
+    pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
+    full_pilots = pilots_of(full)
+    one_full = max(p.flops.total for p in full_pilots)
+    return {"setting": s["name"], "half": s["half"], "pilot": pv.regime.value, "pilot_range": (lo, hi),
+            "pilot_confidence": pv.confidence, "full": fv.regime.value, "full_confidence": fv.confidence,
+            "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
+            "best": best, "best_ci": best_ci, "in_range": lo <= best <= hi,
+            "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
+            else float("nan"), "gain": gain, "cost_one": pilot_flops / one_full,
+            "cost_grid": pilot_flops / sum(p.flops.total for p in full_pilots),
+            "collapses": collapses(full)}
+
+
+def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> str:
+    """The verdict an adaptive grid of ``share`` would have given, replayed on the pilot grid's pilots."""
+    from race.regime import classify
+    from race.scheduler import adaptive_subset
+
+    pilots = pilots_of(pilot)
+    by_key = {(p.rho_target, p.seed): p for p in pilots}
+    grid = sorted({p.rho_target for p in pilots})
+    seeds = max(p.seed for p in pilots) + 1
+
+    def score(key):
+        p = by_key[key]
+        return sum(p.evals["reward"]) / len(p.evals["reward"])
+
+    keys = adaptive_subset(policy, grid, seeds, score, share=share)
+    return classify([by_key[k] for k in keys], primary_target="reward", n_boot=N_BOOT, seed=0).primary.regime.value
+
+
+# ---------------------------------------------------------------- tables
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.{digits}f}"
+
+
+def tables(suite: dict) -> str:
+    """The Markdown tables of docs/validation.md, from validation/runs/ alone."""
+    lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
+    rows, adaptive = [], []
+    for s in suite["settings"]:
+        recs = {k: load_run(s["name"], k) for k in KINDS}
+        cells = []
+        for k in KINDS:
+            if k == "full30" and not s.get("long_grid"):
+                cells.append("—")
+            elif recs[k] is None:
+                cells.append("not run")
+            else:
+                done = sum(1 for p in recs[k]["pilots"] if p.get("status") == "complete")
+                cells.append(f"{done} pilots, {recs[k]['budget']:.3g} each ({recs[k]['commit'][:7]})")
+        lines.append(f"| {s['name']} | {s['half']} | " + " | ".join(cells) + " |")
+        if recs["pilot"] and recs["full10"]:
+            rows.append(setting_row(s, recs["pilot"], recs["full10"]))
+        if recs["pilot"] and recs["full10"]:
+            adaptive.append((s, {sh: adaptive_regime(recs["pilot"], sh) for sh in (0.5, 0.67)}, rows[-1]))
+    lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""]
+    if not rows:
+        lines.append("No setting has both its pilot grid and its full runs yet.")
+    else:
+        lines += ["| setting | half | pilot verdict (range, confidence) | full-run verdict (confidence) | same regime "
+                  "| full-run best ρ (95 % CI) | in range | regret (reward; full-run SEs) | gain over on-policy "
+                  "| pilot cost: of one full run; of the full grid | collapses per ρ |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
+            lines.append(
+                f"| {r['setting']} | {r['half']} | {r['pilot']} [{r['pilot_range'][0]:.2f}, {r['pilot_range'][1]:.2f}], "
+                f"{r['pilot_confidence']:.2f} | {r['full']} ({r['full_confidence']:.2f}) | "
+                f"{'yes' if r['pilot'] == r['full'] else 'no'} | {r['best']:.2f} ({r['best_ci'][0]:.2f} … "
+                f"{r['best_ci'][1]:.2f}) | {'yes' if r['in_range'] else 'no'} | {r['regret']:.4f}; "
+                f"{_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | {coll} |")
+    lines += ["", "### Over the suite", ""]
+    for half in ("development", "held-out"):
+        sel = [r for r in rows if r["half"] == half]
+        n = len(sel)
+        same = sum(r["pilot"] == r["full"] for r in sel)
+        inr = sum(r["in_range"] for r in sel)
+        lo, hi = wilson(same, n)
+        regrets = sorted(r["regret_se"] for r in sel if r["regret_se"] == r["regret_se"])
+        med = regrets[len(regrets) // 2] if regrets else float("nan")
+        inc = sum(r["pilot"] == "inconclusive" for r in sel)
+        inc_right = sum(r["pilot"] == "inconclusive" and r["full"] == "inconclusive" for r in sel)
+        lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
+                     f"(95 % CI {lo:.2f} … {hi:.2f}); full-run best ρ in the recommended range {inr}/{n}; "
+                     f"median regret {_fmt(med, 2)} full-run SEs; pilot verdict inconclusive {inc}/{n} "
+                     f"(full runs inconclusive too: {inc_right}).")
+    regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive"]
+    lines += ["", "Confusion (all complete settings; rows: pilot verdict, columns: full-run verdict):", "",
+              "| pilot \\ full | " + " | ".join(regimes) + " |", "|---|" + "---|" * len(regimes)]
+    for a in regimes:
+        lines.append(f"| {a} | " + " | ".join(str(sum(r['pilot'] == a and r['full'] == b for r in rows))
+                                              for b in regimes) + " |")
+    lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
+    if not adaptive:
+        lines.append("No setting complete yet.")
+    else:
+        lines += ["| setting | full pilot grid | adaptive 0.5 | adaptive 0.67 | full runs |", "|---|---|---|---|---|"]
+        for s, regs, r in adaptive:
+            lines.append(f"| {s['name']} | {r['pilot']} | {regs[0.5]} | {regs[0.67]} | {r['full']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _doc_tables(text: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"the doc has no {BEGIN} … {END} block")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global RUNS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("status")
+    r = sub.add_parser("run")
+    r.add_argument("setting")
+    r.add_argument("kind", choices=list(KINDS))
+    q = sub.add_parser("queue")
+    q.add_argument("--kinds", default="pilot,full10,full30")
+    q.add_argument("--half", default=None)
+    q.add_argument("--only", default=None, help="comma-separated settings")
+    for p in (r, q):
+        p.add_argument("--pin", default=str(ROOT), help="the pinned checkout the grids run from")
+        p.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
+    a = sub.add_parser("adopt", help="compact a grid already run (its results.json) into validation/runs/")
+    a.add_argument("setting")
+    a.add_argument("kind", choices=list(KINDS))
+    a.add_argument("results")
+    a.add_argument("--commit", required=True)
+    a.add_argument("--command", required=True)
+    a.add_argument("--wall-seconds", type=float, default=0.0)
+    t = sub.add_parser("tables")
+    t.add_argument("--check", default=None)
+    t.add_argument("--write", default=None)
+    ap.add_argument("--suite", default=str(SUITE))
+    ap.add_argument("--runs", default=str(RUNS))
+    args = ap.parse_args(argv)
+    RUNS = Path(args.runs)
+    suite = load_suite(Path(args.suite))
+    if args.cmd == "status":
+        for s in suite["settings"]:
+            have = [k for k in KINDS if data_path(s["name"], k).is_file()]
+            print(f"{s['name']:<16} {s['half']:<12} done: {', '.join(have) or '—'}")
+        return 0
+    if args.cmd == "run":
+        print(run(args.setting, args.kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage)))
+        return 0
+    if args.cmd == "adopt":
+        results = json.loads(Path(args.results).read_text())
+        print(write_record(make_record(setting(suite, args.setting), args.kind, suite, results, commit=args.commit,
+                                       command=args.command, wall_seconds=args.wall_seconds)))
+        return 0
+    if args.cmd == "queue":
+        kinds = args.kinds.split(",")
+        only = set(args.only.split(",")) if args.only else None
+        for kind in kinds:
+            for s in suite["settings"]:
+                if (only and s["name"] not in only) or (args.half and s["half"] != args.half):
+                    continue
+                if kind == "full30" and not s.get("long_grid"):
+                    continue
+                if data_path(s["name"], kind).is_file():
+                    continue
+                print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} …", flush=True)
+                try:
+                    path = run(s["name"], kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage))
+                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} → {path}", flush=True)
+                except SystemExit as e:
+                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} failed: {e}", flush=True)
+        return 0
+    text = tables(suite)
+    if args.check:
+        doc = _doc_tables(Path(args.check).read_text())
+        if doc != text:
+            sys.stderr.write(f"{args.check}: the tables differ from what validation/runs/ gives; "
+                             f"run: python scripts/validation.py tables --write {args.check}\n")
+            return 1
+        return 0
+    if args.write:
+        path = Path(args.write)
+        doc = path.read_text()
+        head, rest = doc.split(BEGIN, 1)
+        path.write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

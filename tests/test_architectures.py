@@ -215,12 +215,18 @@ def _race(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def test_cli_refuses_an_unknown_type_with_exit_2_and_allows_it_with_a_warning(tmp_path):
+def _falcon_config(tmp_path: Path) -> Path:
+    """A folder holding a config of a model type outside the table (Falcon)."""
     folder = tmp_path / "falconish"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
         "model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,
         "num_hidden_layers": 2, "vocab_size": 101}))
+    return folder
+
+
+def test_cli_refuses_an_unknown_type_with_exit_2_and_allows_it_with_a_warning(tmp_path):
+    folder = _falcon_config(tmp_path)
     for cmd in (["flops", "--model", str(folder)],
                 ["init", "--model", str(folder), "--task", "arithmetic-easy", "--full-run", "1e13"]):
         out = _race(*cmd, cwd=tmp_path)
@@ -273,11 +279,7 @@ def test_an_approximate_policy_runs_with_the_opt_in_and_every_report_carries_the
 def test_the_python_api_raises_for_an_unknown_type_before_any_pilot(tmp_path):
     import race
 
-    folder = tmp_path / "falconish"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,
-        "num_hidden_layers": 2, "vocab_size": 101}))
+    folder = _falcon_config(tmp_path)
     with pytest.raises(UnsupportedArchitecture, match="'falcon'"):
         race.diagnose(model=str(folder), budget=1e12, out_dir=str(tmp_path / "run"))
     assert not (tmp_path / "run" / "results.json").exists()

@@ -108,6 +108,8 @@ def test_a_real_grid_on_postgresql_stores_and_prints_no_spelling_of_a_hostile_pa
     assert "postgresql://race_hostile:***@" in out.stderr
     rep = _race("report", "--storage", url, "--study", study, "--format", "json", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
+    worker = _race("worker", "--storage", url, "--study", study, "--wait", "0", cwd=tmp_path)   # nothing left to run
+    assert worker.returncode == 0, worker.stderr
     from race.store import open_storage
 
     storage = open_storage(url)
@@ -115,7 +117,7 @@ def test_a_real_grid_on_postgresql_stores_and_prints_no_spelling_of_a_hostile_pa
     attrs = json.dumps([storage.get_study_user_attrs(sid), storage.get_study_system_attrs(sid),
                         [[t.user_attrs, t.system_attrs, t.params] for t in storage.get_all_trials(sid)]],
                        default=str, ensure_ascii=False)
-    texts = [out.stdout, out.stderr, rep.stdout, rep.stderr, attrs,
+    texts = [out.stdout, out.stderr, rep.stdout, rep.stderr, worker.stdout, worker.stderr, attrs,
              *(p.read_text(errors="replace") for p in run.rglob("*") if p.is_file() and p.suffix != ".db")]
     for spelling in _spellings(pw):
         assert all(spelling not in t for t in texts), spelling

@@ -233,10 +233,12 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
 
 def evaluate_with_cost(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
                        generator, batch_prompts: int = 256, judges: dict | None = None,
-                       meter: FlopMeter | None = None) -> tuple[dict[str, tuple[float, ...]], FlopBreakdown]:
+                       meter: FlopMeter | None = None,
+                       errors: dict | None = None) -> tuple[dict[str, tuple[float, ...]], FlopBreakdown]:
     """``evaluate`` with the sampling generator given, and what the evaluation cost in FLOPs (with
     ``meter``: the rollouts' search FLOPs by the meter's formulas, as a step's; the reward and
-    judge models' FLOPs as ``reward``; zero without a meter)."""
+    judge models' FLOPs as ``reward``; zero without a meter). ``errors``, when given, collects per
+    target the samples whose reward or judge failed: ``{target: {"count": n, "first": message}}``."""
     from race.rewards import score_completions
     from race.rewards.rules import sparse
 
@@ -253,6 +255,11 @@ def evaluate_with_cost(backend, problems, reward_fn, *, samples: int, temperatur
                 [p.answer for p in chunk for _ in range(samples)])
         scored = score_completions(reward_fn, *flat)
         judged = {name: judge.score_batch(*flat) for name, judge in judges.items() if hasattr(judge, "score_batch")}
+        if errors is not None:
+            for name, got in (("reward", scored), *judged.items()):
+                if got.errors:
+                    e = errors.setdefault(name, {"count": 0, "first": got.first_error})
+                    e["count"] += got.errors
         if meter is not None:
             lengths = [(len(p), len(c)) for p, grp in zip(batch.prompt_ids, batch.completion_ids) for c in grp]
             feedback = scored.flops if hasattr(reward_fn, "score_batch") else meter.reward_flops(lengths)
@@ -460,10 +467,11 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     import torch
 
     t = time.perf_counter()
+    eval_errors: dict = {}
     scores, final_cost = evaluate_with_cost(
         engine.backend, evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
         max_new_tokens=config.grpo.max_completion_len, judges=targets, meter=engine.meter,
-        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed))
+        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed), errors=eval_errors)
     engine.wall["eval"] = time.perf_counter() - t
     if checkpoints.on:
         engine.wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
@@ -477,6 +485,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
                        extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
                               **({"reward_first_error": first_error} if first_error else {}),
+                              **({"eval_errors": eval_errors} if eval_errors else {}),
                               "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
                               "software": software_versions(), "eval_flops": eval_flops},
                        checkpoints=cps)

@@ -89,6 +89,13 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
         notes.append(f"the reward failed {sum(int(r.extra['reward_errors']) for r in failing)} times in training "
                      f"(raised, or returned no finite number: those samples scored 0) in {len(failing)} of "
                      f"{len(complete)} pilots" + (f"; first: {first}" if first else ""))
+    failed_targets: dict[str, list] = {}
+    for r in complete:
+        for name, e in (r.extra.get("eval_errors") or {}).items():
+            failed_targets.setdefault(name, []).append(e)
+    for name, errs in sorted(failed_targets.items()):
+        notes.append(f"target {name!r} failed {sum(int(e['count']) for e in errs)} times in held-out evaluation "
+                     f"(those samples scored 0) in {len(errs)} of {len(complete)} pilots; first: {errs[0].get('first')}")
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")

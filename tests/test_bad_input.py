@@ -264,3 +264,32 @@ def test_a_reward_that_raises_or_returns_text_is_reported_with_its_first_error(w
                                 "reward": {"kind": "custom", "function": f"rewards.py:{fn}"}}, base_dir=str(workdir))
         warning = calibrate(cfg, prompts=4, samples=2).reward_warning()
         assert warning and "failed on 8 of 8 calibration samples" in warning and why in warning, warning
+
+
+def test_reward_errors_in_training_and_evaluation_reach_the_report(workdir):
+    """A custom reward that raises on every call: the pilot goes on (those samples score 0), and
+    the diagnosis names the error count and the first message for training and for the target."""
+    from dataclasses import replace
+
+    from race.config import config_from_dict
+    from race.grid import plan_grid
+    from race.pilot import run_pilot
+    from race.regime import classify
+
+    cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "grid": [0.5, 0.62, 0.74], "seeds": 1,
+                            "lengths": {"prompt": 5.9, "completion": 3.5}, "grpo": {"max_completion_len": 6},
+                            "schedule": {"lower_rho_by": "keep", "min_n_train": 2},
+                            "eval": {"prompts": 20, "samples": 2, "checkpoints": 0},
+                            "reward": {"kind": "custom", "function": "rewards.py:boom"}}, base_dir=str(workdir))
+    schedule = plan_grid(cfg).schedules[1]
+    result = run_pilot(cfg, schedule, 0)
+    assert result.extra["reward_errors"] > 0 and "boom on purpose" in result.extra["reward_first_error"]
+    assert result.extra["eval_errors"]["reward"]["count"] == 40
+    from race.records import FlopBreakdown
+
+    f = result.flops
+    pilots = [replace(result, rho_target=r, flops=FlopBreakdown(f.search, f.learning * k, f.reward))
+              for k, r in ((1, 0.5), (2, 0.62), (4, 0.74))]
+    notes = " ".join(classify(pilots, primary_target="pass@1", n_boot=50).warnings)
+    assert "the reward failed" in notes and "target 'reward' failed 120 times in held-out evaluation" in notes
+    assert "RuntimeError: boom on purpose" in notes

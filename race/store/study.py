@@ -1,4 +1,6 @@
-"""Pilot storage on optuna: one study per diagnosis, one trial per pilot.
+"""One RACE study in one optuna storage: the ``Store`` class (create, load, claim, enqueue, sweep,
+save) and ``load_results`` (a diagnosis from storage alone); the layout it keeps is described
+below.
 
 This is the only RACE module that imports optuna (``import race`` never loads it).
 
@@ -34,274 +36,26 @@ message and every stored value, and refuses URLs whose password cannot be told a
 """
 from __future__ import annotations
 
-import base64
 import json
 import math
 import os
-import socket
-import struct
 import sys
 import time
 import warnings
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from race import urls
-from race.config import ConfigError
 from race.records import Diagnosis, PilotResult
-
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-SCHEMA = 1
-DEFAULT_HEARTBEAT = 20            # seconds between heartbeats; a trial is stale after GRACE_FACTOR × this
-GRACE_FACTOR = 3
-ATTR_LIMIT = 30_000               # characters per attribute value (MySQL TEXT holds 64 KiB)
-OWNER = "race:owner"
-HEARTBEAT = "race:heartbeat"      # journal storage only (RDB storages keep their own table)
-COORDINATOR = "race:coordinator"  # study attr: the race pilot process coordinating the grid (one at a time)
-ENCODED = "f8z:"                  # prefix of compact float arrays
-CURVE_POINTS = 200                # intermediate values per trial (the full curve is in the "curve" attr)
-
-
-def _age_seconds(start) -> float | None:
-    """Seconds since optuna's ``datetime_start`` (naive local time of the claiming machine)."""
-    if start is None:
-        return None
-    import datetime as _dt
-
-    now = _dt.datetime.now(start.tzinfo) if start.tzinfo else _dt.datetime.now()
-    return (now - start).total_seconds()
-
-
-class StoreError(ConfigError):
-    """A storage problem a user can act on; the message is one line and never shows a password."""
-
-
-# ---------------------------------------------------------------- URLs (race.urls)
-
-def mask_url(url: str) -> str:
-    """``race.urls.masked``: the URL with its password shown as ``***``."""
-    return urls.masked(url)
-
-
-def default_url(out_dir: str) -> str:
-    """The default storage of a grid: an SQLite file in its output folder."""
-    return "sqlite:///" + os.path.abspath(os.path.join(out_dir, "race.db"))
-
-
-class _JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
-    """optuna's journal storage with optuna's heartbeat interface (RDB storages have it built in):
-    the heartbeat is a system attr of the trial, so ``fail_stale_trials`` works the same way."""
-
-    def __init__(self, backend: Any, interval: int, grace: int, callback: Callable) -> None:
-        super().__init__(backend)
-        self._race_hb = (interval, grace, callback)
-
-    def record_heartbeat(self, trial_id: int) -> None:
-        self.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
-
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        now, grace = time.time(), self._race_hb[1]
-        return [t._trial_id for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-                if t.system_attrs.get(HEARTBEAT) is not None and now - t.system_attrs[HEARTBEAT] > grace]
-
-    def get_heartbeat_interval(self) -> int | None:
-        return self._race_hb[0]
-
-    def get_heartbeat_stale_trial_callback(self) -> Callable | None:
-        return self._race_hb[2]
-
-
-def _sqlite_immediate(engine: Any) -> None:
-    """Make every SQLite transaction ``BEGIN IMMEDIATE``.
-
-    optuna takes a WAITING trial with SELECT … FOR UPDATE, then UPDATE; SQLite ignores FOR UPDATE
-    and Python's sqlite3 runs the SELECT outside a transaction, so two processes could both take
-    the same trial (measured: tests/test_store.py). Holding the write lock from the start of
-    each transaction makes the take atomic, as it is on PostgreSQL and MySQL."""
-    from sqlalchemy import event
-
-    @event.listens_for(engine, "connect")
-    def _no_pysqlite_transactions(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        # WAL: commits without an fsync each (a killed process loses nothing; a power cut may
-        # lose the last commits), readers do not block the writer
-        dbapi_connection.execute("PRAGMA journal_mode=WAL")
-        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
-
-    @event.listens_for(engine, "begin")
-    def _begin_immediate(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    engine.dispose()          # connections made before the listeners would not have them
-
-
-def _postgres_driver(url: str) -> str:
-    """``postgresql://`` means psycopg (3) to SQLAlchemy ≥ 2.1; use psycopg2 when only it is installed."""
-    if not url.startswith("postgresql://"):
-        return url
-    import importlib.util
-
-    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-        return "postgresql+psycopg2://" + url[len("postgresql://"):]
-    return url
-
-
-def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Callable | None = None) -> Any:
-    """An optuna storage for ``url``: ``sqlite:///FILE``, ``postgresql://…``, ``mysql://…`` (any
-    SQLAlchemy URL optuna's RDBStorage takes), or ``journal:FILE`` / ``FILE.log`` (optuna's journal
-    file storage). Unreachable or malformed storages raise ``StoreError`` (one line, masked)."""
-    heartbeat = max(1, int(heartbeat))
-    grace = GRACE_FACTOR * heartbeat
-    urls.check(url)
-    masked = urls.masked(url)
-    path = urls.journal_path(url)
-    try:
-        if path is not None:
-            from optuna.storages.journal import JournalFileBackend
-
-            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-            return _JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
-        scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
-        if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
-                                              "mssql"):
-            raise StoreError(f"storage {masked!r} is not an optuna storage URL: expected sqlite:///FILE, "
-                             "postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:FILE")
-        if scheme == "postgres":
-            raise StoreError(f"storage {masked!r}: SQLAlchemy spells the scheme postgresql://, not postgres://")
-        engine: dict[str, Any] = {}
-        if scheme == "sqlite":
-            file = url.split(":///", 1)[-1]
-            if file and file != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(file)) or ".", exist_ok=True)
-            engine = {"connect_args": {"timeout": 60}}
-        elif scheme == "postgresql":
-            engine = {"connect_args": {"connect_timeout": 10}}
-            url = _postgres_driver(url)
-        elif scheme in ("mysql", "mariadb"):
-            engine = {"connect_args": {"connect_timeout": 10}}
-        for attempt in range(5):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
-                                                         grace_period=grace,
-                                                         heartbeat_stale_trial_callback=on_stale)
-                break
-            except Exception as e:  # noqa: BLE001
-                # two processes creating the tables of a new database at once: the loser retries
-                text = str(e)
-                if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
-                    raise
-                time.sleep(0.5 * (attempt + 1))
-        if scheme == "sqlite":
-            _sqlite_immediate(storage.engine)
-        return storage
-    except StoreError:
-        raise
-    except ImportError as e:
-        cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
-        raise StoreError(f"storage {masked!r} needs a Python driver that is not installed "
-                         f"({_first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
-                         "pymysql for MySQL") from None
-    except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
-        raise StoreError(f"storage {masked!r} is unreachable: {_first_line(e, url)}") from None
-
-
-def _first_line(e: BaseException, url: str = "") -> str:
-    msg = str(getattr(e, "orig", None) or e).strip().splitlines()
-    return urls.redact(msg[0] if msg else type(e).__name__, url)
-
-
-# ---------------------------------------------------------------- compact values
-
-def encode_floats(values: Iterable[float]) -> str:
-    vals = [float(v) for v in values]
-    raw = struct.pack(f"<{len(vals)}d", *vals)
-    return ENCODED + base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
-
-
-def decode_floats(text: str) -> tuple[float, ...]:
-    if not text.startswith(ENCODED):
-        raise ValueError(f"not an encoded float array: {text[:20]!r}")
-    raw = zlib.decompress(base64.b64decode(text[len(ENCODED):]))
-    return struct.unpack(f"<{len(raw) // 8}d", raw)
-
-
-def _json_blob(obj: Any) -> str:
-    return "jz:" + base64.b64encode(zlib.compress(json.dumps(obj).encode(), 9)).decode("ascii")
-
-
-def _unjson_blob(text: str) -> Any:
-    return json.loads(zlib.decompress(base64.b64decode(text[3:])))
-
-
-def _put_chunked(setter: Callable[[str, Any], None], key: str, text: str) -> None:
-    """Store a long string as ``key`` = {"chunks": n} plus ``key#0 …`` (each ≤ ATTR_LIMIT)."""
-    if len(text) <= ATTR_LIMIT:
-        setter(key, text)
-        return
-    parts = [text[i:i + ATTR_LIMIT] for i in range(0, len(text), ATTR_LIMIT)]
-    for i, part in enumerate(parts):
-        setter(f"{key}#{i}", part)
-    setter(key, {"chunks": len(parts)})
-
-
-def _get_chunked(attrs: Mapping[str, Any], key: str) -> str | None:
-    v = attrs.get(key)
-    if isinstance(v, dict) and "chunks" in v:
-        return "".join(attrs[f"{key}#{i}"] for i in range(int(v["chunks"])))
-    return v
-
-
-# ---------------------------------------------------------------- process identity
-
-def owner_info() -> dict[str, Any]:
-    """Who runs a trial: host, boot id, pid namespace, pid and process start time, so that a
-    process on the same machine can tell for sure that the owner is gone."""
-    info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            info["boot"] = fh.read().strip()
-        info["pidns"] = os.readlink("/proc/self/ns/pid")
-        info["start"] = _proc_start(os.getpid())
-    except OSError:
-        pass
-    return info
-
-
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def owner_is_dead(owner: Mapping[str, Any] | None, me: Mapping[str, Any]) -> bool:
-    """True only when ``owner`` certainly ran on this machine (same host, boot, pid namespace)
-    and its process no longer exists (or the pid now belongs to a younger process)."""
-    if not owner or "boot" not in me:
-        return False
-    if any(owner.get(k) != me.get(k) for k in ("host", "boot", "pidns")):
-        return False
-    pid = int(owner.get("pid", -1))
-    if pid == me["pid"]:
-        return False
-    start = _proc_start(pid)
-    return start is None or (owner.get("start") is not None and start != owner["start"])
-
-
-# ---------------------------------------------------------------- the study
-
-Key = tuple[float, int]
+from race.store.base import COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError
+from race.store.codec import _get_chunked, _json_blob, _put_chunked, _unjson_blob
+from race.store.engine import _JournalHeartbeatStorage, _first_line, open_storage
+from race.store.liveness import _age_seconds, owner_info, owner_is_dead
+from race.store.trials import Key, _downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
 
 
 @dataclass
@@ -361,19 +115,6 @@ def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | 
 
 def _short(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else json.dumps(v)
-
-
-def key_of(t: FrozenTrial) -> Key | None:
-    p = t.params or t.system_attrs.get("fixed_params") or {}
-    if "rho" not in p or "seed" not in p:
-        return None
-    return (float(p["rho"]), int(p["seed"]))
-
-
-def is_pilot_failure(t: FrozenTrial) -> bool:
-    """A FAIL trial whose pilot itself failed (an exception, an out-of-memory kill), as opposed to
-    one abandoned by a dead worker (failed by the heartbeat check or a local liveness check)."""
-    return "error" in t.user_attrs and not t.user_attrs.get("stale")
 
 
 class Store:
@@ -823,38 +564,6 @@ class Store:
         for t in self.trials():
             out[t.state.name] = out.get(t.state.name, 0) + 1
         return out
-
-
-def _downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[float, float]]:
-    if len(curve) <= n:
-        return list(curve)
-    idx = sorted({round(i * (len(curve) - 1) / (n - 1)) for i in range(n)})
-    return [curve[i] for i in idx]
-
-
-def pilot_attrs(result: PilotResult) -> dict[str, Any]:
-    """The user attrs of a finished pilot's trial (see the module docstring)."""
-    d = result.to_dict()
-    rest = {k: v for k, v in d.items() if k not in ("evals", "curve", "checkpoints")}
-    attrs: dict[str, Any] = {"result": rest, "flops": d["flops"], "rho_measured": result.rho,
-                             "schedule": d["schedule"], "scores": {t: result.score(t) for t in result.evals},
-                             "evals": sorted(result.evals), "steps": result.extra.get("steps"),
-                             "curve": encode_floats(x for pair in result.curve for x in pair)}
-    for target, values in result.evals.items():
-        attrs[f"evals:{target}"] = encode_floats(values)
-    if d["checkpoints"]:
-        attrs["checkpoints"] = _json_blob(d["checkpoints"])
-    return attrs
-
-
-def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
-    d = dict(attrs["result"])
-    flat = decode_floats(_get_chunked(attrs, "curve") or ENCODED)
-    d["curve"] = [flat[i:i + 2] for i in range(0, len(flat), 2)]
-    d["evals"] = {t: decode_floats(_get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
-    blob = _get_chunked(attrs, "checkpoints")
-    d["checkpoints"] = _unjson_blob(blob) if blob else []
-    return PilotResult.from_dict(d)
 
 
 def load_results(url: str, study_name: str):

@@ -1,0 +1,151 @@
+"""Opening an optuna storage from a URL: SQLite (with immediate write locks), PostgreSQL /
+MySQL (with connect timeouts and the installed driver), optuna's journal file (with heartbeats
+through optuna's own interface). Invariant: every error is a one-line ``StoreError`` with the URL
+masked and the password removed from the driver's message (race.urls)."""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any, Callable
+
+import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import TrialState
+
+from race import urls
+from race.store.base import DEFAULT_HEARTBEAT, GRACE_FACTOR, HEARTBEAT, StoreError
+
+
+def mask_url(url: str) -> str:
+    """``race.urls.masked``: the URL with its password shown as ``***``."""
+    return urls.masked(url)
+
+
+def default_url(out_dir: str) -> str:
+    """The default storage of a grid: an SQLite file in its output folder."""
+    return "sqlite:///" + os.path.abspath(os.path.join(out_dir, "race.db"))
+
+
+class _JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
+    """optuna's journal storage with optuna's heartbeat interface (RDB storages have it built in):
+    the heartbeat is a system attr of the trial, so ``fail_stale_trials`` works the same way."""
+
+    def __init__(self, backend: Any, interval: int, grace: int, callback: Callable) -> None:
+        super().__init__(backend)
+        self._race_hb = (interval, grace, callback)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        self.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        now, grace = time.time(), self._race_hb[1]
+        return [t._trial_id for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+                if t.system_attrs.get(HEARTBEAT) is not None and now - t.system_attrs[HEARTBEAT] > grace]
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._race_hb[0]
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable | None:
+        return self._race_hb[2]
+
+
+def _sqlite_immediate(engine: Any) -> None:
+    """Make every SQLite transaction ``BEGIN IMMEDIATE``.
+
+    optuna takes a WAITING trial with SELECT … FOR UPDATE, then UPDATE; SQLite ignores FOR UPDATE
+    and Python's sqlite3 runs the SELECT outside a transaction, so two processes could both take
+    the same trial (measured: tests/test_store.py). Holding the write lock from the start of
+    each transaction makes the take atomic, as it is on PostgreSQL and MySQL."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        # WAL: commits without an fsync each (a killed process loses nothing; a power cut may
+        # lose the last commits), readers do not block the writer
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()          # connections made before the listeners would not have them
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` means psycopg (3) to SQLAlchemy ≥ 2.1; use psycopg2 when only it is installed."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Callable | None = None) -> Any:
+    """An optuna storage for ``url``: ``sqlite:///FILE``, ``postgresql://…``, ``mysql://…`` (any
+    SQLAlchemy URL optuna's RDBStorage takes), or ``journal:FILE`` / ``FILE.log`` (optuna's journal
+    file storage). Unreachable or malformed storages raise ``StoreError`` (one line, masked)."""
+    heartbeat = max(1, int(heartbeat))
+    grace = GRACE_FACTOR * heartbeat
+    urls.check(url)
+    masked = urls.masked(url)
+    path = urls.journal_path(url)
+    try:
+        if path is not None:
+            from optuna.storages.journal import JournalFileBackend
+
+            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+            return _JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
+        scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+        if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
+                                              "mssql"):
+            raise StoreError(f"storage {masked!r} is not an optuna storage URL: expected sqlite:///FILE, "
+                             "postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:FILE")
+        if scheme == "postgres":
+            raise StoreError(f"storage {masked!r}: SQLAlchemy spells the scheme postgresql://, not postgres://")
+        engine: dict[str, Any] = {}
+        if scheme == "sqlite":
+            file = url.split(":///", 1)[-1]
+            if file and file != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(file)) or ".", exist_ok=True)
+            engine = {"connect_args": {"timeout": 60}}
+        elif scheme == "postgresql":
+            engine = {"connect_args": {"connect_timeout": 10}}
+            url = _postgres_driver(url)
+        elif scheme in ("mysql", "mariadb"):
+            engine = {"connect_args": {"connect_timeout": 10}}
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
+                                                         grace_period=grace,
+                                                         heartbeat_stale_trial_callback=on_stale)
+                break
+            except Exception as e:  # noqa: BLE001
+                # two processes creating the tables of a new database at once: the loser retries
+                text = str(e)
+                if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        if scheme == "sqlite":
+            _sqlite_immediate(storage.engine)
+        return storage
+    except StoreError:
+        raise
+    except ImportError as e:
+        cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
+        raise StoreError(f"storage {masked!r} needs a Python driver that is not installed "
+                         f"({_first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
+                         "pymysql for MySQL") from None
+    except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
+        raise StoreError(f"storage {masked!r} is unreachable: {_first_line(e, url)}") from None
+
+
+def _first_line(e: BaseException, url: str = "") -> str:
+    msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return urls.redact(msg[0] if msg else type(e).__name__, url)

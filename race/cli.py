@@ -271,6 +271,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
+@click.option("--import-pilots", "import_pilots", default=None, metavar="RESULTS.json",
+              help="Record the finished pilots of this results file (same run config, run elsewhere or in a lost "
+                   "storage) in the study first, so only the missing ones run.")
 @click.option("--allow-approximate", "allow_approximate", is_flag=True,
               help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
                    "every report then carries the warning (config: allow_approximate_flops: true).")
@@ -279,7 +282,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
-          allow_approximate: bool) -> None:
+          import_pilots: str | None, allow_approximate: bool) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -306,7 +309,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                    f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
     results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
                        study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                       adaptive_share=adaptive_share)
+                       adaptive_share=adaptive_share, import_pilots=import_pilots)
     if results.diagnosis is not None:
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:

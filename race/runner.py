@@ -223,7 +223,8 @@ class Progress:
 def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
              calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
              storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
-             heartbeat: int | None = None, adaptive_share: float | None = None) -> Results:
+             heartbeat: int | None = None, adaptive_share: float | None = None,
+             import_pilots: str | None = None) -> Results:
     """Calibrate, plan and run every pilot of ``config``; write and return the results.
 
     The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
@@ -234,4 +235,4 @@ def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, de
 
     return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
                      calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
-                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share)
+                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots)

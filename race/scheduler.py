@@ -287,8 +287,13 @@ def _busy_keys(store: Any) -> set[Key]:
 def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
-              heartbeat: int | None = None, adaptive_share: float | None = None) -> Results:
+              heartbeat: int | None = None, adaptive_share: float | None = None,
+              import_pilots: str | None = None) -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
+
+    ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
+    same run config (a lost storage, another machine), are recorded in the study before any pilot
+    runs, so only the missing ones run (a different config is one line, exit 2).
 
     ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
     name from ``ADAPTIVE_POLICIES``. ``adaptive_share``: the share of the full grid's pilots it
@@ -316,6 +321,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         # imported in its own process, under reward.timeout: an import that hangs cannot hang us
         IsolatedReward(config.reward.function, timeout=config.reward.timeout).start().close()
     check_task_size(config)
+    if import_pilots:                        # readable, and of this config, before anything is written
+        check_importable(config, import_pilots)
     from race.grid import flop_warnings
 
     flop_warnings(config)        # an architecture RACE cannot count, or a LoRA target no module has, stops here
@@ -340,7 +347,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     try:
         return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                       adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,
-                      calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat)
+                      calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat,
+                      import_pilots=import_pilots)
     except BaseException:
         if fresh and not st.exists():          # a refusal or a failed calibration leaves nothing behind
             st.close()
@@ -355,7 +363,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
 def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
            adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
-           classify_kw: dict | None, heartbeat: int | None) -> Results:
+           classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None) -> Results:
     """Create or resume the study in ``st``, then coordinate it."""
     user_cfg = config.to_dict()
     resumed = st.exists()
@@ -397,6 +405,14 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
             st.load()
             st.check_compatible(user_cfg)
     st.claim_coordination()         # one coordinator per study: a second one gets one line, exit 2
+    if import_pilots:
+        try:
+            n = import_finished(st, import_pilots)
+        except BaseException:
+            st.release_coordination()
+            raise
+        if not quiet:
+            print(f"imported {n} finished pilot(s) from {import_pilots}", file=sys.stderr, flush=True)
     try:
         return _coordinate(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                            adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed)
@@ -497,6 +513,45 @@ def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, worke
 
 
 # ---------------------------------------------------------------- worker
+
+def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequence[str]) -> tuple | None:
+    from race.store.study import _first_difference, _norm
+
+    return _first_difference({k: v for k, v in _norm(dict(a)).items() if k not in skip},
+                             {k: v for k, v in _norm(dict(b)).items() if k not in skip})
+
+
+def _import_error(path: str, diff: tuple) -> Exception:
+    from race.store import StoreError
+
+    where, a, b = diff
+    return StoreError(f"pilots in {path!r} ran with another config ({where} is {a!r} here, {b!r} there): "
+                      "only pilots of the same run config can be imported")
+
+
+def check_importable(config: GridConfig, path: str) -> None:
+    """A results file whose pilots ``import_finished`` could take: readable, and run with this
+    config (``grpo`` is compared after calibration, which may switch the healthy recipe on)."""
+    from race.results import load_results
+
+    diff = _config_difference(config.to_dict(), load_results(path).config, ("name", "grpo"))
+    if diff:
+        raise _import_error(path, diff)
+
+
+def import_finished(st: Any, path: str) -> int:
+    """Record the complete pilots of results file ``path`` in study ``st`` (those of its grid, not
+    complete there yet); their run config must be the study's. Returns how many were added."""
+    from race.results import load_results
+
+    results = load_results(path)
+    diff = _config_difference(st.info.run_config, results.config, ("name",))
+    if diff:
+        raise _import_error(path, diff)
+    primary = st.info.classify.get("primary_target", "reward")
+    return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in results.pilots
+               if p.status == "complete")
+
 
 def check_task_size(config: Any) -> None:
     """A local dataset with fewer held-out problems than ``eval.prompts`` fails here, once, with

@@ -3,6 +3,7 @@
     python scripts/validation.py status                         # which grids are committed, which missing
     python scripts/validation.py run SETTING KIND [--pin DIR]   # one grid: KIND = pilot | full10 | full30
     python scripts/validation.py queue [--pin DIR] [--kinds pilot,full10] [--half development]
+    python scripts/validation.py snapshot                       # finished pilots of grids under way (commit them)
     python scripts/validation.py tables                         # every table of docs/validation.md
     python scripts/validation.py tables --check docs/validation.md    # exit 1 if the doc differs
     python scripts/validation.py tables --write docs/validation.md    # rewrite the doc's tables
@@ -38,7 +39,6 @@ if str(ROOT) not in sys.path:
 SUITE = ROOT / "validation" / "suite.yaml"
 RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR changes it (tests)
 KINDS = {"pilot": 1, "full10": 10, "full30": 30}
-TARGETS = ("reward", "pass@1")          # kept per prompt in the committed data
 N_BOOT = 1000
 BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"
 
@@ -85,12 +85,12 @@ def grid_config(s: dict, kind: str, seeds: int) -> tuple[dict, float, list[float
     return cfg, budget, list(grid)
 
 
-def data_path(name: str, kind: str) -> Path:
-    return RUNS / name / f"{kind}.json.gz"
+def data_path(name: str, kind: str, *, partial: bool = False) -> Path:
+    return RUNS / name / f"{kind}{'.partial' if partial else ''}.json.gz"
 
 
-def write_record(record: dict) -> Path:
-    path = data_path(record["setting"], record["kind"])
+def write_record(record: dict, *, partial: bool = False) -> Path:
+    path = data_path(record["setting"], record["kind"], partial=partial)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as fh:
@@ -133,11 +133,8 @@ def _round(x: Any) -> Any:
 
 
 def compact_pilot(p: dict) -> dict:
-    """A results.json pilot with the held-out scores of ``TARGETS`` only, floats at 6 digits."""
+    """A results.json pilot, floats at 6 significant digits, ``extra`` trimmed to what the study reads."""
     out = dict(p)
-    out["evals"] = {k: v for k, v in p.get("evals", {}).items() if k in TARGETS}
-    out["checkpoints"] = [{**c, "evals": {k: v for k, v in c.get("evals", {}).items() if k in TARGETS}}
-                          for c in p.get("checkpoints") or []]
     extra = p.get("extra") or {}
     out["extra"] = {k: extra[k] for k in ("steps", "reward_errors", "reward_first_error", "software", "error")
                     if k in extra}
@@ -164,6 +161,16 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
     cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet",
            "--format", "json"]
+    partial = data_path(name, kind, partial=True)
+    if partial.is_file() and not (out_dir / "race.db").exists():
+        # the storage of an interrupted grid is gone (a new machine or session): its committed
+        # finished pilots go into the new study first, and only the missing ones run
+        with gzip.open(partial, "rt", encoding="utf-8") as fh:
+            rec = json.load(fh)
+        seed_file = out_dir / "committed-pilots.json"
+        seed_file.write_text(json.dumps({"schema_version": 1, "kind": "results", "config": rec["config"],
+                                         "plan": {}, "classify": {}, "diagnosis": None, "pilots": rec["pilots"]}))
+        cmd += ["--import-pilots", str(seed_file)]
     env = {**os.environ, "PYTHONPATH": str(pin)}
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env,
@@ -172,8 +179,29 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
         raise SystemExit(f"{name} {kind}: race pilot ended with exit {proc.returncode}; its storage in {out_dir} "
                          "keeps every finished pilot (run the same command again)")
     results = json.loads((out_dir / "results.json").read_text())
-    return write_record(make_record(s, kind, suite, results, commit=_commit(pin),
+    path = write_record(make_record(s, kind, suite, results, commit=_commit(pin),
                                     command=" ".join(["race", *cmd[3:]]), wall_seconds=time.time() - t0))
+    if partial.is_file():
+        partial.unlink()
+    return path
+
+
+def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
+    """The finished pilots of every grid still running (or interrupted) under ``storage_root``,
+    as ``KIND.partial.json.gz``: commit them, and a lost storage costs only the unfinished pilots."""
+    out = []
+    for s in suite["settings"]:
+        for kind in KINDS:
+            results_file = storage_root / f"{s['name']}-{kind}" / "results.json"
+            if data_path(s["name"], kind).is_file() or not results_file.is_file():
+                continue
+            results = json.loads(results_file.read_text())
+            done = [p for p in results["pilots"] if p.get("status") == "complete"]
+            if done:
+                rec = make_record(s, kind, suite, {**results, "pilots": done}, commit=_commit(pin),
+                                  command="(partial)", wall_seconds=0.0)
+                out.append(write_record(rec, partial=True))
+    return out
 
 
 # ---------------------------------------------------------------- statistics
@@ -382,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status")
+    sn = sub.add_parser("snapshot", help="commit-ready partial data of grids under way")
+    sn.add_argument("--pin", default=str(ROOT))
+    sn.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
     r = sub.add_parser("run")
     r.add_argument("setting")
     r.add_argument("kind", choices=list(KINDS))
@@ -410,10 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "status":
         for s in suite["settings"]:
             have = [k for k in KINDS if data_path(s["name"], k).is_file()]
-            print(f"{s['name']:<16} {s['half']:<12} done: {', '.join(have) or '—'}")
+            part = [k for k in KINDS if data_path(s["name"], k, partial=True).is_file()]
+            print(f"{s['name']:<16} {s['half']:<12} done: {', '.join(have) or '—'}"
+                  + (f"; partial: {', '.join(part)}" if part else ""))
         return 0
     if args.cmd == "run":
         print(run(args.setting, args.kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage)))
+        return 0
+    if args.cmd == "snapshot":
+        for path in snapshot(suite, Path(args.storage), Path(args.pin)):
+            print(path)
         return 0
     if args.cmd == "adopt":
         results = json.loads(Path(args.results).read_text())

@@ -155,3 +155,36 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
     done = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
     assert len(done) == 6 and all(done[k] == n for k, n in kept.items())
     assert len(_results(out)["pilots"]) == 6
+
+
+def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp_path):
+    """A grid whose storage is lost resumes from its results.json: the pilots there are recorded as
+    complete in the new study and only the missing one runs; another config is one line, exit 2."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: race/tiny-arith\nbudget: 1e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
+                   "lengths: {prompt: 5.9, completion: 3.5}\ngrpo: {max_completion_len: 6}\n"
+                   "schedule: {lower_rho_by: keep, min_n_train: 2}\neval: {prompts: 30, samples: 2, checkpoints: 3}\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def race(*args):
+        return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+
+    first = race("pilot", str(cfg), "--out", "a", "--quiet", "--format", "json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    full = json.loads((tmp_path / "a" / "results.json").read_text())
+    partial = {**full, "pilots": [p for p in full["pilots"] if p["rho_target"] != 0.62], "diagnosis": None}
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    second = race("pilot", str(cfg), "--out", "b", "--import-pilots", "partial.json", "--format", "json")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "imported 2 finished pilot(s)" in second.stderr and "1 pilots to run" in second.stderr
+    again = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert [p["evals"] for p in again["pilots"]] == [p["evals"] for p in full["pilots"]]   # the rerun one too
+    assert again["diagnosis"]["regime"] == full["diagnosis"]["regime"]
+    other = tmp_path / "d.yaml"
+    other.write_text(cfg.read_text().replace("budget: 1e10", "budget: 2e10"))
+    refused = race("pilot", str(other), "--out", "c", "--import-pilots", "partial.json", "--quiet")
+    assert refused.returncode == 2 and "ran with another config (budget" in refused.stderr

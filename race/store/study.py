@@ -477,6 +477,22 @@ class Store:
         if not math.isfinite(value):
             self.fail(claim, f"the pilot reported no finite {primary_target!r} score")
             return
+        attrs, steps = self._trial_record(result)
+        try:
+            for k, v in attrs.items():
+                st.set_trial_user_attr(tid, k, v)
+            for step, reward in steps.items():
+                st.set_trial_intermediate_value(tid, step, reward)
+            self.study.tell(claim.trial, value)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            # someone failed our trial as stale while we worked (a stalled heartbeat, a network
+            # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
+            if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
+                self._add_complete(claim.key, value, {**attrs, "recovered_from": claim.number}, steps)
+
+    def _trial_record(self, result: PilotResult) -> tuple[dict[str, Any], dict[int, float]]:
+        """A finished pilot's trial attributes (long values chunked) and its learning curve as
+        intermediate values (at most CURVE_POINTS, steps in units of ``race:curve_step_flops``)."""
         attrs: dict[str, Any] = {}
         for k, v in pilot_attrs(result).items():
             if isinstance(v, str):
@@ -489,20 +505,23 @@ class Store:
             if step > last and math.isfinite(reward):
                 steps[step] = float(reward)
                 last = step
-        try:
-            for k, v in attrs.items():
-                st.set_trial_user_attr(tid, k, v)
-            for step, reward in steps.items():
-                st.set_trial_intermediate_value(tid, step, reward)
-            self.study.tell(claim.trial, value)
-        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-            # someone failed our trial as stale while we worked (a stalled heartbeat, a network
-            # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
-            if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
-                self.study.add_trial(optuna.trial.create_trial(
-                    params={"rho": claim.key[0], "seed": claim.key[1]}, distributions=self._distributions(),
-                    value=value, user_attrs={**attrs, "recovered_from": claim.number},
-                    intermediate_values=steps))
+        return attrs, steps
+
+    def _add_complete(self, key: Key, value: float, attrs: Mapping[str, Any], steps: Mapping[int, float]) -> None:
+        self.study.add_trial(optuna.trial.create_trial(
+            params={"rho": key[0], "seed": key[1]}, distributions=self._distributions(), value=value,
+            user_attrs=dict(attrs), intermediate_values=dict(steps)))
+
+    def add_finished(self, result: PilotResult, primary_target: str, *, source: str) -> bool:
+        """Record a pilot that finished elsewhere (``source``: where it comes from) as a COMPLETE trial,
+        unless its grid point × seed is complete here already; True when it was added."""
+        assert self.study is not None and self.info is not None
+        key = (float(result.rho_target), int(result.seed))
+        if key not in set(self.info.keys()) or any(key_of(t) == key for t in self.trials((TrialState.COMPLETE,))):
+            return False
+        attrs, steps = self._trial_record(result)
+        self._add_complete(key, result.score(primary_target), {**attrs, "imported_from": source}, steps)
+        return True
 
     def fail(self, claim: Claim, error: str, traceback_text: str = "") -> None:
         assert self.study is not None

@@ -66,7 +66,7 @@ class IsolatedReward:
         reply = self._ask({"op": "init", "spec": self.spec, "path": list(sys.path)}, what="importing it")
         if reply.get("error"):
             self.close()
-            from race.rewards import RewardError
+            from race.rewards.base import RewardError
 
             raise RewardError(reply["error"])
         return self
@@ -129,7 +129,7 @@ class IsolatedReward:
 
     # -- scoring
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[str]):
-        from race.rewards import RewardBatch
+        from race.rewards.base import RewardBatch
 
         self.start()
         n = len(prompts)
@@ -160,7 +160,7 @@ def serve() -> None:
         if msg["op"] == "init":
             sys.path[:] = msg["path"]
             try:
-                from race.rewards import get_reward
+                from race.rewards.base import get_reward
 
                 reward = get_reward(msg["spec"])
                 send({"ok": True})
@@ -170,7 +170,7 @@ def serve() -> None:
                 send({"fatal": f"raised {type(e).__name__}({e})"})
                 os._exit(3)
             continue
-        from race.rewards import score_each
+        from race.rewards.base import score_each
 
         try:
             batch = score_each(reward, msg["prompts"], msg["completions"], msg["references"])

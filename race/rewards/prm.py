@@ -40,7 +40,7 @@ import math
 import time
 from typing import Sequence
 
-from race.rewards.rules import EOS_MARKERS
+from race.rewards.rules import STEP_SEPARATOR, split_steps  # noqa: F401 (split_steps: re-exported)
 
 AGGREGATIONS = ("min", "product", "last", "mean")
 STEP_TOKEN = "<extra_0>"                 # Qwen2.5-Math-PRM's step separator token
@@ -70,13 +70,6 @@ def aggregate(step_scores: Sequence[float], how: str = "min") -> float:
     if how == "last":
         return s[-1]
     return sum(s) / len(s)
-
-
-def split_steps(completion: str, separator: str) -> list[str]:
-    """Steps of a completion: the text before its first EOS marker, split at ``separator``,
-    each stripped, empty ones dropped."""
-    cut = min((i for i in (completion.find(m) for m in EOS_MARKERS) if i >= 0), default=len(completion))
-    return [s.strip() for s in completion[:cut].split(separator) if s.strip()]
 
 
 def detect_convention(config) -> str:
@@ -213,7 +206,7 @@ class ProcessRewardModel:
 
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[str]):
         """``RewardBatch``: aggregated step scores, CPU seconds, FLOPs of the tokens read."""
-        from race.rewards import RewardBatch
+        from race.rewards.base import RewardBatch
 
         start = time.process_time()
         steps, lengths = self.step_scores(prompts, completions)
@@ -235,8 +228,6 @@ def build_prm(reward, *, task: str = "", device: str = "cpu") -> ProcessRewardMo
 
 def default_step_separator(task: str) -> str:
     """``";"`` for ``arithmetic-steps``, else ``"\\n\\n"`` (Qwen2.5-Math-PRM's convention)."""
-    from race.tasks.steps import STEP_SEPARATOR
-
     return STEP_SEPARATOR if task == "arithmetic-steps" else "\n\n"
 
 

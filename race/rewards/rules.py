@@ -97,3 +97,16 @@ def dense(prompt: str, completion: str, reference: str) -> float:
         return 0.0
     matches = sum(a == r for a, r in zip(reversed(answer), reversed(ref)))
     return matches / longest
+
+
+# ---------------------------------------------------------------- the step grammar
+
+STEP_SEPARATOR = ";"        # between the steps of an arithmetic-steps completion (race.tasks.steps)
+
+
+def split_steps(completion: str, separator: str) -> list[str]:
+    """Steps of a completion: the text before its first EOS marker, split at ``separator``,
+    each stripped, empty ones dropped. One grammar for the step task (race.tasks.steps) and
+    the PRMs that score steps (race.rewards.prm)."""
+    cut = min((i for i in (completion.find(m) for m in EOS_MARKERS) if i >= 0), default=len(completion))
+    return [s.strip() for s in completion[:cut].split(separator) if s.strip()]

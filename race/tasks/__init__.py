@@ -9,10 +9,17 @@ No torch or transformers here; optional libraries load only when a loader needs 
 """
 from __future__ import annotations
 
-from race.tasks.arithmetic import TASKS, ArithmeticTask
+from race.tasks.arithmetic import ARITHMETIC_TASKS, ArithmeticTask
 from race.tasks.datasets import (DEFAULT_EVAL_FRACTION, Problem, TaskError, apply_chat_template,
                                  is_eval_prompt, load_dataset_problems, load_hf, load_jsonl,
                                  load_parquet, split_problems)
+
+from race.tasks.steps import StepArithmeticTask  # noqa: E402  (column addition worked out in steps)
+
+TASKS: dict[str, ArithmeticTask] = {
+    **ARITHMETIC_TASKS,
+    "arithmetic-steps": StepArithmeticTask("arithmetic-steps", op="+", lo=0, hi=99),
+}
 
 __all__ = [
     "TASKS", "ArithmeticTask", "Problem", "TaskError", "apply_chat_template", "is_eval_prompt", "judges",

@@ -95,16 +95,7 @@ class ArithmeticTask:
         return take(out, n, f"the {split} split of {self.name}")
 
 
-TASKS: dict[str, ArithmeticTask] = {
+ARITHMETIC_TASKS: dict[str, ArithmeticTask] = {
     "arithmetic-easy": ArithmeticTask("arithmetic-easy", op="+", lo=0, hi=99),
     "arithmetic-hard": ArithmeticTask("arithmetic-hard", op="+", lo=100, hi=999),
 }
-
-
-def _register_step_tasks() -> None:
-    from race.tasks.steps import StepArithmeticTask   # column addition worked out in steps
-
-    TASKS["arithmetic-steps"] = StepArithmeticTask("arithmetic-steps", op="+", lo=0, hi=99)
-
-
-_register_step_tasks()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from race.tasks.arithmetic import ArithmeticTask
 from race.tasks.datasets import Problem
 
-STEP_SEPARATOR = ";"
+from race.rewards.rules import STEP_SEPARATOR, split_steps as _split_steps
 _PROMPT = re.compile(r"^(\d+)\+(\d+)=$")
 STEP_GRAMMAR = re.compile(r"\d(\+\d)*=\d+")     # one column step (any digits, right or wrong)
 
@@ -70,9 +70,7 @@ def parse_prompt(prompt: str) -> tuple[int, int] | None:
 def split_steps(completion: str) -> list[str]:
     """The steps of a completion: its text up to the first EOS marker, split at ``;``, each
     stripped, empty ones dropped (as ``race.rewards.prm.split_steps`` does for a PRM)."""
-    from race.rewards.prm import split_steps as prm_split
-
-    return prm_split(completion, STEP_SEPARATOR)
+    return _split_steps(completion, STEP_SEPARATOR)
 
 
 def step_labels(prompt: str, completion: str) -> list[bool]:

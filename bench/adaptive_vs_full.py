@@ -20,7 +20,7 @@ import time
 from race import presets
 from race.api import build_config
 from race.regime import classify
-from race.runner import run_grid
+from race.scheduler import run_grid
 from race.scheduler import ADAPTIVE_POLICIES, adaptive_subset
 from race.store import Store, default_url
 

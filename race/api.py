@@ -62,7 +62,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
-    from race.runner import run_grid
+    from race.scheduler import run_grid
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)

@@ -293,7 +293,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     from race import presets
     from race.api import build_config
     from race.report import render_diagnosis
-    from race.runner import run_grid
+    from race.scheduler import run_grid
 
     if thorough and config_path:
         raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")

@@ -1,6 +1,7 @@
-"""Run a pilot grid: calibrate → plan → pilots (each in its own process) → classify.
+"""Pilot processes: run a list of pilot jobs, each in its own process, at most N at a time.
 
-The process model (docs/interfaces.md): every pilot runs in a child process
+``race.scheduler`` drives it (calibrate → plan → pilots → classify, over an optuna study);
+this module knows nothing of studies. The process model (docs/interfaces.md): every pilot runs in a child process
 started by a fork server that has torch / transformers / peft imported once, so a
 child starts in milliseconds yet a crash or an out-of-memory kill takes only that
 pilot down. The parent owns every write: after each finished pilot it rewrites
@@ -16,11 +17,10 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any, Callable
+from typing import Callable
 
 from race.config import GridConfig, config_from_dict
 from race.records import PilotResult, Schedule
-from race.results import Results
 
 _PRELOAD = ["torch", "transformers", "peft", "race.pilot", "race.grpo", "race.backends.hf"]
 
@@ -218,21 +218,3 @@ class Progress:
             return
         parts = [f"ρ={r:g}/s{s} step {st} {sp / self.budget:4.0%}" for (r, s), (st, sp) in sorted(self.live.items())]
         print(f"\r\033[K[{self.done}/{self.total} done] " + " | ".join(parts), end="", file=sys.stderr, flush=True)
-
-
-def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
-             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
-             storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
-             heartbeat: int | None = None, adaptive_share: float | None = None,
-             import_pilots: str | None = None) -> Results:
-    """Calibrate, plan and run every pilot of ``config``; write and return the results.
-
-    The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
-    re-run after a crash runs only what is missing and ``race worker`` processes can share the
-    grid; ``DIR/results.json`` is rewritten after every finished pilot as before
-    (race.scheduler.run_study has the details)."""
-    from race.scheduler import run_study
-
-    return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
-                     calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
-                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots)

@@ -284,6 +284,23 @@ def _busy_keys(store: Any) -> set[Key]:
 
 # ---------------------------------------------------------------- coordinator
 
+def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
+             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
+             storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
+             heartbeat: int | None = None, adaptive_share: float | None = None,
+             import_pilots: str | None = None) -> Results:
+    """Calibrate, plan and run every pilot of ``config``; write and return the results.
+
+    The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
+    re-run after a crash runs only what is missing and ``race worker`` processes can share the
+    grid; ``DIR/results.json`` is rewritten after every finished pilot as before
+    (``run_study`` has the details)."""
+    return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
+                     calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
+                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots)
+
+
+
 def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,

@@ -6,7 +6,7 @@ Heavy pieces load when they are used.
 from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
                           TargetVerdict)
 
-__version__ = "0.1.0"
+from race.version import __version__  # noqa: E402
 
 _LAZY = {"diagnose": "race.api", "plan_grid": "race.grid", "classify": "race.regime",
          "GridConfig": "race.config", "load_config": "race.config", "load_results": "race.results",

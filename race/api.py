@@ -70,6 +70,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     os.makedirs(out, exist_ok=True)
     results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
                        adaptive_share=adaptive_share)
+    import race.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.errors import PilotsFailed, RaceError
     from race.results import failure_message
 

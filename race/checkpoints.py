@@ -49,7 +49,6 @@ from race.records import Checkpoint, Instability, PilotResult, Stability, Stabil
 CHECKPOINT_FIRST = 1 / 64          # the earliest log-spaced fraction
 DEFAULT_CHECKPOINTS = 8            # fractions, counting the end (1/64 … 1)
 DEFAULT_CHECKPOINT_PROMPTS = 100   # checkpoint prompts when eval.checkpoint_prompts is not set
-MAX_CHECKPOINTS = 64
 
 COLLAPSE_KEEP = 0.5                # f: a fall keeps at most this share of the best gain over the base
 MIN_DROP = 0.05                    # absolute drop from the best earlier checkpoint

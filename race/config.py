@@ -15,8 +15,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from race.errors import RaceError
+from race.errors import ConfigError  # noqa: F401  (defined there; race.config.ConfigError is the name users know)
 
+MAX_CHECKPOINTS = 64            # eval.checkpoints: at most this many held-out evaluations per pilot (race.checkpoints)
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
 REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
@@ -24,10 +25,6 @@ ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
 VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
-
-
-class ConfigError(RaceError):
-    """A bad configuration value; the message is one line and names the value."""
 
 
 def parse_flops(value: Any, what: str = "budget") -> float:
@@ -184,7 +181,7 @@ class GridConfig:
         if "grid" in kw:
             kw["grid"] = parse_grid(kw["grid"])
         if "gpu_memory" in kw:
-            from race.memory import parse_bytes
+            from race.units import parse_bytes
 
             kw["gpu_memory"] = float(parse_bytes(kw["gpu_memory"]))
         return replace(self, **kw)
@@ -288,8 +285,6 @@ def default_settings() -> dict[str, Any]:
 
 
 def _validate_checkpoints(e: EvalSettings) -> None:
-    from race.checkpoints import MAX_CHECKPOINTS
-
     cp = e.checkpoints
     if isinstance(cp, bool) or not isinstance(cp, (int, tuple)):
         raise ConfigError(f"eval.checkpoints {cp!r} must be a count (0: off) or a list of budget fractions in (0, 1]")
@@ -367,7 +362,7 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
     if "grid" in raw:
         kw["grid"] = parse_grid(raw["grid"])
     if raw.get("gpu_memory") is not None:
-        from race.memory import parse_bytes
+        from race.units import parse_bytes
 
         kw["gpu_memory"] = float(parse_bytes(raw["gpu_memory"]))
     if isinstance(raw.get("vllm_sleep"), bool):      # YAML reads a bare on / off as true / false

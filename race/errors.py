@@ -10,5 +10,9 @@ class RaceError(ValueError):
     """A problem the user can act on; the message is one line and names the bad value."""
 
 
+class ConfigError(RaceError):
+    """A bad configuration value; the message is one line and names the value."""
+
+
 class PilotsFailed(RaceError):
     """Pilots failed after their retries; the finished ones are kept in the storage."""

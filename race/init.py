@@ -134,7 +134,7 @@ def _plan_or_hint(raw: dict[str, Any]) -> None:
 
 def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> str:
     """The YAML text: the arithmetic as comments, then the settings (each one ``race plan`` reads)."""
-    from race import __version__
+    from race.version import __version__
     from race import flops as F
     from race.report import fmt_flops
     from race.grid import CostModel, lora_spec, plan_grid, policy_arch, reward_spec

@@ -46,41 +46,13 @@ allocator slack) is a flat allowance.
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import asdict, dataclass
 
 from race import flops as F
+from race.units import GiB, fmt_bytes, parse_bytes  # noqa: F401  (parse_bytes: re-exported)
 
-GiB = 1024 ** 3
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 SAMPLERS = ("lean", "hf-merged", "peft", "vllm")
-_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-          "kib": 1024, "mib": 1024 ** 2, "gib": GiB, "tib": 1024 ** 4, "k": 1024, "m": 1024 ** 2,
-          "g": GiB, "t": 1024 ** 4}
-
-
-def parse_bytes(value, what: str = "gpu_memory") -> int:
-    """``80GiB``, ``80 GB``, ``141e9``, ``512MiB`` → bytes (bare G/M/K are binary units)."""
-    from race.config import ConfigError
-
-    if isinstance(value, bool):
-        raise ConfigError(f"{what} {value!r} is not a memory size: expected e.g. 80GiB")
-    if isinstance(value, (int, float)):
-        x, unit = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ConfigError(f"{what} {value!r} is not a memory size: expected e.g. 80GiB, 80GB or 141e9")
-        x, unit = float(m.group(1)), m.group(2).lower()
-    b = x * _UNITS[unit]
-    if not math.isfinite(b) or b <= 0:
-        raise ConfigError(f"{what} {value!r} must be a positive memory size, e.g. 80GiB")
-    return int(b)
-
-
-def fmt_bytes(b: float) -> str:
-    return f"{b / GiB:.2f} GiB" if b >= 0.1 * GiB else f"{b / 1024 ** 2:.1f} MiB"
 
 
 @dataclass(frozen=True)
@@ -210,7 +182,7 @@ def sampler_for(config) -> str:
     """Which sampling copy a config's pilots keep (``auto`` is planned as ``hf``)."""
     if config.backend == "vllm":
         return "vllm"
-    from race.grid import shares_prefix
+    from race.specs import shares_prefix
 
     return "lean" if shares_prefix(config) else "hf-merged"
 
@@ -221,7 +193,7 @@ def schedule_memory(config, schedule, *, prompt_len: float, arch: F.ArchSpec | N
     """The estimate for one planned schedule of ``config`` (bf16 weights by default). A vLLM
     engine sleeps during the update when ``vllm_sleep`` says so, or, when it is None, as
     ``config.vllm_sleep`` decides against ``gpu_bytes`` (default: ``config.gpu_memory``)."""
-    from race.grid import lora_spec, policy_arch, reward_spec
+    from race.specs import lora_spec, policy_arch, reward_spec
 
     arch = arch or policy_arch(config)
     lora = lora_spec(config, arch)
@@ -260,7 +232,7 @@ def update_sequences(schedule, micro_batch: int | None) -> int:
 
 def check_fits(rho_target: float, est: MemoryEstimate, gpu_bytes: float) -> None:
     """Raise a one-line ``ConfigError`` when the estimate exceeds ``gpu_bytes``."""
-    from race.config import ConfigError
+    from race.errors import ConfigError
 
     if est.peak <= gpu_bytes:
         return
@@ -279,38 +251,3 @@ def vllm_memory_fraction(est: MemoryEstimate, gpu_bytes: float, *, headroom: flo
     activations), as a fraction of the GPU, clamped to [0.05, 0.9]."""
     need = (est.sampling_copy + est.kv_cache + est.sampling_logits) * headroom + 0.5 * GiB
     return min(0.9, max(0.05, need / gpu_bytes))
-
-
-def _available_bytes(device: str) -> float | None:
-    """Memory a pilot could use on ``device``: free GPU memory, or the host's MemAvailable."""
-    if str(device).startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return float(free)
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def check_host_memory(config, device: str = "cpu") -> None:
-    """Refuse, before calibration, a policy whose weights, LoRA adapters, their gradients and
-    AdamW state cannot fit the memory ``device`` has free (fp32 on CPU, bf16 weights on CUDA),
-    in one ``ConfigError`` line naming the sizes (e.g. ``lora.rank: 1000000``)."""
-    from race.config import ConfigError
-    from race.grid import lora_spec, policy_arch
-
-    arch = policy_arch(config)
-    lora = lora_spec(config, arch)
-    weights = F.param_count(arch) * (2 if str(device).startswith("cuda") else 4)
-    adapters = F.lora_param_count(arch, lora) * 4 * 4        # fp32 value, gradient, two AdamW moments
-    available = _available_bytes(device)
-    if available is not None and weights + adapters > available:
-        raise ConfigError(f"the policy needs {fmt_bytes(weights)} of weights and {fmt_bytes(adapters)} of LoRA "
-                          f"adapters with their gradients and optimizer state (lora.rank {config.lora.rank}), more "
-                          f"than the {fmt_bytes(available)} free on {device}: lower lora.rank or use a smaller model")

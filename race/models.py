@@ -41,7 +41,7 @@ def check_loadable(name_or_path: str, setting: str) -> None:
     existing folder with a ``config.json``, nor a Hugging Face id (``namespace/name``)."""
     import re
 
-    from race.config import ConfigError
+    from race.errors import ConfigError
 
     path = resolve_model_path(name_or_path)
     if Path(path).expanduser().is_dir():

@@ -88,7 +88,7 @@ def check_device(device: str) -> str:
     ``cpu``, ``cuda`` or ``cuda:N`` with a CUDA build of torch and an N below the device count."""
     import re
 
-    from race.config import ConfigError
+    from race.errors import ConfigError
 
     if device == "cpu":
         return device
@@ -500,7 +500,7 @@ def software_versions() -> dict:
     import torch
     import transformers
 
-    from race import __version__
+    from race.version import __version__
 
     out = {"race": __version__, "python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__, "peft": peft.__version__}
@@ -655,3 +655,41 @@ def reward_check(config: GridConfig, problems: list, texts: list[list[str]]) -> 
     return {"mean": batch.mean, "constant": max(batch.scores) == min(batch.scores), "samples": len(flat),
             "errors": batch.errors, "first_error": batch.first_error, "example": {"prompt": p.prompt, "completion": t, "reference": p.answer,
                                                 "reward": batch.scores[0]}}
+
+
+# ---------------------------------------------------------------- memory before calibration
+
+def _available_bytes(device: str) -> float | None:
+    """Memory a pilot could use on ``device``: free GPU memory, or the host's MemAvailable."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return float(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_host_memory(config, device: str = "cpu") -> None:
+    """Refuse, before calibration, a policy whose weights, LoRA adapters, their gradients and
+    AdamW state cannot fit the memory ``device`` has free (fp32 on CPU, bf16 weights on CUDA),
+    in one ``ConfigError`` line naming the sizes (e.g. ``lora.rank: 1000000``)."""
+    from race.errors import ConfigError
+    from race.specs import lora_spec, policy_arch
+    from race.units import fmt_bytes
+
+    arch = policy_arch(config)
+    lora = lora_spec(config, arch)
+    weights = F.param_count(arch) * (2 if str(device).startswith("cuda") else 4)
+    adapters = F.lora_param_count(arch, lora) * 4 * 4        # fp32 value, gradient, two AdamW moments
+    available = _available_bytes(device)
+    if available is not None and weights + adapters > available:
+        raise ConfigError(f"the policy needs {fmt_bytes(weights)} of weights and {fmt_bytes(adapters)} of LoRA "
+                          f"adapters with their gradients and optimizer state (lora.rank {config.lora.rank}), more "
+                          f"than the {fmt_bytes(available)} free on {device}: lower lora.rank or use a smaller model")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+# renderers by record kind ("diagnosis" → fn(diagnosis, fmt) -> str): race.report registers its
+# own when it is imported, so records never import the renderer (the layer above them)
+RENDERERS: dict[str, Callable[..., str]] = {}
 
 
 class Regime(str, enum.Enum):
@@ -385,16 +389,21 @@ class Diagnosis:
         return self.verdicts[self.primary_target]
 
     def __str__(self) -> str:
-        """The text report (``print(race.diagnose(...))``), as ``race report`` prints it."""
-        from race.report import render_diagnosis
-
-        return render_diagnosis(self, "text")
+        """The text report (``print(race.diagnose(...))``), as ``race report`` prints it, once
+        race.report is loaded (it registers itself: records sit below the renderer); before that, a
+        one-line summary."""
+        render = RENDERERS.get("diagnosis")
+        return render(self, "text") if render else self.summary()
 
     def _repr_markdown_(self) -> str:
         """The Markdown report, for notebooks."""
-        from race.report import render_diagnosis
+        render = RENDERERS.get("diagnosis")
+        return render(self, "md") if render else self.summary()
 
-        return render_diagnosis(self, "md")
+    def summary(self) -> str:
+        v = self.primary
+        return (f"RACE diagnosis: {v.regime.value}, recommended ρ ∈ [{v.rho_range[0]:.2f}, {v.rho_range[1]:.2f}] "
+                f"(confidence {v.confidence:.2f}, target {v.target})")
 
     @property
     def regime(self) -> Regime:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from race import records as _records
 from race.records import Diagnosis, FlopBreakdown, Regime, Stability, TargetVerdict
 
 SCHEMA_VERSION = 1
@@ -101,7 +102,7 @@ def render_plan(plan, fmt: str = "text") -> str:
     headers = ["ρ target", "ρ achieved", "B_p", "n_gen", "n_train", "μ", "steps", "lr", *_FLOP_HEADERS,
                "vs budget"]
     if memory:
-        from race.memory import fmt_bytes
+        from race.units import fmt_bytes
 
         for row, m in zip(rows, memory):
             row.append(fmt_bytes(m["peak"]) + (" (vLLM sleeps)" if m.get("engine") == "asleep" else ""))
@@ -267,3 +268,5 @@ def _check_fmt(fmt: str) -> None:
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"plan": render_plan, "diagnosis": render_diagnosis}
+
+_records.RENDERERS.update(RENDERERS)     # print(diagnosis) renders through this module (race.records)

@@ -36,7 +36,7 @@ class Results:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        from race import __version__
+        from race.version import __version__
 
         return {"schema_version": SCHEMA_VERSION, "kind": "results", "race_version": __version__,
                 "created": self.meta.get("created") or _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -68,6 +68,8 @@ def save_results(path: str, results: Results) -> str:
 
 def load_results(path: str) -> Results:
     """Read a results file (or a folder holding ``results.json``)."""
+    import race.report  # noqa: F401  (registers the renderer: print(results.diagnosis) is the text report)
+
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):

@@ -76,7 +76,7 @@ def resolve_adaptive(adaptive: bool | str | None) -> str | None:
     if adaptive is True:
         return ADAPTIVE_POLICIES[0]
     if adaptive not in ADAPTIVE_POLICIES:
-        from race.config import ConfigError
+        from race.errors import ConfigError
 
         raise ConfigError(f"adaptive policy {adaptive!r} is not known: expected one of {', '.join(ADAPTIVE_POLICIES)}")
     return adaptive
@@ -91,7 +91,7 @@ def adaptive_cap(P: int, seeds: int, share: float = DEFAULT_SHARE) -> int:
 def check_share(share: float) -> float:
     """``share`` when it is in (0, 1]; else a one-line ConfigError."""
     if not (isinstance(share, (int, float)) and 0.0 < share <= 1.0):
-        from race.config import ConfigError
+        from race.errors import ConfigError
 
         raise ConfigError(f"adaptive share {share!r} is outside (0, 1]: expected the fraction of the full "
                           "grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
@@ -328,7 +328,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race.regime import MIN_GRID_POINTS
 
     if len(config.grid) < MIN_GRID_POINTS:   # the verdict needs them: refuse before any pilot runs
-        from race.config import ConfigError
+        from race.errors import ConfigError
 
         raise ConfigError(f"grid {list(config.grid)} has {len(config.grid)} point(s): a verdict needs at least "
                           f"{MIN_GRID_POINTS} ρ values (race plan shows any grid)")
@@ -347,7 +347,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
     if backend == "vllm" and config.vllm_sleep == "on" and not str(device).startswith("cuda"):
-        from race.config import ConfigError
+        from race.errors import ConfigError
 
         raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
                           f"{device!r}: set vllm_sleep to auto or off")
@@ -355,7 +355,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         from race.models import check_loadable
 
         check_loadable(config.eval.judge_model, "eval.judge_model")
-    from race.memory import check_host_memory
+    from race.pilot import check_host_memory
 
     check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
     url = storage or S.default_url(out_dir)
@@ -574,7 +574,7 @@ def check_task_size(config: Any) -> None:
     """A local dataset with fewer held-out problems than ``eval.prompts`` fails here, once, with
     the number to set, instead of in every pilot (a Hugging Face dataset is checked by the pilots,
     which download it anyway)."""
-    from race.config import ConfigError
+    from race.errors import ConfigError
     from race.tasks import TASKS, load_task
 
     task = config.task

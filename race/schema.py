@@ -77,17 +77,22 @@ def _pydantic_type(annotation: str, path: str):
     return typing.Optional[t] if optional else t
 
 
+def _sections(cls: type) -> dict[str, type]:
+    """Field name → dataclass, for the fields of ``cls`` that are config sections (nested dataclasses)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
 @functools.lru_cache(maxsize=None)
 def _model(cls: type, prefix: str = ""):
     """A pydantic model with ``cls``'s fields (nested config sections become sub-models)."""
     from pydantic import ConfigDict, create_model
 
-    from race import config as C
-
+    sections = _sections(cls)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         path = prefix + f.name
-        sub = C._SECTIONS.get(f.name) if not prefix else None
+        sub = sections.get(f.name)
         typ = _model(sub, f.name + ".") if sub is not None else _pydantic_type(str(f.type), path)
         default = f.default if f.default is not dataclasses.MISSING else None
         fields[f.name] = (typ, default if sub is None else None)
@@ -96,15 +101,14 @@ def _model(cls: type, prefix: str = ""):
 
 def _bools_as_numbers(raw: Any, cls: type, prefix: str = "") -> str | None:
     """The first numeric field given a boolean (pydantic would read True as 1)."""
-    from race import config as C
-
     if not isinstance(raw, Mapping):
         return None
+    sections = _sections(cls)
     for f in dataclasses.fields(cls):
         if f.name not in raw:
             continue
         value, path = raw[f.name], prefix + f.name
-        sub = C._SECTIONS.get(f.name) if not prefix else None
+        sub = sections.get(f.name)
         if sub is not None:
             found = _bools_as_numbers(value, sub, f.name + ".")
             if found:
@@ -139,7 +143,7 @@ def validate(raw: Mapping[str, Any], cls: type) -> dict[str, Any]:
     dataclass ``cls``; returns plain values (sections as dicts). Raises ``ConfigError`` (one line)."""
     from pydantic import ValidationError
 
-    from race.config import ConfigError
+    from race.errors import ConfigError
 
     bad = _bools_as_numbers(raw, cls)
     if bad:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-from race.config import ConfigError
+from race.errors import ConfigError
 
 HIDDEN = "***"
 MIN_FREE_TEXT = 4          # secrets this long or longer are removed from free text too, not only from URLs

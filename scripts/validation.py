@@ -343,7 +343,13 @@ def tables(suite: dict) -> str:
             if k == "full30" and not s.get("long_grid"):
                 cells.append("—")
             elif recs[k] is None:
-                cells.append("not run")
+                part = data_path(s["name"], k, partial=True)
+                if part.is_file():
+                    with gzip.open(part, "rt", encoding="utf-8") as fh:
+                        rec = json.load(fh)
+                    cells.append(f"under way: {len(rec['pilots'])} pilots done ({rec['commit'][:7]})")
+                else:
+                    cells.append("not run")
             else:
                 done = sum(1 for p in recs[k]["pilots"] if p.get("status") == "complete")
                 cells.append(f"{done} pilots, {recs[k]['budget']:.3g} each ({recs[k]['commit'][:7]})")

@@ -145,7 +145,7 @@ def check_sleep_mode() -> None:
     from vllm.platforms import current_platform
 
     if not current_platform.is_sleep_mode_available():
-        from race.config import ConfigError
+        from race.errors import ConfigError
 
         raise ConfigError(f"vllm_sleep 'on' needs vLLM's sleep mode, which {type(current_platform).__name__} "
                           f"does not have (CUDA only): set vllm_sleep to auto or off")

@@ -2,7 +2,7 @@
 never shows a password (race.urls masks every URL it names)."""
 from __future__ import annotations
 
-from race.config import ConfigError
+from race.errors import ConfigError
 
 SCHEMA = 1
 DEFAULT_HEARTBEAT = 20            # seconds between heartbeats; a trial is stale after GRACE_FACTOR × this

@@ -4,7 +4,11 @@
 and returns a ``PilotResult``; ``race.runner`` runs each call in its own process.
 FLOPs are metered from the tokens actually processed in every step (not from the
 plan); the pilot stops when the next step would overshoot its budget by more than
-half a step, so the spent FLOPs land within half a step of the budget.
+half a step, so the spent FLOPs land within half a step of the budget. With
+``eval.checkpoints`` it also evaluates held-out prompts at fractions of the budget
+(``HeldOutCheckpoints``, race.checkpoints) with random streams of their own: training, and
+so every number a pilot reports without checkpoints, stays bit-identical. Evaluation FLOPs
+and seconds are recorded apart and never count towards the budget or ρ.
 """
 from __future__ import annotations
 

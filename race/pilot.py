@@ -336,6 +336,7 @@ class PilotEngine:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
         self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
+        self.lr_scheduler = lr_scheduler(self.optimizer, config, schedule)
         g = config.grpo
         self.meter = FlopMeter(load_arch(config.model),
                                F.LoRASpec(rank=config.lora.rank, target_modules=config.lora.targets),
@@ -379,7 +380,7 @@ class PilotEngine:
                            group, adv.flatten().tolist(), backend.pad_id, self.device)
         grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
                     loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
-                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch)
+                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch, lr_scheduler=self.lr_scheduler)
         learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
                                   shared_prefix=hasattr(self.policy, "forward_grouped"))
         self.wall["update"] += time.perf_counter() - t
@@ -389,6 +390,22 @@ class PilotEngine:
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors)
+
+
+def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):
+    """A ``torch.optim.lr_scheduler.LambdaLR`` with ``race.grid.lr_factor`` over the pilot's planned
+    optimizer steps (``steps × μ``), stepped after every optimizer step; None for a constant
+    rate without warm-up (the default), which leaves the optimizer exactly as it was."""
+    import torch
+
+    from race.grid import lr_factor, optimizer_steps
+
+    lr = config.learning_rate
+    if lr.schedule == "constant" and not lr.warmup:
+        return None
+    total = optimizer_steps(schedule)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total=total, schedule=lr.schedule, warmup=lr.warmup))
 
 
 def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:

@@ -292,7 +292,7 @@ class HeldOutCheckpoints:
 
         eng, e = self.engine, self.engine.config.eval
         t = time.perf_counter()
-        gen = torch.Generator(device=eng.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
+        gen = torch.Generator(device=eng.backend.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
         scores, cost = evaluate_with_cost(eng.backend, self.problems, eng.reward_fn, samples=e.samples,
                                           temperature=e.temperature, max_new_tokens=eng.config.grpo.max_completion_len,
                                           generator=gen, judges=self.judges, meter=eng.meter)

@@ -25,6 +25,7 @@ ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
 VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
+LR_SCHEDULES = ("constant", "linear", "cosine")          # race.grid.lr_factor
 
 
 def parse_flops(value: Any, what: str = "budget") -> float:
@@ -126,6 +127,8 @@ class LearningRate:
     ref: float = 1e-3             # η_ref at batch B_ref (LoRA on the tiny policy: ~1e-3 at 64)
     ref_batch: int = 64           # B_ref, sequences per gradient step
     fixed: bool = False           # hold η = η_ref across the grid instead of the √B rule
+    schedule: str = "constant"    # η over a run's own optimizer steps: constant | linear | cosine (decay to 0)
+    warmup: float = 0.0           # share of the run's optimizer steps spent warming up linearly from 0
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,12 @@ def _validate(c: GridConfig) -> None:
     if c.learning_rate.ref <= 0:
         raise ConfigError(f"learning_rate.ref {c.learning_rate.ref!r} must be > 0")
     _positive_int("learning_rate.ref_batch", c.learning_rate.ref_batch)
+    if c.learning_rate.schedule not in LR_SCHEDULES:
+        raise ConfigError(f"learning_rate.schedule {c.learning_rate.schedule!r} is unknown: expected one of "
+                          f"{', '.join(LR_SCHEDULES)}")
+    w = c.learning_rate.warmup
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
+        raise ConfigError(f"learning_rate.warmup {w!r} must be a share of the run's optimizer steps in [0, 1)")
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
     _validate_checkpoints(c.eval)
@@ -334,6 +343,12 @@ def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
     for k in ("ref",):
         if cls is LearningRate and k in kw:
             kw[k] = float(parse_flops(kw[k], f"{name}.{k}"))
+    if cls is LearningRate and isinstance(kw.get("warmup"), str):      # YAML reads 5e-2 as a string
+        try:
+            kw["warmup"] = float(kw["warmup"])
+        except ValueError:
+            raise ConfigError(f"{name}.warmup {kw['warmup']!r} must be a share of the run's optimizer steps "
+                              "in [0, 1)") from None
     if cls is EvalSettings and "checkpoints" in kw:
         kw["checkpoints"] = _fractions(kw["checkpoints"], f"{name}.checkpoints")
     if cls is LoRASettings and "targets" in kw:

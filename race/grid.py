@@ -21,6 +21,10 @@ grid points interpretable; it mixes both only when no single-knob schedule
 lands within ``RHO_TOLERANCE`` (see ``choose_knobs``). Then it picks the number of prompts per step
 ``B_p`` (at most twice the configured one, down to 1) and the number of steps so
 the pilot spends the budget, never more: ``steps · B_p · C_prompt ≤ budget``.
+
+The learning rate: η from the √B rule (``learning_rate``), and, within a run, the factor of
+``learning_rate.schedule`` over that run's own optimizer steps (``lr_factor``,
+``optimizer_steps``): a run twice as long decays twice as slowly.
 """
 from __future__ import annotations
 
@@ -248,6 +252,35 @@ def learning_rate(config: GridConfig, batch_size: int) -> float:
     """√B rule: η = η_ref · √(B / B_ref), B = B_p · n_train; or η_ref when held fixed."""
     lr = config.learning_rate
     return lr.ref if lr.fixed else lr.ref * math.sqrt(batch_size / lr.ref_batch)
+
+
+def lr_factor(step: int, *, total: int, schedule: str = "constant", warmup: float = 0.0) -> float:
+    """η multiplier at optimizer step ``step`` (0-based) of a run of ``total`` optimizer steps.
+
+    transformers' schedules (``get_{constant,linear,cosine}_schedule_with_warmup``), with the
+    warm-up given as a share of the run: W = round(warmup · total) steps rising as step / W, then
+    ``constant`` 1, ``linear`` (total − step) / (total − W), ``cosine`` ½(1 + cos(π·p)),
+    p = (step − W) / (total − W); both decay to 0 at ``total``. A pilot stops on FLOPs, not on
+    ``total``, and may run a few steps past the plan: those keep the last planned step's factor.
+    """
+    total = max(1, int(total))
+    step = min(int(step), total - 1)
+    w = int(round(warmup * total))
+    if step < w:
+        return step / max(1, w)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return max(0.0, (total - step) / max(1, total - w))
+    if schedule == "cosine":
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((step - w) / max(1, total - w)))))
+    raise ConfigError(f"learning_rate.schedule {schedule!r} is unknown: expected constant, linear or cosine")
+
+
+def optimizer_steps(schedule: Schedule) -> int:
+    """Optimizer steps a pilot's plan makes: μ per GRPO step (race.grpo.update; micro-batches
+    accumulate into one), over ``steps`` steps: the horizon of its learning-rate schedule."""
+    return schedule.steps * schedule.mu
 
 
 def plan_schedule(cm: CostModel, rho: float) -> Schedule:

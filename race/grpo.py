@@ -8,7 +8,8 @@ One *step* of a pilot:
    (PODS-style down-sampling; all of them when ``n_train == n_gen``);
 4. group-relative advantages over the kept rollouts of each prompt;
 5. ``μ`` clipped policy-gradient iterations over the same batch (AdamW on the
-   LoRA weights only), each one optimizer step.
+   LoRA weights only), each one optimizer step (and one step of the learning-rate
+   schedule, when the config has one).
 
 Where RACE departs from TRL: the old-policy log-probs for the PPO ratio are the
 first iteration's own log-probs, detached (the policy has not moved yet), so
@@ -275,7 +276,7 @@ def _chunk_weight(chunk: TrainBatch, batch: TrainBatch, loss_agg: str) -> float:
 
 def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float, clip_eps: float,
            loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
-           max_grad_norm: float | None = 1.0, micro_batch: int | None = None) -> UpdateStats:
+           max_grad_norm: float | None = 1.0, micro_batch: int | None = None, lr_scheduler=None) -> UpdateStats:
     """μ clipped policy-gradient iterations on one batch, one optimizer step each.
 
     Iteration 1's log-probs, detached, are the old-policy log-probs (the policy has
@@ -284,6 +285,8 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     chunks of whole prompt groups of at most that many sequences, accumulating the
     gradient (each chunk's loss weighted by its share of the batch, so the step is the
     full batch's); the FLOPs are the same, the activation memory that of one chunk.
+    ``lr_scheduler`` (a torch LR scheduler, e.g. ``race.pilot.lr_scheduler``) steps after each
+    optimizer step, so a schedule counts optimizer steps: μ per call.
     """
     chunks = micro_batches(batch, micro_batch)
     weights = [_chunk_weight(c, batch, loss_agg) for c in chunks]
@@ -311,6 +314,8 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
         if max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
         optimizer.step()
+        if lr_scheduler is not None:
+            lr_scheduler.step()
         stats.append(UpdateStats(loss, clip, kl, ent))
     n = len(stats)
     return UpdateStats(sum(s.loss for s in stats) / n, sum(s.clip_fraction for s in stats) / n,

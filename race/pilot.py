@@ -4,7 +4,11 @@
 and returns a ``PilotResult``; ``race.runner`` runs each call in its own process.
 FLOPs are metered from the tokens actually processed in every step (not from the
 plan); the pilot stops when the next step would overshoot its budget by more than
-half a step, so the spent FLOPs land within half a step of the budget.
+half a step, so the spent FLOPs land within half a step of the budget. With
+``eval.checkpoints`` it also evaluates held-out prompts at fractions of the budget
+(``HeldOutCheckpoints``, race.checkpoints) with random streams of their own: training, and
+so every number a pilot reports without checkpoints, stays bit-identical. Evaluation FLOPs
+and seconds are recorded apart and never count towards the budget or ρ.
 """
 from __future__ import annotations
 
@@ -314,7 +318,7 @@ class HeldOutCheckpoints:
 
         eng, e = self.engine, self.engine.config.eval
         t = time.perf_counter()
-        gen = torch.Generator(device=eng.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
+        gen = torch.Generator(device=eng.backend.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
         scores, cost = evaluate_with_cost(eng.backend, self.problems, eng.reward_fn, samples=e.samples,
                                           temperature=e.temperature, max_new_tokens=eng.config.grpo.max_completion_len,
                                           generator=gen, judges=self.judges, meter=eng.meter)
@@ -358,6 +362,7 @@ class PilotEngine:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         # fused AdamW: one kernel for all adapter tensors (the per-tensor loop costs ms per step)
         self.optimizer = torch.optim.AdamW(params, lr=schedule.learning_rate, weight_decay=0.0, fused=True)
+        self.lr_scheduler = lr_scheduler(self.optimizer, config, schedule)
         g = config.grpo
         arch = policy_arch(config)
         self.meter = FlopMeter(arch, lora_spec(config, arch),
@@ -401,7 +406,7 @@ class PilotEngine:
                            group, adv.flatten().tolist(), backend.pad_id, self.device)
         grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
                     loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
-                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch)
+                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch, lr_scheduler=self.lr_scheduler)
         learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
                                   shared_prefix=hasattr(self.policy, "forward_grouped"))
         self.wall["update"] += time.perf_counter() - t
@@ -411,6 +416,22 @@ class PilotEngine:
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error)
+
+
+def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):
+    """A ``torch.optim.lr_scheduler.LambdaLR`` with ``race.grid.lr_factor`` over the pilot's planned
+    optimizer steps (``steps × μ``), stepped after every optimizer step; None for a constant
+    rate without warm-up (the default), which leaves the optimizer exactly as it was."""
+    import torch
+
+    from race.grid import lr_factor, optimizer_steps
+
+    lr = config.learning_rate
+    if lr.schedule == "constant" and not lr.warmup:
+        return None
+    total = optimizer_steps(schedule)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total=total, schedule=lr.schedule, warmup=lr.warmup))
 
 
 def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:

@@ -9,7 +9,8 @@ One figure, three panels, for a paper or a planning note (``race report RESULTS 
    (shaded, or a line when it is one point); the verdict in the title;
 2. **compute split**: C_search / C_learning / C_reward shares of each grid point (stacked bars);
 3. **training curves**: mean batch reward against FLOPs spent, every seed's steps pooled into
-   FLOP bins, one line per grid point.
+   FLOP bins, one line per grid point; with held-out checkpoints (race.checkpoints), the
+   target's held-out score at each checkpoint, averaged over seeds, as dots on a dashed line.
 
 matplotlib is optional (``pip install "race-rl[plot]"``) and imported only here. The figure is a
 bare ``matplotlib.figure.Figure`` (no pyplot, no backend switch), so a headless node needs no
@@ -74,6 +75,20 @@ def binned_curve(runs: Sequence[Sequence[tuple[float, float]]], *, n_bins: int |
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     return (edges[:-1] + edges[1:]) / 2, mean
+
+
+def checkpoint_curve(pilots: Sequence[PilotResult], target: str) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out ``target`` at the pilots' checkpoints: per checkpoint index, the mean FLOPs spent
+    and the mean score over the pilots (those with the most common checkpoint count: a pilot
+    whose last step crossed two fractions has one fewer). Empty arrays without checkpoints."""
+    runs = [[(c.flops.total, c.score(target)) for c in p.checkpoints if target in c.evals] for p in pilots]
+    runs = [r for r in runs if r]
+    if not runs:
+        return np.zeros(0), np.zeros(0)
+    lengths = [len(r) for r in runs]
+    n = max(set(lengths), key=lambda k: (lengths.count(k), k))
+    pts = np.array([r for r in runs if len(r) == n], dtype=float)          # [pilots, n, 2]
+    return pts[:, :, 0].mean(axis=0), pts[:, :, 1].mean(axis=0)
 
 
 def fit_curve(v: TargetVerdict, *, n: int = 200) -> tuple[str, bool, np.ndarray, np.ndarray] | None:
@@ -168,14 +183,21 @@ def _curves(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
-    n = len(v.points)
+    n, held = len(v.points), False
     for i, point in enumerate(v.points):
         runs = [p.curve for p in pilots if math.isclose(p.rho_target, point.rho_target) and p.curve]
         x, y = binned_curve(runs)
         keep = ~np.isnan(y)
+        color = cmap(0.85 * i / max(1, n - 1))
         if keep.any():
-            ax.plot(x[keep], y[keep], color=cmap(0.85 * i / max(1, n - 1)), label=f"ρ {point.rho_target:.2f} ({len(runs)} seeds)")
+            ax.plot(x[keep], y[keep], color=color, label=f"ρ {point.rho_target:.2f} ({len(runs)} seeds)")
+        cx, cy = checkpoint_curve([p for p in pilots if math.isclose(p.rho_target, point.rho_target)], v.target)
+        if cx.size:
+            held = True
+            ax.plot(cx, cy, "o--", color=color, markersize=3, linewidth=0.8,
+                    label=f"held-out {v.target}, checkpoints" if i == 0 else f"_held-out ρ {point.rho_target:.2f}")
     ax.set_xlabel("FLOPs spent")
-    ax.set_ylabel("mean batch reward (training)")
-    ax.set_title("training curves (seeds pooled per FLOP bin)", fontsize=10)
+    ax.set_ylabel("mean batch reward (training)" + (f"; held-out {v.target} (dots)" if held else ""))
+    ax.set_title("training curves (seeds pooled per FLOP bin)" + ("; held-out checkpoints" if held else ""),
+                 fontsize=10)
     ax.legend(fontsize=7, loc="lower right")

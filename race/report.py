@@ -118,6 +118,11 @@ def render_plan(plan, fmt: str = "text") -> str:
                     + (f"; every schedule fits the stated {fmt_bytes(gpu)}" if gpu else "")
                     + ("; 'vLLM sleeps': with vLLM's sleep mode during the update (vllm_sleep)"
                        if any(m.get("engine") == "asleep" for m in memory) else ""))
+    lr = getattr(c, "learning_rate", None)
+    if lr is not None and (lr.schedule != "constant" or lr.warmup):
+        head.append(f"learning rate: {lr.schedule}" + (" decay to 0" if lr.schedule != "constant" else "")
+                    + (f" after a {lr.warmup:.0%} warm-up" if lr.warmup else "")
+                    + " over each pilot's own optimizer steps (steps × μ); lr is the peak")
     if c.full_run_budget:
         head.append(f"the grid costs {_pct(plan.grid_flops / c.full_run_budget)} of the full-run budget "
                     f"{fmt_flops(c.full_run_budget)}")

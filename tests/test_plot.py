@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from race.cli import main
-from race.plot import PlotError, binned_curve, check_plot_path, fit_curve, plot_results
+from race.plot import PlotError, binned_curve, check_plot_path, checkpoint_curve, fit_curve, plot_results
 from race.records import Regime, TargetVerdict
 from race.regime import classify
 from race.results import Results, load_results, save_results
@@ -85,6 +85,28 @@ def test_the_figure_draws_the_diagnosis(tmp_path):
     assert [ln.get_label() for ln in ax_c.get_lines()] == [f"ρ {p.rho_target:.2f} (3 seeds)" for p in v.points]
     y = ax_c.get_lines()[0].get_ydata()
     assert y[0] < y[-1]
+
+
+def test_held_out_checkpoints_are_drawn_as_seed_means(tmp_path):
+    from race.records import Checkpoint, FlopBreakdown
+
+    def cps(scores, scale=1.0):
+        return tuple(Checkpoint(i / 4, i, FlopBreakdown(scale * i * 1e9), {"reward": (s, s)}) for i, s in enumerate(scores))
+
+    res = _results()
+    a, b = [p for p in res.pilots if math.isclose(p.rho_target, res.pilots[0].rho_target)][:2]
+    x, y = checkpoint_curve([replace(a, checkpoints=cps([0.3, 0.5, 0.6])),
+                             replace(b, checkpoints=cps([0.3, 0.7, 0.8], 3.0)),
+                             replace(b, checkpoints=cps([0.3, 0.9]))], "reward")     # odd one out: left out
+    np.testing.assert_allclose(x, [0.0, 2e9, 4e9])
+    np.testing.assert_allclose(y, [0.3, 0.6, 0.7])
+    assert checkpoint_curve([a], "reward")[0].size == 0
+    pilots = tuple(replace(p, checkpoints=cps([0.3, 0.4, 0.5])) for p in res.pilots)
+    fig = plot_results(replace(res, pilots=pilots))
+    ax_c = fig.axes[2]
+    held = [ln for ln in ax_c.get_lines() if ln.get_marker() == "o"]
+    assert len(held) == len(res.diagnosis.primary.points) and "held-out" in ax_c.get_title()
+    np.testing.assert_allclose(held[0].get_ydata(), [0.3, 0.4, 0.5])
 
 
 @pytest.mark.parametrize("suffix,magic", [(".pdf", b"%PDF"), (".svg", b"<?xml")])

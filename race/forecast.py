@@ -190,8 +190,9 @@ def _group(run: int, rho_t: float, pilots: list[PilotResult], budget: float, tar
     scores = np.array([[c[f].evals[target] for f in common] for c in per], dtype=float)
     flops = np.array([[c[f].flops.total for f in common] for c in per], dtype=float).mean(axis=0)
     share = float(np.mean([p.flops.shares()["reward"] for p in kept]))
+    fractions = np.array([per[0][f].fraction for f in common], dtype=float)     # as run, not rounded
     return CurveGroup(run, rho_t, float(np.mean([p.rho for p in kept])), budget, share,
-                      tuple(p.seed for p in kept), np.array(common), flops, scores)
+                      tuple(p.seed for p in kept), fractions, flops, scores)
 
 
 # ----------------------------------------------------------------------------- models

@@ -262,9 +262,10 @@ def forecast_lines(fc: Forecast) -> list[str]:
     return out + [f"warning: {w}" for w in fc.warnings]
 
 
-def _forecast_parts(fc: Forecast, fmt: str) -> list[str]:
+def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) -> list[str]:
     """The forecast at the full-run budget: per ρ the pilots' end, the fit there and the prediction
-    with its CI; the verdict at F beside the pilot verdict; the backtests. Refused: one line."""
+    with its CI; the verdict at F beside the pilot verdict; the backtests. Refused: one line. With
+    unstable pilots (``stability``), a line saying their curves are fitted as they fell."""
     parts = [_heading(f"forecast at {fmt_flops(fc.full_run_budget)} FLOPs per run ({fc.target})", fmt)]
     if fc.predicts:
         rows = [[f"{p.rho_target:.2f}", p.pilots, f"{p.pilot_score:.4f} at {fmt_flops(p.pilot_flops)}",
@@ -274,7 +275,13 @@ def _forecast_parts(fc: Forecast, fmt: str) -> list[str]:
                  _params_cell(fc.model, p.params)] for p in fc.points]
         parts.append(_table(rows, ["ρ target", "pilots", "held-out at pilot end", "fit there",
                                    f"predicted at {fmt_flops(fc.full_run_budget)} (CI)", "fit"], fmt))
-    parts.append(_lines(forecast_lines(fc), fmt))
+    lines = forecast_lines(fc)
+    fell = [p for p in (stability.points if stability else ()) if p.unstable]
+    if fc.predicts and fell:
+        lines.append("collapses: " + ", ".join(f"ρ={p.rho_target:.2f} {p.unstable} of {p.pilots} pilots" for p in fell)
+                     + " fell back towards the base policy (held-out checkpoints above); their curves are fitted as "
+                       "they are, and no fit predicts a collapse: count it as a risk of that ρ at F")
+    parts.append(_lines(lines, fmt))
     if fc.backtests:
         rows = [[b.model, f"{b.cut_fraction:.3f}", f"{b.factor:.2f}×",
                  " ".join(f"{e:+.3f}" for e in b.errors), f"{b.mae:.4f}", f"{b.contrast_mae:.4f}",
@@ -305,7 +312,7 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if diag.stability is not None:
         parts += _stability_parts(diag.stability, v, fmt)
     if diag.forecast is not None:
-        parts += _forecast_parts(diag.forecast, fmt)
+        parts += _forecast_parts(diag.forecast, fmt, diag.stability)
     others = [diag.verdicts[t] for t in diag.verdicts if t != diag.primary_target]
     if others:
         parts.append(_heading("other targets", fmt))

@@ -283,3 +283,48 @@ def test_the_figure_gets_a_forecast_panel(tmp_path):
     assert len(bars) == 3
     got = sorted(float(b.lines[0].get_ydata()[0]) for b in bars)
     assert got == pytest.approx(sorted(p.predicted for p in diag.forecast.points))
+
+
+def _tiny_with_diagnosis():
+    from race.results import diagnose_results
+
+    res = load_results(TINY)
+    return replace(res, diagnosis=diagnose_results(res))
+
+
+def test_race_diagnose_and_race_pilot_add_the_forecast_and_store_it(tmp_path, monkeypatch):
+    """The API and `race pilot --full-run` forecast after the grid and rewrite results.json (the
+    grid itself replaced by the stored tiny one: nothing runs)."""
+    import race
+    import race.runner
+
+    monkeypatch.setattr(race.runner, "run_grid", lambda cfg, **kw: _tiny_with_diagnosis())
+    diag = race.diagnose(full_run_budget="1e10", out_dir=str(tmp_path / "api"))
+    assert diag.forecast.status == "predicted" and diag.forecast.factor == pytest.approx(0.5, rel=0.01)
+    assert "interpolated inside the pilot budget" in diag.forecast.message
+    assert load_results(str(tmp_path / "api")).diagnosis.forecast == diag.forecast
+    r = CliRunner().invoke(main, ["pilot", "--out", str(tmp_path / "cli"), "--quiet", "--full-run", "2e11",
+                                  "--force-forecast"])
+    assert r.exit_code == 0, r.output
+    assert "FORCED: 10× the pilot budget" in r.output
+    assert load_results(str(tmp_path / "cli")).diagnosis.forecast.status == "forced"
+    r = CliRunner().invoke(main, ["pilot", "--out", str(tmp_path / "bad"), "--full-run", "0"])
+    assert r.exit_code == 2 and "--full-run '0' must be a positive finite FLOP count" in r.output
+    r = CliRunner().invoke(main, ["pilot", "--out", str(tmp_path / "bad"), "--force-forecast"])
+    assert r.exit_code == 2 and "--force-forecast needs --full-run F" in r.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_collapsed_pilot_is_named_beside_the_forecast():
+    pilots = synthetic_pilots({r: sigmoid(*p) for r, p in SIGMOIDS.items()})
+    i = next(k for k, p in enumerate(pilots) if p.rho_target == 0.74 and p.seed == 1)
+    cps = list(pilots[i].checkpoints)
+    for k in (len(cps) - 2, len(cps) - 1):         # the last two checkpoints fall back to the base
+        cps[k] = replace(cps[k], evals={"reward": tuple(x - (sum(cps[k].evals["reward"]) / len(cps[k].evals["reward"])
+                                                             - R0) for x in cps[k].evals["reward"])})
+    pilots[i] = replace(pilots[i], checkpoints=tuple(cps))
+    res = Results(pilots=tuple(pilots), diagnosis=classify(pilots, n_boot=100), classify={"n_boot": 100},
+                  config={"budget": BUDGET})
+    diag = FC.with_forecast(res, full_run_budget=2e12, n_boot=30)
+    assert diag.stability.unstable[0].rho_target == 0.74 and diag.forecast.predicts
+    assert "collapses: ρ=0.74 1 of 3 pilots fell back towards the base policy" in render_diagnosis(diag, "text")

@@ -495,10 +495,11 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
 
     def refused(reason: str, curves: Curves | None = None, backtests: Sequence[Backtest] = (),
                 model: str | None = None, f_star: float | None = None, needed: float | None = None,
-                points: Sequence[ForecastPoint] = (), shared: bool | None = None, r0: float = float("nan"),
+                points: Sequence[ForecastPoint] = (), shared: bool | None = None, r0: float | None = None,
                 warnings: Sequence[str] = ()) -> Forecast:
-        budget = curves.budget if curves else max((b for _, b in runs), default=float("nan"))
-        return Forecast(target=target, full_run_budget=F, pilot_budget=budget, factor=F / budget, status="refused",
+        budget = curves.budget if curves else max((float(b) for _, b in runs), default=0.0)
+        return Forecast(target=target, full_run_budget=F, pilot_budget=budget, factor=F / budget if budget > 0 else 0.0,
+                        status="refused",
                         message=f"no {head}: {reason}", model=model, shared_slope=shared, r0=r0, points=tuple(points),
                         backtests=tuple(backtests), supported_factor=f_star, needed_budget=needed, regime=None,
                         best_rho=None, rho_range=None, confidence=None, pilot_regime=pilot_regime,
@@ -510,13 +511,14 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
     except ForecastError as e:
         return refused(str(e))
     notes = list(curves.warnings)
+    r0 = float(_r0(curves, [g.mean for g in curves.groups]))
     if len(curves.points) < 2:
-        return refused(f"only {len(curves.points)} grid point has checkpoints: a forecast compares ρ", curves)
+        return refused(f"only {len(curves.points)} grid point has checkpoints: a forecast compares ρ", curves, r0=r0)
     cuts = backtest_cuts(curves)
     if not cuts:
         return refused(f"no grid point has {MIN_PREFIX_POINTS} checkpoints after the base before its end, so no "
                        "backtest can be run: re-run the pilots with more eval.checkpoints (8, the default, or more)",
-                       curves)
+                       curves, r0=r0)
     backtests: list[Backtest] = []
     for model in MODELS:
         for cut in cuts:
@@ -526,16 +528,15 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
                 notes.append(f"{model} backtest at {cut:.2f} of the budget failed: {e}")
     model, chosen = choose_model(backtests)
     if chosen is None:
-        return refused("every backtest fit failed", curves, backtests, warnings=notes)
+        return refused("every backtest fit failed", curves, backtests, r0=r0, warnings=notes)
     f_star = supported_factor(backtests, model)
     factor = F / curves.budget
     means = [g.mean for g in curves.groups]
-    r0 = float(_r0(curves, means))
     try:
         fit = fit_surface(model, _data(curves, means), r0, unit=curves.unit)
     except (ForecastError, ValueError, np.linalg.LinAlgError) as e:
         return refused(f"the {model} fit on all checkpoints failed ({e})", curves, backtests, model, f_star,
-                       warnings=notes)
+                       r0=r0, warnings=notes)
     c_end, y_end = _ends(curves)
     fitted_end = fit.predict(np.log(c_end / curves.budget))
     ok = factor <= 1.0 + 1e-9 or (f_star is not None and factor <= f_star * (1 + 1e-9))

@@ -221,7 +221,8 @@ def _forecast(ax: Any, fc: Forecast) -> None:
             ax.errorbar([x], [p.predicted], yerr=[[p.predicted - p.predicted_ci[0]],
                                                                    [p.predicted_ci[1] - p.predicted]],
                         fmt="s", color=color, capsize=3, zorder=4)
-    ax.axhline(fc.r0, color="0.6", linestyle=":", label=f"base policy {fc.r0:.3f}")
+    if fc.r0 is not None:
+        ax.axhline(fc.r0, color="0.6", linestyle=":", label=f"base policy {fc.r0:.3f}")
     ax.axvline(fc.pilot_budget, color="0.4", linestyle=":", label=f"pilot budget {fmt_flops(fc.pilot_budget)}")
     ax.axvline(fc.full_run_budget, color="tab:red", alpha=0.7,
                label=f"full run {fmt_flops(fc.full_run_budget)}" + ("" if fc.status == "predicted" else f" ({fc.status})"))

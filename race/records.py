@@ -444,7 +444,7 @@ class Forecast:
     full run. ``model``: the model the half-budget backtest chose; ``regime`` / ``best_rho`` /
     ``rho_range`` / ``confidence``: the regime rule on the predicted scores; ``pilot_regime`` /
     ``pilot_best_rho``: the verdict at the pilot budget; ``differs``: the two disagree on the
-    regime or the best ρ."""
+    regime or the best ρ. ``r0``: the base policy's mean checkpoint score (None without checkpoints)."""
 
     target: str
     full_run_budget: float
@@ -454,7 +454,7 @@ class Forecast:
     message: str
     model: str | None
     shared_slope: bool | None
-    r0: float
+    r0: float | None
     points: tuple[ForecastPoint, ...]
     backtests: tuple[Backtest, ...]
     supported_factor: float | None
@@ -492,7 +492,7 @@ class Forecast:
         return cls(
             target=str(d["target"]), full_run_budget=float(d["full_run_budget"]), pilot_budget=float(d["pilot_budget"]),
             factor=float(d["factor"]), status=str(d["status"]), message=str(d["message"]), model=d.get("model"),
-            shared_slope=d.get("shared_slope"), r0=float(d["r0"]),
+            shared_slope=d.get("shared_slope"), r0=opt("r0"),
             points=tuple(ForecastPoint.from_dict(p) for p in d["points"]),
             backtests=tuple(Backtest.from_dict(b) for b in d["backtests"]), supported_factor=opt("supported_factor"),
             needed_budget=opt("needed_budget"), regime=Regime(d["regime"]) if d.get("regime") else None,

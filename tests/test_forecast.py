@@ -184,6 +184,11 @@ def test_pilots_without_checkpoints_or_with_too_few_are_refused_not_raised():
     pilots = [replace(p, checkpoints=()) for p in synthetic_pilots({r: sigmoid(*p) for r, p in SIGMOIDS.items()})]
     fc = _forecast(pilots, 2e12)
     assert fc.status == "refused" and "have no held-out checkpoints of 'reward'" in fc.message
+    assert fc.r0 is None and json.loads(json.dumps(fc.to_dict(), allow_nan=False))["r0"] is None
+    from race.plot import plot_results                       # a refused forecast without data still draws
+
+    res = Results(pilots=tuple(pilots), diagnosis=replace(classify(pilots, n_boot=50), forecast=fc))
+    assert "forecast refused at 2× the pilots (no backtest held)" in plot_results(res).axes[3].get_title()
     few = synthetic_pilots({r: sigmoid(*p) for r, p in SIGMOIDS.items()}, fractions=(0.5,))
     fc = _forecast(few, 2e12)
     assert fc.status == "refused" and "no backtest can be run" in fc.message

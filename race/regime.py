@@ -17,7 +17,8 @@ seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
 A reward-heavy verdict still computes the trend, which sets its ρ range and is
 reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get the
 instability rule of :mod:`race.checkpoints` on the primary target (``Diagnosis.stability``);
-it flags pilots, it does not enter the verdict.
+it flags pilots, it does not enter the verdict. ``response_verdict`` applies steps 1–3 to point
+scores and replicates from elsewhere (race.forecast: rewards predicted at a full-run budget).
 """
 from __future__ import annotations
 

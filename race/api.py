@@ -39,7 +39,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              config: str | Mapping[str, Any] | GridConfig | None = None, out_dir: str | None = None,
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
              adaptive: bool | str = False, adaptive_share: float | None = None,
-             allow_approximate: bool = False) -> Diagnosis:
+             allow_approximate: bool = False, full_run_budget: float | str | None = None,
+             force_forecast: bool = False) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -58,6 +59,10 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         allow_approximate: count a model type outside RACE's architecture table anyway (as a
             Llama-style decoder); the diagnosis then carries the warning. Without it such a model
             raises ``race.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.
+        full_run_budget: FLOPs of one full run (default: the config's ``full_run_budget``): the
+            diagnosis then carries ``forecast``, the held-out reward per ρ predicted there from the
+            pilots' checkpoints, or its one-line refusal (race.forecast, docs/forecast.md).
+        force_forecast: predict even past the extrapolation factor the backtests support (marked forced).
 
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
@@ -66,6 +71,12 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)
+    from race.config import parse_flops
+    from race.errors import RaceError
+
+    full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
+    if force_forecast and full is None:
+        raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
@@ -80,4 +91,19 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     if results.diagnosis is None:
         raise RaceError(f"the grid in {out} ended without a diagnosis: no pilot finished "
                         f"(results.json there lists what ran)")
+    if full:
+        results = save_forecast(results, out, full_run_budget=full, force=force_forecast)
     return results.diagnosis
+
+
+def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: bool = False) -> Any:
+    """``results`` with the forecast at ``full_run_budget`` in its diagnosis, written back to
+    ``out_dir``/results.json (race.forecast; a refusal is stored too)."""
+    from dataclasses import replace
+
+    from race.forecast import with_forecast
+    from race.results import save_results
+
+    out = replace(results, diagnosis=with_forecast(results, full_run_budget=full_run_budget, force=force))
+    save_results(out_dir, out)
+    return out

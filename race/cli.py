@@ -16,7 +16,11 @@ import click
 from race.report import FORMATS
 from race.scheduler import ADAPTIVE_POLICIES
 
-PLOT_HELP = "Also draw the diagnosis (response to ρ, compute split, training curves) to FILE: .png, .pdf or .svg."
+PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training curves; with a forecast, held-out "
+             "reward against FLOPs) to FILE: .png, .pdf or .svg.")
+FULL_RUN_HELP = ("FLOPs of one full run at the chosen ρ, e.g. 6e12: predict held-out reward per ρ there from the "
+                 "pilots' checkpoints (overrides the config's full_run_budget; docs/forecast.md).")
+FORCE_HELP = "Print the forecast even past the extrapolation factor the backtests support, marked FORCED."
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -274,6 +278,8 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--import-pilots", "import_pilots", default=None, metavar="RESULTS.json",
               help="Record the finished pilots of this results file (same run config, run elsewhere or in a lost "
                    "storage) in the study first, so only the missing ones run.")
+@click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
+@click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
 @click.option("--allow-approximate", "allow_approximate", is_flag=True,
               help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
                    "every report then carries the warning (config: allow_approximate_flops: true).")
@@ -282,7 +288,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
-          import_pilots: str | None, allow_approximate: bool) -> None:
+          import_pilots: str | None, full_run: str | None, force_forecast: bool,
+          allow_approximate: bool) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -293,6 +300,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     from race import presets
     from race.api import build_config
     from race.report import render_diagnosis
+    from race.results import failure_message
     from race.scheduler import run_grid
 
     if thorough and config_path:
@@ -303,6 +311,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
         check_plot_path(plot_path)  # before any pilot runs
     cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
                        grid=grid, backend=backend, allow_approximate_flops=allow_approximate or None)
+    full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
     if not quiet:
         click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
@@ -311,14 +320,28 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                        study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
                        adaptive_share=adaptive_share, import_pilots=import_pilots)
     if results.diagnosis is not None:
+        if full and not failure_message(results):
+            from race.api import save_forecast
+
+            results = save_forecast(results, out_dir, full_run_budget=full, force=force_forecast)
         click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:
             _plot(results, plot_path, quiet)
-    from race.results import failure_message
-
     failed = failure_message(results)
     if failed:
         raise _Failed(failed)
+
+
+def _full_run(full_run: str | None, force: bool, configured: float | None) -> float | None:
+    """The full-run budget a forecast is made for (--full-run over the config's), checked before
+    anything runs; --force-forecast without one is refused."""
+    from race.config import parse_flops
+
+    full = parse_flops(full_run, "--full-run") if full_run is not None else configured
+    if force and full is None:
+        raise click.UsageError("--force-forecast needs --full-run F (FLOPs of one full run) or full_run_budget "
+                               "in the config")
+    return full
 
 
 def _plot(results: Any, path: str, quiet: bool) -> None:
@@ -366,13 +389,20 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
 @click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
 @click.option("--study", default=None, help="Study name in --storage.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
+@click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
+@click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
+@click.option("--pool", "pool", multiple=True, metavar="RESULTS.json",
+              help="Pool the checkpoints of another results file of the same setup (another budget per pilot) "
+                   "into the forecast; repeatable.")
 @_user_errors
 def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None,
-           plot_path: str | None) -> None:
+           plot_path: str | None, full_run: str | None, force_forecast: bool, pool: tuple[str, ...]) -> None:
     """Render the diagnosis stored in RESULTS.json (or a folder holding it), or from an optuna
-    storage alone (--storage URL --study NAME)."""
+    storage alone (--storage URL --study NAME). With --full-run F (or full_run_budget in the
+    config): the forecast at F from the stored checkpoints, without re-running any pilot."""
+    from race.forecast import with_forecast
     from race.report import render_diagnosis
-    from race.results import diagnose_results, load_results
+    from race.results import load_results
 
     if plot_path:
         from race.plot import check_plot_path
@@ -388,7 +418,11 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
         results = load_results(results_path)
     else:
         raise click.UsageError("give RESULTS.json (or its folder), or --storage URL --study NAME")
-    diagnosis = diagnose_results(results, refit=refit)
+    from race.config import parse_flops
+
+    full = parse_flops(full_run, "--full-run") if full_run is not None else None
+    others = [load_results(p) for p in pool]
+    diagnosis = with_forecast(results, full_run_budget=full, force=force_forecast, pool=others, refit=refit)
     click.echo(render_diagnosis(diagnosis, fmt), nl=False)
     if plot_path:
         from dataclasses import replace

@@ -376,11 +376,18 @@ def bootstrap_response(*, grid: GridScores, n_boot: int = 1000, seed: int = 0,
     """
     means = bootstrap_point_means(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling,
                                   seed_scale=seed_scale)
-    lin = fit_loglinear(rho=grid.rho, y=means).coef
-    if grid.n_points >= 3:
-        quad = fit_quadratic(rho=grid.rho, y=means).coef
+    return response_of_means(rho=grid.rho, means=means)
+
+
+def response_of_means(*, rho: Any, means: Any) -> BootstrapResponse:
+    """The ρ fits of replicate point means ``means``: (n_boot, n_points) at ``rho``: (n_points,),
+    however the replicates were drawn (race.forecast passes predicted rewards at a full-run budget)."""
+    rho = np.asarray(rho, dtype=float)
+    means = np.asarray(means, dtype=float)
+    lin = fit_loglinear(rho=rho, y=means).coef
+    if rho.shape[0] >= 3:
+        quad = fit_quadratic(rho=rho, y=means).coef
     else:
-        quad = np.concatenate([lin, np.zeros((n_boot, 1))], axis=1)
-    argmax, concave, interior = quadratic_argmax(coef=quad, rho_min=float(grid.rho.min()),
-                                                 rho_max=float(grid.rho.max()))
-    return BootstrapResponse(grid.rho, means, lin, quad, argmax, concave, interior)
+        quad = np.concatenate([lin, np.zeros((means.shape[0], 1))], axis=1)
+    argmax, concave, interior = quadratic_argmax(coef=quad, rho_min=float(rho.min()), rho_max=float(rho.max()))
+    return BootstrapResponse(rho, means, lin, quad, argmax, concave, interior)

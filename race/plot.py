@@ -1,6 +1,6 @@
 """Figures of a pilot grid: how reward responds to ρ, where the FLOPs went, reward against FLOPs.
 
-One figure, three panels, for a paper or a planning note (``race report RESULTS --plot fig.pdf``,
+One figure, three panels (four with a forecast), for a paper or a planning note (``race report RESULTS --plot fig.pdf``,
 ``race pilot --plot fig.png``, or :func:`plot_results`):
 
 1. **response**: the target's held-out score against measured ρ (log axis): every pilot (grey
@@ -11,6 +11,9 @@ One figure, three panels, for a paper or a planning note (``race report RESULTS 
 3. **training curves**: mean batch reward against FLOPs spent, every seed's steps pooled into
    FLOP bins, one line per grid point; with held-out checkpoints (race.checkpoints), the
    target's held-out score at each checkpoint, averaged over seeds, as dots on a dashed line.
+4. **forecast** (only when the diagnosis has one, race.forecast): held-out score against FLOPs per
+   ρ, the checkpoints (mean over seeds) and the fitted model, solid up to the pilot budget and
+   dashed to the full-run budget, the prediction there with its CI, both budgets marked.
 
 matplotlib is optional (``pip install "race-rl[plot]"``) and imported only here. The figure is a
 bare ``matplotlib.figure.Figure`` (no pyplot, no backend switch), so a headless node needs no
@@ -24,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from race.records import PilotResult, TargetVerdict
+from race.records import Forecast, PilotResult, TargetVerdict
 from race.report import fmt_flops
 from race.results import Results, diagnose_results, load_results
 
@@ -106,7 +109,7 @@ def fit_curve(v: TargetVerdict, *, n: int = 200) -> tuple[str, bool, np.ndarray,
 
 def plot_results(results: Results | str, path: str | None = None, *, target: str | None = None,
                  refit: bool = False) -> Any:
-    """Draw the three panels for ``target`` (default: the primary target) and save them to
+    """Draw the three panels (four with a forecast) for ``target`` (default: the primary target) and save them to
     ``path`` (.png, .pdf or .svg) when given; returns the ``matplotlib.figure.Figure``.
 
     ``results``: a :class:`Results` or the path of a results file / its folder."""
@@ -119,8 +122,14 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
         raise PlotError(f"target {name!r} is not in this diagnosis: expected one of {', '.join(diag.verdicts)}")
     v = diag.verdicts[name]
     done = [p for p in res.pilots if p.status == "complete"]
-    fig = _figure_class()(figsize=(14, 4.2), layout="constrained")
-    ax_r, ax_s, ax_c = fig.subplots(1, 3, width_ratios=[1.35, 1, 1.35])
+    fc = diag.forecast if diag.forecast is not None and diag.forecast.target == name else None
+    if fc is None:
+        fig = _figure_class()(figsize=(14, 4.2), layout="constrained")
+        ax_r, ax_s, ax_c = fig.subplots(1, 3, width_ratios=[1.35, 1, 1.35])
+    else:
+        fig = _figure_class()(figsize=(19, 4.2), layout="constrained")
+        ax_r, ax_s, ax_c, ax_f = fig.subplots(1, 4, width_ratios=[1.35, 1, 1.35, 1.5])
+        _forecast(ax_f, fc)
     _response(ax_r, v, done)
     _split(ax_s, v)
     _curves(ax_c, v, done)
@@ -201,3 +210,52 @@ def _curves(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:
     ax.set_title("training curves (seeds pooled per FLOP bin)" + ("; held-out checkpoints" if held else ""),
                  fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
+
+
+def _forecast(ax: Any, fc: Forecast) -> None:
+    """Held-out score against FLOPs per ρ: the checkpoints (dots, mean over seeds), the fit (solid
+    to the pilot budget, dashed beyond), the prediction at the full-run budget with its CI, the
+    pilot and full-run budgets marked; a refused forecast draws data and fits up to the pilots."""
+    from matplotlib import colormaps
+
+    from race.forecast import model_value
+
+    cmap = colormaps["viridis"]
+    n = len(fc.points)
+    top = max(fc.full_run_budget, fc.pilot_budget) if fc.predicts else fc.pilot_budget
+    for i, p in enumerate(fc.points):
+        color = cmap(0.85 * i / max(1, n - 1))
+        if p.curve:
+            c = np.array(p.curve)
+            ax.scatter(c[:, 0], c[:, 1], s=12, color=color, zorder=3)
+            lo = float(c[:, 0].min())
+        else:
+            lo = fc.pilot_budget / 64
+        if p.params and fc.model:
+            inside = np.exp(np.linspace(math.log(lo), math.log(fc.pilot_budget), 60))
+            ax.plot(inside, model_value(fc.model, p.params, fc.r0, inside), "-", color=color,
+                    label=f"ρ {p.rho_target:.2f}")
+            if top > fc.pilot_budget:
+                beyond = np.exp(np.linspace(math.log(fc.pilot_budget), math.log(top), 40))
+                ax.plot(beyond, model_value(fc.model, p.params, fc.r0, beyond), "--", color=color)
+        if p.predicted is not None and p.predicted_ci is not None:
+            x = fc.full_run_budget * math.exp(0.04 * (i - (n - 1) / 2))     # side by side, not on top
+            ax.errorbar([x], [p.predicted], yerr=[[p.predicted - p.predicted_ci[0]],
+                                                                   [p.predicted_ci[1] - p.predicted]],
+                        fmt="s", color=color, capsize=3, zorder=4)
+    if fc.r0 is not None:
+        ax.axhline(fc.r0, color="0.6", linestyle=":", label=f"base policy {fc.r0:.3f}")
+    ax.axvline(fc.pilot_budget, color="0.4", linestyle=":", label=f"pilot budget {fmt_flops(fc.pilot_budget)}")
+    ax.axvline(fc.full_run_budget, color="tab:red", alpha=0.7,
+               label=f"full run {fmt_flops(fc.full_run_budget)}" + ("" if fc.status == "predicted" else f" ({fc.status})"))
+    ax.set_xscale("log")
+    ax.set_xlabel("FLOPs spent (C_total)")
+    ax.set_ylabel(f"held-out {fc.target} (checkpoint prompts)")
+    if fc.predicts:
+        title = (f"{'FORCED ' if fc.status == 'forced' else ''}forecast ({fc.model}): best ρ {fc.best_rho:.2f}, "
+                 f"{fc.regime.value if fc.regime else '?'}, {fc.factor:.3g}× the pilots")
+    else:
+        title = f"forecast refused at {fc.factor:.3g}× the pilots" + (
+            f" (backtests hold to {fc.supported_factor:.2g}×)" if fc.supported_factor else " (no backtest held)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="best")

@@ -2,7 +2,7 @@
 
 Everything here is a frozen dataclass with ``to_dict`` / ``from_dict`` so that a
 results file (``results.json``) round-trips exactly; fields added after a file was written
-(``PilotResult.checkpoints``, ``Diagnosis.stability``) read back as empty. No torch, no optuna.
+(``PilotResult.checkpoints``, ``Diagnosis.stability``, ``Diagnosis.forecast``) read back as empty. No torch, no optuna.
 """
 from __future__ import annotations
 
@@ -369,13 +369,153 @@ class Stability:
 
 
 @dataclass(frozen=True)
+class ForecastPoint:
+    """One grid point of a forecast (race.forecast): its pilots' held-out curve and the fitted
+    model's prediction at the full-run budget.
+
+    ``pilot_flops`` / ``pilot_score``: mean FLOPs and mean held-out score (checkpoint prompts) at
+    the end of this point's pilots at the largest pooled budget; ``fitted_end``: the model there;
+    ``predicted`` / ``predicted_ci``: at the full-run budget (None when the forecast was refused);
+    ``params``: the fitted model (sigmoid: ``A``, ``c_mid``, ``B``; loglinear: ``a`` and ``b`` per
+    unit of ln C); ``curve``: (FLOPs, mean score over seeds) of every checkpoint after the base,
+    pooled runs one after another, for the figure."""
+
+    rho_target: float
+    rho_measured: float
+    pilots: int
+    pilot_flops: float
+    pilot_score: float
+    fitted_end: float
+    predicted: float | None
+    predicted_ci: tuple[float, float] | None
+    params: Mapping[str, float]
+    curve: tuple[tuple[float, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "predicted_ci": list(self.predicted_ci) if self.predicted_ci else None,
+                "params": dict(self.params), "curve": [list(c) for c in self.curve]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ForecastPoint":
+        ci = d.get("predicted_ci")
+        return cls(float(d["rho_target"]), float(d["rho_measured"]), int(d["pilots"]), float(d["pilot_flops"]),
+                   float(d["pilot_score"]), float(d["fitted_end"]),
+                   None if d.get("predicted") is None else float(d["predicted"]),
+                   (float(ci[0]), float(ci[1])) if ci else None, {k: float(v) for k, v in d["params"].items()},
+                   tuple((float(a), float(b)) for a, b in d.get("curve") or ()))
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """A model fitted on the checkpoints up to ``cut_fraction`` of the pilot budget, predicting the
+    end of every grid point's pilots, ``factor`` (geometric mean over points of end FLOPs / last
+    fitted FLOPs) further. ``errors``: predicted − observed per point (ρ order); ``mae``: their mean
+    absolute value; ``contrast_mae``: the same after removing their mean over ρ (the part that can
+    reorder ρ); ``spread``: max − min of the observed end scores; ``held``: contrast_mae below the
+    rule's share of the spread (race.forecast)."""
+
+    model: str
+    cut_fraction: float
+    factor: float
+    errors: tuple[float, ...]
+    mae: float
+    contrast_mae: float
+    spread: float
+    held: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "errors": list(self.errors)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Backtest":
+        return cls(str(d["model"]), float(d["cut_fraction"]), float(d["factor"]),
+                   tuple(float(e) for e in d["errors"]), float(d["mae"]), float(d["contrast_mae"]),
+                   float(d["spread"]), bool(d["held"]))
+
+
+FORECAST_STATUSES = ("predicted", "forced", "refused")
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What the pilots' held-out curves predict at the full-run budget (race.forecast).
+
+    ``status``: ``predicted`` (within the factor the backtests support), ``forced`` (past it, on
+    request) or ``refused`` (then ``message`` is the one-line reason and the budget that would
+    support a prediction, and the predictions, regime and best ρ are None). ``factor``: full-run
+    budget / pilot budget; ``supported_factor``: the largest backtest factor up to which every
+    backtest held (None: none held); ``needed_budget``: the pilot budget that would support this
+    full run. ``model``: the model the half-budget backtest chose; ``regime`` / ``best_rho`` /
+    ``rho_range`` / ``confidence``: the regime rule on the predicted scores; ``pilot_regime`` /
+    ``pilot_best_rho``: the verdict at the pilot budget; ``differs``: the two disagree on the
+    regime or the best ρ. ``r0``: the base policy's mean checkpoint score (None without checkpoints)."""
+
+    target: str
+    full_run_budget: float
+    pilot_budget: float
+    factor: float
+    status: str
+    message: str
+    model: str | None
+    shared_slope: bool | None
+    r0: float | None
+    points: tuple[ForecastPoint, ...]
+    backtests: tuple[Backtest, ...]
+    supported_factor: float | None
+    needed_budget: float | None
+    regime: Regime | None
+    best_rho: float | None
+    rho_range: tuple[float, float] | None
+    confidence: float | None
+    pilot_regime: Regime
+    pilot_best_rho: float
+    differs: bool
+    budgets: tuple[float, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def predicts(self) -> bool:
+        """Whether predictions were made (predicted or forced)."""
+        return self.status != "refused"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "full_run_budget": self.full_run_budget, "pilot_budget": self.pilot_budget,
+                "factor": self.factor, "status": self.status, "message": self.message, "model": self.model,
+                "shared_slope": self.shared_slope, "r0": self.r0, "points": [p.to_dict() for p in self.points],
+                "backtests": [b.to_dict() for b in self.backtests], "supported_factor": self.supported_factor,
+                "needed_budget": self.needed_budget, "regime": self.regime.value if self.regime else None,
+                "best_rho": self.best_rho, "rho_range": list(self.rho_range) if self.rho_range else None,
+                "confidence": self.confidence, "pilot_regime": self.pilot_regime.value,
+                "pilot_best_rho": self.pilot_best_rho, "differs": self.differs, "budgets": list(self.budgets),
+                "settings": dict(self.settings), "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Forecast":
+        opt = lambda k: None if d.get(k) is None else float(d[k])  # noqa: E731
+        return cls(
+            target=str(d["target"]), full_run_budget=float(d["full_run_budget"]), pilot_budget=float(d["pilot_budget"]),
+            factor=float(d["factor"]), status=str(d["status"]), message=str(d["message"]), model=d.get("model"),
+            shared_slope=d.get("shared_slope"), r0=opt("r0"),
+            points=tuple(ForecastPoint.from_dict(p) for p in d["points"]),
+            backtests=tuple(Backtest.from_dict(b) for b in d["backtests"]), supported_factor=opt("supported_factor"),
+            needed_budget=opt("needed_budget"), regime=Regime(d["regime"]) if d.get("regime") else None,
+            best_rho=opt("best_rho"), rho_range=tuple(d["rho_range"]) if d.get("rho_range") else None,
+            confidence=opt("confidence"), pilot_regime=Regime(d["pilot_regime"]),
+            pilot_best_rho=float(d["pilot_best_rho"]), differs=bool(d["differs"]),
+            budgets=tuple(float(b) for b in d.get("budgets") or ()), settings=dict(d.get("settings") or {}),
+            warnings=tuple(d.get("warnings") or ()))
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """What RACE concludes from a pilot grid.
 
     ``regime``, ``rho_range`` and ``confidence`` are those of the primary target
     (the native training reward by default); ``verdicts`` holds every target's.
     ``stability``: unstable pilots per grid point, from their held-out checkpoints (None when
-    the pilots have none).
+    the pilots have none). ``forecast``: the prediction at the full-run budget (race.forecast;
+    None when no full-run budget was given).
     """
 
     primary_target: str
@@ -383,6 +523,7 @@ class Diagnosis:
     warnings: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     stability: Stability | None = None
+    forecast: Forecast | None = None
 
     @property
     def primary(self) -> TargetVerdict:
@@ -426,11 +567,13 @@ class Diagnosis:
                 "rho_range": list(self.rho_range), "confidence": self.confidence,
                 "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
                 "warnings": list(self.warnings), "meta": dict(self.meta),
-                "stability": self.stability.to_dict() if self.stability else None}
+                "stability": self.stability.to_dict() if self.stability else None,
+                "forecast": self.forecast.to_dict() if self.forecast else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Diagnosis":
         return cls(primary_target=d["primary_target"],
                    verdicts={k: TargetVerdict.from_dict(v) for k, v in d["verdicts"].items()},
                    warnings=tuple(d.get("warnings", ())), meta=dict(d.get("meta", {})),
-                   stability=Stability.from_dict(d["stability"]) if d.get("stability") else None)
+                   stability=Stability.from_dict(d["stability"]) if d.get("stability") else None,
+                   forecast=Forecast.from_dict(d["forecast"]) if d.get("forecast") else None)

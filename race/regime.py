@@ -17,7 +17,8 @@ seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
 A reward-heavy verdict still computes the trend, which sets its ρ range and is
 reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get the
 instability rule of :mod:`race.checkpoints` on the primary target (``Diagnosis.stability``);
-it flags pilots, it does not enter the verdict.
+it flags pilots, it does not enter the verdict. ``response_verdict`` applies steps 1–3 to point
+scores and replicates from elsewhere (race.forecast: rewards predicted at a full-run budget).
 """
 from __future__ import annotations
 
@@ -172,9 +173,14 @@ class _Evidence:
 
 
 def _evidence(grid: GridScores, boot: BootstrapResponse, quadratic: Any, level: float) -> _Evidence:
+    return _trend_evidence(grid.rho, boot, quadratic, level, seeds_measured=grid.seed_sd() is not None)
+
+
+def _trend_evidence(rho: np.ndarray, boot: BootstrapResponse, quadratic: Any, level: float, *,
+                    seeds_measured: bool) -> _Evidence:
     slope_ci = percentile_ci(samples=boot.slope, confidence_level=level)
     curv_ci = percentile_ci(samples=boot.curvature, confidence_level=level)
-    rho_min, rho_max = float(grid.rho.min()), float(grid.rho.max())
+    rho_min, rho_max = float(rho.min()), float(rho.max())
     _, concave, _ = quadratic_argmax(coef=quadratic.coef, rho_min=rho_min, rho_max=rho_max)
     argmax_ci = percentile_ci(samples=boot.argmax_rho, confidence_level=level) if concave else None
     # Shape statistics are contrasts between points: measure the band on point means minus
@@ -187,7 +193,7 @@ def _evidence(grid: GridScores, boot: BootstrapResponse, quadratic: Any, level: 
                        rho_min=rho_min, rho_max=rho_max)
     decisive = 1.0 - support[Regime.INCONCLUSIVE.value]
     trend = passed[0] if passed and decisive >= MIN_SUPPORT else Regime.INCONCLUSIVE
-    if grid.seed_sd() is None:          # seed noise unmeasured: every CI would be too narrow
+    if not seeds_measured:              # seed noise unmeasured: every CI would be too narrow
         trend = Regime.INCONCLUSIVE
     return _Evidence(trend, slope_ci, curv_ci, argmax_ci, reps, contrast_se, support)
 
@@ -221,13 +227,55 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
         for p in range(grid.n_points))
     slope = float(fits["loglinear"].coef[1])
     return TargetVerdict(
-        target=target, regime=regime, rho_range=_rho_range(grid, boot, chosen, fits, best),
+        target=target, regime=regime, rho_range=_rho_range(grid.rho, boot, chosen, fits, best),
         confidence=float(np.mean(agree)), best_rho=float(grid.rho_targets[best]),
         best_reward=float(means[best]), slope=slope, slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci,
         points=points, warnings=tuple(_warnings(grid, regime=regime, trend=ev.trend, best=best,
                                                 share=float(shares[best]), tau=tau, slope=slope, level=level)
                                       + feedback_advice(flops[best], regime=regime)),
         fits=_fit_info(fits, grid, ev, chosen=chosen, share=float(shares[best]), n_boot=n_boot, level=level))
+
+
+@dataclass(frozen=True)
+class ResponseVerdict:
+    """The rule applied to replicate point scores that did not come from one grid's bootstrap
+    (race.forecast: predicted rewards at a full-run budget). Fields as in TargetVerdict."""
+
+    regime: Regime
+    trend: Regime
+    rho_range: tuple[float, float]
+    confidence: float
+    best: int                       # index of the best point (highest point score)
+    slope: float
+    slope_ci: tuple[float, float]
+    argmax_ci: tuple[float, float] | None
+    support: Mapping[str, float]
+
+
+def response_verdict(*, rho: Any, scores: Any, replicates: Any, reward_shares: Any, seeds_measured: bool,
+                     tau: float = REWARD_SHARE_THRESHOLD, level: float = 0.9) -> ResponseVerdict:
+    """Steps 1–3 of the rule on point scores ``scores``: (n_points,) at measured ``rho`` with their
+    replicates ``replicates``: (n_boot, n_points); ``reward_shares``: C_reward / C_total per point
+    (reward-heavy at the best point ≥ ``tau``). The same CI conditions, support gate, confidence
+    (share of replicates agreeing) and ρ range as a pilot verdict; ``seeds_measured`` False holds
+    the trend at inconclusive, as a grid without two seeds anywhere is held."""
+    from race.fit import response_of_means
+
+    rho = np.asarray(rho, dtype=float)
+    scores = np.asarray(scores, dtype=float)
+    shares = np.asarray(reward_shares, dtype=float)
+    boot = response_of_means(rho=rho, means=replicates)
+    fits = compare_fits(rho=rho, y=scores)
+    ev = _trend_evidence(rho, boot, fits["quadratic"], level, seeds_measured=seeds_measured)
+    best = int(np.argmax(scores))
+    regime = Regime.REWARD_HEAVY if shares[best] >= tau else ev.trend
+    reward_reps = shares[boot.best_point] >= tau
+    agree = reward_reps if regime is Regime.REWARD_HEAVY else ~reward_reps & (ev.replicates == _TRENDS.index(regime))
+    chosen = {Regime.BALANCED: "quadratic", Regime.UPDATE_HEAVY: "loglinear",
+              Regime.SEARCH_HEAVY: "loglinear"}.get(ev.trend)
+    return ResponseVerdict(regime=regime, trend=ev.trend, rho_range=_rho_range(rho, boot, chosen, fits, best),
+                           confidence=float(np.mean(agree)), best=best, slope=float(fits["loglinear"].coef[1]),
+                           slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci, support=ev.support)
 
 
 def seed_scale(*, grid: GridScores, level: float) -> float:
@@ -282,17 +330,16 @@ def replicate_trends(*, boot: BootstrapResponse, band: float) -> np.ndarray:
     return out
 
 
-def _rho_range(grid: GridScores, boot: BootstrapResponse, chosen: str | None, fits: Mapping[str, Any],
+def _rho_range(rho: np.ndarray, boot: BootstrapResponse, chosen: str | None, fits: Mapping[str, Any],
                best: int) -> tuple[float, float]:
     """ρ region whose fitted reward is within RANGE_WITHIN_SE SEs of the fitted best.
 
     SE = bootstrap SD of the fitted value at the fitted best ρ. Without a chosen fit
     (inconclusive trend): the pilot-best point, out to halfway to its grid neighbours.
     """
-    rho = grid.rho
     if chosen is None:
         lo = (rho[best - 1] + rho[best]) / 2 if best > 0 else rho[best]
-        hi = (rho[best + 1] + rho[best]) / 2 if best < grid.n_points - 1 else rho[best]
+        hi = (rho[best + 1] + rho[best]) / 2 if best < rho.shape[0] - 1 else rho[best]
         return float(lo), float(hi)
     dense = np.exp(np.linspace(math.log(rho.min()), math.log(rho.max()), _RANGE_STEPS))
     fit = fits[chosen]

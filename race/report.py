@@ -4,15 +4,17 @@ The JSON form is RACE's stable machine interface (fields in docs/interfaces.md):
 ``render_json`` of a Diagnosis is ``{"schema_version", "kind": "diagnosis", ...}``
 and of a Plan ``{"schema_version", "kind": "plan", ...}``. A diagnosis of pilots with
 held-out checkpoints has a section in every format: unstable pilots per grid point (grid point
-and seed of each), and what the evaluations cost apart from C_total.
+and seed of each), and what the evaluations cost apart from C_total. A diagnosis with a forecast
+(race.forecast) has one more: the prediction per ρ at the full-run budget with its CI, the
+verdict there beside the pilot verdict, and the backtests; a refused forecast is one line.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from race import records as _records
-from race.records import Diagnosis, FlopBreakdown, Regime, Stability, TargetVerdict
+from race.records import Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "md", "latex", "json")
@@ -40,7 +42,7 @@ def _pct(x: float) -> str:
 _LATEX = [("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
           ("ρ", r"$\rho$"), ("μ", r"$\mu$"), ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
           ("√", r"$\surd$"), ("×", r"$\times$"), ("→", r"$\to$"), ("∈", r"$\in$"), ("…", r"\ldots{}"),
-          ("·", r"$\cdot$")]
+          ("·", r"$\cdot$"), ("^", r"\textasciicircum{}")]
 
 
 def _escape(s: str, fmt: str) -> str:
@@ -234,6 +236,69 @@ def _stability_parts(st: Stability, v: TargetVerdict, fmt: str) -> list[str]:
     return [_heading(f"held-out checkpoints ({st.target})", fmt), table, _lines(lines, fmt)]
 
 
+def _params_cell(model: str | None, params: Mapping[str, float]) -> str:
+    if model == "sigmoid" and params:
+        return f"A={params['A']:.3f}, C_mid={fmt_flops(params['c_mid'])}, B={params['B']:.2f}"
+    if model == "loglinear" and params:
+        return f"{params['a']:+.3f} {params['b']:+.4f}·ln C"
+    return "—"
+
+
+def forecast_lines(fc: Forecast) -> list[str]:
+    """The forecast's lines beside its tables: the one-line summary or refusal first."""
+    out = [fc.message]
+    if not fc.predicts:
+        return out + [f"warning: {w}" for w in fc.warnings]
+    if fc.model == "sigmoid":
+        out.append(f"model: sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = {fc.r0:.4f} (base policy), "
+                   + ("one B for all ρ" if fc.shared_slope else "one B per ρ (lower AICc)"))
+    else:
+        out.append(f"model: loglinear R(C) = a + b·ln C per ρ (R0 = {fc.r0:.4f}, base policy, not fitted)")
+    half = [b for b in fc.backtests if b.model == fc.model]
+    lo, hi = fc.rho_range or (float("nan"), float("nan"))
+    out.append(f"verdict at {fmt_flops(fc.full_run_budget)} FLOPs: {fc.regime.value if fc.regime else '?'} · best ρ "
+               f"{fc.best_rho:.2f} · ρ ∈ [{lo:.2f}, {hi:.2f}] · confidence {fc.confidence:.2f}; at the pilot budget "
+               f"{fmt_flops(fc.pilot_budget)}: {fc.pilot_regime.value} · best ρ {fc.pilot_best_rho:.2f}"
+               + (" · DIFFERS" if fc.differs else " · same"))
+    if half:
+        support = f"{fc.supported_factor:.2g}×" if fc.supported_factor else "no factor"
+        out.append(f"backtests ({fc.model}) held up to {support}; this forecast extrapolates {fc.factor:.3g}× "
+                   f"(CIs: {fc.settings.get('confidence_level', 0.9):.0%}, {fc.settings.get('n_boot')} bootstrap "
+                   "refits over seeds and checkpoint prompts; they do not include the backtest error)")
+    return out + [f"warning: {w}" for w in fc.warnings]
+
+
+def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) -> list[str]:
+    """The forecast at the full-run budget: per ρ the pilots' end, the fit there and the prediction
+    with its CI; the verdict at F beside the pilot verdict; the backtests. Refused: one line. With
+    unstable pilots (``stability``), a line saying their curves are fitted as they fell."""
+    parts = [_heading(f"forecast at {fmt_flops(fc.full_run_budget)} FLOPs per run ({fc.target})", fmt)]
+    if fc.predicts:
+        rows = [[f"{p.rho_target:.2f}", p.pilots, f"{p.pilot_score:.4f} at {fmt_flops(p.pilot_flops)}",
+                 f"{p.fitted_end:.4f}",
+                 f"{p.predicted:.4f} ({p.predicted_ci[0]:.4f} … {p.predicted_ci[1]:.4f})"
+                 + (" FORCED" if fc.status == "forced" else ""),
+                 _params_cell(fc.model, p.params)] for p in fc.points]
+        parts.append(_table(rows, ["ρ target", "pilots", "held-out at pilot end", "fit there",
+                                   f"predicted at {fmt_flops(fc.full_run_budget)} (CI)", "fit"], fmt))
+    lines = forecast_lines(fc)
+    fell = [p for p in (stability.points if stability else ()) if p.unstable]
+    if fc.predicts and fell:
+        lines.append("collapses: " + ", ".join(f"ρ={p.rho_target:.2f} {p.unstable} of {p.pilots} pilots" for p in fell)
+                     + " fell back towards the base policy (held-out checkpoints above); their curves are fitted as "
+                       "they are, and no fit predicts a collapse: count it as a risk of that ρ at F")
+    parts.append(_lines(lines, fmt))
+    if fc.backtests:
+        rows = [[b.model, f"{b.cut_fraction:.3f}", f"{b.factor:.2f}×",
+                 " ".join(f"{e:+.3f}" for e in b.errors), f"{b.mae:.4f}", f"{b.contrast_mae:.4f}",
+                 f"{b.spread / 2:.4f}", "yes" if b.held else "no"]
+                for b in sorted(fc.backtests, key=lambda b: (b.model != fc.model, b.model, b.factor))]
+        parts.append(_table(rows, ["backtest model", "fit up to (of budget)", "factor",
+                                   "error per ρ (pred - obs)", "mae", "ρ-difference error", "half ρ spread", "held"],
+                            fmt))
+    return parts
+
+
 def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     """Per grid point ρ, schedule, C_search / C_learning / C_reward and shares, reward ± CI; then verdicts."""
     _check_fmt(fmt)
@@ -252,6 +317,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     parts.append(_lines(_verdict_lines(v), fmt))
     if diag.stability is not None:
         parts += _stability_parts(diag.stability, v, fmt)
+    if diag.forecast is not None:
+        parts += _forecast_parts(diag.forecast, fmt, diag.stability)
     others = [diag.verdicts[t] for t in diag.verdicts if t != diag.primary_target]
     if others:
         parts.append(_heading("other targets", fmt))

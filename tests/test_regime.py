@@ -296,3 +296,26 @@ def test_a_training_reward_that_never_moved_is_flagged():
     moving = [replace(p, curve=((1e9, 0.0), (2e9, 0.1 * (p.seed % 2)))) for p in pilots]
     assert not any("training reward" in w for w in classify(moving).warnings)
     assert not any("training reward" in w for w in classify(pilots).warnings)     # no curves recorded
+
+
+@pytest.mark.parametrize("response, n_seeds, reward_fraction", [(FALLING, 2, 0.0), (PEAKED, 3, 0.0),
+                                                                 (FALLING, 2, 0.5)])
+def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_seeds, reward_fraction):
+    """race.forecast classifies predicted scores with response_verdict: fed a grid's own point
+    means and bootstrap replicates it returns that grid's regime, range, confidence and slope CI."""
+    from race.fit import bootstrap_response
+
+    results = synthetic_results(response=response, n_seeds=n_seeds, reward_fraction=reward_fraction, seed=3)
+    v = classify(results, n_boot=300).primary
+    grid = regime._grid(sorted(results, key=lambda r: (r.rho_target, r.seed)), "reward")
+    boot = bootstrap_response(grid=grid, n_boot=300, seed=0, seed_resampling=regime.SEED_RESAMPLING,
+                              seed_scale=regime.seed_scale(grid=grid, level=0.9))
+    got = regime.response_verdict(rho=grid.rho, scores=grid.point_means, replicates=boot.point_means,
+                                  reward_shares=[p.flops.shares()["reward"] for p in v.points],
+                                  seeds_measured=True, level=0.9)
+    assert got.regime is v.regime and got.rho_range == pytest.approx(v.rho_range)
+    assert got.confidence == pytest.approx(v.confidence) and got.slope_ci == pytest.approx(v.slope_ci)
+    assert float(grid.rho_targets[got.best]) == v.best_rho
+    held = regime.response_verdict(rho=grid.rho, scores=grid.point_means, replicates=boot.point_means,
+                                   reward_shares=[0.0] * len(v.points), seeds_measured=False)
+    assert held.trend is Regime.INCONCLUSIVE

@@ -293,7 +293,7 @@ def test_sleep_mode_off_a_gpu_is_a_one_line_error(tmp_path):
     tok, policy, path = _policy()
     with pytest.raises(ConfigError, match="vllm_sleep 'on' needs vLLM's sleep mode, which CpuPlatform"):
         VLLMBackend(policy, tok, model_path=path, sleep=True)
-    cfg = {**presets.DEFAULT, "name": "sleepy", "budget": 1e10, "grid": [0.6, 0.73], "seeds": 1,
+    cfg = {**presets.DEFAULT, "name": "sleepy", "budget": 1e10, "grid": [0.6, 0.73, 0.85], "seeds": 1,
            "backend": "vllm", "vllm_sleep": "on"}
     p = tmp_path / "c.yaml"
     p.write_text(yaml.safe_dump(cfg))

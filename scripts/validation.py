@@ -308,6 +308,20 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "collapses": collapses(full)}
 
 
+def forecast_row(pilot: dict, full: dict, full_best_ci: tuple[float, float]) -> dict[str, Any]:
+    """The pilot grid's forecast at the full-run budget (race.forecast) against the full runs."""
+    from race.forecast import forecast
+
+    pv, fv = verdict(pilot), verdict(full)
+    fc = forecast([(pilots_of(pilot), float(pilot["budget"]))], target="reward",
+                  full_run_budget=float(full["budget"]), pilot_regime=pv.regime, pilot_best_rho=pv.best_rho)
+    if fc.status == "refused":
+        return {"status": "refused", "regime": None, "best": None, "same": None, "in_ci": None}
+    return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
+            "same": fc.regime.value == fv.regime.value,
+            "in_ci": full_best_ci[0] <= fc.best_rho <= full_best_ci[1]}
+
+
 def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> str:
     """The verdict an adaptive grid of ``share`` would have given, replayed on the pilot grid's pilots."""
     from race.regime import classify
@@ -356,7 +370,7 @@ def tables(suite: dict) -> str:
         lines.append(f"| {s['name']} | {s['half']} | " + " | ".join(cells) + " |")
         if recs["pilot"] and recs["full10"]:
             rows.append(setting_row(s, recs["pilot"], recs["full10"]))
-        if recs["pilot"] and recs["full10"]:
+            rows[-1]["forecast"] = forecast_row(recs["pilot"], recs["full10"], rows[-1]["best_ci"])
             adaptive.append((s, {sh: adaptive_regime(recs["pilot"], sh) for sh in (0.5, 0.67)}, rows[-1]))
     lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""]
     if not rows:
@@ -395,6 +409,22 @@ def tables(suite: dict) -> str:
     for a in regimes:
         lines.append(f"| {a} | " + " | ".join(str(sum(r['pilot'] == a and r['full'] == b for r in rows))
                                               for b in regimes) + " |")
+    lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
+    if not rows:
+        lines.append("No setting complete yet.")
+    else:
+        lines += ["| setting | half | forecast | regime at 10×B | best ρ | same regime as the full runs "
+                  "| best ρ in the full runs' CI |", "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            f = r["forecast"]
+            yn = {True: "yes", False: "no", None: "—"}
+            lines.append(f"| {r['setting']} | {r['half']} | {f['status']} | {f['regime'] or '—'} | "
+                         f"{'—' if f['best'] is None else format(f['best'], '.2f')} | {yn[f['same']]} | {yn[f['in_ci']]} |")
+        made = [r for r in rows if r["forecast"]["status"] != "refused"]
+        lines.append("")
+        lines.append(f"Forecasts made {len(made)}/{len(rows)}; same regime as the full runs "
+                     f"{sum(bool(r['forecast']['same']) for r in made)}/{len(made)}; best ρ inside the full runs' "
+                     f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/{len(made)}.")
     lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
     if not adaptive:
         lines.append("No setting complete yet.")

@@ -50,7 +50,7 @@ def test_a_small_grid_runs_end_to_end(tmp_path):
     with gzip.open(path, "rt") as fh:
         record = json.load(fh)
     assert record["commit"] and record["budget"] == 1e10 and len(record["pilots"]) == 3
-    assert set(record["pilots"][0]["evals"]) == {"reward", "pass@1"} and record["pilots"][0]["checkpoints"]
+    assert {"reward", "pass@1"} <= set(record["pilots"][0]["evals"]) and record["pilots"][0]["checkpoints"]
     # a grid run elsewhere is adopted as-is (here: the same results, as the full runs)
     out = subprocess.run(common + ["adopt", "smoke", "full10", str(tmp_path / "storage" / "smoke-pilot" / "results.json"),
                                    "--commit", "abc", "--command", "race pilot …"], capture_output=True, text=True,
@@ -58,5 +58,6 @@ def test_a_small_grid_runs_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr
     out = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    row = next(line for line in out.stdout.splitlines() if line.startswith("| smoke | development | "))
+    row = next(line for line in out.stdout.splitlines()       # the per-setting row (not the progress one)
+               if line.startswith("| smoke | development | ") and "[" in line)
     assert "| yes |" in row                      # the same grid twice: the same regime

@@ -313,12 +313,14 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                        grid=grid, backend=backend, allow_approximate_flops=allow_approximate or None)
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
-    if not quiet:
-        click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
-                   f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
+    def announce() -> None:              # after the checks: a refusal stays one line
+        if not quiet:
+            click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
+                       f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
+
     results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
                        study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                       adaptive_share=adaptive_share, import_pilots=import_pilots)
+                       adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce)
     if results.diagnosis is not None:
         if full and not failure_message(results):
             from race.api import save_forecast

@@ -288,8 +288,9 @@ def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, de
              calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
              storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
              heartbeat: int | None = None, adaptive_share: float | None = None,
-             import_pilots: str | None = None) -> Results:
-    """Calibrate, plan and run every pilot of ``config``; write and return the results.
+             import_pilots: str | None = None, announce: Callable[[], None] | None = None) -> Results:
+    """Calibrate, plan and run every pilot of ``config``; write and return the results
+    (``announce``: called once every check before compute has passed).
 
     The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
     re-run after a crash runs only what is missing and ``race worker`` processes can share the
@@ -297,7 +298,7 @@ def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, de
     (``run_study`` has the details)."""
     return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
                      calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
-                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots)
+                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce)
 
 
 
@@ -305,7 +306,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
               heartbeat: int | None = None, adaptive_share: float | None = None,
-              import_pilots: str | None = None) -> Results:
+              import_pilots: str | None = None, announce: Callable[[], None] | None = None) -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
 
     ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
@@ -361,6 +362,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     url = storage or S.default_url(out_dir)
     fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
+    if announce is not None:             # every check before compute has passed, the storage is open
+        announce()
     try:
         return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                       adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,

@@ -154,7 +154,7 @@ def _one_error_line(result) -> str:
 def test_refused_before_compute_in_one_line_with_nothing_written(workdir, case, spec, args, message):
     (workdir / "grid.yaml").write_text(_config_text(spec))
     before = sorted(p.name for p in workdir.iterdir())
-    result = CliRunner().invoke(main, ["pilot", "grid.yaml", "--out", "run", "--quiet", *args])
+    result = CliRunner().invoke(main, ["pilot", "grid.yaml", "--out", "run", *args])     # not --quiet: still one line
     assert result.exit_code == 2, (result.exit_code, result.output)
     line = _one_error_line(result)
     assert message in line, line

@@ -1,12 +1,25 @@
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 TINY_MODEL = os.path.join(ROOT, "race", "assets", "tiny-arith")
 PILOTS = os.path.join(ROOT, "pilots")
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Tiny models run faster on one thread; restored after the module's tests."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def require(ok: bool, what: str) -> None:

@@ -211,16 +211,6 @@ def test_a_study_from_before_a_setting_existed_resumes_at_its_default(tmp_path):
         store.check_compatible(other.to_dict())
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.parametrize("fast_path", [True, False], ids=["lean", "hf-peft"])
 def test_a_pilot_is_bit_identical_with_and_without_checkpoints(fast_path, torch_one_thread):
     """Same pilot, checkpoints off and on (8, on 40 prompts): the same FLOPs, curve, final

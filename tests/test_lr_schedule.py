@@ -50,16 +50,6 @@ def test_schedule_settings_and_errors():
             config_from_dict({"model": "m", "budget": 1e12, "learning_rate": lr})
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_a_pilot_steps_its_rate_once_per_optimizer_step(torch_one_thread):
     """4 GRPO steps × μ 2 = 8 optimizer steps, 25 % warm-up then linear decay: the rate each
     optimizer step ran with is η · (0, 1/2, 1, 5/6, 4/6, 3/6, 2/6, 1/6), by hand."""

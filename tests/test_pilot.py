@@ -7,16 +7,6 @@ from race.api import build_config
 from race.grid import plan_grid
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
     """A seeded on-policy pilot of 2e11 FLOPs lifts held-out sampled accuracy by ≥ 0.05.
 

@@ -21,6 +21,10 @@ PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training c
 FULL_RUN_HELP = ("FLOPs of one full run at the chosen ρ, e.g. 6e12: predict held-out reward per ρ there from the "
                  "pilots' checkpoints (overrides the config's full_run_budget; docs/forecast.md).")
 FORCE_HELP = "Print the forecast even past the extrapolation factor the backtests support, marked FORCED."
+ALLOW_APPROXIMATE = click.option(
+    "--allow-approximate", "allow_approximate", is_flag=True,
+    help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
+         "every report then carries the warning (config: allow_approximate_flops: true).")
 
 
 def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -39,6 +43,16 @@ def _user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _redacted(text: str, argv: list[str]) -> str:
+    """``text`` without the passwords of any storage URL among the command's arguments."""
+    from race import urls
+
+    for arg in argv:
+        if "://" in arg:
+            text = urls.redact(text, arg)
+    return text
+
+
 def _save_traceback(argv: list[str]) -> str:
     """Write the current exception's traceback (storage passwords redacted) to a file; its path."""
     import os
@@ -46,12 +60,7 @@ def _save_traceback(argv: list[str]) -> str:
     import time
     import traceback
 
-    from race import urls
-
-    text = "race " + " ".join(argv) + "\n\n" + traceback.format_exc()
-    for arg in argv:
-        if "://" in arg:
-            text = urls.redact(text, arg)
+    text = _redacted("race " + " ".join(argv) + "\n\n" + traceback.format_exc(), argv)
     path = os.path.join(tempfile.gettempdir(), f"race-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -78,12 +87,7 @@ class _OneLineGroup(click.Group):
             sys.exit(1)
         except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
             path = _save_traceback(argv)
-            from race import urls
-
-            what = _one_line(f"{type(e).__name__}: {e}")
-            for arg in argv:
-                if "://" in arg:
-                    what = urls.redact(what, arg)
+            what = _redacted(_one_line(f"{type(e).__name__}: {e}"), argv)
             click.echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -112,9 +116,7 @@ def main() -> None:
 @click.option("-n", "--rollouts", type=click.IntRange(min=1), default=8, show_default=True, help="Rollouts per prompt (all trained, μ=1).")
 @click.option("--reward-model", default=None, help="A reward model / PRM id or folder (default: rule-based, 0 FLOPs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--allow-approximate", "allow_approximate", is_flag=True,
-              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
-                   "every report then carries the warning (config: allow_approximate_flops: true).")
+@ALLOW_APPROXIMATE
 @_user_errors
 def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, rollouts: int,
           reward_model: str | None, as_json: bool, allow_approximate: bool) -> None:
@@ -122,19 +124,16 @@ def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, 
     search / learning / reward split of one GRPO step per prompt."""
     from race import flops as F
     from race.architectures import lora_note, sliding_window_warning
-    from race.models import load_arch_reading
+    from race.models import load_arch_reading, load_reward_model
 
     policy = load_arch_reading(model, allow_approximate=allow_approximate)
     arch = policy.arch
     warnings = list(policy.warnings)
     reward = None
     if reward_model:
-        from race.models import _resolve, reward_model_spec
-
-        rm = load_arch_reading(reward_model, allow_approximate=allow_approximate, what="reward model")
-        warnings += list(rm.warnings)
-        name, cfg = _resolve(reward_model)
-        reward = reward_model_spec(cfg, name, allow_approximate=allow_approximate)
+        warnings += list(load_arch_reading(reward_model, allow_approximate=allow_approximate,
+                                           what="reward model").warnings)
+        reward = load_reward_model(reward_model, allow_approximate=allow_approximate)
     from race.grid import ENGINE_LEARNING_KW
 
     lora = F.LoRASpec(rank=lora_rank)
@@ -186,9 +185,7 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--name", default=None, help="Grid / study name (default: model-reward).")
 @click.option("--out", "out_path", default=None, help="Write the YAML here instead of printing it.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-@click.option("--allow-approximate", "allow_approximate", is_flag=True,
-              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
-                   "every report then carries the warning (config: allow_approximate_flops: true).")
+@ALLOW_APPROXIMATE
 @_user_errors
 def init(model: str, task: str, full_run: str, reward: str, reward_model: str | None, share: float,
          grid: str | None, seeds: int, prompt_len: float, completion_len: float, max_completion_len: int,
@@ -228,9 +225,7 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: refuse schedules whose "
               "estimated peak exceeds it (overrides the config's gpu_memory).")
-@click.option("--allow-approximate", "allow_approximate", is_flag=True,
-              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
-                   "every report then carries the warning (config: allow_approximate_flops: true).")
+@ALLOW_APPROXIMATE
 @_user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
          as_json: bool, gpu_memory: str | None, allow_approximate: bool) -> None:
@@ -280,9 +275,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
                    "storage) in the study first, so only the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
-@click.option("--allow-approximate", "allow_approximate", is_flag=True,
-              help="Count a model type outside RACE's architecture table anyway (as a Llama-style decoder); "
-                   "every report then carries the warning (config: allow_approximate_flops: true).")
+@ALLOW_APPROXIMATE
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
           backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,

@@ -284,24 +284,6 @@ def _busy_keys(store: Any) -> set[Key]:
 
 # ---------------------------------------------------------------- coordinator
 
-def run_grid(config: GridConfig, *, out_dir: str, workers: int | None = None, device: str = "cpu",
-             calibration: Any = None, quiet: bool = False, classify_kw: dict | None = None,
-             storage: str | None = None, study: str | None = None, adaptive: bool | str = False, retries: int = 1,
-             heartbeat: int | None = None, adaptive_share: float | None = None,
-             import_pilots: str | None = None, announce: Callable[[], None] | None = None) -> Results:
-    """Calibrate, plan and run every pilot of ``config``; write and return the results
-    (``announce``: called once every check before compute has passed).
-
-    The pilots are trials of an optuna study (race.store; default storage ``DIR/race.db``), so a
-    re-run after a crash runs only what is missing and ``race worker`` processes can share the
-    grid; ``DIR/results.json`` is rewritten after every finished pilot as before
-    (``run_study`` has the details)."""
-    return run_study(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device,
-                     calibration=calibration, quiet=quiet, classify_kw=classify_kw, adaptive=adaptive,
-                     retries=retries, heartbeat=heartbeat, adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce)
-
-
-
 def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
@@ -311,7 +293,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
     ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
     same run config (a lost storage, another machine), are recorded in the study before any pilot
-    runs, so only the missing ones run (a different config is one line, exit 2).
+    runs, so only the missing ones run (a different config is one line, exit 2). ``announce``: called
+    once every check before compute has passed and the storage is open (the CLI's banner).
 
     ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
     name from ``ADAPTIVE_POLICIES``. ``adaptive_share``: the share of the full grid's pilots it
@@ -381,6 +364,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         raise
 
 
+# the name the CLI, race.diagnose and the benchmarks call: calibrate, plan and run every pilot of a
+# config as an optuna study, rewrite DIR/results.json after every finished pilot, return the results
+run_grid = run_study
+
+
 def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
            adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
            classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None) -> Results:
@@ -405,19 +393,12 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
         if plan.warnings:
             meta["flop_warnings"] = list(plan.warnings)
-            if not quiet:
-                for w in plan.warnings:
-                    print(f"warning: {w}", file=sys.stderr, flush=True)
-        dropped = cal.data_warning() if hasattr(cal, "data_warning") else None
-        if dropped:
-            meta["data_warning"] = dropped
-            if not quiet:
-                print(f"warning: {dropped}", file=sys.stderr, flush=True)
-        warning = cal.reward_warning()
-        if warning:
-            meta["reward_warning"] = warning
-            if not quiet:
-                print(f"warning: {warning}", file=sys.stderr, flush=True)
+        for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning())):
+            if line:
+                meta[key] = line
+        if not quiet:
+            for w in [*plan.warnings, *(meta[k] for k in ("data_warning", "reward_warning") if k in meta)]:
+                print(f"warning: {w}", file=sys.stderr, flush=True)
         if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
                      classify=classify, meta=meta, adaptive=None):
             pass
@@ -624,7 +605,6 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
         if now - state["last"] < min(1.0, st.heartbeat / 2):
             return state["go"]
         state["last"] = now
-        st.beat_coordination()
         st.sweep()
         if _busy_keys(st):
             state["idle_since"], state["go"] = None, True

@@ -64,30 +64,19 @@ def flop_warnings(config: GridConfig, *, prompt_len: float | None = None) -> tup
     from race.models import load_arch_reading
 
     reading = policy_reading(config)
-    out = list(reading.warnings)
     longest = float(prompt_len if prompt_len is not None else config.prompt_len) + config.grpo.max_completion_len
-    note = sliding_window_warning(reading.arch, longest)
-    if note:
-        out.append(note)
-    note = lora_note(reading.arch, lora_spec(config, reading.arch).target_modules)
-    if note:
-        out.append(note)
+    out = [*reading.warnings, sliding_window_warning(reading.arch, longest),
+           lora_note(reading.arch, lora_spec(config, reading.arch).target_modules)]
     if config.reward.kind in ("prm", "proxy-prm"):
         rm = load_arch_reading(config.reward.model, allow_approximate=config.allow_approximate_flops,
                                what="reward model")
-        out += list(rm.warnings)
-        note = sliding_window_warning(rm.arch, longest)
-        if note:
-            out.append(note)
-    judge = config.eval.judge_model
-    if judge:            # scores evaluations only (outside C_total), but its FLOPs are reported too
+        out += [*rm.warnings, sliding_window_warning(rm.arch, longest)]
+    if config.eval.judge_model:  # scores evaluations only (outside C_total), but its FLOPs are reported too
         try:
-            reading = load_arch_reading(judge, allow_approximate=config.allow_approximate_flops,
-                                        what="judge model")
+            out += load_arch_reading(config.eval.judge_model, allow_approximate=config.allow_approximate_flops,
+                                     what="judge model").warnings
         except UnsupportedArchitecture:
             raise
-        except ValueError:          # a hub id RACE has no config for: read when the pilot loads it
-            reading = None
-        if reading is not None:
-            out += list(reading.warnings)
-    return tuple(out)
+        except ValueError:       # a hub id RACE has no config for: read when the pilot loads it
+            pass
+    return tuple(w for w in out if w)

@@ -69,8 +69,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def grid_config(s: dict, kind: str, seeds: int) -> tuple[dict, float, list[float]]:
-    """(config mapping, budget per pilot, ρ grid) of one grid of setting ``s``."""
+def grid_config(s: dict, kind: str, seeds: int) -> dict:
+    """The config mapping of one grid of setting ``s`` (its budget per pilot: B × the kind's factor)."""
     import yaml
 
     from race import presets
@@ -82,7 +82,7 @@ def grid_config(s: dict, kind: str, seeds: int) -> tuple[dict, float, list[float
     if not grid:
         raise SystemExit(f"setting {s['name']!r} has no grid for {kind}")
     cfg.update(name=f"val-{s['name']}-{kind}", budget=budget, grid=list(grid), seeds=seeds)
-    return cfg, budget, list(grid)
+    return cfg
 
 
 def data_path(name: str, kind: str, *, partial: bool = False) -> Path:
@@ -154,7 +154,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     import yaml
 
     s = setting(suite, name)
-    cfg, budget, grid = grid_config(s, kind, int(suite.get("seeds", 3)))
+    cfg = grid_config(s, kind, int(suite.get("seeds", 3)))
     out_dir = storage_root / f"{name}-{kind}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"

@@ -23,6 +23,8 @@ REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
 ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
+CHAT_TEMPLATE = ("auto", "on", "off")
+CHECKERS = ("auto", "exact", "math")     # eval.checker: how pass@k judges a sample (race.pilot.answer_check)
 VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
 LR_SCHEDULES = ("constant", "linear", "cosine")          # race.grid.lr_factor
@@ -132,6 +134,26 @@ class LearningRate:
 
 
 @dataclass(frozen=True)
+class EvalTask:
+    """A downstream held-out set (``eval.tasks``): every row is held out (never trained on), each
+    set is its own pair of targets ``NAME/pass@1`` and ``NAME/pass@k`` (k = ``samples``)."""
+    path: str                     # a built-in task (its held-out split), a .jsonl / .parquet file or an HF dataset
+    name: str | None = None       # the targets' prefix (None: the file's stem or the task's name)
+    prompts: int | None = None    # the first rows evaluated (None: eval.prompts, or all the set has if fewer)
+    samples: int | None = None    # samples per prompt (None: eval.samples)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        base = os.path.basename(self.path.rstrip("/"))
+        for ext in (".jsonl", ".json", ".parquet", ".pq"):
+            if base.lower().endswith(ext):
+                return base[:-len(ext)]
+        return base.replace("/", "-")
+
+
+@dataclass(frozen=True)
 class EvalSettings:
     prompts: int = 200            # held-out evaluation prompts
     samples: int = 4              # samples per prompt (pass@1, best@k, worst@k)
@@ -143,6 +165,13 @@ class EvalSettings:
                                                 # budget fractions 1/64 … 1, or the fractions; 0: off (race.checkpoints)
     checkpoint_prompts: int | None = None       # held-out prompts evaluated at each checkpoint (the first ones;
                                                 # None: all, at most 100)
+    tasks: tuple[EvalTask, ...] = ()            # downstream held-out sets, each its own targets (EvalTask)
+    checker: str = "auto"         # pass@k's answer check: exact (the text before EOS equals the answer) | math
+                                  # (the final answer by math-verify) | auto (math when the reward or task is)
+
+    def __post_init__(self) -> None:
+        # entries as paths or mappings (YAML, a stored config) become EvalTasks, checked
+        object.__setattr__(self, "tasks", _eval_tasks(self.tasks, "eval.tasks"))
 
 
 @dataclass(frozen=True)
@@ -168,6 +197,9 @@ class GridConfig:
     gpu_memory: float | None = None               # bytes of one GPU; `race plan` refuses schedules that exceed it
     vllm_sleep: str = "auto"                      # vLLM sleep mode during the update: auto | on | off (race.memory)
     allow_approximate_flops: bool = False         # count a model type outside race.architectures' table anyway
+    chat_template: str = "auto"                   # prompts as a user turn of the tokenizer's chat template: auto (when
+                                                  # it has one and the prompt holds none of its special tokens) | on | off
+    system_prompt: str | None = None              # the system turn the chat template opens with (None: none)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -275,6 +307,13 @@ def _validate(c: GridConfig) -> None:
     if c.eval.judge_aggregation not in PRM_AGGREGATIONS:
         raise ConfigError(f"eval.judge_aggregation {c.eval.judge_aggregation!r} is unknown: expected one of "
                           f"{', '.join(PRM_AGGREGATIONS)}")
+    if c.eval.checker not in CHECKERS:
+        raise ConfigError(f"eval.checker {c.eval.checker!r} is unknown: expected one of {', '.join(CHECKERS)}")
+    _validate_eval_tasks(c)
+    if c.chat_template not in CHAT_TEMPLATE:
+        raise ConfigError(f"chat_template {c.chat_template!r} is unknown: expected one of {', '.join(CHAT_TEMPLATE)}")
+    if c.system_prompt is not None and not isinstance(c.system_prompt, str):
+        raise ConfigError(f"system_prompt {c.system_prompt!r} must be a string")
     if c.backend not in BACKENDS:
         raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
     if not isinstance(c.allow_approximate_flops, bool):
@@ -316,6 +355,52 @@ def _validate_checkpoints(e: EvalSettings) -> None:
                               "checkpoints evaluate a subset of the held-out prompts")
 
 
+def _validate_eval_tasks(c: GridConfig) -> None:
+    labels = [t.label for t in c.eval.tasks]
+    for t in c.eval.tasks:
+        if t.path == c.task:
+            raise ConfigError(f"eval.tasks entry {t.path!r} is the training task: its held-out split is already the "
+                              "`reward` and `pass@1` targets; expected another dataset")
+    dup = next((x for x in labels if labels.count(x) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"eval.tasks names {dup!r} twice: give each entry its own name")
+
+
+def _eval_tasks(raw: Any, name: str) -> tuple[EvalTask, ...]:
+    """``eval.tasks`` as ``EvalTask``s: a list whose entries are a path, or a mapping with ``path``
+    and optional ``name``, ``prompts``, ``samples``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise ConfigError(f"{name} {raw!r} is not valid: expected a list of datasets (paths, or mappings with a path)")
+    known = {f.name for f in fields(EvalTask)}
+    out = []
+    for i, item in enumerate(raw):
+        where = f"{name}[{i}]"
+        if isinstance(item, EvalTask):
+            out.append(item)
+            continue
+        if isinstance(item, str):
+            item = {"path": item}
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{where} {item!r} is not valid: expected a dataset path or a mapping with a path")
+        unknown = sorted(set(item) - known)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]} is not a known setting: expected some of {', '.join(sorted(known))}")
+        path = item.get("path")
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{where}.path {path!r} is not valid: expected a dataset path, HF name or built-in task")
+        label = item.get("name")
+        if label is not None and (not isinstance(label, str) or not _NAME.fullmatch(label)):
+            raise ConfigError(f"{where}.name {label!r} is not valid: expected letters, digits, '.', '_', '+', '-'")
+        for key in ("prompts", "samples"):
+            v = item.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{where}.{key} {v!r} is not valid: expected a positive integer")
+        out.append(EvalTask(path=path, name=label, prompts=item.get("prompts"), samples=item.get("samples")))
+    return tuple(out)
+
+
 def _fractions(value: Any, name: str) -> Any:
     """A YAML list of fractions as a tuple of floats (PyYAML reads ``1e-2`` as a string); other values as given."""
     if not isinstance(value, (list, tuple)):
@@ -349,6 +434,8 @@ def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
         except ValueError:
             raise ConfigError(f"{name}.warmup {kw['warmup']!r} must be a share of the run's optimizer steps "
                               "in [0, 1)") from None
+    if cls is EvalSettings and "tasks" in kw:
+        kw["tasks"] = _eval_tasks(kw["tasks"], f"{name}.tasks")
     if cls is EvalSettings and "checkpoints" in kw:
         kw["checkpoints"] = _fractions(kw["checkpoints"], f"{name}.checkpoints")
     if cls is LoRASettings and "targets" in kw:
@@ -393,19 +480,27 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
     if "completion" in lengths:
         kw["completion_len"] = lengths["completion"]
     for key in ("model", "task"):       # ./ and ../ paths are the config's neighbours; others as given
-        value = kw.get(key)
-        if base_dir and isinstance(value, str) and value.startswith(("./", "../")):
-            kw[key] = os.path.normpath(os.path.join(base_dir, value))
+        if key in kw:
+            kw[key] = _near_config(kw[key], base_dir)
     for name, cls in _SECTIONS.items():
         kw[name] = _section(cls, name, raw.get(name))
     from race import schema
 
+    if kw["eval"].get("tasks"):
+        kw["eval"]["tasks"] = tuple(replace(t, path=_near_config(t.path, base_dir)) for t in kw["eval"]["tasks"])
     checked = schema.validate(kw, GridConfig)        # types, finiteness, ranges: one line naming the field
     sections = {name: cls(**checked.pop(name)) for name, cls in _SECTIONS.items()}
     if base_dir and sections["reward"].function:
         sections["reward"] = replace(sections["reward"],
                                      function=_reward_near_config(sections["reward"].function, base_dir))
     return GridConfig(**checked, **sections)
+
+
+def _near_config(value: Any, base_dir: str | None) -> Any:
+    """A ``./`` or ``../`` path as the config's neighbour; other values as given."""
+    if base_dir and isinstance(value, str) and value.startswith(("./", "../")):
+        return os.path.normpath(os.path.join(base_dir, value))
+    return value
 
 
 def _reward_near_config(function: str, base_dir: str) -> str:

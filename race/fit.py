@@ -28,6 +28,9 @@ The bootstrap (:func:`bootstrap_response`) is two-way and paired:
 
 Inputs are put in a canonical order first (sorted by (rho_target, seed)), so the
 result depends on the pilots, not on the order in which they finished.
+
+:func:`target_agreement` compares the verdicts of several targets of one diagnosis (scipy's
+Spearman correlation of their grid-point means).
 """
 from __future__ import annotations
 
@@ -391,3 +394,30 @@ def response_of_means(*, rho: Any, means: Any) -> BootstrapResponse:
         quad = np.concatenate([lin, np.zeros((means.shape[0], 1))], axis=1)
     argmax, concave, interior = quadratic_argmax(coef=quad, rho_min=float(rho.min()), rho_max=float(rho.max()))
     return BootstrapResponse(rho, means, lin, quad, argmax, concave, interior)
+
+
+def target_agreement(diag: Diagnosis) -> list[dict[str, Any]]:
+    """How each target's verdict compares with the primary target's, primary first: its regime and
+    whether it is the primary's (``same_regime``), whether the two recommended ρ ranges overlap,
+    its best grid point, and the Spearman rank correlation of its grid-point means with the
+    primary's (``rank_corr``: 1 = the targets order the grid alike; None when either is constant).
+    This is the disagreement table of the reports: a native reward and a downstream benchmark that
+    pick different ρ are the case the paper warns of (better training reward, no better held-out)."""
+    from scipy.stats import spearmanr
+
+    p = diag.primary
+    base = {pt.rho_target: pt.reward_mean for pt in p.points}
+    rows = []
+    for name in [diag.primary_target] + [t for t in diag.verdicts if t != diag.primary_target]:
+        v = diag.verdicts[name]
+        means = {pt.rho_target: pt.reward_mean for pt in v.points}
+        common = sorted(set(base) & set(means))
+        xs, ys = [base[r] for r in common], [means[r] for r in common]
+        corr = None
+        if len(common) >= 3 and len(set(xs)) > 1 and len(set(ys)) > 1:
+            corr = float(spearmanr(xs, ys).statistic)
+        rows.append({"target": name, "regime": v.regime.value, "same_regime": v.regime is p.regime,
+                     "rho_range": list(v.rho_range),
+                     "ranges_overlap": v.rho_range[0] <= p.rho_range[1] and p.rho_range[0] <= v.rho_range[1],
+                     "best_rho": v.best_rho, "rank_corr": corr})
+    return rows

@@ -217,10 +217,13 @@ def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule 
 
 
 def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
-             seed: int, batch_prompts: int = 256, judges: dict | None = None) -> dict[str, tuple[float, ...]]:
+             seed: int, batch_prompts: int = 256, judges: dict | None = None,
+             check=None) -> dict[str, tuple[float, ...]]:
     """Per-prompt targets on held-out problems, ``samples`` samples each.
 
-    ``reward``: mean native reward; ``pass@1``: fraction of samples exactly right;
+    ``reward``: mean native reward; ``pass@1``: fraction of samples right by ``check``
+    (``fn(prompt, completion, reference)``, the task's answer checker: ``answer_check``; default
+    exact match of the text before EOS);
     ``best@k``: 1 if any sample is right; ``worst@k``: 1 if all are. ``judges`` adds
     one target per entry, ``name → fn(prompt, completion, reference)``, averaged over the
     samples (the step task's ``process`` and ``final-answer``: ``race.tasks.judges``), or a
@@ -232,24 +235,26 @@ def evaluate(backend, problems, reward_fn, *, samples: int, temperature: float, 
     gen = torch.Generator(device=backend.device).manual_seed(10_007 + seed)
     return evaluate_with_cost(backend, problems, reward_fn, samples=samples, temperature=temperature,
                               max_new_tokens=max_new_tokens, generator=gen, batch_prompts=batch_prompts,
-                              judges=judges)[0]
+                              judges=judges, check=check)[0]
 
 
 def evaluate_with_cost(backend, problems, reward_fn, *, samples: int, temperature: float, max_new_tokens: int,
                        generator, batch_prompts: int = 256, judges: dict | None = None,
-                       meter: FlopMeter | None = None,
-                       errors: dict | None = None) -> tuple[dict[str, tuple[float, ...]], FlopBreakdown]:
+                       meter: FlopMeter | None = None, errors: dict | None = None,
+                       check=None) -> tuple[dict[str, tuple[float, ...]], FlopBreakdown]:
     """``evaluate`` with the sampling generator given, and what the evaluation cost in FLOPs (with
     ``meter``: the rollouts' search FLOPs by the meter's formulas, as a step's; the reward and
     judge models' FLOPs as ``reward``; zero without a meter). ``errors``, when given, collects per
-    target the samples whose reward or judge failed: ``{target: {"count": n, "first": message}}``."""
+    target the samples whose reward or judge failed: ``{target: {"count": n, "first": message}}``.
+    ``reward_fn=None`` scores the answers only (``pass@1``, ``best@k``, ``worst@k``: a downstream set)."""
     from race.rewards import score_completions
     from race.rewards.rules import sparse
 
+    check = check or sparse
     judges = judges or {}
     cost = FlopBreakdown()
-    out: dict[str, list[float]] = {"reward": [], "pass@1": [], f"best@{samples}": [], f"worst@{samples}": [],
-                                   **{name: [] for name in judges}}
+    out: dict[str, list[float]] = {**({"reward": []} if reward_fn is not None else {}), "pass@1": [],
+                                   f"best@{samples}": [], f"worst@{samples}": [], **{name: [] for name in judges}}
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start:start + batch_prompts]
         batch = backend.generate([p.prompt for p in chunk], n=samples, max_new_tokens=max_new_tokens,
@@ -257,23 +262,24 @@ def evaluate_with_cost(backend, problems, reward_fn, *, samples: int, temperatur
         # one scoring call per chunk: a model-based reward (or judge) batches its forwards
         flat = ([p.prompt for p in chunk for _ in range(samples)], [t for texts in batch.texts for t in texts],
                 [p.answer for p in chunk for _ in range(samples)])
-        scored = score_completions(reward_fn, *flat)
+        scored = score_completions(reward_fn, *flat) if reward_fn is not None else None
         judged = {name: judge.score_batch(*flat) for name, judge in judges.items() if hasattr(judge, "score_batch")}
         if errors is not None:
-            for name, got in (("reward", scored), *judged.items()):
+            for name, got in ((("reward", scored),) if scored is not None else ()) + tuple(judged.items()):
                 if got.errors:
                     e = errors.setdefault(name, {"count": 0, "first": got.first_error})
                     e["count"] += got.errors
         if meter is not None:
             lengths = [(len(p), len(c)) for p, grp in zip(batch.prompt_ids, batch.completion_ids) for c in grp]
-            feedback = scored.flops if hasattr(reward_fn, "score_batch") else meter.reward_flops(lengths)
+            feedback = (0.0 if scored is None else scored.flops if hasattr(reward_fn, "score_batch")
+                        else meter.reward_flops(lengths))
             cost = cost + FlopBreakdown(meter.search([len(p) for p in batch.prompt_ids],
                                                      [[len(c) for c in grp] for grp in batch.completion_ids]),
                                         0.0, feedback + sum(j.flops for j in judged.values()))
         for k, (prob, texts) in enumerate(zip(chunk, batch.texts)):
-            rewards = scored.scores[k * samples:(k + 1) * samples]
-            correct = [sparse(prob.prompt, t, prob.answer) for t in texts]
-            out["reward"].append(sum(rewards) / samples)
+            correct = [float(check(prob.prompt, t, prob.answer)) == 1.0 for t in texts]
+            if scored is not None:
+                out["reward"].append(sum(scored.scores[k * samples:(k + 1) * samples]) / samples)
             out["pass@1"].append(sum(correct) / samples)
             out[f"best@{samples}"].append(float(any(correct)))
             out[f"worst@{samples}"].append(float(all(correct)))
@@ -321,7 +327,7 @@ class HeldOutCheckpoints:
         gen = torch.Generator(device=eng.backend.device).manual_seed(checkpoint_seed(self.seed, len(self.records)))
         scores, cost = evaluate_with_cost(eng.backend, self.problems, eng.reward_fn, samples=e.samples,
                                           temperature=e.temperature, max_new_tokens=eng.config.grpo.max_completion_len,
-                                          generator=gen, judges=self.judges, meter=eng.meter)
+                                          generator=gen, judges=self.judges, meter=eng.meter, check=eng.check)
         seconds = time.perf_counter() - t
         self.records.append(Checkpoint(fraction, step, spent, scores, cost, seconds))
 
@@ -330,7 +336,8 @@ class HeldOutCheckpoints:
         if not self.on:
             return ()
         k = len(self.problems)
-        return tuple(self.records) + (Checkpoint(1.0, step, spent, {t: v[:k] for t, v in final.items()}),)
+        kept = set(self.records[0].evals) if self.records else set(final)
+        return tuple(self.records) + (Checkpoint(1.0, step, spent, {t: v[:k] for t, v in final.items() if t in kept}),)
 
 
 @dataclass
@@ -369,6 +376,7 @@ class PilotEngine:
                                reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
                                g.grad_checkpointing)
         self.reward_fn = build_reward(config, device=device)
+        self.check = None           # the task's answer checker for pass@k (run_pilot sets it: answer_check)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.wall["setup"] = time.perf_counter() - t0
 
@@ -457,12 +465,15 @@ def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:
 def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
               progress: ProgressFn | None = None) -> PilotResult:
     """Run one pilot to its budget and evaluate it (see the module docstring)."""
-    from race.tasks import judges, load_task
+    from race.tasks import judges
 
     engine = PilotEngine(config, schedule, seed, device=device)
     targets = {**judges(config.task), **model_judges(config, device=device)}   # loaded before any step runs
-    train, _ = within_context(config, load_task(config.task, split="train", seed=seed), engine.backend.tok)
-    evals, _ = within_context(config, load_task(config.task, split="eval", n=config.eval.prompts), engine.backend.tok)
+    tok = engine.backend.tok
+    train = task_problems(config, tok, split="train", seed=seed)
+    evals = task_problems(config, tok, split="eval", n=config.eval.prompts)
+    downstream = downstream_sets(config, tok)                                  # loaded before any step runs
+    engine.check = answer_check(config, evals)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
     spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
     checkpoints = HeldOutCheckpoints(engine, evals, targets, seed)
@@ -492,16 +503,30 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     scores, final_cost = evaluate_with_cost(
         engine.backend, evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
         max_new_tokens=config.grpo.max_completion_len, judges=targets, meter=engine.meter,
-        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed), errors=eval_errors)
+        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed), errors=eval_errors,
+        check=engine.check)
     engine.wall["eval"] = time.perf_counter() - t
+    cps = checkpoints.end(steps, spent, scores) if checkpoints.on else ()
+    t = time.perf_counter()
+    down_flops = 0.0
+    for label, (task, problems) in downstream.items():
+        k = task.samples or config.eval.samples
+        got, cost = evaluate_with_cost(
+            engine.backend, problems, None, samples=k, temperature=config.eval.temperature,
+            max_new_tokens=config.grpo.max_completion_len, meter=engine.meter, check=answer_check(config, problems),
+            generator=torch.Generator(device=engine.backend.device).manual_seed(20_011 + seed))
+        scores = {**scores, f"{label}/pass@1": got["pass@1"], f"{label}/pass@{k}": got[f"best@{k}"]}
+        down_flops += cost.total
+    if downstream:
+        engine.wall["downstream"] = time.perf_counter() - t
     if checkpoints.on:
         engine.wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
     engine.backend.close()
     close_reward(engine.reward_fn)
     # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
     backend = engine.backend.name + (" (sleep mode)" if getattr(engine.backend, "sleep", False) else "")
-    cps = checkpoints.end(steps, spent, scores)
-    eval_flops = {"final": final_cost.total, **({"checkpoints": sum(c.eval_flops.total for c in cps)} if cps else {})}
+    eval_flops = {"final": final_cost.total, **({"checkpoints": sum(c.eval_flops.total for c in cps)} if cps else {}),
+                  **({"downstream": down_flops} if downstream else {})}
     return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
                        curve=tuple(curve), wall_seconds=dict(engine.wall),
                        extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
@@ -593,26 +618,98 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     """Sample the base policy on ``prompts`` training prompts to measure lengths and pass rate."""
     import torch
 
-    from race.rewards.rules import sparse
-    from race.tasks import load_task
-
     t0 = time.perf_counter()
     seed_everything(seed)
     _, backend = load_rollout(config, device=device)
-    problems = load_task(config.task, split="train", n=prompts, seed=10_000 + seed)
-    problems, _ = within_context(config, problems, backend.tok)
+    problems = task_problems(config, backend.tok, split="train", n=prompts, seed=10_000 + seed)
     dropped = context_report(config, backend.tok)
     gen = torch.Generator(device=device).manual_seed(seed)
     batch = backend.generate([p.prompt for p in problems], n=samples, max_new_tokens=config.grpo.max_completion_len,
                              temperature=config.grpo.temperature, top_p=config.grpo.top_p, generator=gen)
     prompt_len = sum(map(len, batch.prompt_ids)) / len(problems)
     lens = [len(c) for grp in batch.completion_ids for c in grp]
-    correct = [sparse(p.prompt, t, p.answer) for p, grp in zip(problems, batch.texts) for t in grp]
+    check = answer_check(config, problems)
+    correct = [float(check(p.prompt, t, p.answer)) == 1.0 for p, grp in zip(problems, batch.texts) for t in grp]
     pass_rate = sum(correct) / len(correct)
     backend.close()
     return Calibration(prompt_len, sum(lens) / len(lens), pass_rate, len(lens), time.perf_counter() - t0,
                        healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None,
                        reward_check(config, problems, batch.texts), dropped)
+
+
+def policy_prompts(config: GridConfig, problems: list, tok) -> list:
+    """The problems as the policy reads them: each prompt a user turn of the tokenizer's chat
+    template (with ``config.system_prompt``), when ``config.chat_template`` is ``on``, or ``auto``
+    and the tokenizer has a template and the prompt holds none of its special tokens (a prompt
+    already in the template is left as it is); unchanged otherwise. The prompt before the template
+    is kept in ``meta["raw_prompt"]``."""
+    from race.errors import ConfigError
+    from race.tasks import apply_chat_template
+
+    mode = config.chat_template
+    has = bool(getattr(tok, "chat_template", None))
+    if mode == "on" and not has:
+        raise ConfigError(f"chat_template 'on' but the tokenizer of {config.model!r} has no chat template: "
+                          "expected 'auto' or 'off' for this model")
+    if mode == "off" or not has:
+        return list(problems)
+    specials = [t for t in getattr(tok, "all_special_tokens", []) if len(t) > 1]
+    plain = [mode == "on" or not any(t in p.prompt for t in specials) for p in problems]
+    wrapped = iter(apply_chat_template([p for p, w in zip(problems, plain) if w], tok, system=config.system_prompt))
+    return [next(wrapped) if w else p for p, w in zip(problems, plain)]
+
+
+def task_problems(config: GridConfig, tok, *, split: str, n: int | None = None, seed: int = 0) -> list:
+    """One split of ``config.task`` as the policy reads it (``policy_prompts``), without the
+    problems too long for its context (``within_context``)."""
+    from race.tasks import load_task
+
+    problems = policy_prompts(config, load_task(config.task, split=split, n=n, seed=seed), tok)
+    return within_context(config, problems, tok)[0]
+
+
+def downstream_sets(config: GridConfig, tok) -> dict:
+    """``eval.tasks`` loaded: label → (EvalTask, problems as the policy reads them). A built-in
+    task gives its held-out split; a file or HF dataset every row (none is trained on). The first
+    ``prompts`` (default ``eval.prompts``) rows that fit the context are evaluated."""
+    from race.errors import ConfigError
+    from race.tasks import TASKS, TaskError, load_task
+    from race.tasks.datasets import load_dataset_problems
+
+    out = {}
+    for task in config.eval.tasks:
+        try:
+            rows = load_task(task.path, split="eval") if task.path in TASKS else load_dataset_problems(task.path)
+        except TaskError as e:
+            raise ConfigError(f"eval.tasks {task.label!r}: {e}") from None
+        rows = within_context(config, policy_prompts(config, rows, tok), tok)[0]
+        if not rows:
+            raise ConfigError(f"eval.tasks {task.label!r} ({task.path}) has no problem that fits the policy's context")
+        out[task.label] = (task, rows[:task.prompts or config.eval.prompts])
+    return out
+
+
+def answer_check_name(config: GridConfig, problems: list) -> str:
+    """Which answer checker pass@k uses (``eval.checker``): ``exact`` (the text before EOS equals the
+    reference) or ``math`` (the final answer — ``\\boxed{}``, ``#### N``, "the answer is N" — equal
+    to the reference by math-verify: race.rewards.math). ``auto`` picks ``math`` when the reward
+    checks answers that way (``math``, ``format`` or a ``mix`` holding one) or the problems come from a
+    reasoning dataset (worked solutions in GSM8K or MATH form: ``meta["answer_format"]``)."""
+    if config.eval.checker != "auto":
+        return config.eval.checker
+    kinds = {config.reward.kind} | set(getattr(config.reward, "mix", None) or {})
+    if kinds & {"math", "format"}:
+        return "math"
+    if any((p.meta or {}).get("answer_format") for p in problems[:1]):
+        return "math"
+    return "exact"
+
+
+def answer_check(config: GridConfig, problems: list):
+    """The checker ``answer_check_name`` names, as ``fn(prompt, completion, reference) -> float``."""
+    from race.rewards import get_reward
+
+    return get_reward("sparse" if answer_check_name(config, problems) == "exact" else "math")
 
 
 def context_tokens(config: GridConfig) -> int | None:
@@ -643,7 +740,7 @@ def context_report(config: GridConfig, tok) -> dict | None:
 
     dropped = []
     for split in ("train", "eval"):
-        dropped += within_context(config, load_task(config.task, split=split), tok)[1]
+        dropped += within_context(config, policy_prompts(config, load_task(config.task, split=split), tok), tok)[1]
     if not dropped:
         return None
     first = min(dropped, key=lambda p: p.id)

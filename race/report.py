@@ -197,6 +197,20 @@ def _targets_table(verdicts: list[TargetVerdict], fmt: str) -> str:
                          "slope per log ρ (CI)"], fmt)
 
 
+def _agreement_table(diag: Diagnosis, fmt: str) -> str:
+    """race.regime.target_agreement as a table: does each target (a downstream set's pass@1, a
+    judge) pick the ρ the primary target picks?"""
+    from race.fit import target_agreement
+
+    rows = [[r["target"], r["regime"], "—" if r["target"] == diag.primary_target else
+             ("yes" if r["same_regime"] else "NO"), f"[{r['rho_range'][0]:.2f}, {r['rho_range'][1]:.2f}]",
+             "—" if r["target"] == diag.primary_target else ("yes" if r["ranges_overlap"] else "NO"),
+             f"{r['best_rho']:.2f}", "n/a" if r["rank_corr"] is None else f"{r['rank_corr']:+.2f}"]
+            for r in target_agreement(diag)]
+    return _table(rows, ["target", "verdict", f"same as {diag.primary_target}", "ρ range", "ranges overlap",
+                         "best ρ", "rank corr."], fmt)
+
+
 def _verdict_lines(v: TargetVerdict) -> list[str]:
     lo, hi = v.rho_range
     out = [f"verdict ({v.target}): {v.regime.value} · recommended ρ ∈ [{lo:.2f}, {hi:.2f}] · "
@@ -323,6 +337,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     if others:
         parts.append(_heading("other targets", fmt))
         parts.append(_targets_table(others, fmt))
+        parts.append(_heading("agreement across targets", fmt))
+        parts.append(_agreement_table(diag, fmt))
     notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning") if meta.get(k)] \
         + list(diag.warnings)
     if notes:
@@ -331,7 +347,14 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
 
 
 def diagnosis_json(diag: Diagnosis) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", **diag.to_dict()}
+    """The diagnosis as JSON; with more than one target, ``agreement`` holds the disagreement table
+    (race.regime.target_agreement)."""
+    out = {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", **diag.to_dict()}
+    if len(diag.verdicts) > 1:
+        from race.fit import target_agreement
+
+        out["agreement"] = target_agreement(diag)
+    return out
 
 
 def _check_fmt(fmt: str) -> None:

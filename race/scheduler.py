@@ -322,6 +322,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         # imported in its own process, under reward.timeout: an import that hangs cannot hang us
         IsolatedReward(config.reward.function, timeout=config.reward.timeout).start().close()
     check_task_size(config)
+    check_eval_tasks(config)
     if import_pilots:                        # readable, and of this config, before anything is written
         check_importable(config, import_pilots)
     from race.grid import flop_warnings
@@ -571,6 +572,23 @@ def check_task_size(config: Any) -> None:
     if config.eval.prompts > held:
         raise ConfigError(f"eval.prompts {config.eval.prompts} exceeds the {held} held-out problems of task "
                           f"{task!r}: set eval.prompts to at most {held}, or use a larger dataset")
+
+
+def check_eval_tasks(config: Any) -> None:
+    """Every local ``eval.tasks`` set loads (a bad file fails here, once, in one line, instead of in
+    every pilot; a Hugging Face dataset is loaded by the pilots)."""
+    from race.errors import ConfigError
+    from race.tasks import TASKS, TaskError, load_task
+    from race.tasks.datasets import load_dataset_problems
+
+    for t in config.eval.tasks:
+        try:
+            if t.path in TASKS:
+                load_task(t.path, split="eval", n=1)
+            elif os.path.exists(t.path) or t.path.endswith((".jsonl", ".json", ".parquet", ".pq")):
+                load_dataset_problems(t.path)
+        except TaskError as e:
+            raise ConfigError(f"eval.tasks {t.label!r}: {e}") from None
 
 
 def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,

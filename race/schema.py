@@ -38,7 +38,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
 }
 
 # fields whose shape race.config checks itself (a count or a list: eval.checkpoints)
-RULES_ELSEWHERE = ("eval.checkpoints",)
+RULES_ELSEWHERE = ("eval.checkpoints", "eval.tasks")
 
 _EXPECTED = {
     "bool_type": "true or false (a YAML boolean, not a string)",

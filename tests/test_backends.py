@@ -274,3 +274,64 @@ def test_sdpa_where_available_else_the_default_attention(monkeypatch):
                         lambda path, **kw: (_ for _ in ()).throw(ValueError("no such model")))
     with pytest.raises(ValueError, match="no such model"):
         load_causal_lm("p")
+
+
+def _steps_policy():
+    from transformers import AutoTokenizer
+
+    from race.models import resolve_model_path
+    from race.backends.hf import load_causal_lm
+
+    path = resolve_model_path("race/tiny-arith-steps")
+    return load_causal_lm(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_finished_rows_leave_the_batch_without_changing_any_completion(monkeypatch, lean):
+    """Dropping finished rows (cache, mask, positions) gives the same tokens as keeping them:
+    greedy-like sampling (T = 1e-4) of 12 long worked solutions, compacting at every chance vs
+    never, on the HF cache and on the lean path's own cache."""
+    import torch
+
+    import race.backends.hf as hf
+
+    model, tok = _steps_policy()
+    if lean:
+        from race.backends.lean import LeanLM
+
+        model = LeanLM(model, rank=4, alpha=8, targets=("q_proj",), seed=0)
+        model.merge()
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("05+37=", "47+85=", "99+99=", "10+01=")]
+    runs = {}
+    for share in (0.0, 2.0):                      # 0: compact whenever a row has finished; 2: never
+        monkeypatch.setattr(hf, "COMPACT_SHARE", share)
+        monkeypatch.setattr(hf, "COMPACT_MIN_LEFT", 1)
+        runs[share] = hf.sample(model, prompts, n=3, max_new_tokens=40, eos_id=tok.eos_token_id,
+                                pad_id=tok.pad_token_id, temperature=1e-4,
+                                generator=torch.Generator().manual_seed(0))
+    assert runs[0.0] == runs[2.0]
+    lengths = {len(c) for grp in runs[0.0] for c in grp}
+    assert len(lengths) > 1                       # rows did finish at different steps
+    for grp in runs[0.0]:
+        for c in grp:
+            assert c.count(tok.eos_token_id) == 1 and c[-1] == tok.eos_token_id
+
+
+def test_sampling_stops_at_any_stop_token():
+    """A chat model ends its turn with <|im_end|> and its text with <|endoftext|>: both stop a row
+    (here: the tiny policy's EOS plus ';', which every worked solution writes after its first step)."""
+    import torch
+
+    from race.backends.base import stop_token_ids
+    from race.backends.hf import sample
+
+    model, tok = _steps_policy()
+    semi = tok.convert_tokens_to_ids(";")
+    model.generation_config.eos_token_id = [tok.eos_token_id, semi]
+    stops = stop_token_ids(tok, model)
+    assert stops == sorted({tok.eos_token_id, semi})
+    out = sample(model, [tok("47+85=", add_special_tokens=False)["input_ids"]], n=4, max_new_tokens=30,
+                 eos_id=stops, pad_id=tok.pad_token_id, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    for c in out[0]:
+        assert c[-1] in stops and not set(c[:-1]) & set(stops)
+    assert any(c[-1] == semi for c in out[0])

@@ -23,6 +23,21 @@ class RolloutBatch:
     logprobs: list[list[list[float]]] | None = None
 
 
+def stop_token_ids(tokenizer, model=None) -> list[int]:
+    """The token ids that end a completion: the tokenizer's EOS and every EOS id of the model's
+    generation config (a chat model's end-of-turn ``<|im_end|>`` and its end-of-text
+    ``<|endoftext|>``: Qwen2.5-Instruct lists both), in ascending order."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None)
+    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    ids.discard(None)
+    if not ids:
+        raise ValueError("the tokenizer has no eos_token and the model's generation config names none: "
+                         "a completion could never stop")
+    return sorted(int(i) for i in ids)
+
+
 class RolloutBackend(Protocol):
     name: str
     sampling_uses_adapter: bool   # True: sampling runs the unmerged adapter (its FLOPs count in C_search)

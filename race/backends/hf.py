@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from race.backends.base import RolloutBatch
+from race.backends.base import RolloutBatch, stop_token_ids
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -28,11 +28,25 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
+COMPACT_SHARE = 0.25     # drop finished rows once at least this share of the batch has finished …
+COMPACT_MIN_LEFT = 8     # … and at least this many tokens may still follow (else the copy costs more)
+
+
 @torch.no_grad()
-def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, eos_id: int, pad_id: int,
+def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, eos_id, pad_id: int,
            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
            device: torch.device | str = "cpu") -> list[list[list[int]]]:
-    """Sample ``n`` continuations of each prompt; returns ids per prompt per rollout (eos kept, no pad)."""
+    """Sample ``n`` continuations of each prompt; returns ids per prompt per rollout (the stop token
+    kept, no pad).
+
+    ``eos_id`` is one token id or a collection of them (a chat model stops at its end-of-turn
+    token, ``<|im_end|>``, as well as at its end-of-text token). Rows that have stopped leave the
+    batch: once at least ``COMPACT_SHARE`` of the rows still in it have finished and at least
+    ``COMPACT_MIN_LEFT`` tokens may still follow, the finished rows' logits, mask and KV cache are
+    dropped, so long completions of uneven length do not pay for the rows that are done.
+    """
+    stop = torch.tensor(sorted({int(eos_id)} if isinstance(eos_id, int) else {int(i) for i in eos_id}),
+                        dtype=torch.long, device=device)
     P = len(prompt_ids)
     width = max(len(p) for p in prompt_ids)
     ids = torch.full((P, width), pad_id, dtype=torch.long)
@@ -42,42 +56,38 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    logits, step = _prefill(model, ids, mask, pos, n=n, max_len=width + max_new_tokens)
+    logits, step, select = _prefill(model, ids, mask, pos, n=n, max_len=width + max_new_tokens)
     mask = mask.repeat_interleave(n, dim=0)
     next_pos = pos[:, -1:].repeat_interleave(n, dim=0) + 1
     B = P * n
+    rows = torch.arange(B, device=device)         # which rollout each row of the batch is
+    out: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    tokens = []
     for t in range(max_new_tokens):
         probs = torch.softmax(logits.float() / temperature, dim=-1)
         probs = _top_p_filter(probs, top_p)
         nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        tokens.append(nxt)
-        done = done | (nxt == eos_id)
+        for r, tok, d in zip(rows.tolist(), nxt.tolist(), done.tolist()):
+            if not d:
+                out[r].append(tok)
+        finished = torch.isin(nxt, stop) & ~done
+        done = done | finished
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, (~done | (nxt == eos_id)).long().unsqueeze(1)], dim=1)
+        mask = torch.cat([mask, (~done | finished).long().unsqueeze(1)], dim=1)
+        if float(done.float().mean()) >= COMPACT_SHARE and max_new_tokens - 1 - t >= COMPACT_MIN_LEFT:
+            keep = (~done).nonzero().squeeze(1)
+            rows, mask, next_pos, nxt, done = rows[keep], mask[keep], next_pos[keep], nxt[keep], done[keep]
+            select(keep)
         logits = step(nxt.unsqueeze(1), mask, next_pos)
         next_pos = next_pos + 1
-    gen = torch.stack(tokens, dim=1).cpu().tolist()
-    result: list[list[list[int]]] = []
-    for i in range(P):
-        group = []
-        for j in range(n):
-            row = gen[i * n + j]
-            seq = []
-            for tok in row:
-                seq.append(tok)
-                if tok == eos_id:
-                    break
-            group.append(seq)
-        result.append(group)
-    return result
+    return [out[i * n:(i + 1) * n] for i in range(P)]
 
 
 def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
-    """Prefill the prompts once, repeat the cache n times; returns (first logits [P·n, V], step fn)."""
+    """Prefill the prompts once, repeat the cache n times; returns (first logits [P·n, V], step fn,
+    select fn: keep only the given rows of the cache)."""
     from race.backends.lean import LeanLM
 
     if isinstance(model, LeanLM):
@@ -87,6 +97,10 @@ def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
 
         def step(tok, m, p):
             return model(tok, m, p, cache=cache, merged=True).logits[:, -1, :]
+
+        def select(keep):
+            cache.k = [t.index_select(0, keep) for t in cache.k]
+            cache.v = [t.index_select(0, keep) for t in cache.v]
     else:
         from transformers import DynamicCache
 
@@ -98,7 +112,9 @@ def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
         def step(tok, m, p):
             return model(input_ids=tok, attention_mask=m, position_ids=p, past_key_values=cache,
                          use_cache=True).logits[:, -1, :]
-    return out.logits[:, -1, :].repeat_interleave(n, dim=0), step
+
+        select = cache.batch_select_indices
+    return out.logits[:, -1, :].repeat_interleave(n, dim=0), step, select
 
 
 def load_causal_lm(path: str, **kw):
@@ -131,7 +147,8 @@ class HFBackend:
                  device: str = "cpu"):
         self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
         self.eos_id = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.stop_ids = stop_token_ids(tokenizer, policy)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self.sampler = policy
         self.sampling_uses_adapter = True
         self._targets: list[tuple[torch.nn.Parameter, torch.Tensor, object]] = []
@@ -181,7 +198,7 @@ class HFBackend:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         was_training = self.sampler.training
         self.sampler.eval()
-        comp = sample(self.sampler, prompt_ids, n=n, max_new_tokens=max_new_tokens, eos_id=self.eos_id,
+        comp = sample(self.sampler, prompt_ids, n=n, max_new_tokens=max_new_tokens, eos_id=self.stop_ids,
                       pad_id=self.pad_id, temperature=temperature, top_p=top_p, generator=generator,
                       device=self.device)
         if was_training:

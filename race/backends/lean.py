@@ -119,6 +119,7 @@ class LeanLM(torch.nn.Module):
             raise ValueError(f"the lean path cannot run this model: {why}")
         cfg = hf_model.config
         self.config = cfg
+        self.generation_config = getattr(hf_model, "generation_config", None)   # its stop tokens (sampling)
         inner = hf_model.model
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()

@@ -44,7 +44,7 @@ import os
 import shutil
 import tempfile
 
-from race.backends.base import RolloutBatch
+from race.backends.base import RolloutBatch, stop_token_ids
 
 class _LoRAIds:
     """The ids ever registered on one engine; new ids only grow (kept on the engine object, so
@@ -172,7 +172,8 @@ class VLLMBackend:
         self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
         self.model_path = model_path
         self.eos_id = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.stop_ids = stop_token_ids(tokenizer, policy)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         state, self.rank, self.alpha, self.targets = policy_adapter(policy)
         self._owns_engine = llm is None
         if llm is None:
@@ -256,7 +257,7 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         return SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                              stop_token_ids=[self.eos_id], logprobs=0, detokenize=False)
+                              stop_token_ids=list(self.stop_ids), logprobs=0, detokenize=False)
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int | None = None, generator=None, adapter: str = "current"

@@ -235,6 +235,29 @@ class UpdateStats:
     clip_fraction: float
     kl: float
     entropy: float
+    sync: "SyncGap | None" = None
+
+
+@dataclass(frozen=True)
+class SyncGap:
+    """The sync check of one step: the sampler's log-prob of each sampled token against the training
+    model's, before the step's first optimizer step (both under the tempered distribution, before
+    top-p). ``mean_abs``: mean |Δ log p| over completion tokens; ``max_ratio``: the largest
+    importance ratio π_train / π_sample of a token. A healthy run gives rounding noise (fp32 on CPU:
+    ~1e-7); rollouts from stale weights (a LoRA update that did not reach the sampler) give a gap
+    of the size of one step's change or more."""
+
+    mean_abs: float
+    max_ratio: float
+
+
+def sync_gap(train_logp: torch.Tensor, sample_logp: torch.Tensor, mask: torch.Tensor) -> SyncGap:
+    """``SyncGap`` of [B, T] log-probs over the positions where ``mask`` is set."""
+    m = mask.bool()
+    d = (train_logp.detach().float() - sample_logp.to(train_logp.device).float())[m]
+    if d.numel() == 0:
+        return SyncGap(0.0, 1.0)
+    return SyncGap(float(d.abs().mean()), float(d.max().exp()))
 
 
 def micro_batches(batch: TrainBatch, size: int | None) -> list[TrainBatch]:
@@ -276,7 +299,8 @@ def _chunk_weight(chunk: TrainBatch, batch: TrainBatch, loss_agg: str) -> float:
 
 def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float, clip_eps: float,
            loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
-           max_grad_norm: float | None = 1.0, micro_batch: int | None = None, lr_scheduler=None) -> UpdateStats:
+           max_grad_norm: float | None = 1.0, micro_batch: int | None = None, lr_scheduler=None,
+           sample_logprobs: torch.Tensor | None = None) -> UpdateStats:
     """μ clipped policy-gradient iterations on one batch, one optimizer step each.
 
     Iteration 1's log-probs, detached, are the old-policy log-probs (the policy has
@@ -286,7 +310,9 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     gradient (each chunk's loss weighted by its share of the batch, so the step is the
     full batch's); the FLOPs are the same, the activation memory that of one chunk.
     ``lr_scheduler`` (a torch LR scheduler, e.g. ``race.pilot.lr_scheduler``) steps after each
-    optimizer step, so a schedule counts optimizer steps: μ per call.
+    optimizer step, so a schedule counts optimizer steps: μ per call. ``sample_logprobs`` ([B, T],
+    aligned with ``batch.completion_mask``): the rollout backend's log-prob of each sampled token;
+    the result's ``sync`` compares them with iteration 1's (``sync_gap``), at no extra cost.
     """
     chunks = micro_batches(batch, micro_batch)
     weights = [_chunk_weight(c, batch, loss_agg) for c in chunks]
@@ -318,5 +344,6 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
             lr_scheduler.step()
         stats.append(UpdateStats(loss, clip, kl, ent))
     n = len(stats)
+    sync = sync_gap(torch.cat(olds), sample_logprobs, batch.completion_mask) if sample_logprobs is not None else None
     return UpdateStats(sum(s.loss for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
-                       sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n)
+                       sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n, sync)

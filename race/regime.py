@@ -90,6 +90,15 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
         notes.append(f"the reward failed {sum(int(r.extra['reward_errors']) for r in failing)} times in training "
                      f"(raised, or returned no finite number: those samples scored 0) in {len(failing)} of "
                      f"{len(complete)} pilots" + (f"; first: {first}" if first else ""))
+    synced = [r for r in complete if (r.extra.get("sync") or {}).get("n_flagged")]
+    if synced:
+        worst = max(synced, key=lambda r: r.extra["sync"]["gap_max"])
+        ws = worst.extra["sync"]
+        notes.append(f"the sync check flagged {len(synced)} of {len(complete)} pilots: the sampler's log-probs of the "
+                     f"sampled tokens differed from the training model's by up to {ws['gap_max']:.3g} per token "
+                     f"(warning level {ws['warn_at']:g}) in {sum(r.extra['sync']['n_flagged'] for r in synced)} steps "
+                     f"(worst: ρ={worst.rho_target:g}, seed {worst.seed}, first at step {ws['flagged_steps'][0]}): "
+                     "rollouts may come from stale weights")
     failed_targets: dict[str, list] = {}
     for r in complete:
         for name, e in (r.extra.get("eval_errors") or {}).items():

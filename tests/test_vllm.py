@@ -300,3 +300,56 @@ def test_sleep_mode_off_a_gpu_is_a_one_line_error(tmp_path):
     r = CliRunner().invoke(main, ["pilot", str(p), "--out", str(tmp_path / "run"), "--quiet"])
     assert r.exit_code == 2 and "vllm_sleep 'on' needs a CUDA GPU" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def _sync_gap(backend, policy, batch, temperature):
+    """The pilot's sync check on one vLLM batch: race.grpo.sync_gap of the training model's log-probs
+    (race.grpo.completion_logprobs, as the update computes them) against vLLM's."""
+    import torch
+
+    from race import grpo
+
+    comps = [c for grp in batch.completion_ids for c in grp]
+    group = [i for i, grp in enumerate(batch.completion_ids) for _ in grp]
+    packed = grpo.pack(batch.prompt_ids, comps, group, [0.0] * len(comps), backend.pad_id)
+    sample = torch.zeros(packed.completion_ids.shape)
+    for r, lp in enumerate(lp for grp in batch.logprobs for lp in grp):
+        sample[r, :len(lp)] = torch.tensor(lp)
+    with torch.no_grad():
+        train, _ = grpo.completion_logprobs(policy, packed, temperature=temperature)
+    return grpo.sync_gap(train, sample, packed.completion_mask)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sync_check_on_vllm_healthy_then_two_faults(llm, temperature):
+    """Healthy: vLLM's log-probs (processed: tempered, before top-p) match the update's within 1e-4
+    per token. Faults injected on purpose are flagged at the first batch they touch: an adapter
+    update that never reaches vLLM (sync skipped), and an old LoRA id reused for a new adapter
+    (vLLM serves the weights it first loaded under that id)."""
+    from vllm.lora.request import LoRARequest
+
+    from race.backends.vllm import VLLMBackend, policy_adapter, write_adapter
+    from race.pilot import sync_warn_level
+
+    tok, policy, path = _policy()
+    _perturb(policy, 1)
+    backend = VLLMBackend(policy, tok, model_path=path, llm=llm)
+    try:
+        kw = dict(n=4, max_new_tokens=5, temperature=temperature)
+        healthy = _sync_gap(backend, policy, backend.generate(PROMPTS, seed=1, **kw), temperature)
+        assert healthy.mean_abs <= 1e-4, healthy
+        _perturb(policy, 2)                                  # a new adapter version, sync skipped
+        skipped = _sync_gap(backend, policy, backend.generate(PROMPTS, seed=2, **kw), temperature)
+        assert skipped.mean_abs > sync_warn_level("cpu"), skipped
+        backend.sync()
+        assert _sync_gap(backend, policy, backend.generate(PROMPTS, seed=3, **kw), temperature).mean_abs <= 1e-4
+        _perturb(policy, 3)
+        # the trap the backend guards against, done on purpose: the new adapter's folder published
+        # under the id vLLM has loaded already, which keeps serving the weights it first loaded
+        folder = write_adapter(os.path.join(backend._dir, "reused"), policy_adapter(policy)[0], rank=backend.rank,
+                               alpha=backend.alpha, targets=backend.targets, base_model=path)
+        backend.current = LoRARequest(lora_name="reused", lora_int_id=backend.current.lora_int_id, lora_path=folder)
+        reused = _sync_gap(backend, policy, backend.generate(PROMPTS, seed=4, **kw), temperature)
+        assert reused.mean_abs > sync_warn_level("cpu"), reused
+    finally:
+        backend.close()

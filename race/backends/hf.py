@@ -35,9 +35,11 @@ COMPACT_MIN_LEFT = 8     # … and at least this many tokens may still follow (e
 @torch.no_grad()
 def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, eos_id, pad_id: int,
            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
-           device: torch.device | str = "cpu") -> list[list[list[int]]]:
+           device: torch.device | str = "cpu", logprobs: list | None = None) -> list[list[list[int]]]:
     """Sample ``n`` continuations of each prompt; returns ids per prompt per rollout (the stop token
-    kept, no pad).
+    kept, no pad). ``logprobs``, when a list is given, receives the same nesting of each sampled
+    token's log-prob under the tempered distribution before top-p (what the update recomputes:
+    the sync check of race.grpo compares the two).
 
     ``eos_id`` is one token id or a collection of them (a chat model stops at its end-of-turn
     token, ``<|im_end|>``, as well as at its end-of-text token). Rows that have stopped leave the
@@ -62,15 +64,20 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
     B = P * n
     rows = torch.arange(B, device=device)         # which rollout each row of the batch is
     out: list[list[int]] = [[] for _ in range(B)]
+    lps: list[list[float]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
-        probs = torch.softmax(logits.float() / temperature, dim=-1)
-        probs = _top_p_filter(probs, top_p)
+        scaled = logits.float() / temperature
+        probs = _top_p_filter(torch.softmax(scaled, dim=-1), top_p)
         nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        for r, tok, d in zip(rows.tolist(), nxt.tolist(), done.tolist()):
+        lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \
+            if logprobs is not None else None
+        for k, (r, tok, d) in enumerate(zip(rows.tolist(), nxt.tolist(), done.tolist())):
             if not d:
                 out[r].append(tok)
+                if lp is not None:
+                    lps[r].append(lp[k])
         finished = torch.isin(nxt, stop) & ~done
         done = done | finished
         if bool(done.all()) or t == max_new_tokens - 1:
@@ -82,6 +89,8 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
             select(keep)
         logits = step(nxt.unsqueeze(1), mask, next_pos)
         next_pos = next_pos + 1
+    if logprobs is not None:
+        logprobs.extend(lps[i * n:(i + 1) * n] for i in range(P))
     return [out[i * n:(i + 1) * n] for i in range(P)]
 
 
@@ -198,14 +207,15 @@ class HFBackend:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         was_training = self.sampler.training
         self.sampler.eval()
+        logprobs: list = []
         comp = sample(self.sampler, prompt_ids, n=n, max_new_tokens=max_new_tokens, eos_id=self.stop_ids,
                       pad_id=self.pad_id, temperature=temperature, top_p=top_p, generator=generator,
-                      device=self.device)
+                      device=self.device, logprobs=logprobs)
         if was_training:
             self.sampler.train()
         # decoded WITH special tokens: rewards can tell a stopped policy from a truncated one
         texts = [[self.tok.decode(c, skip_special_tokens=False) for c in group] for group in comp]
-        return RolloutBatch(prompt_ids=prompt_ids, completion_ids=comp, texts=texts)
+        return RolloutBatch(prompt_ids=prompt_ids, completion_ids=comp, texts=texts, logprobs=logprobs)
 
     def close(self) -> None:
         self.sampler = None

@@ -96,7 +96,10 @@ def create_engine(model_path: str, *, max_lora_rank: int, device: str = "cpu", m
     # compiled default (whose shapes change every call); CUDA keeps vLLM's graphs
     args = dict(model=model_path, enable_lora=True, max_lora_rank=_vllm_rank(max_lora_rank), max_loras=max_loras,
                 dtype=dtype or ("bfloat16" if cuda else "float32"), seed=seed, max_model_len=max_model_len,
-                enforce_eager=None if cuda else True)
+                enforce_eager=None if cuda else True,
+                # each sampled token's log-prob under the tempered distribution (before top-p: equal to it
+                # when top_p = 1), as the update computes it; vLLM's default is the untempered one
+                logprobs_mode="processed_logprobs")
     if cuda and gpu_memory_utilization is not None:
         args["gpu_memory_utilization"] = gpu_memory_utilization
     args.update(kw)

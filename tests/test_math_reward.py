@@ -177,6 +177,18 @@ def test_a_stuck_worker_is_killed_at_the_hard_limit_and_replaced():
     assert A.check_stats()["worker_starts"] == after["worker_starts"] + 1
 
 
+def test_a_worker_that_dies_mid_check_scores_zero_and_is_replaced():
+    A.answers_equal("\\sqrt{49}", "7")                     # the worker is up
+    before = A.check_stats()
+    pid = A._WORKER.proc.pid
+    threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()     # as the kernel's OOM killer would
+    start = time.perf_counter()
+    assert not A.answers_equal("9^{9^{9^{9}}}", "6", timeout=5.0)
+    assert time.perf_counter() - start < 3.0
+    assert A.check_stats()["worker_deaths"] == before["worker_deaths"] + 1
+    assert A.answers_equal("\\sqrt{64}", "8")
+
+
 def test_the_checker_works_off_the_main_thread():
     out = []
     t = threading.Thread(target=lambda: out.append(A.answers_equal("\\sqrt{36}", "6", timeout=1.0)))
@@ -335,3 +347,14 @@ def test_parquet_worked_rows(tmp_path):
     pq.write_table(pa.table({"problem": ["Compute 2+2."], "solution": ["So \\boxed{4}."], "level": [1]}), path)
     (p,) = load_dataset_problems(str(path))
     assert (p.prompt, p.answer, p.meta["solution"]) == ("Compute 2+2.", "4", "So \\boxed{4}.")
+
+
+def test_race_init_and_the_python_api_accept_math_and_format():
+    from race.api import build_config
+    from race.init import init_raw
+
+    raw = init_raw(model="race/tiny-arith", task="t.jsonl", full_run=1e13, reward="math")
+    assert raw["reward"] == {"kind": "math"}
+    mixed = {"model": "race/tiny-arith", "budget": 1e10, "reward": {"kind": "mix", "mix": {"math": 1.0}}}
+    cfg = build_config(mixed, reward="format")
+    assert (cfg.reward.kind, cfg.reward.mix) == ("format", None)

@@ -210,14 +210,15 @@ class CheckerError(RuntimeError):
     """The math checker's worker cannot run (math-verify missing, the worker would not start)."""
 
 
-_STATS = {"checks": 0, "fast": 0, "worker_checks": 0, "timeouts": 0, "worker_starts": 0}
+_STATS = {"checks": 0, "fast": 0, "worker_checks": 0, "timeouts": 0, "worker_deaths": 0, "worker_starts": 0}
 _STATS_LOCK = threading.Lock()
 
 
 def check_stats() -> dict[str, int]:
     """Counters of this process: ``checks`` (answers compared or parsed), ``fast`` (decided
     without math-verify), ``worker_checks`` (sent to the worker), ``timeouts`` (over the limit:
-    scored as not equal), ``worker_starts``."""
+    scored as not equal), ``worker_deaths`` (the worker ended mid-check: not equal),
+    ``worker_starts``. A worker that cannot start at all raises ``CheckerError``."""
     with _STATS_LOCK:
         return dict(_STATS)
 
@@ -229,6 +230,10 @@ def _count(key: str) -> None:
 
 class _Timeout(Exception):
     pass
+
+
+class _Died(CheckerError):
+    """The worker ended in the middle of a check (killed, out of memory, crashed)."""
 
 
 class _Worker:
@@ -267,7 +272,7 @@ class _Worker:
         _count("worker_starts")
         try:
             reply = self._read(STARTUP_TIMEOUT)
-        except (_Timeout, CheckerError) as e:
+        except (_Timeout, _Died) as e:
             self._kill()
             self.broken = f"the math checker's worker did not start ({e or 'no reply'} within {STARTUP_TIMEOUT:g} s)"
             raise CheckerError(self.broken) from None
@@ -282,7 +287,7 @@ class _Worker:
             self.proc.stdin.flush()
         except OSError:
             self._kill()
-            raise CheckerError("the math checker's worker ended unexpectedly") from None
+            raise _Died("the math checker's worker ended unexpectedly") from None
 
     def _read(self, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -296,7 +301,7 @@ class _Worker:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     self._kill()
-                    raise CheckerError("the math checker's worker ended unexpectedly")
+                    raise _Died("the math checker's worker ended unexpectedly")
                 self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
@@ -311,9 +316,16 @@ class _Worker:
         with self.lock:
             self._kill()
 
+    def forget(self) -> None:
+        """In a forked child: the parent's worker and lock are the parent's; start afresh."""
+        self.lock = threading.Lock()
+        self.proc, self.owner, self.buffer = None, 0, b""
+
 
 _WORKER = _Worker()
 atexit.register(_WORKER.close)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKER.forget)
 
 
 def _ask(message: dict, timeout: float) -> bool:
@@ -323,6 +335,9 @@ def _ask(message: dict, timeout: float) -> bool:
         reply = _WORKER.ask({**message, "timeout": timeout}, timeout)
     except _Timeout:
         _count("timeouts")
+        return False
+    except _Died:                   # out of memory, killed from outside: not equal, and the next check restarts it
+        _count("worker_deaths")
         return False
     if reply.get("timeout"):
         _count("timeouts")

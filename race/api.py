@@ -27,10 +27,13 @@ def build_config(config: str | Mapping[str, Any] | GridConfig | None = None, **o
         from dataclasses import replace
 
         if callable(reward):
-            raise ValueError("reward: pass a name (sparse, structured, dense, prm) or 'module:function'; "
+            raise ValueError("reward: pass a name (sparse, structured, dense, math, format) or 'module:function'; "
                              "a callable cannot cross into pilot processes")
-        kind = reward if reward in ("sparse", "structured", "dense") else "custom"
-        cfg = replace(cfg, reward=replace(cfg.reward, kind=kind, function=None if kind != "custom" else reward))
+        from race.config import RULE_REWARDS
+
+        kind = reward if reward in RULE_REWARDS else "custom"
+        cfg = replace(cfg, reward=replace(cfg.reward, kind=kind, function=None if kind != "custom" else reward,
+                                          mix=None))
     return cfg.with_overrides(**overrides)
 
 
@@ -45,7 +48,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
     Args:
         model: policy (HF id, folder, or ``race/tiny-arith``); default: the config's.
-        reward: ``sparse`` | ``structured`` | ``dense`` or ``"module:function"``.
+        reward: ``sparse`` | ``structured`` | ``dense`` | ``math`` | ``format`` or ``"module:function"``.
         budget: FLOPs per pilot (``2e17`` or ``"2e17"``).
         dataset: built-in task name or a JSONL / Parquet / HF dataset.
         grid: ρ targets (a sequence or ``"0.3,0.5,0.7"``).

@@ -169,7 +169,7 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--task", required=True, help="Built-in task, .jsonl / .parquet file (prompt, answer), or HF dataset name.")
 @click.option("--full-run", "full_run", required=True, help="FLOPs of the full run being planned, e.g. 5e18.")
 @click.option("--reward", default="sparse", show_default=True,
-              help="sparse | structured | dense | prm | proxy-prm | module:function.")
+              help="sparse | structured | dense | math | format | prm | proxy-prm | module:function.")
 @click.option("--reward-model", default=None, help="PRM id or folder (prm, proxy-prm).")
 @click.option("--share", type=float, default=0.1, show_default=True, help="Fraction of the full run spent on pilots.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets (default 0.3,0.45,0.6,0.72,0.85).")

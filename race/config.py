@@ -19,7 +19,8 @@ from race.errors import ConfigError  # noqa: F401  (defined there; race.config.C
 
 MAX_CHECKPOINTS = 64            # eval.checkpoints: at most this many held-out evaluations per pilot (race.checkpoints)
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
-REWARD_KINDS = ("sparse", "structured", "dense", "prm", "proxy-prm", "custom")
+RULE_REWARDS = ("sparse", "structured", "dense", "math", "format")   # race.rewards.mix.RULE_REWARDS: mix components
+REWARD_KINDS = (*RULE_REWARDS, "mix", "prm", "proxy-prm", "custom")
 LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
 ADVANTAGES = ("grpo", "dr_grpo")
 BACKENDS = ("auto", "hf", "vllm")
@@ -81,7 +82,7 @@ class LoRASettings:
 
 @dataclass(frozen=True)
 class RewardSettings:
-    kind: str = "sparse"          # sparse | structured | dense | prm | proxy-prm | custom
+    kind: str = "sparse"          # sparse | structured | dense | math | format | mix | prm | proxy-prm | custom
     model: str | None = None      # reward model / PRM (HF id or folder) for prm kinds
     num_labels: int = 2           # head size of the reward model (2: PRM positive/negative)
     function: str | None = None   # "module:callable" for kind=custom
@@ -90,6 +91,9 @@ class RewardSettings:
     trust_remote_code: bool = False     # prm kinds: allow the model's own code (Qwen2.5-Math-PRM needs it)
     batch_size: int = 64          # prm kinds: sequences per PRM forward
     timeout: float = 60.0         # custom: seconds a batch may take (its own process; a hang fails the pilot)
+    mix: dict[str, float] | None = field(default=None, hash=False)   # kind=mix: rule reward → weight,
+                                  # e.g. {math: 0.9, format: 0.1}; the reward is the weighted sum
+    check_timeout: float = 2.0    # math / format (alone or in a mix): seconds one answer check may take; over: 0
 
 
 @dataclass(frozen=True)
@@ -261,9 +265,11 @@ def _validate(c: GridConfig) -> None:
                                                  or not c.reward.step_separator):
         raise ConfigError(f"reward.step_separator {c.reward.step_separator!r} must be a non-empty string")
     _positive_int("reward.batch_size", c.reward.batch_size)
-    t = c.reward.timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise ConfigError(f"reward.timeout {t!r} must be a positive number of seconds")
+    for name in ("timeout", "check_timeout"):
+        t = getattr(c.reward, name)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise ConfigError(f"reward.{name} {t!r} must be a positive number of seconds")
+    _validate_mix(c.reward)
     if c.grpo.loss_agg not in LOSS_AGGREGATIONS:
         raise ConfigError(f"grpo.loss_agg {c.grpo.loss_agg!r} is unknown: expected one of {', '.join(LOSS_AGGREGATIONS)}")
     if c.grpo.advantage not in ADVANTAGES:
@@ -323,6 +329,26 @@ def _validate(c: GridConfig) -> None:
     if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
                                      or c.gpu_memory <= 0):
         raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
+
+
+def _validate_mix(r: RewardSettings) -> None:
+    """``reward.mix`` is given iff ``reward.kind`` is ``mix``: rule rewards → finite weights > 0."""
+    if r.kind != "mix":
+        if r.mix is not None:
+            raise ConfigError(f"reward.mix is given but reward.kind is {r.kind!r}: set reward.kind: mix "
+                              "(or remove reward.mix)")
+        return
+    if r.mix is None:
+        raise ConfigError("reward.kind 'mix' needs reward.mix: rule rewards and their weights, "
+                          "e.g. {math: 0.9, format: 0.1}")
+    if not isinstance(r.mix, Mapping) or not r.mix:
+        raise ConfigError(f"reward.mix {r.mix!r} is not valid: expected at least one rule reward and its weight, "
+                          "e.g. {math: 0.9, format: 0.1}")
+    for name, w in r.mix.items():
+        if name not in RULE_REWARDS:
+            raise ConfigError(f"reward.mix component {name!r} is unknown: expected one of {', '.join(RULE_REWARDS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+            raise ConfigError(f"reward.mix weight {w!r} of {name!r} is not valid: expected a finite number > 0")
 
 
 def default_settings() -> dict[str, Any]:
@@ -436,6 +462,10 @@ def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
                               "in [0, 1)") from None
     if cls is EvalSettings and "tasks" in kw:
         kw["tasks"] = _eval_tasks(kw["tasks"], f"{name}.tasks")
+    if cls is RewardSettings and isinstance(kw.get("mix"), Mapping):     # the schema would read true as 1.0
+        for k, w in kw["mix"].items():
+            if isinstance(w, bool):
+                raise ConfigError(f"{name}.mix weight {w!r} of {k!r} is not valid: expected a finite number > 0")
     if cls is EvalSettings and "checkpoints" in kw:
         kw["checkpoints"] = _fractions(kw["checkpoints"], f"{name}.checkpoints")
     if cls is LoRASettings and "targets" in kw:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from race.config import ConfigError, config_from_dict, parse_flops, parse_grid
+from race.config import RULE_REWARDS, ConfigError, config_from_dict, parse_flops, parse_grid
 
 DEFAULT_SHARE = 0.10                       # share of the full run spent on the pilot grid
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
-RULE_REWARDS = ("sparse", "structured", "dense")
 MODEL_REWARDS = ("prm", "proxy-prm")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_PROMPTS = 500                         # held-out prompts per evaluation, when the task has them

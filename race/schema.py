@@ -27,6 +27,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "seeds": {"ge": 1}, "prompt_len": {"gt": 0}, "completion_len": {"gt": 0},
     "lora.rank": {"ge": 1}, "lora.alpha": {"gt": 0},
     "reward.num_labels": {"ge": 1}, "reward.batch_size": {"ge": 1}, "reward.timeout": {"gt": 0},
+    "reward.check_timeout": {"gt": 0},
     "grpo.temperature": {"gt": 0}, "grpo.top_p": {"gt": 0, "le": 1}, "grpo.max_completion_len": {"ge": 1},
     "grpo.clip_eps": {"gt": 0}, "grpo.beta": {"ge": 0}, "grpo.entropy_coef": {"ge": 0},
     "grpo.micro_batch": {"ge": 1},
@@ -68,6 +69,8 @@ def _pydantic_type(annotation: str, path: str):
         t = typing.Annotated[float, Field(allow_inf_nan=False, **extra)]
     elif base == "tuple[str,...]":
         t = tuple[StrictStr, ...]
+    elif base == "dict[str,float]":       # reward.mix: names and ranges checked by race.config
+        t = dict[StrictStr, typing.Annotated[float, Field(allow_inf_nan=False, strict=False)]]
     elif base == "tuple[float,...]":
         t = tuple[typing.Annotated[float, Field(allow_inf_nan=False, gt=0, lt=1)], ...]
     elif path in RULES_ELSEWHERE:

@@ -78,6 +78,19 @@ CONFIGS = [
     ("custom-unimportable", "reward: {kind: custom, function: 'no_such_module_x:fn'}\n", (), "no_such_module_x"),
     ("custom-not-callable", "reward: {kind: custom, function: 'rewards.py:NOPE'}\n", (), "NOPE"),
     ("reward-timeout-zero", "reward: {kind: custom, function: 'rewards.py:fine', timeout: 0}\n", (), "reward.timeout 0"),
+    ("mix-without-weights", "reward: {kind: mix}\n", (), "reward.kind 'mix' needs reward.mix"),
+    ("mix-with-other-kind", "reward: {kind: math, mix: {math: 1}}\n", (), "reward.mix is given but reward.kind is 'math'"),
+    ("mix-unknown-component", "reward: {kind: mix, mix: {math: 0.9, magic: 0.1}}\n", (),
+     "reward.mix component 'magic' is unknown"),
+    ("mix-negative-weight", "reward: {kind: mix, mix: {math: 0.9, format: -0.1}}\n", (), "reward.mix weight -0.1 of 'format'"),
+    ("mix-zero-weight", "reward: {kind: mix, mix: {math: 0}}\n", (), "reward.mix weight 0.0 of 'math'"),
+    ("mix-text-weight", "reward: {kind: mix, mix: {math: lots}}\n", (), "reward.mix.math 'lots'"),
+    ("mix-bool-weight", "reward: {kind: mix, mix: {math: true}}\n", (), "reward.mix weight True of 'math'"),
+    ("mix-nan-weight", "reward: {kind: mix, mix: {math: .nan}}\n", (), "reward.mix.math nan"),
+    ("mix-empty", "reward: {kind: mix, mix: {}}\n", (), "reward.mix {} is not valid"),
+    ("mix-a-list", "reward: {kind: mix, mix: [math, format]}\n", (), "reward.mix list is not valid"),
+    ("mix-a-prm", "reward: {kind: mix, mix: {prm: 1}}\n", (), "reward.mix component 'prm' is unknown"),
+    ("check-timeout-zero", "reward: {kind: math, check_timeout: 0}\n", (), "reward.check_timeout 0"),
     ("checkpoint-fraction", "eval: {checkpoints: [0.5, 2]}\n", (), "eval.checkpoints value 2"),
     ("unsupported-architecture", "!model: ./falconish\n", (), "'falcon' is not in RACE's architecture table"),
     ("prm-unsupported", "reward: {kind: prm, model: ./falconish}\n", (), "reward model type 'falcon'"),
@@ -95,6 +108,9 @@ CONFIGS = [
     ("dataset-missing-field", "task: ./rows_missing.jsonl\n", (), "field 'answer' is missing"),
     ("dataset-empty", "task: ./rows_empty.jsonl\n", (), "is empty"),
     ("dataset-absent", "task: ./absent.jsonl\n", (), "does not exist"),
+    ("dataset-gsm8k-without-hashes", "task: ./rows_gsm8k_plain.jsonl\n", (), "field 'prompt' is missing"),
+    ("dataset-gsm8k-empty-answer", "task: ./rows_gsm8k_empty.jsonl\n", (), "nothing after its last '####'"),
+    ("dataset-math-no-boxed", "task: ./rows_math_unboxed.jsonl\n", (), "has no \\boxed{...} final answer"),
     # storage URLs
     ("storage-two-ats", "", ("--storage", "postgresql://race:pa@ss@127.0.0.1:1/race"), "percent-encode"),
     ("storage-not-a-url", "", ("--storage", "foo://x"), "not an optuna storage URL"),
@@ -121,7 +137,10 @@ def workdir(tmp_path, monkeypatch):
             "rows_conflict": [{"prompt": "1+1=", "answer": "2"}, {"prompt": "1+1=", "answer": "3"}],
             "rows_null": [{"prompt": "1+1=", "answer": None}],
             "rows_bool": [{"prompt": "1+1=", "answer": True}],
-            "rows_missing": [{"prompt": "1+1="}]}
+            "rows_missing": [{"prompt": "1+1="}],
+            "rows_gsm8k_plain": [{"question": "What is 1+1?", "answer": "2"}],
+            "rows_gsm8k_empty": [{"question": "What is 1+1?", "answer": "1+1=2\n####  "}],
+            "rows_math_unboxed": [{"problem": "What is 1+1?", "solution": "It is 2."}]}
     for name, content in rows.items():
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in content))
     (tmp_path / "rows_badjson.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n{oops\n')

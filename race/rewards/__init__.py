@@ -6,6 +6,9 @@ string, or a callable); ``score_completions`` scores a batch without ever lettin
 faulty reward kill a pilot, and reports the batch's CPU time and FLOPs (0 for the
 rule-based rewards here; model-based rewards — process reward models, ``race.rewards.prm`` —
 score a batch at once through their ``score_batch`` and count the tokens they read).
+``build_reward`` builds the reward a config names. The rules: ``sparse``, ``structured``,
+``dense`` (exact answers, ``race.rewards.rules``), ``math`` and ``format`` (final answers of
+worked solutions, ``race.rewards.answers``), and ``mix``, their weighted sum (``race.rewards.mix``).
 
 No torch here: model-based rewards import it when they are built.
 """
@@ -15,12 +18,17 @@ import math
 import time
 from typing import Sequence, Union
 
+from race.rewards.answers import (CHECK_TIMEOUT, answer_checker, answer_format, answers_equal, check_stats,
+                                  checker_for, extract_answer, math_answer)
 from race.rewards.base import REWARDS, RewardBatch, RewardError, RewardFn, get_reward, score_each
+from race.rewards.mix import RULE_REWARDS, mix_reward, rule_reward
 from race.rewards.rules import EOS_MARKERS, dense, final_answer, sparse, structured, well_formed
 
 __all__ = [
-    "EOS_MARKERS", "REWARDS", "RewardBatch", "RewardError", "RewardFn", "build_reward", "dense", "final_answer",
-    "get_reward", "score_completions", "score_each", "sparse", "structured", "well_formed",
+    "CHECK_TIMEOUT", "EOS_MARKERS", "REWARDS", "RULE_REWARDS", "RewardBatch", "RewardError", "RewardFn",
+    "answer_checker", "answer_format", "answers_equal", "build_reward", "check_stats", "checker_for", "dense",
+    "extract_answer", "final_answer", "get_reward", "math_answer", "mix_reward", "rule_reward",
+    "score_completions", "score_each", "sparse", "structured", "well_formed",
 ]
 
 
@@ -62,10 +70,17 @@ def _score_batched(reward, prompts, completions, references) -> RewardBatch:
 
 
 def build_reward(config, *, device: str = "cpu") -> RewardFn:
-    """The reward a ``GridConfig`` names: a rule, a custom function (run in a child process with
-    ``reward.timeout`` per batch: ``race.rewards.isolated``; ``close()`` it when done), or a PRM
-    (kinds ``prm``, ``proxy-prm``: ``race.rewards.prm``, loaded on ``device``)."""
+    """The reward a ``GridConfig`` names: a rule (``math`` and ``format`` with ``reward.check_timeout``
+    seconds a check), a weighted ``mix`` of rules (``reward.mix``: ``race.rewards.mix``), a custom
+    function (run in a child process with ``reward.timeout`` per batch: ``race.rewards.isolated``;
+    ``close()`` it when done), or a PRM (kinds ``prm``, ``proxy-prm``: ``race.rewards.prm``, loaded on
+    ``device``)."""
     kind = config.reward.kind
+    check_timeout = getattr(config.reward, "check_timeout", CHECK_TIMEOUT)
+    if kind == "mix":
+        return mix_reward(config.reward.mix or {}, check_timeout=check_timeout)
+    if kind in RULE_REWARDS:
+        return rule_reward(kind, check_timeout=check_timeout)
     if kind in ("prm", "proxy-prm"):
         from race.rewards.prm import build_prm
 

@@ -14,12 +14,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
+from race.rewards.answers import answer_format, math_answer
 from race.rewards.rules import dense, sparse, structured
 
 RewardFn = Callable[[str, str, str], float]
 """``fn(prompt, completion, reference) -> float``; higher is better."""
 
-REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "dense": dense}
+# the rule rewards (race.config.RULE_REWARDS names them too): exact answers of the built-in tasks, and
+# final answers of worked solutions (race.rewards.answers: ``math`` checks them, ``format`` their form)
+REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "dense": dense,
+                                "math": math_answer, "format": answer_format}
 
 
 class RewardError(ValueError):

@@ -11,6 +11,14 @@ prompts apart from the training prompts by a hash of the prompt text, so:
 
 Heavy or optional libraries (``pyarrow``, ``datasets``) are imported inside the
 functions that need them; each missing piece is a one-line ``TaskError``.
+
+Rows are ``{"prompt": ..., "answer": ...}`` (or the configured fields). When the fields are the
+defaults and a row has no ``prompt``, the two common worked-solution formats are read too
+(``WORKED_FORMATS``): GSM8K (``question``, and ``answer`` a worked solution ending ``#### N``:
+the answer is ``N``) and MATH / MATH-500 (``problem``, ``solution`` ending in ``\\boxed{...}``,
+optional ``answer``: the answer is that column, else the boxed content). The worked solution is
+kept in ``meta["solution"]`` (and the format in ``meta["format"]``); a row in neither format
+keeps the missing-field error.
 """
 from __future__ import annotations
 
@@ -100,10 +108,59 @@ def split_problems(problems: Sequence[Problem], *, split: str = "train", n: int 
 
 # ------------------------------------------------------------------------------ loaders
 
+WORKED_FORMATS = {"gsm8k": ("question", "answer"), "math": ("problem", "solution")}   # format → its fields
+
+
+def _worked_format(fields: Iterable[str], prompt_field: str, answer_field: str) -> str | None:
+    """The worked-solution format (``WORKED_FORMATS``) of a row or table with these fields, when
+    the configured fields are the defaults and ``prompt`` is absent; else None."""
+    names = set(fields)
+    if (prompt_field, answer_field) != ("prompt", "answer") or "prompt" in names:
+        return None
+    return next((fmt for fmt, need in WORKED_FORMATS.items() if set(need) <= names), None)
+
+
+def _worked_problem(row: dict, fmt: str, index: int, where: str) -> Problem | None:
+    """A GSM8K or MATH row as a ``Problem`` (module docstring); None for a GSM8K-like row whose
+    ``answer`` has no ``####`` (not a worked solution: the missing-field error stands)."""
+    prompt_field, solution_field = WORKED_FORMATS[fmt]
+    solution = row[solution_field]
+    if fmt == "gsm8k" and not (isinstance(solution, str) and "####" in solution):
+        return None
+    prompt = row[prompt_field]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TaskError(f"{where}: field {prompt_field!r} is {_kind(prompt)}: expected a non-empty string")
+    if not isinstance(solution, str) or not solution.strip():
+        raise TaskError(f"{where}: field {solution_field!r} is {_kind(solution)}: expected a worked solution (a string)")
+    if fmt == "gsm8k":
+        answer: Any = solution.rpartition("####")[2].strip().split("\n")[0].strip()
+        if not answer:
+            raise TaskError(f"{where}: field 'answer' has nothing after its last '####': expected a GSM8K "
+                            "solution ending '#### N'")
+    elif row.get("answer") is not None and str(row["answer"]).strip():
+        answer = row["answer"]
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) \
+                or (isinstance(answer, float) and not math.isfinite(answer)):
+            raise TaskError(f"{where}: field 'answer' is {_kind(answer)}: expected a string or a number")
+    else:
+        from race.rewards.answers import extract_answer
+
+        answer = extract_answer(solution)
+        if not answer:
+            raise TaskError(f"{where}: field 'solution' has no \\boxed{{...}} final answer and the row no 'answer': "
+                            "expected a MATH-style solution ending in \\boxed{ANSWER}")
+    return Problem(prompt=prompt, answer=str(answer).strip(), id=index,
+                   meta={"solution": solution, "format": fmt})
+
+
 def _problem(row: Any, index: int, prompt_field: str, answer_field: str, where: str) -> Problem:
     if not isinstance(row, dict):
         raise TaskError(f"{where}: expected a JSON object with {prompt_field!r} and {answer_field!r}, "
                         f"got {type(row).__name__}")
+    fmt = _worked_format(row, prompt_field, answer_field)
+    worked = _worked_problem(row, fmt, index, where) if fmt else None
+    if worked is not None:
+        return worked
     for name in (prompt_field, answer_field):
         if name not in row:
             raise TaskError(f"{where}: field {name!r} is missing (fields: {', '.join(map(str, row)) or 'none'})")
@@ -151,7 +208,8 @@ def _existing_file(path: str) -> None:
 
 
 def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:
-    """All rows of a JSON-lines file, one ``{"prompt": ..., "answer": ...}`` object a line.
+    """All rows of a JSON-lines file, one ``{"prompt": ..., "answer": ...}`` object a line (or a
+    GSM8K / MATH row: module docstring).
 
     Blank lines are skipped; ``id`` is the 0-based index among the non-blank rows.
     Errors name the file and the 1-based line number.
@@ -190,6 +248,10 @@ def load_parquet(path: str, *, prompt_field: str = "prompt", answer_field: str =
     except ImportError:
         raise TaskError(f"reading {path!r} needs pyarrow: pip install pyarrow") from None
     table = pq.read_table(path)
+    fmt = _worked_format(table.column_names, prompt_field, answer_field)
+    if fmt:
+        wanted = [*WORKED_FORMATS[fmt], *(["answer"] if fmt == "math" and "answer" in table.column_names else [])]
+        return _rows(table.select(wanted).to_pylist(), path, prompt_field, answer_field)
     missing = [f for f in (prompt_field, answer_field) if f not in table.column_names]
     if missing:
         raise TaskError(f"{path}: field {missing[0]!r} is missing (columns: {', '.join(table.column_names)})")
@@ -216,7 +278,7 @@ def load_hf(name: str, *, hf_split: str = "train", prompt_field: str = "prompt",
                         f"expected a reachable hub or a cached dataset") from None
     cols = list(getattr(ds, "column_names", None) or [])
     missing = [f for f in (prompt_field, answer_field) if cols and f not in cols]
-    if missing:
+    if missing and not _worked_format(cols, prompt_field, answer_field):
         raise TaskError(f"Hugging Face dataset {name!r}: field {missing[0]!r} is missing "
                         f"(columns: {', '.join(cols)})")
     return _rows(ds, name, prompt_field, answer_field)

@@ -735,25 +735,28 @@ def downstream_sets(config: GridConfig, tok) -> dict:
 
 def answer_check_name(config: GridConfig, problems: list) -> str:
     """Which answer checker pass@k uses (``eval.checker``): ``exact`` (the text before EOS equals the
-    reference) or ``math`` (the final answer — ``\\boxed{}``, ``#### N``, "the answer is N" — equal
-    to the reference by math-verify: race.rewards.math). ``auto`` picks ``math`` when the reward
-    checks answers that way (``math``, ``format`` or a ``mix`` holding one) or the problems come from a
-    reasoning dataset (worked solutions in GSM8K or MATH form: ``meta["answer_format"]``)."""
+    reference) or ``math`` (the final answer — ``\\boxed{}``, ``#### N``, "the answer is N" —
+    equivalent to the reference by math-verify: race.rewards.answers). ``auto`` picks ``math`` when
+    the reward checks answers that way (``math``, ``format`` or a ``mix`` holding one:
+    race.rewards.answers.checker_for) or the problems come from a reasoning dataset (GSM8K or MATH
+    rows, ``meta["format"]``), else ``exact``."""
+    from race.rewards.answers import checker_for
+
     if config.eval.checker != "auto":
         return config.eval.checker
-    kinds = {config.reward.kind} | set(getattr(config.reward, "mix", None) or {})
-    if kinds & {"math", "format"}:
+    if checker_for(config.reward.kind, config.reward.mix) == "math":
         return "math"
-    if any((p.meta or {}).get("answer_format") for p in problems[:1]):
+    if any((p.meta or {}).get("format") in ("gsm8k", "math") for p in problems[:1]):
         return "math"
     return "exact"
 
 
 def answer_check(config: GridConfig, problems: list):
-    """The checker ``answer_check_name`` names, as ``fn(prompt, completion, reference) -> float``."""
-    from race.rewards import get_reward
+    """The checker ``answer_check_name`` names, ``fn(prompt, completion, reference) -> bool``, with
+    ``reward.check_timeout`` per math check."""
+    from race.rewards.answers import answer_checker
 
-    return get_reward("sparse" if answer_check_name(config, problems) == "exact" else "math")
+    return answer_checker(answer_check_name(config, problems), timeout=config.reward.check_timeout)
 
 
 def context_tokens(config: GridConfig) -> int | None:

@@ -116,3 +116,27 @@ def test_downstream_targets_get_their_own_verdict_end_to_end(tmp_path, torch_one
     assert set(res.diagnosis.verdicts) >= {"reward", "pass@1", "shift/pass@1", "steps/pass@1"}
     text = render_diagnosis(res.diagnosis, "text")
     assert "agreement across targets" in text and "shift/pass@1" in text
+
+
+def test_pass_at_k_uses_the_tasks_own_checker(tmp_path):
+    """exact match for the built-in arithmetic; math-verify's answer check for GSM8K / MATH rows or a
+    math reward (a worked solution ending '#### 1,234' is right for 1234; exact match says no)."""
+    from race.pilot import answer_check, answer_check_name
+    from race.tasks import load_task
+    from race.tasks.datasets import load_jsonl
+
+    (tmp_path / "gsm.jsonl").write_text(json.dumps({"question": "Tom has 1200 and gets 34. How many?",
+                                                    "answer": "1200 + 34 = 1234\n#### 1,234"}) + "\n")
+    gsm = load_jsonl(str(tmp_path / "gsm.jsonl"))
+    base = _cfg()
+    assert answer_check_name(base, load_task("arithmetic-easy", split="eval", n=3)) == "exact"
+    assert answer_check_name(base, gsm) == "math"
+    assert answer_check_name(config_from_dict({"model": "race/tiny-arith", "budget": 1e9,
+                                               "reward": {"kind": "mix", "mix": {"math": 0.9, "format": 0.1}}}),
+                             load_task("arithmetic-easy", split="eval", n=3)) == "math"
+    assert answer_check_name(_cfg(checker="exact"), gsm) == "exact"
+    check = answer_check(base, gsm)
+    done = "1200 + 34 = 1234\n#### 1234<|im_end|>"
+    assert check(gsm[0].prompt, done, gsm[0].answer) is True
+    assert check(gsm[0].prompt, "1200 + 34 = 1244\n#### 1244<|im_end|>", gsm[0].answer) is False
+    assert answer_check(_cfg(checker="exact"), gsm)(gsm[0].prompt, done, gsm[0].answer) is False

@@ -340,6 +340,33 @@ def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> s
     return classify([by_key[k] for k in keys], primary_target="reward", n_boot=N_BOOT, seed=0).primary.regime.value
 
 
+def ranking_by_budget(record: dict) -> list[tuple[float, float, float | None]]:
+    """How the full runs rank ρ as their budget grows, from their held-out checkpoints: per
+    checkpoint fraction f > 0 (the budget multiple f × the run's budget), the best ρ on the
+    checkpoint prompts (mean over seeds) and the Spearman correlation of the ρ ranking with the
+    end's (None when either is constant)."""
+    from scipy.stats import spearmanr
+
+    pilots = pilots_of(record)
+    by_frac: dict[float, dict[float, list[float]]] = {}
+    for p in pilots:
+        for c in p.checkpoints:
+            if c.fraction > 0:
+                scores = c.evals["reward"]
+                by_frac.setdefault(round(c.fraction, 4), {}).setdefault(p.rho_target, []).append(sum(scores) / len(scores))
+    if not by_frac:
+        return []
+    end = {r: sum(v) / len(v) for r, v in by_frac[max(by_frac)].items()}
+    out = []
+    for f in sorted(by_frac):
+        means = {r: sum(v) / len(v) for r, v in by_frac[f].items()}
+        rhos = sorted(set(means) & set(end))
+        xs, ys = [means[r] for r in rhos], [end[r] for r in rhos]
+        corr = float(spearmanr(xs, ys).statistic) if len(set(xs)) > 1 and len(set(ys)) > 1 else None
+        out.append((f, max(means, key=means.get), corr))
+    return out
+
+
 # ---------------------------------------------------------------- tables
 
 def _fmt(x: float, digits: int = 3) -> str:
@@ -425,6 +452,46 @@ def tables(suite: dict) -> str:
         lines.append(f"Forecasts made {len(made)}/{len(rows)}; same regime as the full runs "
                      f"{sum(bool(r['forecast']['same']) for r in made)}/{len(made)}; best ρ inside the full runs' "
                      f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/{len(made)}.")
+    lines += ["", "### How the full runs rank ρ as their budget grows (held-out checkpoints)", ""]
+    ranked = [(s["name"], k, load_run(s["name"], k)) for s in suite["settings"] for k in ("full10", "full30")
+              if data_path(s["name"], k).is_file()]
+    ranked = [(n, k, ranking_by_budget(rec)) for n, k, rec in ranked]
+    ranked = [x for x in ranked if x[2]]
+    if not ranked:
+        lines.append("No full runs yet.")
+    else:
+        lines += ["Each cell: the best ρ on the checkpoint prompts (mean over seeds) at that share of the run, and "
+                  "the Spearman correlation of the whole ρ ranking with the run's end. Budgets in units of the "
+                  "setting's pilot budget B.", "",
+                  "| setting | runs | " + " | ".join(f"checkpoint {i + 1}" for i in range(max(len(r) for _, _, r in ranked)))
+                  + " |", "|---|---|" + "---|" * max(len(r) for _, _, r in ranked)]
+        for name, kind, rk in ranked:
+            mult = KINDS[kind]
+            cells = [f"{f * mult:.2g}×B: {best:.2f} ({'—' if c is None else format(c, '+.2f')})" for f, best, c in rk]
+            lines.append(f"| {name} | {kind} | " + " | ".join(cells) + " |")
+    decay = [(s, setting(suite, s["decay_of"])) for s in suite["settings"] if s.get("decay_of")]
+    lines += ["", "### Does a decaying learning rate remove the collapses, and move the best ρ?", ""]
+    if not decay:
+        lines.append("No decay pair in the suite.")
+    else:
+        lines += ["| constant η | decaying η | full runs | collapses (constant; decay) | best ρ (constant; decay) "
+                  "| full-run verdict (constant; decay) |", "|---|---|---|---|---|---|"]
+        for d, c in decay:
+            for kind in ("full10", "full30"):
+                rc, rd = load_run(c["name"], kind), load_run(d["name"], kind)
+                if rc is None and rd is None:
+                    continue
+
+                def coll(rec):
+                    return "not run" if rec is None else str(sum(collapses(rec).values()))
+
+                def best(rec):
+                    return "not run" if rec is None else f"{best_rho_ci(rec)[0]:.2f}"
+
+                def reg(rec):
+                    return "not run" if rec is None else verdict(rec).regime.value
+                lines.append(f"| {c['name']} | {d['name']} | {kind} | {coll(rc)}; {coll(rd)} | {best(rc)}; {best(rd)} | "
+                             f"{reg(rc)}; {reg(rd)} |")
     lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
     if not adaptive:
         lines.append("No setting complete yet.")

@@ -173,7 +173,9 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
         cmd += ["--import-pilots", str(seed_file)]
     env = {**os.environ, "PYTHONPATH": str(pin)}
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=str(ROOT), env=env,
+    # cwd = the pin: `python -m` puts the working directory first on sys.path, before PYTHONPATH, so
+    # from any other directory holding a race/ package (this checkout) the grid would run that code
+    proc = subprocess.run(cmd, cwd=str(pin), env=env,
                           stdout=subprocess.DEVNULL, stderr=None if not quiet else subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{name} {kind}: race pilot ended with exit {proc.returncode}; its storage in {out_dir} "

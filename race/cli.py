@@ -443,8 +443,8 @@ def recipe(source: str, trainer: str, full_run: str | None, rho: str | None, fmt
     per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
     from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature; with RACE's
     FLOP count of it as that trainer runs it (docs/recipes.md)."""
-    from race.recipe import recipe as make_recipe
-    from race.recipe import render_recipe
+    from race.recipes import recipe as make_recipe
+    from race.recipes import render_recipe
 
     rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho)
     click.echo(render_recipe(rec, fmt), nl=False)

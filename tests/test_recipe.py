@@ -18,7 +18,7 @@ from race.cli import main
 from race.config import config_from_dict
 from race.errors import RaceError
 from race.grid import CostModel
-from race.recipe import TRAINERS, recipe, render_recipe
+from race.recipes import TRAINERS, recipe, render_recipe
 from race.specs import policy_arch, reward_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -259,3 +259,16 @@ def test_api_errors_are_race_errors():
         recipe(RESULTS, trainer="x", full_run_budget=1e13)
     with pytest.raises(RaceError, match="no verdict"):
         recipe(dict(presets.DEFAULT), trainer="trl", full_run_budget=1e13)
+
+
+def test_race_recipe_is_the_api_and_import_race_stays_light():
+    import subprocess
+    import sys
+
+    import race
+
+    assert race.recipe(RESULTS, trainer="openrlhf", full_run_budget=1e13).trainer == "openrlhf"
+    code = "import race, sys; race.recipe; print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]

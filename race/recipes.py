@@ -1,4 +1,5 @@
-"""From a RACE verdict to a full-run trainer configuration: TRL, verl or OpenRLHF. Pure (no torch).
+"""From a RACE verdict to a full-run trainer configuration: TRL, verl or OpenRLHF. Pure (no torch);
+``race.recipe`` is ``recipe`` below.
 
 ``recipe(source, trainer=…)`` takes a results file (its diagnosis: the recommended ρ range's centre,
 unless ``rho``) or a pilot-grid config (then ``rho`` is required), plans the schedule RACE would run

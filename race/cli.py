@@ -426,6 +426,31 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
 
 
 @main.command()
+@click.argument("source", metavar="RESULTS.json|DIR|CONFIG.yaml")
+@click.option("--for", "trainer", required=True, metavar="TRAINER",
+              help="The trainer of the full run: trl, verl or openrlhf.")
+@click.option("--full-run", "full_run", default=None, metavar="F",
+              help="FLOPs of the full run, e.g. 1e20 (default: the config's full_run_budget).")
+@click.option("--rho", default=None, metavar="R",
+              help="The ρ to run at, in (0, 1) (default for results: the recommended range's centre; "
+                   "required for a CONFIG).")
+@click.option("--format", "fmt", type=click.Choice(("text", "yaml", "json")), default="text", show_default=True,
+              help="text: configuration and FLOP statement; yaml: the trainer's configuration (TRL: for "
+                   "`trl grpo --config`); json: everything.")
+@_user_errors
+def recipe(source: str, trainer: str, full_run: str | None, rho: str | None, fmt: str) -> None:
+    """The full-run configuration for TRL, verl or OpenRLHF at the recommended ρ (or --rho): prompts
+    per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
+    from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature; with RACE's
+    FLOP count of it as that trainer runs it (docs/recipes.md)."""
+    from race.recipes import recipe as make_recipe
+    from race.recipes import render_recipe
+
+    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho)
+    click.echo(render_recipe(rec, fmt), nl=False)
+
+
+@main.command()
 @click.argument("paths", nargs=-1, metavar="RESULTS.json|DIR ...")
 @click.option("--target", default=None, help="Evaluation target to compare (default: each run's primary target).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)

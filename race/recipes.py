@@ -1,0 +1,556 @@
+"""From a RACE verdict to a full-run trainer configuration: TRL, verl or OpenRLHF. Pure (no torch);
+``race.recipe`` is ``recipe`` below.
+
+``recipe(source, trainer=…)`` takes a results file (its diagnosis: the recommended ρ range's centre,
+unless ``rho``) or a pilot-grid config (then ``rho`` is required), plans the schedule RACE would run
+at that ρ (race.grid: prompts per step B_p, rollouts generated n_gen and trained n_train per prompt,
+update iterations μ, the √B learning rate, with the results' calibrated lengths), and writes it in
+the trainer's own parameter names (``docs/recipes.md`` names the version each was read from).
+
+Invariants:
+
+- **μ optimizer steps per rollout batch, as RACE planned.** One rollout batch is B_p prompts × n
+  generations; every trainer below is set so that each pass over it is ONE optimizer step
+  (TRL: ``gradient_accumulation_steps = steps_per_generation``; verl: ``ppo_mini_batch_size =
+  train_batch_size``; OpenRLHF: ``train.batch_size = rollout.batch_size × n``) and there are μ
+  passes (``num_iterations`` / ``ppo_epochs`` / ``train.max_epochs``).
+- **The full run spends at most F FLOPs as the trainer runs it.** Steps = ⌊F / C_step⌋ with C_step
+  the trainer's own per-step cost (``TrainerRun``: whether rollouts share a prompt's prefill, whether
+  the sampler runs the unmerged adapter, when an old-policy log-prob forward runs, where the LM head
+  runs, whether its backward recomputes the logits). The recipe states that accounting (ρ, C_search
+  / C_learning / C_reward per step and in total) next to the ρ RACE's pilots counted for the same
+  knobs: the ρ the user will actually get.
+- **Nothing inexpressible is written silently.** A RACE knob the trainer has no setting for (training
+  on a subset of a prompt's rollouts, ``lower_rho_by: keep`` or ``generate``; a loss aggregation or
+  learning-rate schedule it lacks; the per-dataset healthy recipe) is one line in ``notes``; for the
+  subset the recipe is the nearest expressible one (every generated rollout trained, the (n, μ) whose
+  ρ as RACE's pilots count it is nearest the target), with both ρ stated.
+- Bad input (unknown trainer, ρ outside (0, 1), no full-run budget, a results file without a
+  diagnosis, a budget below one step) raises ``RaceError`` with one line naming the value.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from race import flops as F
+from race.config import GridConfig, config_from_dict, parse_flops
+from race.errors import RaceError
+from race.records import FlopBreakdown, Schedule
+
+TRAINERS = ("trl", "verl", "openrlhf")
+FORMATS = ("text", "yaml", "json")
+# where each trainer's parameter names and behaviour were read (docs/recipes.md)
+VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.8.0.dev (main at b178a3c, 2026-01-29)",
+            "openrlhf": "OpenRLHF 0.11.0"}
+DEFAULT_MICRO_BATCH = 8     # sequences per forward/backward when the config sets no grpo.micro_batch
+
+
+@dataclass(frozen=True)
+class TrainerRun:
+    """How a trainer runs a GRPO step, as far as FLOPs go.
+
+    ``prefix_shared``: one prefill serves a prompt's n rollouts (vLLM prefix caching) or n prefills
+    (transformers ``generate`` on the repeated prompt); ``adapter_in_sampler``: the sampler runs the
+    unmerged LoRA adapter (2·r·(in+out) per adapted module per token) or plain base weights;
+    ``old_logprob``: when a no-grad forward for the old policy's log-probs runs ("mu>1" or "always");
+    ``completion_logits_only``: the LM head runs on the completion positions only (else all);
+    ``head_recompute``: the log-prob kernel's backward recomputes the logits (one more LM-head
+    product per scored position per iteration)."""
+
+    name: str
+    sampler: str
+    prefix_shared: bool
+    adapter_in_sampler: bool
+    old_logprob: str
+    completion_logits_only: bool
+    head_recompute: bool = False
+
+
+RUNS = {
+    # TRL 1.16 GRPOTrainer, use_vllm=False: unwrapped PeftModel.generate on B_p·n repeated prompts
+    # (RepeatSampler), old log-probs only when generation and optimizer steps are misaligned (μ > 1),
+    # the fused LM head scores only the completion positions on CUDA and recomputes them in backward
+    "trl": TrainerRun("trl", "transformers generate (use_vllm=False)", prefix_shared=False,
+                      adapter_in_sampler=True, old_logprob="mu>1", completion_logits_only=True,
+                      head_recompute=True),
+    # verl: vLLM rollout with enable_prefix_caching (default true) and the adapter loaded as a LoRA
+    # request; compute_log_prob recomputes old log-probs every step; logits over all positions
+    "verl": TrainerRun("verl", "vLLM, prefix caching, LoRA adapter", prefix_shared=True,
+                       adapter_in_sampler=True, old_logprob="always", completion_logits_only=False),
+    # OpenRLHF: vLLM engines (prefix caching switched on by the recipe), weights broadcast as tensors;
+    # the actor forward of make_experience gives old log-probs every step; logits over all positions
+    "openrlhf": TrainerRun("openrlhf", "vLLM, --vllm.enable_prefix_caching", prefix_shared=True,
+                           adapter_in_sampler=False, old_logprob="always", completion_logits_only=False),
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A full-run configuration for one trainer at one ρ.
+
+    ``rho``: the ρ asked for (the diagnosis' range centre, or given); ``schedule``: RACE's knobs for
+    it at the full-run budget (``flops`` there are RACE's own engine accounting, ``steps`` the
+    trainer's); ``settings``: the trainer's parameters (TRL: GRPOConfig keyword arguments; verl: Hydra
+    overrides; OpenRLHF: command-line flags, ``True`` for a bare flag); ``model``: LoRA and model
+    arguments outside the trainer config proper; ``flops_per_step`` / ``flops``: RACE's FLOP count of
+    the recipe as the trainer runs it; ``planned``: the ρ RACE's pilots counted for the knobs actually
+    used; ``notes``: one line per knob the trainer cannot express."""
+
+    trainer: str
+    version: str
+    source: str
+    rho: float
+    full_run_budget: float
+    schedule: Schedule
+    settings: Mapping[str, Any]
+    model: Mapping[str, Any]
+    flops_per_step: FlopBreakdown
+    flops: FlopBreakdown
+    planned: FlopBreakdown
+    run: TrainerRun
+    prompt_len: float
+    completion_len: float
+    notes: tuple[str, ...] = ()
+    asked: Schedule | None = None            # RACE's own schedule when it was not expressible
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return self.schedule.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trainer": self.trainer, "version": self.version, "source": self.source, "rho": self.rho,
+                "full_run_budget": self.full_run_budget, "schedule": self.schedule.to_dict(),
+                "settings": dict(self.settings), "model": dict(self.model),
+                "flops_per_step": self.flops_per_step.to_dict(), "flops": self.flops.to_dict(),
+                "rho_as_run": self.flops.rho, "rho_race_pilots": self.planned.rho,
+                "accounting": {"sampler": self.run.sampler, "prefix_shared": self.run.prefix_shared,
+                               "adapter_in_sampler": self.run.adapter_in_sampler,
+                               "old_logprob_forward": self.run.old_logprob,
+                               "completion_logits_only": self.run.completion_logits_only,
+                               "head_recompute": self.run.head_recompute,
+                               "prompt_len": self.prompt_len, "completion_len": self.completion_len},
+                "notes": list(self.notes), "asked": self.asked.to_dict() if self.asked else None,
+                **dict(self.extra)}
+
+
+# ----------------------------------------------------------------------------- the trainer's FLOPs
+
+def trainer_step_cost(run: TrainerRun, arch: F.ArchSpec, lora: F.LoRASpec, reward: F.RewardModelSpec | None, *,
+                      prompt_len: float, completion_len: float, n: int, mu: int, beta: float,
+                      grad_checkpointing: bool) -> FlopBreakdown:
+    """One prompt's share of a step as ``run`` runs it: n rollouts generated, all n trained μ times,
+    each scored once. The learning term is race.flops.learning_flops with the trainer's settings,
+    plus its old-policy forward (per ``run.old_logprob``) and the LM-head recompute of a fused
+    log-prob backward (μ × scored positions × 2·V·h)."""
+    P, C = float(prompt_len), float(completion_len)
+    search = F.search_flops(arch, prompt_len=P, completion_len=C, n=n, prefix_shared=run.prefix_shared,
+                            lora=lora if run.adapter_in_sampler else None)
+    T = P + C
+    logits = min(C + 1.0, T) if run.completion_logits_only else T
+    head = 2.0 * arch.vocab_size * arch.hidden_size
+    per_seq = F.learning_flops(arch, prompt_len=P, completion_len=C, sequences=1, lora=lora, mu=mu,
+                               ref_logprobs=beta > 0, grad_checkpointing=grad_checkpointing,
+                               old_logprob_forward=False, completion_logits_only=run.completion_logits_only)
+    if run.old_logprob == "always" or (run.old_logprob == "mu>1" and mu > 1):
+        per_seq += F.forward_flops(arch, T, lora=lora) - (T - logits) * head
+    if run.head_recompute:
+        per_seq += mu * logits * head
+    reward_cost = F.reward_flops(reward, prompt_len=P, completion_len=C, sequences=n)
+    return FlopBreakdown(search, n * per_seq, reward_cost)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, float, float, str, Any]:
+    """(config, ρ, prompt_len, completion_len, source label, diagnosis or None)."""
+    from race.results import Results, load_results
+
+    if isinstance(source, GridConfig):
+        cfg, results, label = source, None, "config"
+    elif isinstance(source, Results):
+        results, label = source, "results"
+    elif isinstance(source, Mapping):
+        cfg, results, label = config_from_dict(source), None, "config"
+    elif isinstance(source, str):
+        if os.path.isdir(source) or source.lower().endswith(".json"):
+            results, label = load_results(source), source
+        elif source.lower().endswith((".yaml", ".yml")):
+            from race.config import load_config
+
+            cfg, results, label = load_config(source), None, source
+        else:
+            raise RaceError(f"source {source!r} is neither a results file (.json or its folder) nor a "
+                            "config (.yaml): expected RESULTS.json, DIR or CONFIG.yaml")
+    else:
+        raise RaceError(f"source {type(source).__name__} is not a results file, folder or config")
+    if results is None:
+        if rho is None:
+            raise RaceError(f"a config has no verdict: give --rho R (the ρ to run {label} at, in (0, 1))")
+        return cfg, _check_rho(rho), float(cfg.prompt_len), float(cfg.completion_len), label, None
+    if results.diagnosis is None:
+        raise RaceError(f"results {label!r} hold no diagnosis (no pilot finished): run `race report --refit` "
+                        "on them, or give a CONFIG with --rho")
+    if not results.config:
+        raise RaceError(f"results {label!r} hold no config: expected a results file written by race pilot")
+    cfg = config_from_dict(results.config)
+    lo, hi = results.diagnosis.rho_range
+    r = _check_rho(rho) if rho is not None else round((lo + hi) / 2, 4)
+    plan = results.plan or {}
+    P = float(plan.get("prompt_len") or cfg.prompt_len)
+    C = float(plan.get("completion_len") or cfg.completion_len)
+    return cfg, r, P, C, label, results.diagnosis
+
+
+def _check_rho(rho: Any) -> float:
+    try:
+        if isinstance(rho, bool):
+            raise TypeError
+        r = float(rho)
+    except (TypeError, ValueError):
+        raise RaceError(f"ρ {rho!r} is not a number: expected a value in (0, 1)") from None
+    if not 0.0 < r < 1.0:
+        raise RaceError(f"ρ={r:g} is outside (0, 1): ρ = C_learning / C_total")
+    return r
+
+
+# ----------------------------------------------------------------------------- planning
+
+def _divisor_at_most(total: int, cap: int) -> int:
+    return max(d for d in range(1, min(total, cap) + 1) if total % d == 0)
+
+
+def _nearest_expressible(cm: Any, rho: float, sched: Schedule, min_n: int) -> tuple[int, int]:
+    """(n, μ) with n generated = n trained, n between n_train and n_gen (≥ ``min_n``), μ ≤ max_mu,
+    whose ρ as RACE's pilots count it is nearest ``rho``; ties: fewer μ, then n nearer n_train."""
+    lo_n = max(min_n, sched.n_train)
+    hi_n = max(lo_n, sched.n_gen)
+    cands = [(abs(cm.cost(n, mu, n).per_prompt.rho - rho), mu, n - sched.n_train, n, mu)
+             for n in range(lo_n, hi_n + 1) for mu in range(1, cm.c.schedule.max_mu + 1)]
+    _, _, _, n, mu = min(cands)
+    return n, mu
+
+
+def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = None,
+           rho: float | None = None) -> Recipe:
+    """The full-run configuration of ``trainer`` (trl | verl | openrlhf) at ρ.
+
+    ``source``: a results file or its folder (ρ: the diagnosis' recommended range centre unless
+    ``rho``), or a pilot-grid config (path, mapping or GridConfig; ``rho`` required).
+    ``full_run_budget``: FLOPs of the full run (default: the config's ``full_run_budget``).
+    """
+    from race.grid import CostModel, choose_knobs, learning_rate
+    from race.specs import lora_spec, policy_arch, reward_spec
+
+    key = str(trainer).lower() if trainer is not None else ""
+    if key not in TRAINERS:
+        raise RaceError(f"trainer {trainer!r} is unknown: expected one of {', '.join(TRAINERS)}")
+    cfg, r, P, C, label, _ = _load_source(source, rho)
+    raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
+    if raw_full is None:
+        raise RaceError("no full-run budget: give --full-run F (FLOPs of the full run, e.g. 1e20) or "
+                        "full_run_budget in the config")
+    full = parse_flops(raw_full, "--full-run" if full_run_budget is not None else "full_run_budget")
+    arch = policy_arch(cfg)
+    lora = lora_spec(cfg, arch)
+    reward = reward_spec(cfg)
+    cm = CostModel(cfg, arch, reward, P, C)
+    knobs = choose_knobs(cm, r)                         # one-line ConfigError when unreachable
+    bp = cfg.schedule.prompts_per_step
+    asked = Schedule(rho_target=r, prompts_per_step=bp, n_gen=knobs.n_gen, n_train=knobs.n_train, mu=knobs.mu,
+                     steps=0, learning_rate=learning_rate(cfg, bp * knobs.n_train), lora_rank=cfg.lora.rank,
+                     flops_per_step=knobs.per_prompt.scaled(bp), flops=FlopBreakdown())
+    notes: list[str] = []
+    n, mu = knobs.n_gen, knobs.mu
+    name = VERSIONS[key].split(" ")[0]
+    if knobs.n_train < knobs.n_gen or knobs.n_gen < 2:
+        n, mu = _nearest_expressible(cm, r, asked, 2)
+        near = cm.cost(n, mu, n).per_prompt.rho
+        how = ("the max-reward-variance subset" if cfg.schedule.lower_rho_by == "keep"
+               else "a max-reward-variance subset")
+        notes.append(f"RACE's schedule at ρ={r:g} trains {knobs.n_train} of {knobs.n_gen} rollouts per prompt "
+                     f"({how}, lower_rho_by: {cfg.schedule.lower_rho_by}) and {name} trains every generated "
+                     f"rollout: the recipe is the nearest expressible one, {n} generated and trained per prompt "
+                     f"with μ={mu} (ρ={near:.3f} as RACE's pilots count it, {knobs.per_prompt.rho:.3f} asked)")
+    run = RUNS[key]
+    per_prompt = trainer_step_cost(run, arch, lora, reward, prompt_len=P, completion_len=C, n=n, mu=mu,
+                                   beta=cfg.grpo.beta, grad_checkpointing=cfg.grpo.grad_checkpointing)
+    per_step = per_prompt.scaled(bp)
+    steps = int(full // per_step.total)
+    if steps < 1:
+        raise RaceError(f"full-run budget {full:.3g} FLOPs is below one {name} step at ρ={r:g}: a step of "
+                        f"{bp} prompts × {n} rollouts costs {per_step.total:.3g} FLOPs")
+    lr = learning_rate(cfg, bp * n)
+    planned = cm.cost(n, mu, n).per_prompt.scaled(bp)
+    schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
+                        learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
+                        flops=planned.scaled(steps))
+    settings, model, more = _SETTINGS[key](cfg, schedule, P)
+    notes += more
+    if cfg.grpo.healthy_recipe:
+        notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
+                     f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "
+                     "configured")
+    return Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
+                  settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
+                  planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),
+                  asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None)
+
+
+# ----------------------------------------------------------------------------- the trainers' names
+
+def _micro(cfg: GridConfig, total: int) -> int:
+    return _divisor_at_most(total, cfg.grpo.micro_batch or DEFAULT_MICRO_BATCH)
+
+
+def _warmup_steps(cfg: GridConfig, optimizer_steps: int) -> int:
+    return int(round(cfg.learning_rate.warmup * optimizer_steps))
+
+
+def _alpha(cfg: GridConfig) -> int | float:
+    a = cfg.lora.alpha
+    return int(a) if float(a).is_integer() else a
+
+
+def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+    g, total = cfg.grpo, s.prompts_per_step * s.n_gen
+    micro = _micro(cfg, total)
+    opt_steps = s.steps * s.mu
+    lr = cfg.learning_rate
+    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant"}.get(lr.schedule, lr.schedule)
+    settings = {
+        "num_generations": s.n_gen,
+        "per_device_train_batch_size": micro,            # completions, not prompts
+        "gradient_accumulation_steps": total // micro,
+        "steps_per_generation": total // micro,          # generation batch = B_p · n_gen completions
+        "num_iterations": s.mu,
+        "max_steps": opt_steps,                          # optimizer steps: μ per generation batch
+        "learning_rate": s.learning_rate,
+        "lr_scheduler_type": sched,
+        "warmup_steps": _warmup_steps(cfg, opt_steps),
+        "max_completion_length": g.max_completion_len,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "beta": g.beta,
+        "epsilon": g.clip_eps,
+        "loss_type": g.loss_agg,
+        "scale_rewards": "group" if g.advantage == "grpo" else "none",
+        "entropy_coef": g.entropy_coef,
+        "gradient_checkpointing": g.grad_checkpointing,
+        "use_vllm": False,
+    }
+    model = {"model_name_or_path": cfg.model, "use_peft": True, "lora_r": cfg.lora.rank,
+             "lora_alpha": _alpha(cfg), "lora_target_modules": list(cfg.lora.targets)}
+    return settings, model, []
+
+
+def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+    g, lr = cfg.grpo, cfg.learning_rate
+    micro = _micro(cfg, s.prompts_per_step * s.n_gen)
+    notes = []
+    sched = lr.schedule
+    if sched == "linear":
+        sched = "cosine"
+        notes.append("learning_rate.schedule linear: verl's actor optimizer has constant and cosine only; the "
+                     "recipe uses cosine (also to 0), ρ unchanged")
+    agg = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}[g.loss_agg]
+    ov: dict[str, Any] = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": g.advantage == "grpo",
+        "algorithm.use_kl_in_reward": False,
+        "data.train_batch_size": s.prompts_per_step,
+        "data.max_prompt_length": _max_prompt(P),
+        "data.max_response_length": g.max_completion_len,
+        "actor_rollout_ref.rollout.n": s.n_gen,
+        "actor_rollout_ref.rollout.temperature": g.temperature,
+        "actor_rollout_ref.rollout.top_p": g.top_p,
+        "actor_rollout_ref.rollout.enable_prefix_caching": True,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": s.prompts_per_step,   # prompts: one optimizer step per epoch
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.actor.ppo_epochs": s.mu,
+        "actor_rollout_ref.actor.optim.lr": s.learning_rate,
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": sched,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": lr.warmup,
+        "actor_rollout_ref.actor.clip_ratio": g.clip_eps,
+        "actor_rollout_ref.actor.loss_agg_mode": agg,
+        "actor_rollout_ref.actor.entropy_coeff": g.entropy_coef,
+        "actor_rollout_ref.actor.use_kl_loss": g.beta > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": g.beta,
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "actor_rollout_ref.model.path": cfg.model,
+        "actor_rollout_ref.model.lora_rank": cfg.lora.rank,
+        "actor_rollout_ref.model.lora_alpha": _alpha(cfg),
+        "actor_rollout_ref.model.target_modules": list(cfg.lora.targets),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": g.grad_checkpointing,
+        "trainer.total_training_steps": s.steps,
+    }
+    if g.loss_agg == "dr_grpo":
+        ov["actor_rollout_ref.actor.loss_scale_factor"] = g.max_completion_len
+    if lr.schedule != "constant" or lr.warmup:
+        notes.append(f"verl steps its learning-rate schedule once per rollout batch ({s.steps} steps), RACE once "
+                     f"per optimizer step ({s.steps * s.mu}): the same shape, μ={s.mu} optimizer steps share a rate")
+    return ov, {}, notes
+
+
+def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+    g, lr = cfg.grpo, cfg.learning_rate
+    total = s.prompts_per_step * s.n_gen
+    micro = _micro(cfg, total)
+    notes = []
+    if g.loss_agg != "dapo":
+        notes.append(f"grpo.loss_agg {g.loss_agg}: OpenRLHF 0.11's PPO loss is token-level (token sum / token "
+                     "count of the optimizer step: RACE's dapo) and has no switch for it; the recipe uses that, "
+                     "ρ unchanged")
+    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant"}.get(lr.schedule, lr.schedule)
+    flags: dict[str, Any] = {
+        "--actor.model_name_or_path": cfg.model,
+        "--algo.advantage.estimator": "group_norm" if g.advantage == "grpo" else "dr_grpo",
+        "--rollout.batch_size": s.prompts_per_step,
+        "--rollout.n_samples_per_prompt": s.n_gen,
+        "--rollout.micro_batch_size": micro,
+        "--train.batch_size": total,                    # one optimizer step per pass over the rollout batch
+        "--train.micro_batch_size": micro,
+        "--train.max_epochs": s.mu,
+        "--train.num_episodes": 1,
+        "--data.max_samples": s.steps * s.prompts_per_step,   # steps rollout batches in one episode
+        "--actor.adam.lr": s.learning_rate,
+        "--actor.lr_scheduler": sched,
+        "--actor.lr_warmup_ratio": lr.warmup,
+        "--ds.lora.rank": cfg.lora.rank,
+        "--ds.lora.alpha": _alpha(cfg),
+        "--ds.lora.target_modules": list(cfg.lora.targets),
+        "--rollout.max_new_tokens": g.max_completion_len,
+        "--data.max_len": _max_prompt(P) + g.max_completion_len,
+        "--rollout.temperature": g.temperature,
+        "--rollout.top_p": g.top_p,
+        "--actor.eps_clip": g.clip_eps,
+        "--actor.entropy_coef": g.entropy_coef,
+        "--algo.kl.init_coef": g.beta,
+        "--vllm.enable_prefix_caching": True,
+    }
+    if g.beta > 0:
+        flags["--algo.kl.use_loss"] = True
+        flags["--algo.kl.estimator"] = "k3"
+    if g.grad_checkpointing:
+        flags["--actor.gradient_checkpointing_enable"] = True
+    return flags, {}, notes
+
+
+def _max_prompt(P: float) -> int:
+    """A prompt-length cap twice the expected prompt, in multiples of 64 (set it to the data's longest)."""
+    return int(64 * math.ceil(2.0 * P / 64.0))
+
+
+_SETTINGS = {"trl": _trl, "verl": _verl, "openrlhf": _openrlhf}
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def _fmt_flops(x: float) -> str:
+    return f"{x:.3e}"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def trainer_lines(rec: Recipe) -> list[str]:
+    """The configuration alone, as the trainer takes it: TRL Python, verl / OpenRLHF command lines."""
+    s = rec.settings
+    if rec.trainer == "trl":
+        m = rec.model
+        lines = ["from peft import LoraConfig", "from trl import GRPOConfig, GRPOTrainer", "",
+                 "args = GRPOConfig("]
+        lines += [f"    {k}={_value(v)}," for k, v in s.items()]
+        lines += [")", f"peft_config = LoraConfig(r={m['lora_r']}, lora_alpha={m['lora_alpha']}, "
+                       f"target_modules={m['lora_target_modules']!r})",
+                  f"trainer = GRPOTrainer(model={m['model_name_or_path']!r}, reward_funcs=..., args=args, "
+                  "train_dataset=..., peft_config=peft_config)"]
+        return lines
+    if rec.trainer == "verl":
+        def ov(k: str, v: Any) -> str:
+            if isinstance(v, list):
+                return f"{k}='[{','.join(map(str, v))}]'"
+            return f"{k}={str(v).lower() if isinstance(v, bool) else _value(v).strip(chr(39))}"
+        return ["python3 -m verl.trainer.main_ppo \\"] + [f"    {ov(k, v)} \\" for k, v in s.items()][:-1] + \
+            [f"    {ov(*list(s.items())[-1])}"]
+    out = []
+    for k, v in s.items():
+        if v is True:
+            out.append(k)
+        elif isinstance(v, list):
+            out.append(f"{k} {' '.join(map(str, v))}")
+        else:
+            out.append(f"{k} {_value(v).strip(chr(39))}")
+    return ["python3 -m openrlhf.cli.train_ppo_ray \\"] + [f"    {x} \\" for x in out[:-1]] + [f"    {out[-1]}"]
+
+
+def flop_lines(rec: Recipe) -> list[str]:
+    s, ps, t = rec.schedule, rec.flops_per_step, rec.flops
+    run = rec.run
+    how = (f"{run.sampler}: {'one prefill per prompt' if run.prefix_shared else 'a prefill per rollout'}, "
+           f"{'unmerged adapter' if run.adapter_in_sampler else 'base weights'} in the sampler; old log-prob "
+           f"forward {'every step' if run.old_logprob == 'always' else 'when μ > 1'}; LM head on "
+           f"{'completion' if run.completion_logits_only else 'all'} positions"
+           + ("; logits recomputed in backward" if run.head_recompute else ""))
+    return [f"FLOPs as {rec.version.split(' (')[0]} runs it ({how}), P={rec.prompt_len:g} C={rec.completion_len:g} "
+            "expected tokens:",
+            f"  per step: search {_fmt_flops(ps.search)}  learning {_fmt_flops(ps.learning)}  reward "
+            f"{_fmt_flops(ps.reward)}  total {_fmt_flops(ps.total)}",
+            f"  {s.steps} steps: search {_fmt_flops(t.search)}  learning {_fmt_flops(t.learning)}  reward "
+            f"{_fmt_flops(t.reward)}  total {_fmt_flops(t.total)} of {rec.full_run_budget:.3g}",
+            f"  ρ = {t.rho:.3f} as run (RACE's pilots count these knobs at ρ = {rec.planned.rho:.3f})"]
+
+
+def render_recipe(rec: Recipe, fmt: str = "text") -> str:
+    """``text`` (header, configuration, FLOP statement, notes), ``yaml`` (the trainer's configuration:
+    for TRL a file for ``trl grpo --config``; the accounting as comments) or ``json`` (everything)."""
+    if fmt not in FORMATS:
+        raise RaceError(f"format {fmt!r} is unknown: expected one of {', '.join(FORMATS)}")
+    if fmt == "json":
+        import json
+
+        return json.dumps(rec.to_dict(), indent=2) + "\n"
+    s = rec.schedule
+    head = [f"RACE recipe for {rec.version} at ρ={rec.rho:g} (from {rec.source}), full run {rec.full_run_budget:.3g} "
+            "FLOPs",
+            f"  {s.steps} steps × {s.prompts_per_step} prompts × {s.n_gen} rollouts, μ={s.mu} optimizer steps per "
+            f"rollout batch ({s.steps * s.mu} in all), lr {s.learning_rate:.4g} (√B rule, B={s.batch_size})"]
+    notes = [f"note: {n}" for n in rec.notes]
+    if fmt == "yaml":
+        import yaml
+
+        body = {**rec.model, **rec.settings} if rec.trainer == "trl" else dict(rec.settings)
+        if rec.trainer == "verl":
+            body = _nest(rec.settings)
+        elif rec.trainer == "openrlhf":
+            body = _nest({k.lstrip("-"): v for k, v in rec.settings.items()})
+        comments = head + flop_lines(rec) + notes
+        if rec.trainer == "trl":
+            comments.append("for `trl grpo --config FILE`: add dataset_name and reward_funcs")
+        text = yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+        return "".join(f"# {c}\n" for c in comments) + text
+    return "\n".join(head + [""] + trainer_lines(rec) + [""] + flop_lines(rec) + notes) + "\n"
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        node = out
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return out
+
+
+__all__ = ["TRAINERS", "VERSIONS", "Recipe", "TrainerRun", "RUNS", "recipe", "render_recipe", "trainer_step_cost"]

@@ -1,0 +1,274 @@
+"""race recipe: RACE's schedule at a ρ, written for TRL / verl / OpenRLHF at the full-run budget.
+
+The TRL recipe is checked against TRL itself (trl 1.16.0, the `test` extra): GRPOConfig takes its
+arguments and derives the batch sizes RACE planned, `trl grpo --config` parses its YAML, and a few
+real GRPOTrainer steps of the tiny policy under torch's FlopCounterMode split their FLOPs between
+generation and training as the recipe states (within 2 %)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from race import presets
+from race.cli import main
+from race.config import config_from_dict
+from race.errors import RaceError
+from race.grid import CostModel
+from race.recipes import TRAINERS, recipe, render_recipe
+from race.specs import policy_arch, reward_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "runs", "tiny-steps-sparse.results.json")
+NO_DIAGNOSIS = os.path.join(ROOT, "tests", "data", "tiny-grid-2e10.json")
+P, C = 6, 6      # "12+34=" is 6 tokens of the tiny policy; completions forced to C tokens
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def tiny_config(mu: int = 2, micro: int | None = 4, **grpo):
+    return config_from_dict({
+        "model": "race/tiny-arith", "budget": 1e12, "lengths": {"prompt": P, "completion": C},
+        "schedule": {"prompts_per_step": 2, "n_train": 4, "max_n_gen": 4, "mu": mu},
+        "grpo": {"max_completion_len": C, "micro_batch": micro, **grpo},
+        "learning_rate": {"ref": 1e-3, "ref_batch": 64}})
+
+
+def on_policy_rho(cfg, n: int = 4, mu: int = 2) -> float:
+    return CostModel(cfg, policy_arch(cfg), reward_spec(cfg), P, C).cost(n, mu, n).per_prompt.rho
+
+
+def tiny_recipe(steps: int = 2, **kw):
+    cfg = tiny_config(**kw)
+    rho = on_policy_rho(cfg, mu=kw.get("mu", 2))
+    one = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e15).flops_per_step.total
+    return cfg, recipe(cfg, trainer="trl", rho=rho, full_run_budget=(steps + 0.5) * one)
+
+
+# ----------------------------------------------------------------------------- TRL, checked by TRL
+
+def test_trl_grpo_config_derives_what_race_planned():
+    from trl import GRPOConfig
+
+    cfg, rec = tiny_recipe(steps=3)
+    s = rec.schedule
+    assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and not rec.notes
+    args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
+                      **rec.settings)
+    assert args.num_generations == 4
+    assert args.generation_batch_size == s.prompts_per_step * s.n_gen == 8      # completions per generation
+    assert args.per_device_train_batch_size == 4                                # grpo.micro_batch
+    assert args.steps_per_generation == args.gradient_accumulation_steps == 2   # one optimizer step per pass
+    assert args.num_iterations == 2 and args.max_steps == s.steps * s.mu == 6
+    assert args.learning_rate == pytest.approx(1e-3 * math.sqrt(8 / 64))       # √B rule, B = B_p · n
+    assert args.loss_type == "dapo" and args.scale_rewards == "group" and args.beta == 0.0
+    assert args.gradient_checkpointing is False and args.max_completion_length == C
+
+
+def test_trl_yaml_parses_with_trl_grpo_cli(tmp_path):
+    from trl import GRPOConfig, ModelConfig, TrlParser
+    from trl.scripts.grpo import GRPOScriptArguments
+
+    rec = recipe(dict(presets.DEFAULT), trainer="trl", rho=0.85, full_run_budget=6e12)
+    path = tmp_path / "grpo.yaml"
+    path.write_text(render_recipe(rec, "yaml"))
+    _, args, model = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
+        ["--config", str(path), "--output_dir", str(tmp_path), "--dataset_name", "x", "--use_cpu", "true",
+         "--bf16", "false"])
+    s = rec.schedule
+    assert args.num_iterations == s.mu == 2 and args.generation_batch_size == s.prompts_per_step * s.n_gen
+    assert args.max_steps == s.steps * s.mu
+    assert model.use_peft and model.lora_r == 8 and model.lora_target_modules[0] == "q_proj"
+
+
+def test_trl_measured_split_matches_the_recipe():
+    """A few real GRPOTrainer steps (transformers generate on CPU, LoRA, eager attention) under
+    FlopCounterMode: FLOPs inside the trainer's generate call are search, the rest learning."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from race.models import resolve_model_path
+
+    torch.manual_seed(0)
+    path = resolve_model_path("race/tiny-arith")
+    tok = AutoTokenizer.from_pretrained(path)
+    pairs = [(12, 34), (56, 17), (23, 45), (61, 28), (40, 33), (19, 52), (77, 11), (35, 44)]
+    prompts = [f"{a}+{b}=" for a, b in pairs]
+    assert {len(tok(p)["input_ids"]) for p in prompts} == {P}         # no padding: lengths as stated
+    _, rec = tiny_recipe(steps=2)
+    args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
+                      save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True,
+                      generation_kwargs={"min_new_tokens": C}, **rec.settings)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
+    m = rec.model
+    data = Dataset.from_dict({"prompt": prompts, "answer": [str(a + b) for a, b in pairs]})
+
+    def exact(completions, answer, **_):
+        return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+    counter = FlopCounterMode(display=False)
+    seen = {"search": 0, "calls": 0, "lengths": set()}
+
+    class Counted(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, *a, **k):
+            before = counter.get_total_flops()
+            out = super()._generate_single_turn(prompt_ids, *a, **k)
+            seen["search"] += counter.get_total_flops() - before
+            seen["calls"] += 1
+            seen["lengths"] |= {len(c) for c in out[0]}
+            return out
+
+    trainer = Counted(model=model, processing_class=tok, reward_funcs=exact, args=args, train_dataset=data,
+                      peft_config=LoraConfig(r=m["lora_r"], lora_alpha=m["lora_alpha"],
+                                             target_modules=m["lora_target_modules"]))
+    with counter:
+        trainer.train()
+    s = rec.schedule
+    assert seen["calls"] == s.steps and seen["lengths"] == {C}            # one generation per RACE step
+    assert trainer.state.global_step == s.steps * s.mu                     # μ optimizer steps per batch
+    search = float(seen["search"])
+    learning = counter.get_total_flops() - search
+    stated = rec.flops
+    assert search == pytest.approx(stated.search, rel=0.02)
+    assert learning == pytest.approx(stated.learning, rel=0.02)
+    assert learning / (search + learning) == pytest.approx(stated.rho, rel=0.02)
+
+
+# ----------------------------------------------------------------------------- mappings
+
+def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
+    cfg = tiny_config(mu=3, micro=None, beta=0.01, loss_agg="grpo")
+    rho = on_policy_rho(cfg, mu=3)
+    v = recipe(cfg, trainer="verl", rho=rho, full_run_budget=1e13)
+    s, o = v.schedule, v.settings
+    assert o["actor_rollout_ref.actor.ppo_mini_batch_size"] == o["data.train_batch_size"] == s.prompts_per_step
+    assert o["actor_rollout_ref.rollout.n"] == s.n_gen and o["actor_rollout_ref.actor.ppo_epochs"] == 3
+    assert o["trainer.total_training_steps"] == s.steps and o["algorithm.adv_estimator"] == "grpo"
+    assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    assert o["actor_rollout_ref.actor.use_kl_loss"] is True and o["actor_rollout_ref.actor.kl_loss_coef"] == 0.01
+    r = recipe(cfg, trainer="openrlhf", rho=rho, full_run_budget=1e13)
+    f, s = r.settings, r.schedule
+    assert f["--train.batch_size"] == f["--rollout.batch_size"] * f["--rollout.n_samples_per_prompt"]
+    assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
+    assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
+    assert len(r.notes) == 1 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_steps_spend_the_full_run_as_the_trainer_counts_it(trainer):
+    rec = recipe(dict(presets.DEFAULT), trainer=trainer, rho=0.85, full_run_budget=6e12)
+    step = rec.flops_per_step.total
+    assert 6e12 - step < rec.flops.total <= 6e12
+    assert rec.flops.rho == pytest.approx(rec.flops_per_step.rho)
+    assert 0 < rec.flops.rho < 1 and 0 < rec.planned.rho < 1
+
+
+def test_trl_without_prefix_sharing_gets_a_lower_rho_than_race_counts():
+    rec = recipe(dict(presets.DEFAULT), trainer="trl", rho=0.85, full_run_budget=6e12)
+    verl = recipe(dict(presets.DEFAULT), trainer="verl", rho=0.85, full_run_budget=6e12)
+    assert rec.flops_per_step.search > verl.flops_per_step.search     # a prefill per rollout
+    text = render_recipe(rec)
+    assert f"ρ = {rec.flops.rho:.3f} as run" in text and f"{rec.planned.rho:.3f}" in text
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_keep_is_inexpressible_one_line_and_the_nearest_recipe(trainer):
+    rec = recipe(dict(presets.DEFAULT), trainer=trainer, rho=0.5, full_run_budget=6e12)
+    assert rec.asked is not None and rec.asked.n_train < rec.asked.n_gen           # RACE: 2 of 8
+    s = rec.schedule
+    assert s.n_gen == s.n_train >= 2                                                 # every rollout trained
+    note = rec.notes[0]
+    assert "\n" not in note and "lower_rho_by: keep" in note and "nearest expressible" in note
+    assert f"ρ={rec.planned.rho:.3f}" in note
+    # nearest: no expressible (n, μ) is closer to the asked ρ than the one chosen
+    cfg = config_from_dict(dict(presets.DEFAULT))
+    cm = CostModel(cfg, policy_arch(cfg), reward_spec(cfg), cfg.prompt_len, cfg.completion_len)
+    best = min(abs(cm.cost(n, mu, n).per_prompt.rho - 0.5) for n in range(2, 9) for mu in range(1, 9))
+    assert abs(rec.planned.rho - 0.5) <= best + 1e-12
+    assert note in render_recipe(rec)
+
+
+def test_results_use_the_recommended_range_centre():
+    from race.results import load_results
+
+    d = load_results(RESULTS).diagnosis
+    rec = recipe(RESULTS, trainer="trl", full_run_budget=1e13)
+    assert rec.rho == pytest.approx(round(sum(d.rho_range) / 2, 4))
+    assert rec.prompt_len == 6.0 and rec.completion_len == pytest.approx(21.50390625)   # calibrated lengths
+    assert recipe(os.path.dirname(RESULTS) + "/tiny-steps-sparse.results.json", trainer="verl",
+                  full_run_budget=1e13, rho=0.7).rho == 0.7
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_cli_text_yaml_json(tmp_path):
+    r = run("recipe", RESULTS, "--for", "trl", "--full-run", "1e13")
+    assert r.exit_code == 0, r.output
+    assert "GRPOConfig(" in r.output and "num_iterations=" in r.output and "as run" in r.output
+    j = run("recipe", RESULTS, "--for", "verl", "--full-run", "1e13", "--format", "json")
+    d = json.loads(j.output)
+    assert d["settings"]["algorithm.adv_estimator"] == "grpo" and d["flops"]["total"] <= 1e13
+    import yaml
+
+    y = run("recipe", RESULTS, "--for", "openrlhf", "--full-run", "1e13", "--format", "yaml")
+    assert yaml.safe_load(y.output)["rollout"]["n_samples_per_prompt"] == d["schedule"]["n_gen"]
+
+
+def test_cli_config_needs_rho_and_uses_its_full_run_budget(tmp_path):
+    import yaml
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({**presets.DEFAULT, "full_run_budget": 6e12}))
+    ok = run("recipe", str(path), "--for", "trl", "--rho", "0.74")
+    assert ok.exit_code == 0, ok.output
+    assert "full run 6e+12" in ok.output
+    r = run("recipe", str(path), "--for", "trl")
+    assert r.exit_code == 2 and "--rho" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,msg", [
+    (("--for", "deepspeed-chat", "--full-run", "1e13"), "trainer 'deepspeed-chat' is unknown"),
+    (("--for", "trl"), "no full-run budget"),
+    (("--for", "trl", "--full-run", "1e13", "--rho", "1.5"), "ρ=1.5 is outside (0, 1)"),
+    (("--for", "trl", "--full-run", "1e13", "--rho", "abc"), "ρ 'abc' is not a number"),
+    (("--for", "trl", "--full-run", "-2"), "--full-run '-2' must be a positive"),
+    (("--for", "trl", "--full-run", "10"), "below one TRL step"),
+])
+def test_cli_bad_input_exit_2_one_line(args, msg):
+    r = run("recipe", RESULTS, *args)
+    assert r.exit_code == 2, r.output
+    assert msg in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_cli_results_without_diagnosis():
+    r = run("recipe", NO_DIAGNOSIS, "--for", "trl", "--full-run", "1e13")
+    assert r.exit_code == 2 and "hold no diagnosis" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_api_errors_are_race_errors():
+    with pytest.raises(RaceError, match="trainer 'x' is unknown"):
+        recipe(RESULTS, trainer="x", full_run_budget=1e13)
+    with pytest.raises(RaceError, match="no verdict"):
+        recipe(dict(presets.DEFAULT), trainer="trl", full_run_budget=1e13)
+
+
+def test_race_recipe_is_the_api_and_import_race_stays_light():
+    import subprocess
+    import sys
+
+    import race
+
+    assert race.recipe(RESULTS, trainer="openrlhf", full_run_budget=1e13).trainer == "openrlhf"
+    code = "import race, sys; race.recipe; print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]

@@ -179,8 +179,9 @@ def _fields(person: tuple[str, str, str, str], other: str, item: tuple[str, str]
             "Poss": poss.capitalize(), "other": other, "items": item[0], "box": item[1]}
 
 
-def _event(rng: random.Random, x: int, max_operand: int, max_value: int) -> tuple[str, int, int] | None:
-    """(operation, operand, new value) of one event on ``x``, or None if none fits."""
+def _event(rng: random.Random, x: int, max_operand: int, max_value: int) -> tuple[str, int, int]:
+    """(operation, operand, new value) of one event on ``x`` (1 <= x <= max_value - 2 or x >= 3,
+    which always holds: some event always fits)."""
     options = []
     if x + 2 <= max_value:
         options.append("add")
@@ -190,8 +191,6 @@ def _event(rng: random.Random, x: int, max_operand: int, max_value: int) -> tupl
         options.append("mul")
     if any(x % d == 0 for d in range(2, 6)) and x >= 4:
         options.append("div")
-    if not options:
-        return None
     op = rng.choice(options)
     if op == "add":
         n = rng.randint(2, min(max_operand, max_value - x))
@@ -225,7 +224,7 @@ def compose(rng: random.Random, steps: int, *, style: str, max_operand: int, max
         work.append(WORK["start"].format(n=x, **f))
         events = steps
     for _ in range(events):
-        op, n, y = _event(rng, x, max_operand, max_value) or ("add", 2, x + 2)
+        op, n, y = _event(rng, x, max_operand, max_value)
         sentences.append(rng.choice(phrases[op]).format(n=n, **f))
         work.append(WORK[op].format(n=n, x=x, y=y, **f))
         x = y

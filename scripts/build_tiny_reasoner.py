@@ -317,6 +317,7 @@ def build(out: str, *, steps: int = MAX_STEPS, seed: int = 0, threads: int = 1, 
     model.generation_config.update(bos_token_id=model.config.bos_token_id, eos_token_id=tok.eos_token_id,
                                    pad_token_id=tok.pad_token_id)
     model.save_pretrained(out, safe_serialization=True)
+    tok.backend_tokenizer.no_padding()      # the checks padded batches: keep that state out of tokenizer.json
     tok.save_pretrained(out)
     _portable_tokenizer_config(out)
     for name in os.listdir(out):

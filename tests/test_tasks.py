@@ -10,8 +10,8 @@ from conftest import ROOT
 from race.tasks import TASKS, Problem, TaskError, apply_chat_template, is_eval_prompt, load_task
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
-def test_train_and_eval_are_disjoint_and_correct(name):
+@pytest.mark.parametrize("name", sorted(n for n in TASKS if n.startswith("arithmetic")))
+def test_train_and_eval_are_disjoint_and_correct(name):      # word problems: tests/test_reasoner.py
     train = load_task(name, split="train", n=3000, seed=1)
     evals = load_task(name, split="eval")
     assert not {p.prompt for p in train} & {p.prompt for p in evals}

@@ -15,15 +15,17 @@ from race.tasks.datasets import (DEFAULT_EVAL_FRACTION, Problem, TaskError, appl
                                  load_parquet, split_problems)
 
 from race.tasks.steps import StepArithmeticTask  # noqa: E402  (column addition worked out in steps)
+from race.tasks.wordproblems import WORD_PROBLEM_TASKS, WordProblemTask  # noqa: E402  (GSM8K-style)
 
-TASKS: dict[str, ArithmeticTask] = {
+TASKS: dict[str, ArithmeticTask | WordProblemTask] = {
     **ARITHMETIC_TASKS,
     "arithmetic-steps": StepArithmeticTask("arithmetic-steps", op="+", lo=0, hi=99),
+    **WORD_PROBLEM_TASKS,
 }
 
 __all__ = [
     "TASKS", "ArithmeticTask", "Problem", "TaskError", "apply_chat_template", "is_eval_prompt", "judges",
-    "load_hf", "load_jsonl", "load_parquet", "load_task",
+    "load_hf", "load_jsonl", "load_parquet", "load_task", "WordProblemTask",
 ]
 
 
@@ -44,7 +46,7 @@ def load_task(name_or_path: str, *, split: str = "train", n: int | None = None, 
     """Problems of one split of a task.
 
     Args:
-        name_or_path: a name in ``TASKS`` (``arithmetic-easy``, ``arithmetic-hard``), a
+        name_or_path: a name in ``TASKS`` (``arithmetic-easy``, ``word-problems``, ...), a
             ``.jsonl``/``.json`` or ``.parquet`` file, or a Hugging Face dataset name
             (``"owner/name"`` or ``"owner/name:config"``).
         split: ``"train"`` or ``"eval"`` (the held-out prompts).

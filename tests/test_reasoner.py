@@ -18,7 +18,7 @@ from race.tasks.wordproblems import PHRASES, WordProblemTask, write_gsm8k, write
 ROOT = Path(__file__).resolve().parents[1]
 ASSET = ROOT / "race" / "assets" / "tiny-reasoner"
 DATA = ROOT / "race" / "assets" / "word-problems"
-WORD_TASKS = ["word-problems", "word-problems-hard", "word-problems-downstream"]
+WORD_TASKS = ["word-problems", "word-problems-hard", "word-problems-downstream", "word-problems-longer"]
 _EQ = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 
 
@@ -200,3 +200,33 @@ def test_sampled_accuracy_and_length_are_in_range(tok):
     acc = accuracy(model, tok, load_task("word-problems", split="eval", n=100), sample=True, seed=0)
     assert 0.1 <= acc["accuracy"] <= 0.6, acc
     assert 30 <= acc["mean_tokens"] <= 150 and acc["ended"] >= 0.9, acc
+
+
+@pytest.mark.slow
+def test_a_short_pilot_raises_the_reasoners_heldout_pass_at_1(torch_one_thread):
+    """One on-policy pilot of 1.2e12 FLOPs (~50 GRPO steps, ~80 s on one core) on the reasoner's
+    smoke config — chat template, 60-token worked solutions stopped at <|im_end|>, the 0.9 math +
+    0.1 format reward, pass@1 by math-verify — lifts held-out pass@1 on 200 prompts × 4 samples by
+    ≥ 0.03 (measured: 0.369 → 0.43; the sampling SE of the difference is about 0.015), with its
+    rollouts and update in sync (gap ≤ 1e-4)."""
+    from dataclasses import replace
+
+    from race.api import build_config
+    from race.grid import plan_grid
+    from race.pilot import answer_check, evaluate, load_rollout, run_pilot, task_problems
+    from race.rewards import build_reward
+
+    cfg = build_config(str(ROOT / "pilots" / "tiny-reasoner-smoke.yaml")).with_overrides(budget=1.2e12)
+    cfg = replace(cfg, eval=replace(cfg.eval, prompts=200, checkpoints=0, tasks=()))
+    schedule = plan_grid(cfg, prompt_len=45, completion_len=60).schedules[1]
+    assert schedule.mu == 1                                              # one update per batch of rollouts
+    _, backend = load_rollout(cfg)
+    problems = task_problems(cfg, backend.tok, split="eval", n=200)
+    assert problems[0].prompt.startswith("<|im_start|>user\n") and answer_check(cfg, problems).__name__ == "math_correct"
+    base = evaluate(backend, problems, build_reward(cfg), samples=4, temperature=1.0, max_new_tokens=160, seed=0,
+                    check=answer_check(cfg, problems))
+    before = sum(base["pass@1"]) / 200
+    result = run_pilot(cfg, schedule, seed=0)
+    after = result.score("pass@1")
+    assert after - before >= 0.03, (before, after)
+    assert result.extra["sync"]["gap_max"] <= 1e-4

@@ -573,12 +573,14 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
 
 def sync_summary(gaps: list[tuple[float, float]], device: str) -> dict:
     """The sync check over a pilot's steps: the largest and mean per-step gap, the largest ratio,
-    the warning level and the steps above it (1-based), and each step's gap (3 significant digits)."""
+    the warning level and the steps above it (1-based), and each step's gap (3 significant digits)
+    and largest ratio (4)."""
     warn = sync_warn_level(device)
     flagged = [i + 1 for i, (g, _) in enumerate(gaps) if g > warn]
     return {"gap_max": max(g for g, _ in gaps), "gap_mean": sum(g for g, _ in gaps) / len(gaps),
             "max_ratio": max(r for _, r in gaps), "warn_at": warn, "flagged_steps": flagged[:20],
-            "n_flagged": len(flagged), "gaps": [float(f"{g:.3g}") for g, _ in gaps]}
+            "n_flagged": len(flagged), "gaps": [float(f"{g:.3g}") for g, _ in gaps],
+            "ratios": [float(f"{r:.4g}") for _, r in gaps]}
 
 
 def software_versions() -> dict:

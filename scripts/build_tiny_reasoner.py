@@ -49,6 +49,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from build_tiny_policy import make_batch  # noqa: E402  (left-padded prompt + solution + EOS, labels on the solution)
 from race.tasks import load_task  # noqa: E402
 from race.tasks.wordproblems import write_gsm8k, write_math  # noqa: E402
 
@@ -149,23 +151,6 @@ def chat_prompt(tok, question: str, system: bool = False) -> str:
     messages = ([{"role": "system", "content": SYSTEM}] if system else []) + [{"role": "user", "content": question}]
     return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-
-def make_batch(tok, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    """Left-padded ``prompt + solution + <|im_end|>``, labels on the solution and EOS only."""
-    seqs, labels = [], []
-    for prompt, answer in pairs:
-        p, a = tok.encode(prompt), tok.encode(answer) + [tok.eos_token_id]
-        seqs.append(p + a)
-        labels.append([-100] * len(p) + a)
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_token_id)
-    lab = torch.full((len(seqs), width), -100)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, l) in enumerate(zip(seqs, labels)):
-        ids[i, width - len(s):], lab[i, width - len(s):], mask[i, width - len(s):] = \
-            torch.tensor(s), torch.tensor(l), 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "labels": lab}
 
 
 def training_pairs(tok, name: str, rng: random.Random) -> list[tuple[str, str]]:

@@ -436,26 +436,27 @@ def answer_format(prompt: str, completion: str, reference: str, *, timeout: floa
     return 1.0 if parses(answer, timeout=timeout) else 0.0
 
 
-def math_reward(timeout: float = CHECK_TIMEOUT) -> Callable[[str, str, str], float]:
-    """The ``math`` reward with its own check time limit (``reward.check_timeout``)."""
+def _with_timeout(reward: Callable[..., float], name: str, timeout: float) -> Callable[[str, str, str], float]:
+    """``reward`` (``math_answer`` or ``answer_format``) with its own check time limit; the function
+    itself at the default limit, so configs that keep it share one cache of checks."""
     timeout = _check_timeout(timeout)
     if timeout == CHECK_TIMEOUT:
-        return math_answer
+        return reward
 
-    def math(prompt: str, completion: str, reference: str) -> float:
-        return math_answer(prompt, completion, reference, timeout=timeout)
-    return math
+    def bound(prompt: str, completion: str, reference: str) -> float:
+        return reward(prompt, completion, reference, timeout=timeout)
+    bound.__name__ = bound.__qualname__ = name
+    return bound
+
+
+def math_reward(timeout: float = CHECK_TIMEOUT) -> Callable[[str, str, str], float]:
+    """The ``math`` reward with its own check time limit (``reward.check_timeout``)."""
+    return _with_timeout(math_answer, "math", timeout)
 
 
 def format_reward(timeout: float = CHECK_TIMEOUT) -> Callable[[str, str, str], float]:
     """The ``format`` reward with its own check time limit (``reward.check_timeout``)."""
-    timeout = _check_timeout(timeout)
-    if timeout == CHECK_TIMEOUT:
-        return answer_format
-
-    def format(prompt: str, completion: str, reference: str) -> float:
-        return answer_format(prompt, completion, reference, timeout=timeout)
-    return format
+    return _with_timeout(answer_format, "format", timeout)
 
 
 def answer_checker(name: str = "math", *, timeout: float = CHECK_TIMEOUT) -> Callable[[str, str, str], bool]:

@@ -69,13 +69,29 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def grid_config(s: dict, kind: str, seeds: int) -> dict:
-    """The config mapping of one grid of setting ``s`` (its budget per pilot: B × the kind's factor)."""
+def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None) -> dict:
+    """The config mapping of one grid of setting ``s`` (its budget per pilot: B × the kind's factor).
+    Paths in the base config that start ``./`` or ``../`` (a downstream file) are made absolute
+    against the base config's folder in ``root`` (the pinned checkout; default this one), since the
+    written config lives in the grid's storage."""
     import yaml
 
     from race import presets
 
+    root = Path(root or ROOT)
     base = dict(presets.DEFAULT) if s["base"] == "default" else yaml.safe_load((ROOT / s["base"]).read_text())
+    if s["base"] != "default":
+        here = (root / s["base"]).parent
+
+        def near(v):
+            return str((here / v).resolve()) if isinstance(v, str) and v.startswith(("./", "../")) else v
+        for key in ("model", "task"):
+            if key in base:
+                base[key] = near(base[key])
+        tasks = (base.get("eval") or {}).get("tasks")
+        if tasks:
+            base["eval"]["tasks"] = [near(t) if isinstance(t, str) else {**t, "path": near(t.get("path"))}
+                                     for t in tasks]
     cfg = _merge(base, s.get("overrides") or {})
     budget = float(s["pilot_budget"]) * KINDS[kind]
     grid = {"pilot": s["pilot_grid"], "full10": s["full_grid"], "full30": s.get("long_grid")}[kind]
@@ -154,7 +170,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     import yaml
 
     s = setting(suite, name)
-    cfg = grid_config(s, kind, int(suite.get("seeds", 3)))
+    cfg = grid_config(s, kind, int(suite.get("seeds", 3)), root=pin)
     out_dir = storage_root / f"{name}-{kind}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"

@@ -728,10 +728,14 @@ def downstream_sets(config: GridConfig, tok) -> dict:
             rows = load_task(task.path, split="eval") if task.path in TASKS else load_dataset_problems(task.path)
         except TaskError as e:
             raise ConfigError(f"eval.tasks {task.label!r}: {e}") from None
-        rows = within_context(config, policy_prompts(config, rows, tok), tok)[0]
-        if not rows:
+        need, kept = task.prompts or config.eval.prompts, []
+        for i in range(0, len(rows), need):      # template and measure only as many rows as it takes
+            kept += within_context(config, policy_prompts(config, rows[i:i + need], tok), tok)[0]
+            if len(kept) >= need:
+                break
+        if not kept:
             raise ConfigError(f"eval.tasks {task.label!r} ({task.path}) has no problem that fits the policy's context")
-        out[task.label] = (task, rows[:task.prompts or config.eval.prompts])
+        out[task.label] = (task, kept[:need])
     return out
 
 

@@ -175,6 +175,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (out_dir / "pin.txt").write_text(str(pin) + "\n")     # which checkout this grid runs from (snapshot reads it)
     cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet",
            "--format", "json"]
     partial = data_path(name, kind, partial=True)
@@ -206,7 +207,9 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
 
 def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
     """The finished pilots of every grid still running (or interrupted) under ``storage_root``,
-    as ``KIND.partial.json.gz``: commit them, and a lost storage costs only the unfinished pilots."""
+    as ``KIND.partial.json.gz``: commit them, and a lost storage costs only the unfinished pilots.
+    Each record names the commit of the pin its grid runs from (``pin.txt`` in its storage, written
+    by ``run``; ``pin`` for grids started before that file existed)."""
     out = []
     for s in suite["settings"]:
         for kind in KINDS:
@@ -215,8 +218,10 @@ def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
                 continue
             results = json.loads(results_file.read_text())
             done = [p for p in results["pilots"] if p.get("status") == "complete"]
+            pin_file = results_file.parent / "pin.txt"
+            grid_pin = Path(pin_file.read_text().strip()) if pin_file.is_file() else pin
             if done:
-                rec = make_record(s, kind, suite, {**results, "pilots": done}, commit=_commit(pin),
+                rec = make_record(s, kind, suite, {**results, "pilots": done}, commit=_commit(grid_pin),
                                   command="(partial)", wall_seconds=0.0)
                 out.append(write_record(rec, partial=True))
     return out

@@ -594,6 +594,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 if data_path(s["name"], kind).is_file():
                     continue
+                if s["base"] != "default" and not (Path(args.pin) / s["base"]).is_file():
+                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} skipped: the pin {args.pin} predates its "
+                          f"base config {s['base']} (run it from a newer pin with --only {s['name']})", flush=True)
+                    continue
                 print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} …", flush=True)
                 try:
                     path = run(s["name"], kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage))

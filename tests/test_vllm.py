@@ -316,9 +316,7 @@ def _sync_gap(backend, policy, batch, temperature):
     comps = [c for grp in batch.completion_ids for c in grp]
     group = [i for i, grp in enumerate(batch.completion_ids) for _ in grp]
     packed = grpo.pack(batch.prompt_ids, comps, group, [0.0] * len(comps), backend.pad_id)
-    sample = torch.zeros(packed.completion_ids.shape)
-    for r, lp in enumerate(lp for grp in batch.logprobs for lp in grp):
-        sample[r, :len(lp)] = torch.tensor(lp)
+    sample = grpo.right_padded([lp for grp in batch.logprobs for lp in grp])
     with torch.no_grad():
         train, _ = grpo.completion_logprobs(policy, packed, temperature=temperature)
     return grpo.sync_gap(train, sample, packed.completion_mask)

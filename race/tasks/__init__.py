@@ -25,7 +25,7 @@ TASKS: dict[str, ArithmeticTask | WordProblemTask] = {
 
 __all__ = [
     "TASKS", "ArithmeticTask", "Problem", "TaskError", "apply_chat_template", "is_eval_prompt", "judges",
-    "load_hf", "load_jsonl", "load_parquet", "load_task", "WordProblemTask",
+    "load_heldout_set", "load_hf", "load_jsonl", "load_parquet", "load_task", "WordProblemTask",
 ]
 
 
@@ -38,6 +38,14 @@ def judges(name_or_path: str) -> dict:
 
         return {"process": process_score, "final-answer": final_answer_correct}
     return {}
+
+
+def load_heldout_set(name_or_path: str) -> list[Problem]:
+    """A downstream held-out set (``eval.tasks``): a built-in task's held-out split, or every row of
+    a ``.jsonl`` / ``.parquet`` file or Hugging Face dataset (none of which is trained on)."""
+    if name_or_path in TASKS:
+        return TASKS[name_or_path].load(split="eval", n=None, seed=0)
+    return load_dataset_problems(name_or_path)
 
 
 def load_task(name_or_path: str, *, split: str = "train", n: int | None = None, seed: int = 0,

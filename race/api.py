@@ -43,7 +43,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
              adaptive: bool | str = False, adaptive_share: float | None = None,
              allow_approximate: bool = False, full_run_budget: float | str | None = None,
-             force_forecast: bool = False) -> Diagnosis:
+             force_forecast: bool = False, engine: str = "auto") -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -66,6 +66,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
             diagnosis then carries ``forecast``, the held-out reward per ρ predicted there from the
             pilots' checkpoints, or its one-line refusal (race.forecast, docs/forecast.md).
         force_forecast: predict even past the extrapolation factor the backtests support (marked forced).
+        engine: ``auto`` (lockstep on CPU where it runs), ``lockstep`` (a grid point's seeds as one
+            batch in one process: race.lockstep) or ``solo`` (one pilot per process).
 
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
@@ -83,7 +85,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
-                       adaptive_share=adaptive_share)
+                       adaptive_share=adaptive_share, engine=engine)
     import race.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.errors import PilotsFailed, RaceError
     from race.results import failure_message

@@ -249,6 +249,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--workers", type=click.IntRange(min=0), default=None,
               help="Pilots run at once here (default: 2 on CPU); 0 = coordinate only, race worker runs them.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
+              help="lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean "
+                   "path runs); solo: one pilot per process.")
 @click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -282,7 +285,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
           import_pilots: str | None, full_run: str | None, force_forecast: bool,
-          allow_approximate: bool) -> None:
+          allow_approximate: bool, engine: str) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -313,7 +316,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
 
     results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
                        study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                       adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce)
+                       adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce, engine=engine)
     if results.diagnosis is not None:
         if full and not failure_message(results):
             from race.api import save_forecast
@@ -363,16 +366,20 @@ class _Failed(click.ClickException):
 @click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds an idle worker waits for new pilots (adaptive rungs) before it exits.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
+@click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
+              help="lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean "
+                   "path runs); solo: one pilot per process.")
 @_user_errors
 def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
-           quiet: bool) -> None:
+           quiet: bool, engine: str) -> None:
     """Join a study (from any machine) and run the pilots no other worker holds.
 
     Stops when the study needs no more pilots; a pilot whose worker died is taken over
     once its heartbeat is stale."""
     from race.scheduler import run_worker
 
-    done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait)
+    done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait,
+                      engine=engine)
     click.echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
                f"for study {done['study']!r} in {done['storage']}")
 

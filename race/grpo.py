@@ -354,3 +354,103 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     sync = sync_gap(torch.cat(olds), sample_logprobs, batch.completion_mask) if sample_logprobs is not None else None
     return UpdateStats(sum(s.loss for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
                        sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n, sync)
+
+
+# ----------------------------------------------------------------------------- lockstep (a seed axis)
+
+def stack_batches(batches: Sequence[TrainBatch], pad_id: int) -> TrainBatch:
+    """Per-seed batches of one shape (same prompts and sequences per seed) as one ``TrainBatch`` with
+    a leading seed axis: prompt_ids / prompt_mask [S, G, Lp] (left-padded to the widest seed),
+    group [S, B], completion_ids / completion_mask [S, B, Lc] (right-padded), advantages [S, B].
+    Padding only adds masked positions, which change no real one (race.backends.lockstep)."""
+    G, B = batches[0].prompt_ids.shape[0], batches[0].group.shape[0]
+    if any(b.prompt_ids.shape[0] != G or b.group.shape[0] != B for b in batches):
+        raise ValueError("lockstep batches need the same prompts and sequences per seed: got "
+                         f"{[(b.prompt_ids.shape[0], b.group.shape[0]) for b in batches]}")
+    Lp = max(b.prompt_ids.shape[1] for b in batches)
+    Lc = max(b.completion_ids.shape[1] for b in batches)
+
+    def left(t: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (Lp - t.shape[1], 0), value=fill)
+
+    def right(t: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, Lc - t.shape[1]), value=fill)
+
+    return TrainBatch(torch.stack([left(b.prompt_ids, pad_id) for b in batches]),
+                      torch.stack([left(b.prompt_mask, 0) for b in batches]),
+                      torch.stack([b.group for b in batches]),
+                      torch.stack([right(b.completion_ids, pad_id) for b in batches]),
+                      torch.stack([right(b.completion_mask, 0) for b in batches]),
+                      torch.stack([b.advantages for b in batches]))
+
+
+def _seed_slice(batch: TrainBatch, s: int) -> TrainBatch:
+    return TrainBatch(batch.prompt_ids[s], batch.prompt_mask[s], batch.group[s], batch.completion_ids[s],
+                      batch.completion_mask[s], batch.advantages[s])
+
+
+def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch], *, mu: int, temperature: float,
+                 clip_eps: float, loss_agg: str, max_completion_len: int, beta: float = 0.0,
+                 entropy_coef: float = 0.0, max_grad_norm: float | None = 1.0, micro_batch: int | None = None,
+                 lr_schedulers: Sequence[Any] | None = None, pad_id: int = 0,
+                 sample_logprobs: Sequence[torch.Tensor | None] | None = None) -> list[UpdateStats]:
+    """``update`` for the active seeds of a lockstep policy (race.backends.lockstep) at once.
+
+    ``batches[s]`` is seed s's batch, ``optimizers[s]`` its optimizer over its own adapter (and
+    ``lr_schedulers[s]`` its schedule). Each iteration runs one forward and one backward over all
+    seeds (the seeds' losses summed: their adapters are disjoint, so each gets exactly its own
+    loss's gradient), then clips and steps each seed apart. Micro-batches split every seed at the
+    same prompt-group boundaries (equal shapes). Returns per seed what ``update`` returns."""
+    S = len(batches)
+    per_seed_chunks = [micro_batches(b, micro_batch) for b in batches]
+    n_chunks = len(per_seed_chunks[0])
+    chunks = [stack_batches([c[k] for c in per_seed_chunks], pad_id) for k in range(n_chunks)]
+    weights = [[_chunk_weight(c[k], b, loss_agg) for k in range(n_chunks)] for c, b in zip(per_seed_chunks, batches)]
+    widths = [[c[k].completion_width for k in range(n_chunks)] for c in per_seed_chunks]
+    refs: list[torch.Tensor | None] = [None] * n_chunks
+    if beta > 0:
+        with torch.no_grad(), policy.disable_adapter():
+            refs = [completion_logprobs(policy, c, temperature=temperature)[0] for c in chunks]
+    olds: list[torch.Tensor | None] = [None] * n_chunks
+    params = [[p for group in opt.param_groups for p in group["params"]] for opt in optimizers]
+    stats: list[list[UpdateStats]] = [[] for _ in range(S)]
+    for _ in range(mu):
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        acc = [[0.0, 0.0, 0.0, 0.0] for _ in range(S)]
+        for k, chunk in enumerate(chunks):
+            logp, entropy = completion_logprobs(policy, chunk, temperature=temperature,
+                                                with_entropy=entropy_coef > 0)        # [S, B, Lc]
+            if olds[k] is None:
+                olds[k] = logp.detach()
+            total = 0.0
+            for s in range(S):
+                w = weights[s][k]
+                terms = policy_loss(logp[s], olds[k][s], chunk.advantages[s], chunk.completion_mask[s],
+                                    clip_eps=clip_eps, loss_agg=loss_agg, max_completion_len=max_completion_len,
+                                    ref_logp=refs[k][s] if refs[k] is not None else None, beta=beta,
+                                    entropy=entropy[s] if entropy is not None else None, entropy_coef=entropy_coef)
+                total = total + (terms.loss * w if n_chunks > 1 else terms.loss)
+                a = acc[s]
+                a[0] += float(terms.loss.detach()) * w
+                a[1], a[2], a[3] = a[1] + terms.clip_fraction * w, a[2] + terms.kl * w, a[3] + terms.entropy * w
+            total.backward()
+        for s in range(S):
+            if max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params[s], max_grad_norm, foreach=True)
+            optimizers[s].step()
+            if lr_schedulers is not None and lr_schedulers[s] is not None:
+                lr_schedulers[s].step()
+            stats[s].append(UpdateStats(*acc[s]))
+    out = []
+    for s in range(S):
+        sync = None
+        if sample_logprobs is not None and sample_logprobs[s] is not None:
+            old = torch.cat([torch.nn.functional.pad(olds[k][s][:, :widths[s][k]],
+                                                     (0, max(widths[s]) - widths[s][k]))
+                             for k in range(n_chunks)])
+            sync = sync_gap(old, sample_logprobs[s], batches[s].completion_mask)
+        n = len(stats[s])
+        out.append(UpdateStats(sum(x.loss for x in stats[s]) / n, sum(x.clip_fraction for x in stats[s]) / n,
+                               sum(x.kl for x in stats[s]) / n, sum(x.entropy for x in stats[s]) / n, sync))
+    return out

@@ -489,82 +489,125 @@ def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:
                                         trust_setting="eval.judge_trust_remote_code")}
 
 
+class PilotLoop:
+    """One pilot's training loop state: its prompt order (``random.Random(seed)``, reshuffled at
+    the end of each pass), the FLOPs spent, the reward curve and the step tallies. ``wants_step``
+    says whether another step fits the budget (it would not overshoot by more than half a step)."""
+
+    def __init__(self, config: GridConfig, schedule: Schedule, seed: int, train: list):
+        self.config, self.schedule, self.train = config, schedule, train
+        self.rng, self.order, self.cursor = random.Random(seed), list(range(len(train))), 0
+        self.spent, self.curve, self.steps, self.errors, self.first_error = FlopBreakdown(), [], 0, 0, None
+        self.gaps: list[tuple[float, float]] = []     # per step: (mean |Δ log p|, largest ratio) of the sync check
+        self.last_step = schedule.flops_per_step.total
+
+    def wants_step(self) -> bool:
+        return self.spent.total + 0.5 * self.last_step <= self.config.budget
+
+    def next_problems(self) -> list:
+        k = self.schedule.prompts_per_step
+        if self.cursor + k > len(self.order):
+            self.rng.shuffle(self.order)
+            self.cursor = 0
+        batch = [self.train[i] for i in self.order[self.cursor:self.cursor + k]]
+        self.cursor += k
+        return batch
+
+    def record(self, record: StepRecord) -> None:
+        self.spent, self.last_step, self.steps = self.spent + record.flops, record.flops.total, self.steps + 1
+        self.errors += record.reward_errors
+        self.first_error = self.first_error or record.reward_first_error
+        if record.sync is not None:
+            self.gaps.append((record.sync.mean_abs, record.sync.max_ratio))
+        self.curve.append((self.spent.total, record.mean_reward))
+
+
+@dataclass
+class PilotData:
+    """What a pilot reads besides its training prompts, loaded before any step runs: the extra
+    targets (judges), the held-out problems and the downstream sets (``eval.tasks``)."""
+
+    targets: dict
+    evals: list
+    downstream: dict
+
+    @classmethod
+    def load(cls, config: GridConfig, tok, *, device: str = "cpu") -> "PilotData":
+        from race.tasks import judges
+
+        targets = {**judges(config.task), **model_judges(config, device=device)}
+        return cls(targets, task_problems(config, tok, split="eval", n=config.eval.prompts), downstream_sets(config, tok))
+
+
 def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
               progress: ProgressFn | None = None) -> PilotResult:
     """Run one pilot to its budget and evaluate it (see the module docstring)."""
-    from race.tasks import judges
-
     engine = PilotEngine(config, schedule, seed, device=device)
-    targets = {**judges(config.task), **model_judges(config, device=device)}   # loaded before any step runs
     tok = engine.backend.tok
+    data = PilotData.load(config, tok, device=device)
     train = task_problems(config, tok, split="train", seed=seed)
-    evals = task_problems(config, tok, split="eval", n=config.eval.prompts)
-    downstream = downstream_sets(config, tok)                                  # loaded before any step runs
-    engine.check = answer_check(config, evals)
-    rng, order, cursor = random.Random(seed), list(range(len(train))), 0
-    spent, curve, steps, errors, first_error = FlopBreakdown(), [], 0, 0, None
-    gaps: list[tuple[float, float]] = []     # per step: (mean |Δ log p|, largest ratio) of the sync check
-    checkpoints = HeldOutCheckpoints(engine, evals, targets, seed)
+    engine.check = answer_check(config, data.evals)
+    loop = PilotLoop(config, schedule, seed, train)
+    checkpoints = HeldOutCheckpoints(engine, data.evals, data.targets, seed)
     if checkpoints.on:
-        checkpoints.run(0.0, 0, spent)                       # the base policy: the curve's start
-    last_step = schedule.flops_per_step.total
-    while spent.total + 0.5 * last_step <= config.budget:
-        if cursor + schedule.prompts_per_step > len(order):
-            rng.shuffle(order)
-            cursor = 0
-        record = engine.step([train[i] for i in order[cursor:cursor + schedule.prompts_per_step]])
-        cursor += schedule.prompts_per_step
-        spent, last_step, steps = spent + record.flops, record.flops.total, steps + 1
-        errors += record.reward_errors
-        first_error = first_error or record.reward_first_error
-        if record.sync is not None:
-            gaps.append((record.sync.mean_abs, record.sync.max_ratio))
-        curve.append((spent.total, record.mean_reward))
-        fraction = checkpoints.due(spent.total)
-        if fraction is not None and spent.total + 0.5 * last_step <= config.budget:   # not the last step
-            checkpoints.run(fraction, steps, spent)
+        checkpoints.run(0.0, 0, loop.spent)                  # the base policy: the curve's start
+    while loop.wants_step():
+        loop.record(engine.step(loop.next_problems()))
+        fraction = checkpoints.due(loop.spent.total)
+        if fraction is not None and loop.wants_step():      # not the last step
+            checkpoints.run(fraction, loop.steps, loop.spent)
         if progress:
-            progress(steps, spent.total)
+            progress(loop.steps, loop.spent.total)
+    result = finish_pilot(engine, engine.backend, data, loop, checkpoints, seed, wall=engine.wall, device=device)
+    engine.backend.close()
+    close_reward(engine.reward_fn)
+    return result
 
+
+def finish_pilot(engine, backend, data: PilotData, loop: PilotLoop, checkpoints: HeldOutCheckpoints, seed: int, *,
+                 wall: dict, device: str, extra: dict | None = None) -> PilotResult:
+    """Evaluate a pilot whose training ``loop`` is over (held-out prompts, then the downstream
+    sets) and return its ``PilotResult``. ``engine`` gives ``config``, ``reward_fn``, ``meter`` and
+    ``check``; ``backend`` samples the pilot's policy; ``wall`` (seconds per phase) gains the
+    evaluations' times; ``extra`` joins the result's ``extra``."""
     import torch
 
+    config, schedule = engine.config, loop.schedule
     t = time.perf_counter()
     eval_errors: dict = {}
     scores, final_cost = evaluate_with_cost(
-        engine.backend, evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
-        max_new_tokens=config.grpo.max_completion_len, judges=targets, meter=engine.meter,
-        generator=torch.Generator(device=engine.backend.device).manual_seed(10_007 + seed), errors=eval_errors,
+        backend, data.evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
+        max_new_tokens=config.grpo.max_completion_len, judges=data.targets, meter=engine.meter,
+        generator=torch.Generator(device=backend.device).manual_seed(10_007 + seed), errors=eval_errors,
         check=engine.check)
-    engine.wall["eval"] = time.perf_counter() - t
-    cps = checkpoints.end(steps, spent, scores)          # before the downstream targets join ``scores``
+    wall["eval"] = time.perf_counter() - t
+    cps = checkpoints.end(loop.steps, loop.spent, scores)   # before the downstream targets join ``scores``
     t = time.perf_counter()
     down_flops = 0.0
-    for label, (task, problems) in downstream.items():
+    for label, (task, problems) in data.downstream.items():
         k = task.samples or config.eval.samples
         got, cost = evaluate_with_cost(
-            engine.backend, problems, None, samples=k, temperature=config.eval.temperature,
+            backend, problems, None, samples=k, temperature=config.eval.temperature,
             max_new_tokens=config.grpo.max_completion_len, meter=engine.meter, check=answer_check(config, problems),
-            generator=torch.Generator(device=engine.backend.device).manual_seed(20_011 + seed))
+            generator=torch.Generator(device=backend.device).manual_seed(20_011 + seed))
         scores = {**scores, f"{label}/pass@1": got["pass@1"], f"{label}/pass@{k}": got[f"best@{k}"]}
         down_flops += cost.total
-    if downstream:
-        engine.wall["downstream"] = time.perf_counter() - t
+    if data.downstream:
+        wall["downstream"] = time.perf_counter() - t
     if checkpoints.on:
-        engine.wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
-    engine.backend.close()
-    close_reward(engine.reward_fn)
+        wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
     # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
-    backend = engine.backend.name + (" (sleep mode)" if getattr(engine.backend, "sleep", False) else "")
+    name = backend.name + (" (sleep mode)" if getattr(backend, "sleep", False) else "")
     eval_flops = {"final": final_cost.total, **({"checkpoints": sum(c.eval_flops.total for c in cps)} if cps else {}),
-                  **({"downstream": down_flops} if downstream else {})}
-    return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=spent, evals=scores, schedule=schedule,
-                       curve=tuple(curve), wall_seconds=dict(engine.wall),
-                       extra={"steps": steps, "reward_errors": errors, "device": device, "backend": backend,
-                              **({"reward_first_error": first_error} if first_error else {}),
+                  **({"downstream": down_flops} if data.downstream else {})}
+    return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=loop.spent, evals=scores, schedule=schedule,
+                       curve=tuple(loop.curve), wall_seconds=dict(wall),
+                       extra={"steps": loop.steps, "reward_errors": loop.errors, "device": device, "backend": name,
+                              **({"reward_first_error": loop.first_error} if loop.first_error else {}),
                               **({"eval_errors": eval_errors} if eval_errors else {}),
-                              "sampling_uses_adapter": engine.backend.sampling_uses_adapter,
-                              **({"sync": sync_summary(gaps, device)} if gaps else {}),
-                              "software": software_versions(), "eval_flops": eval_flops},
+                              "sampling_uses_adapter": backend.sampling_uses_adapter,
+                              **({"sync": sync_summary(loop.gaps, device)} if loop.gaps else {}),
+                              "software": software_versions(), "eval_flops": eval_flops, **(extra or {})},
                        checkpoints=cps)
 
 

@@ -320,7 +320,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
         return json.dumps(diagnosis_json(diag), indent=2)
     meta = diag.meta
     head = [f"{k}: {fmt_flops(meta[k]) if isinstance(meta[k], float) else meta[k]}"
-            for k in ("model", "task", "reward", "backend", "budget_per_pilot", "seeds", "adaptive", "software")
+            for k in ("model", "task", "reward", "backend", "engine", "budget_per_pilot", "seeds", "adaptive",
+                      "software")
             if k in meta]
     parts = [_heading("RACE diagnosis", fmt)]
     if head:

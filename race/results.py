@@ -110,14 +110,17 @@ def software_line(pilots: Sequence[PilotResult]) -> str:
 
 def pilots_meta(meta: Mapping[str, Any], pilots: Sequence[PilotResult], *,
                 adaptive: Mapping[str, Any] | None = None, full_grid: int = 0) -> dict[str, Any]:
-    """The diagnosis meta: the study's, with the backend(s) and software versions that the
-    finished pilots actually ran (each pilot records its own), and for an adaptive grid
+    """The diagnosis meta: the study's, with the backend(s), the engine (when any pilot ran in
+    lockstep: race.lockstep) and software versions that the finished pilots actually ran (each
+    pilot records its own), and for an adaptive grid
     (``adaptive``: the study's ``race:adaptive``) its policy and how many of the full grid's
     ``full_grid`` pilots it ran."""
     done = [p for p in pilots if p.status == "complete"]
     used = sorted({str(p.extra.get("backend")) for p in done if p.extra.get("backend")})
+    engines = sorted({str(p.extra.get("engine", "solo")) for p in done})
     software = software_line(done)
     return {**dict(meta), **({"backend": ", ".join(used)} if used else {}),
+            **({"engine": ", ".join(engines)} if engines and engines != ["solo"] else {}),
             **({"adaptive": f"{adaptive.get('policy')}, {len(done)} of {full_grid} pilots"} if adaptive else {}),
             **({"software": software} if software else {})}
 

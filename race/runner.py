@@ -22,7 +22,8 @@ from typing import Callable
 from race.config import GridConfig, config_from_dict
 from race.records import PilotResult, Schedule
 
-_PRELOAD = ["torch", "transformers", "peft", "race.pilot", "race.grpo", "race.backends.hf"]
+_PRELOAD = ["torch", "transformers", "peft", "race.pilot", "race.grpo", "race.backends.hf", "race.lockstep",
+            "race.backends.lockstep"]
 
 
 @dataclass(frozen=True)
@@ -35,26 +36,44 @@ class Job:
         return (self.schedule.rho_target, self.seed)
 
 
-def _child(conn, config: dict, schedule: dict, seed: int, threads: int, device: str) -> None:
-    """Entry point of a pilot process: run one pilot, send its result back."""
+def lockstep_groups(jobs: list[Job], size: int) -> list[list[Job]]:
+    """``jobs`` as lockstep groups: the jobs of one schedule (grid point) together, at most
+    ``size`` per group, in first-seen order (``size`` 1: every job alone)."""
+    by_point: dict[float, list[Job]] = {}
+    for job in jobs:
+        by_point.setdefault(job.schedule.rho_target, []).append(job)
+    return [grp[i:i + max(1, size)] for grp in by_point.values() for i in range(0, len(grp), max(1, size))]
+
+
+def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, device: str) -> None:
+    """Entry point of a pilot process: run one pilot (one seed) or a lockstep group (several seeds
+    of one schedule: race.lockstep), sending progress and each result back as it comes."""
     try:
         import torch
 
         torch.set_num_threads(threads)
-        from race.pilot import run_pilot
-
         cfg = config_from_dict(config)
-        last = [0.0]
+        sched = Schedule.from_dict(schedule)
+        last: dict[int, float] = {}
 
-        def progress(step: int, spent: float) -> None:
+        def progress(seed: int, step: int, spent: float) -> None:
             now = time.monotonic()
-            if now - last[0] > 0.5:
-                last[0] = now
-                conn.send(("progress", step, spent))
+            if now - last.get(seed, 0.0) > 0.5:
+                last[seed] = now
+                conn.send(("progress", seed, step, spent))
 
-        result = run_pilot(cfg, Schedule.from_dict(schedule), seed, device=device, progress=progress)
-        conn.send(("result", result.to_dict()))
-    except BaseException as e:  # report, then die: the parent records a failed pilot
+        if len(seeds) == 1:
+            from race.pilot import run_pilot
+
+            result = run_pilot(cfg, sched, seeds[0], device=device,
+                               progress=lambda step, spent: progress(seeds[0], step, spent))
+            conn.send(("result", result.to_dict()))
+        else:
+            from race.lockstep import run_lockstep
+
+            run_lockstep(cfg, sched, list(seeds), device=device, progress=progress,
+                         on_result=lambda r: conn.send(("result", r.to_dict())))
+    except BaseException as e:  # report, then die: the parent records every unfinished pilot as failed
         conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
     finally:
         conn.close()
@@ -97,16 +116,20 @@ def default_workers(device: str) -> int:
 def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu",
              on_result: Callable[[Job, PilotResult], None] | None = None,
              on_progress: Callable[[Job, int, float], None] | None = None,
-             next_job: Callable[[], Job | None] | None = None,
+             next_job: Callable[[], "Job | list[Job] | None"] | None = None,
              on_start: Callable[[Job, int], None] | None = None,
              on_tick: Callable[[], None] | None = None,
-             keep_going: Callable[[], bool] | None = None, poll: float = 1.0) -> list[PilotResult]:
+             keep_going: Callable[[], bool] | None = None, poll: float = 1.0,
+             group_size: int = 1) -> list[PilotResult]:
     """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
     ``status="failed"`` and the reason in ``extra["error"]``.
 
-    For a job queue that fills while it runs (race.scheduler: trials of an optuna study),
-    ``next_job()`` hands the next job or None, ``keep_going()`` says whether to wait for more
-    once nothing runs, ``on_start(job, pid)`` sees each pilot process start and ``on_tick()``
+    One process runs one pilot, or a lockstep group (race.lockstep): ``group_size`` > 1 groups
+    ``jobs`` by grid point (``lockstep_groups``), and ``next_job()`` may hand a list of jobs of one
+    schedule. A group that dies fails every pilot of it not yet returned; the ones it returned are
+    kept. For a job queue that fills while it runs (race.scheduler: trials of an optuna study),
+    ``next_job()`` hands the next job (or group) or None, ``keep_going()`` says whether to wait for
+    more once nothing runs, ``on_start(job, pid)`` sees each pilot's process start and ``on_tick()``
     runs about every ``poll`` seconds (heartbeats)."""
     from race.backends import resolve_backend
 
@@ -116,21 +139,25 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():      # several worker processes on one machine
         threads = max(1, int(os.environ["OMP_NUM_THREADS"]))
     cfg = config.to_dict()
-    pending, running, results = list(jobs), {}, []
+    pending: list[list[Job]] = lockstep_groups(list(jobs), group_size)
+    running: dict = {}
+    results = []
     while pending or running or (keep_going is not None and keep_going()):
         while len(running) < workers:
-            job = pending.pop(0) if pending else (next_job() if next_job else None)
-            if job is None:
+            got = pending.pop(0) if pending else (next_job() if next_job else None)
+            if not got:
                 break
+            group = list(got) if isinstance(got, list) else [got]
             parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(child, cfg, job.schedule.to_dict(), job.seed, threads, device),
-                               daemon=True)
+            proc = ctx.Process(target=_child, args=(child, cfg, group[0].schedule.to_dict(),
+                                                    [j.seed for j in group], threads, device), daemon=True)
             with _unimportable_main_hidden():
                 proc.start()
             child.close()
-            running[parent] = (proc, job)
+            running[parent] = (proc, {j.seed: j for j in group})
             if on_start:
-                on_start(job, proc.pid)
+                for job in group:
+                    on_start(job, proc.pid)
         if on_tick:
             on_tick()
         if not running:
@@ -138,32 +165,41 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
             continue
         ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=poll)
         for conn in list(running):
-            proc, job = running[conn]
-            done, result = False, None
+            proc, left = running[conn]
+            done, error = False, None
+
+            def finish(job: Job, result: PilotResult) -> None:
+                results.append(result)
+                if on_result:
+                    on_result(job, result)
+
             try:
                 while conn.poll():
                     msg = conn.recv()
-                    if msg[0] == "progress" and on_progress:
-                        on_progress(job, msg[1], msg[2])
+                    if msg[0] == "progress" and on_progress and msg[1] in left:
+                        on_progress(left[msg[1]], msg[2], msg[3])
                     elif msg[0] == "result":
-                        result, done = PilotResult.from_dict(msg[1]), True
+                        result = PilotResult.from_dict(msg[1])
+                        job = left.pop(result.seed, None)
+                        if job is not None:
+                            finish(job, result)
+                        done = not left
                     elif msg[0] == "error":
-                        result, done = _failed(job, msg[1], msg[2]), True
+                        error, done = (msg[1], msg[2]), True
             except (EOFError, OSError):
                 done = True
             if not done and proc.sentinel in ready and not proc.is_alive():
                 done = True
             if done:
                 proc.join(timeout=5)
-                if result is None:
+                if error is None and left:
                     code = proc.exitcode
                     why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
-                    result = _failed(job, f"pilot process {why}", "")
+                    error = (f"pilot process {why}", "")
+                for job in list(left.values()):
+                    finish(job, _failed(job, *error))
                 del running[conn]
                 conn.close()
-                results.append(result)
-                if on_result:
-                    on_result(job, result)
     return results
 
 

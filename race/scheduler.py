@@ -204,7 +204,8 @@ def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Calla
 class _Loop:
     """Run the pilots of one study through race.runner.run_jobs, talking to the store."""
 
-    def __init__(self, store: Any, *, device: str, workers: int, retries: int, quiet: bool, first_number: int):
+    def __init__(self, store: Any, *, device: str, workers: int, retries: int, quiet: bool, first_number: int,
+                 group_size: int = 1):
         from race.runner import Job, Progress
 
         self.store, self.info = store, store.info
@@ -218,13 +219,24 @@ class _Loop:
         self.Job = Job
         self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
         self.on_change = lambda: None
+        self.group_size = max(1, group_size)
 
     def next_job(self):
+        """The next pilot, or with lockstep the next group: one claimed trial and up to
+        ``group_size − 1`` more waiting trials of its grid point (race.lockstep)."""
         claim = self.store.claim()
         if claim is None:
             return None
-        self.held[claim.key] = claim
-        return self.Job(self.schedules[claim.key[0]], claim.key[1])
+        claims = [claim]
+        while len(claims) < self.group_size:
+            more = self.store.claim(rho=claim.key[0])
+            if more is None:
+                break
+            claims.append(more)
+        for c in claims:
+            self.held[c.key] = c
+        jobs = [self.Job(self.schedules[c.key[0]], c.key[1]) for c in claims]
+        return jobs if self.group_size > 1 else jobs[0]
 
     def on_start(self, job, pid: int) -> None:
         self.store.set_pid(self.held[job.key], pid)
@@ -259,7 +271,8 @@ class _Loop:
         try:
             run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
                      on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
-                     on_tick=keep_going, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2))
+                     on_tick=keep_going, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2),
+                     group_size=self.group_size)
         finally:
             halt()
 
@@ -288,7 +301,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
               workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
               classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
               heartbeat: int | None = None, adaptive_share: float | None = None,
-              import_pilots: str | None = None, announce: Callable[[], None] | None = None) -> Results:
+              import_pilots: str | None = None, announce: Callable[[], None] | None = None,
+              engine: str = "auto") -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
 
     ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
@@ -298,7 +312,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
     ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
     name from ``ADAPTIVE_POLICIES``. ``adaptive_share``: the share of the full grid's pilots it
-    runs (None: the study's own on a resume, else 0.5); stored with the study."""
+    runs (None: the study's own on a resume, else 0.5); stored with the study.
+    ``engine``: ``auto`` (lockstep groups of a grid point's seeds on CPU where the lean path runs:
+    race.lockstep), ``lockstep`` or ``solo`` (one pilot per process)."""
     from race import store as S
     from race.backends import BACKENDS, resolve_backend
 
@@ -343,6 +359,9 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race.pilot import check_host_memory
 
     check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
+    from race.lockstep import group_size_for
+
+    group_size = group_size_for(config, engine, device)
     url = storage or S.default_url(out_dir)
     fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
@@ -352,7 +371,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                       adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,
                       calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat,
-                      import_pilots=import_pilots)
+                      import_pilots=import_pilots, group_size=group_size)
     except BaseException:
         if fresh and not st.exists():          # a refusal or a failed calibration leaves nothing behind
             st.close()
@@ -372,7 +391,8 @@ run_grid = run_study
 
 def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
            adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
-           classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None) -> Results:
+           classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None,
+           group_size: int = 1) -> Results:
     """Create or resume the study in ``st``, then coordinate it."""
     user_cfg = config.to_dict()
     resumed = st.exists()
@@ -417,14 +437,15 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
             print(f"imported {n} finished pilot(s) from {import_pilots}", file=sys.stderr, flush=True)
     try:
         return _coordinate(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
-                           adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed)
+                           adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed,
+                           group_size=group_size)
     finally:
         st.release_coordination()
 
 
 def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool,
                 retries: int, adaptive: bool | str, adaptive_share: float | None, policy: str | None,
-                resumed: bool) -> Results:
+                resumed: bool, group_size: int = 1) -> Results:
     """The coordinator's loop over a study it holds: enqueue, run, sweep, save, classify."""
     from race.runner import default_workers
 
@@ -439,7 +460,8 @@ def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, worke
     first_number = len(st.trials())
     if workers is None:
         workers = default_workers(device)
-    loop = _Loop(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number)
+    loop = _Loop(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number,
+                 group_size=group_size)
     given_up: set[Key] = set()
     state = {"done": False, "last": 0.0}
     all_keys = info.keys()
@@ -589,7 +611,7 @@ def check_eval_tasks(config: Any) -> None:
 
 
 def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,
-               retries: int = 1, wait: float = 30.0) -> dict[str, Any]:
+               retries: int = 1, wait: float = 30.0, engine: str = "auto") -> dict[str, Any]:
     """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
     (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
     from race import store as S
@@ -600,8 +622,11 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     st = S.Store(storage, study)
     info = st.load()
     first_number = len(st.trials())
+    from race.lockstep import group_size_for
+
     loop = _Loop(st, device=device, workers=workers if workers is not None else default_workers(device),
-                 retries=retries, quiet=quiet, first_number=first_number)
+                 retries=retries, quiet=quiet, first_number=first_number,
+                 group_size=group_size_for(config_from_dict(info.run_config), engine, device))
     keys = set(info.keys())
     state = {"idle_since": None, "last": 0.0, "go": True}
 

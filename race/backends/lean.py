@@ -138,7 +138,7 @@ class LeanLM(torch.nn.Module):
             raise ValueError(f"LoRA target {sorted(unknown)[0]!r} is not a projection of this model: "
                              f"expected some of {', '.join(_ATTN + _MLP)}")
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        self.lora = torch.nn.ParameterDict()
+        self._adapter_shapes: list[tuple[int, str, int, int]] = []   # (layer, projection, out, in)
         self.layers = []
         for i, layer in enumerate(inner.layers):
             mods = {n: getattr(layer.self_attn if n in _ATTN else layer.mlp, n) for n in _ATTN + _MLP}
@@ -158,18 +158,25 @@ class LeanLM(torch.nn.Module):
             self.layers.append(SimpleNamespace(w=w, b=b, slices=slices, norms=norms, merged={},
                                                q_dim=mods["q_proj"].weight.shape[0],
                                                kv_dim=mods["k_proj"].weight.shape[0]))
-            for name in self.targets:
-                out_f, in_f = mods[name].weight.shape
-                a = torch.empty(rank, in_f)
-                # peft's init: kaiming_uniform_(a=sqrt(5)) → U(−1/sqrt(in), 1/sqrt(in)); B = 0
-                bound = 1.0 / math.sqrt(in_f)
-                a.uniform_(-bound, bound, generator=gen)
-                self.lora[f"{i}_{name}_A"] = torch.nn.Parameter(a.to(device=self.embed.device))
-                self.lora[f"{i}_{name}_B"] = torch.nn.Parameter(torch.zeros(out_f, rank, device=self.embed.device))
+            self._adapter_shapes += [(i, name, *mods[name].weight.shape) for name in self.targets]
+        self.lora = self.new_adapter(gen)
         self.eager_attention = False    # True: attention as explicit matmuls (for FLOP-counter tests)
         self._adapter_on = True
 
     # ------------------------------------------------------------------ adapter plumbing
+    def new_adapter(self, generator: torch.Generator | None = None) -> torch.nn.ParameterDict:
+        """A fresh adapter for this model's targets, drawn from ``generator`` (None: torch's global
+        stream, as peft draws): A ~ U(±1/√in) (peft's ``kaiming_uniform_(a=√5)``), B = 0, layer by
+        layer in target order, so a seeded draw gives the adapter a solo pilot of that seed has."""
+        out = torch.nn.ParameterDict()
+        for i, name, out_f, in_f in self._adapter_shapes:
+            a = torch.empty(self.rank, in_f)
+            bound = 1.0 / math.sqrt(in_f)
+            a.uniform_(-bound, bound, generator=generator)
+            out[f"{i}_{name}_A"] = torch.nn.Parameter(a.to(device=self.embed.device))
+            out[f"{i}_{name}_B"] = torch.nn.Parameter(torch.zeros(out_f, self.rank, device=self.embed.device))
+        return out
+
     @contextlib.contextmanager
     def disable_adapter(self):
         """The base model (reference policy for KL) without a second copy of the weights."""

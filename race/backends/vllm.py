@@ -311,3 +311,117 @@ class VLLMBackend:
 
             gc.collect()
             torch.cuda.empty_cache()
+
+
+class VLLMLockstepBackend:
+    """Rollouts for a lockstep group (race.lockstep) from ONE vLLM engine serving every seed's adapter
+    at once (vLLM's multi-LoRA: ``max_loras`` = seeds + 1, each request carrying its seed's
+    ``LoRARequest``). ``sync(seeds)`` publishes each seed's adapter as a new version (trap 1 holds
+    per seed: fresh ids only); ``generate_seeds`` sends all seeds' prompts as one ``generate``
+    call, each seed's requests seeded from that seed's generator; ``view(seed)`` is a one-seed
+    backend for evaluations. As ``VLLMBackend``, adapters run unmerged: ``sampling_uses_adapter``."""
+
+    name = "vllm"
+    sampling_uses_adapter = True
+
+    def __init__(self, policy, tokenizer, *, model_path: str, device: str = "cpu", llm=None,
+                 max_model_len: int | None = None, gpu_memory_utilization: float | None = None,
+                 seed: int = 0, workdir: str | None = None):
+        import torch
+
+        self.policy, self.tok, self.device, self.model_path = policy, tokenizer, torch.device(device), model_path
+        self.stop_ids = stop_token_ids(tokenizer, policy)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
+        self.rank, self.alpha, self.targets = policy.rank, policy.scale * policy.rank, policy.targets
+        self._owns_engine = llm is None
+        if llm is None:
+            import random
+
+            import numpy as np
+
+            states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+            llm = create_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
+                                gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                                max_loras=len(policy.seeds) + 1)
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.random.set_rng_state(states[2])
+        self.llm = llm
+        self._dir = tempfile.mkdtemp(prefix="race-lora-", dir=workdir)
+        self._ids = engine_ids(llm)
+        self.current: dict[int, object] = {}
+        self.version = 0
+        self.sync(policy.seeds)
+
+    def sync(self, seeds) -> dict[int, float]:
+        """Publish each seed's current adapter as a new LoRA version (0 FLOPs each: unmerged)."""
+        from vllm.lora.request import LoRARequest
+
+        engine = self.llm.llm_engine
+        for seed in seeds:
+            self.version += 1
+            int_id = self._ids.new()
+            if int_id in self._ids.used:
+                raise ValueError(f"lora_int_id {int_id} was already used: vLLM would serve its old weights")
+            self._ids.used.add(int_id)
+            folder = write_adapter(os.path.join(self._dir, f"s{seed}-v{self.version}"),
+                                   self.policy.adapter_state_dict(seed), rank=self.rank, alpha=self.alpha,
+                                   targets=self.targets, base_model=self.model_path)
+            old = self.current.get(seed)
+            self.current[seed] = LoRARequest(lora_name=f"s{seed}-v{self.version}", lora_int_id=int_id, lora_path=folder)
+            engine.add_lora(self.current[seed])
+            if old is not None:
+                engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+        return {s: 0.0 for s in seeds}
+
+    def generate_seeds(self, seeds, prompts: list[list[str]], *, n: int, max_new_tokens: int,
+                       temperature: float = 1.0, top_p: float = 1.0, generators=None) -> list[RolloutBatch]:
+        import torch
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [[self.tok(p, add_special_tokens=False)["input_ids"] for p in ps] for ps in prompts]
+        draws = [int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)) if g is not None else None
+                 for g in (generators or [None] * len(seeds))]
+        params, loras, flat = [], [], []
+        for seed, pids, draw in zip(seeds, ids, draws):
+            p = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=draw,
+                               stop_token_ids=list(self.stop_ids), logprobs=0, detokenize=False)
+            params += [p] * len(pids)
+            loras += [self.current[seed]] * len(pids)
+            flat += [TokensPrompt(prompt_token_ids=list(x)) for x in pids]
+        outs = self.llm.generate(flat, sampling_params=params, lora_request=loras, use_tqdm=False)
+        batches, k = [], 0
+        for pids in ids:
+            comp, logps = [], []
+            for out in outs[k:k + len(pids)]:
+                group, lp = [], []
+                for o in sorted(out.outputs, key=lambda o: o.index):
+                    t = list(o.token_ids)
+                    group.append(t)
+                    lp.append([float(d[x].logprob) for x, d in zip(t, o.logprobs or [])])
+                comp.append(group)
+                logps.append(lp)
+            k += len(pids)
+            batches.append(RolloutBatch(prompt_ids=pids, completion_ids=comp, logprobs=logps,
+                                        texts=[[self.tok.decode(c, skip_special_tokens=False) for c in g] for g in comp]))
+        return batches
+
+    def view(self, seed: int):
+        from race.backends.lockstep import SeedView
+
+        return SeedView(self, seed)
+
+    def close(self) -> None:
+        if self.llm is not None and self._owns_engine:
+            shutdown = getattr(getattr(self.llm.llm_engine, "engine_core", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        elif self.llm is not None:
+            loaded = set(self.llm.llm_engine.list_loras())
+            for req in self.current.values():
+                if req.lora_int_id in loaded:
+                    self.llm.llm_engine.remove_lora(req.lora_int_id)
+        self.llm = None
+        shutil.rmtree(self._dir, ignore_errors=True)

@@ -318,11 +318,14 @@ class Store:
         assert self.info is not None
         return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(0, self.info.seeds - 1)}
 
-    def claim(self) -> Claim | None:
-        """Take one WAITING trial (atomic WAITING → RUNNING); None when there is none."""
+    def claim(self, rho: float | None = None) -> Claim | None:
+        """Take one WAITING trial (atomic WAITING → RUNNING), of grid point ``rho`` when given (the
+        rest of a lockstep group); None when there is none."""
         assert self.study is not None and self.info is not None
         st = self.study._storage
         for t in self.trials((TrialState.WAITING,)):
+            if rho is not None and (key_of(t) or (None,))[0] != rho:
+                continue
             try:
                 if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
                     continue

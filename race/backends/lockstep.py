@@ -1,0 +1,397 @@
+"""Lockstep pilots on the lean path: the seeds of a grid point as ONE batch over shared base weights.
+
+The seeds of one grid point run the same schedule (prompts per step, rollouts, μ), so every
+activation can carry a leading *seed axis* ``S``: a base-weight matmul runs once over every seed's
+tokens (``F.linear`` on ``[S, …, D]``), and each seed's LoRA A/B apply as batched matmuls
+(``torch.bmm`` over the seed axis, as multi-LoRA serving does: punica / S-LoRA, vLLM's
+``max_loras``). ``LockstepLM`` holds one adapter per seed; ``active`` names the seeds in the batch
+(a seed whose budget is spent leaves it, and its adapter is frozen from then on).
+
+Invariants:
+- a seed's adapter is drawn exactly as its solo pilot's (``LeanLM.new_adapter`` after
+  ``torch.manual_seed(seed)``), and each seed keeps its own optimizer, schedule and generators
+  (race.lockstep): nothing but matmul batching is shared;
+- per-seed logits, losses and gradients equal the solo path's to fp32 rounding
+  (tests/test_lockstep.py); padding a seed's rows to the widest seed changes no real position;
+- ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
+  solo sampler would hold (the same compaction rule, applied per seed), so which other seeds share
+  the batch does not change how a seed's random stream is consumed.
+
+Sampling runs each seed's merged weights (``W + s·B_s·A_s``, stacked ``[S, out, in]``, one batched
+matmul per projection), so the FLOP meter counts exactly what a solo lean pilot counts (2·N per
+token plus the merge). On a GPU with a large model, S merged copies of the adapted matrices cost
+memory; there the unmerged path (shared base matmul + batched A/B) is the one to take.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from race.backends.base import RolloutBatch
+from race.backends.hf import COMPACT_MIN_LEFT, COMPACT_SHARE, _top_p_filter
+from race.backends.lean import LeanLM
+
+
+class _LoRAGroupSeeds(torch.autograd.Function):
+    """``race.backends.lean._LoRAGroup`` with a seed axis: x [S, …, D], A_m [S, r, D], B_m [S, out_m, r].
+
+    y = x·Wᵀ + b (one matmul over all seeds' rows) + s·(x_s·A_{m,s}ᵀ)·B_{m,s}ᵀ per seed (batched).
+    The products are the solo group's, per seed; the backward mirrors it with ``bmm``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, scale, slices, *ab):
+        S = x.shape[0]
+        y = F.linear(x, weight, bias)
+        x3 = x.reshape(S, -1, x.shape[-1])
+        A_all = torch.cat(ab[0::2], dim=1) if len(slices) > 1 else ab[0]          # [S, k·r, D]
+        xa = torch.bmm(x3, A_all.to(x.dtype).transpose(1, 2)) * scale            # [S, M, k·r]
+        y3 = y.view(S, -1, y.shape[-1])
+        r = ab[0].shape[1]
+        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
+            y3[..., lo:hi] += torch.bmm(xa[..., j * r:(j + 1) * r], B.to(x.dtype).transpose(1, 2))
+        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
+        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, xa, A_all, *Bs = ctx.saved_tensors
+        S, r = x.shape[0], ctx.rank
+        x3, g3 = x.reshape(S, -1, x.shape[-1]), g.reshape(S, -1, g.shape[-1])
+        gbs, dBs = [], []
+        for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
+            gi = g3[..., lo:hi]
+            gbs.append(torch.bmm(gi, B.to(g.dtype)) * ctx.scale)                     # [S, M, r]
+            dBs.append(torch.bmm(gi.transpose(1, 2), xa[..., j * r:(j + 1) * r]).to(B.dtype))
+        gb = torch.cat(gbs, dim=2) if len(gbs) > 1 else gbs[0]                      # [S, M, k·r]
+        dA_all = torch.bmm(gb.transpose(1, 2), x3).to(A_all.dtype)                  # [S, k·r, D]
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = g @ weight + torch.bmm(gb, A_all.to(g.dtype)).view(x.shape)
+        grads = []
+        for j, dB in enumerate(dBs):
+            grads += [dA_all[:, j * r:(j + 1) * r], dB]
+        return (grad_x, None, None, None, None, *grads)
+
+
+class LockstepLM(LeanLM):
+    """A lean policy with one LoRA adapter per seed. Inputs carry a leading seed axis over the
+    ``active`` seeds, in that order: ``forward(input_ids [S, B, T], …)`` → logits [S, B, T', V];
+    ``forward_grouped(prompt_ids [S, G, Lp], …)`` → [S, B, Lc, V]."""
+
+    def __init__(self, hf_model, *, rank: int, alpha: float, targets, seeds, adapter_for=None):
+        """``adapter_for(seed)`` returns that seed's adapter (default: torch's global stream seeded with
+        ``seed``, then ``new_adapter()``: the solo pilot's draw, which follows ``seed_everything(seed)``
+        and a ``from_pretrained`` that draws nothing)."""
+        super().__init__(hf_model, rank=rank, alpha=alpha, targets=targets)
+        self.seeds = tuple(int(s) for s in seeds)
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            raise ValueError(f"lockstep seeds {list(seeds)} must be distinct and at least one")
+        if adapter_for is None:
+            def adapter_for(seed):
+                torch.manual_seed(seed)
+                return self.new_adapter()
+        del self.lora
+        self.adapters = torch.nn.ModuleList([adapter_for(s) for s in self.seeds])
+        self.active: tuple[int, ...] = tuple(range(len(self.seeds)))
+        self._merged: list[dict] = [{} for _ in self.seeds]     # per seed: (layer, group) → merged weight
+        self._stacked: dict = {}                                 # (active, layer, group) → [S, out, in]
+
+    # ------------------------------------------------------------------ seeds and adapters
+    def set_active(self, seeds) -> None:
+        """Run only these seeds (indices into ``self.seeds``, in batch order) from now on."""
+        idx = tuple(self.seeds.index(s) for s in seeds)
+        if not idx:
+            raise ValueError("a lockstep batch needs at least one seed")
+        self.active = idx
+
+    def parameters_of(self, seed: int) -> list[torch.nn.Parameter]:
+        return list(self.adapters[self.seeds.index(seed)].parameters())
+
+    def adapter_state_dict(self, seed: int | None = None) -> dict[str, torch.Tensor]:   # type: ignore[override]
+        """Seed ``seed``'s adapter under peft's key names (default: the first seed)."""
+        self.lora = self.adapters[self.seeds.index(self.seeds[0] if seed is None else seed)]
+        try:
+            return super().adapter_state_dict()
+        finally:
+            del self.lora
+
+    def merge(self, seeds=None) -> dict[int, float]:
+        """Refresh the merged sampling weights of ``seeds`` (default: the active ones); returns the
+        FLOPs each merge spent (2·r·in·out per adapted matrix), by seed."""
+        flops: dict[int, float] = {}
+        seeds = [self.seeds[k] for k in self.active] if seeds is None else list(seeds)
+        with torch.no_grad():
+            for seed in seeds:
+                k = self.seeds.index(seed)
+                lora, f = self.adapters[k], 0.0
+                for i, layer in enumerate(self.layers):
+                    for group, members in layer.slices.items():
+                        if not members:
+                            continue
+                        w = layer.w[group].float().clone()
+                        for name, (lo, hi) in members:
+                            A, B = lora[f"{i}_{name}_A"], lora[f"{i}_{name}_B"]
+                            w[lo:hi].addmm_(B, A, alpha=self.scale)
+                            f += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
+                        self._merged[k][(i, group)] = w.to(layer.w[group].dtype)
+                flops[seed] = f
+        self._stacked = {}
+        return flops
+
+    # ------------------------------------------------------------------ forward
+    def _linear(self, i: int, layer, group: str, x: torch.Tensor, merged: bool) -> torch.Tensor:
+        bias = layer.b.get(group)
+        members = layer.slices[group] if self._adapter_on else ()
+        if not members:
+            return F.linear(x, layer.w[group], bias)
+        if merged:
+            key = (self.active, i, group)
+            W = self._stacked.get(key)
+            if W is None:
+                W = self._stacked[key] = torch.stack([self._merged[k][(i, group)] for k in self.active])
+            S = x.shape[0]
+            y = torch.bmm(x.reshape(S, -1, x.shape[-1]), W.transpose(1, 2)).view(*x.shape[:-1], W.shape[1])
+            return y + bias if bias is not None else y
+        ab = [torch.stack([self.adapters[k][f"{i}_{name}_{m}"] for k in self.active])
+              for name, _ in members for m in ("A", "B")]
+        return _LoRAGroupSeeds.apply(x, layer.w[group], bias, self.scale, [sl for _, sl in members], *ab)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0, cache=None,
+                merged: bool = False, **_: object):
+        """``LeanLM.forward`` over [S, B, T] inputs (the cache holds S·B rows, seed-major)."""
+        S, B, T = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if position_ids is None:
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[..., -T:]
+        x = F.embedding(input_ids, self.embed)
+        cos, sin = self._rope(position_ids, x.dtype)
+        start = cache.length if cache is not None else 0
+        keys = start + T
+        causal = torch.ones(T, keys, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        mask = causal[None, None] & attention_mask.reshape(S * B, -1)[:, -keys:].bool()[:, None, None, :]
+        rows = torch.arange(T, device=x.device)
+        mask[..., rows, start + rows] = True
+
+        def attend(i, q, k, v):
+            q, k, v = (t.flatten(0, 1) for t in (q, k, v))                  # [S·B, T, heads, d]
+            if cache is None:
+                return self._attend_rows(q, k, v, mask).unflatten(0, (S, B))
+            cache.k[i][:, :, start:keys] = k.transpose(1, 2)
+            cache.v[i][:, :, start:keys] = v.transpose(1, 2)
+            a = self._attention(q.transpose(1, 2), cache.k[i][:, :, :keys], cache.v[i][:, :, :keys], mask)
+            return a.transpose(1, 2).flatten(2).unflatten(0, (S, B))
+
+        x = self._blocks(x, cos, sin, attend, merged=merged)
+        if cache is not None:
+            cache.length = keys
+        if logits_to_keep:
+            x = x[:, :, -logits_to_keep:]
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self._head(x))
+
+    def forward_grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
+        """``LeanLM.forward_grouped`` with a seed axis: prompt_ids / prompt_mask [S, G, Lp], group
+        [S, B] (prompt row within the seed), completion_ids / completion_mask [S, B, Lc] →
+        [S, B, Lc, V]. Every seed's tokens travel through each projection as one batch."""
+        S, G, Lp = prompt_ids.shape
+        B, Lc = completion_ids.shape[1:]
+        Np = G * Lp
+        dev = prompt_ids.device
+        flat_group = (group + G * torch.arange(S, device=dev)[:, None]).reshape(-1)     # rows of [S·G]
+        pm, cm = prompt_mask.reshape(S * G, Lp), completion_mask.reshape(S * B, Lc)
+        pos_p = (pm.cumsum(1) - 1).clamp(min=0)
+        pos_c = pm.sum(1).index_select(0, flat_group)[:, None] + torch.arange(Lc, device=dev)
+        x = F.embedding(torch.cat((prompt_ids.reshape(S, -1), completion_ids.reshape(S, -1)), dim=1), self.embed)
+        cos, sin = self._rope(torch.cat((pos_p.reshape(S, -1), pos_c.reshape(S, -1)), dim=1), x.dtype)
+        rows = torch.arange(Lp, device=dev)
+        mask_p = torch.ones(Lp, Lp, dtype=torch.bool, device=dev).tril()[None, None] & pm.bool()[:, None, None, :]
+        mask_p[..., rows, rows] = True
+        causal = torch.ones(Lc, Lc, dtype=torch.bool, device=dev).tril()[None, None] & cm.bool()[:, None, None, :]
+        prefix = pm.bool().index_select(0, flat_group)[:, None, None, :].expand(S * B, 1, Lc, Lp)
+        mask_c = torch.cat((prefix, causal), dim=-1)
+
+        def attend(i, q, k, v):                       # q, k, v: [S, Np + B·Lc, heads, d]
+            qp, kp, vp = (t[:, :Np].reshape(S * G, Lp, *t.shape[2:]).transpose(1, 2) for t in (q, k, v))
+            qc, kc, vc = (t[:, Np:].reshape(S * B, Lc, *t.shape[2:]).transpose(1, 2) for t in (q, k, v))
+            ap = self._attention(qp, kp, vp, mask_p)
+            kc = torch.cat((kp.index_select(0, flat_group), kc), dim=2)
+            vc = torch.cat((vp.index_select(0, flat_group), vc), dim=2)
+            ac = self._attention(qc, kc, vc, mask_c)
+            return torch.cat((ap.transpose(1, 2).reshape(S, Np, -1), ac.transpose(1, 2).reshape(S, B * Lc, -1)), dim=1)
+
+        x = self._blocks(x, cos, sin, attend)
+        head_rows = torch.cat((torch.arange(Lp - 1, Np, Lp, device=dev), torch.arange(Np, Np + B * Lc, device=dev)))
+        logits = self._head(x.index_select(1, head_rows))                            # [S, G + B·Lc, V]
+        comp = G + torch.arange(B * Lc, device=dev).view(B, Lc)[:, :-1]
+        idx = torch.cat((group[:, :, None], comp.expand(S, B, Lc - 1)), dim=2)       # [S, B, Lc]
+        return torch.gather(logits, 1, idx.reshape(S, -1, 1).expand(-1, -1, logits.shape[-1])).view(S, B, Lc, -1)
+
+
+@torch.no_grad()
+def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: int, max_new_tokens: int,
+                    eos_id, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                    generators: list[torch.Generator | None], device="cpu",
+                    logprobs: list | None = None) -> list[list[list[list[int]]]]:
+    """``race.backends.hf.sample`` for the active seeds at once: ``prompt_ids[s]`` are seed s's
+    prompts (every seed the same count), ``generators[s]`` its stream. Returns, per seed, ids per
+    prompt per rollout; ``logprobs`` (a list) receives per seed the same nesting of log-probs.
+
+    Each seed keeps the row set its solo sampler would keep (``own``: physical rows in solo order;
+    finished rows leave under the same ``COMPACT_SHARE`` / ``COMPACT_MIN_LEFT`` rule, seed by seed),
+    and draws its tokens from its own generator over exactly those rows. Physically every seed
+    holds the same number of rows (the largest own set, padded with finished rows whose output is
+    discarded), so the batch stays one [S, R] block."""
+    S = len(prompt_ids)
+    P = len(prompt_ids[0])
+    if any(len(p) != P for p in prompt_ids):
+        raise ValueError(f"lockstep sampling needs the same number of prompts per seed, got {[len(p) for p in prompt_ids]}")
+    stop = torch.tensor(sorted({int(eos_id)} if isinstance(eos_id, int) else {int(i) for i in eos_id}),
+                        dtype=torch.long, device=device)
+    width = max(len(p) for seed in prompt_ids for p in seed)
+    ids = torch.full((S, P, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((S, P, width), dtype=torch.long)
+    for s, seed in enumerate(prompt_ids):
+        for i, p in enumerate(seed):
+            ids[s, i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[s, i, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = model.new_cache(S * P, width + max_new_tokens)
+    logits = model(ids, mask, pos, cache=cache, logits_to_keep=1, merged=True).logits[:, :, -1, :]
+    cache = LockstepLM.repeat_cache(cache, n)
+    B = P * n
+    logits = logits.repeat_interleave(n, dim=1)                    # [S, R, V]
+    mask = mask.repeat_interleave(n, dim=1)                        # [S, R, L]
+    next_pos = pos[:, :, -1:].repeat_interleave(n, dim=1) + 1      # [S, R, 1]
+    R = B
+    own = [torch.arange(B, device=device) for _ in range(S)]       # physical rows of the solo row set, solo order
+    rollout = [torch.arange(B, device=device) for _ in range(S)]   # which rollout each own row is
+    done = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(S)]
+    live = [True] * S                                              # the seed's solo sampler is still looping
+    out = [[[] for _ in range(B)] for _ in range(S)]
+    lps = [[[] for _ in range(B)] for _ in range(S)]
+    for t in range(max_new_tokens):
+        nxt_phys = torch.full((S, R), pad_id, dtype=torch.long, device=device)
+        newly = [None] * S
+        for s in range(S):
+            if not live[s]:
+                continue
+            scaled = logits[s].index_select(0, own[s]).float() / temperature
+            probs = _top_p_filter(torch.softmax(scaled, dim=-1), top_p)
+            nxt = torch.multinomial(probs, 1, generator=generators[s]).squeeze(1)
+            nxt = torch.where(done[s], torch.full_like(nxt, pad_id), nxt)
+            lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \
+                if logprobs is not None else None
+            for k, (r, tok, d) in enumerate(zip(rollout[s].tolist(), nxt.tolist(), done[s].tolist())):
+                if not d:
+                    out[s][r].append(tok)
+                    if lp is not None:
+                        lps[s][r].append(lp[k])
+            finished = torch.isin(nxt, stop) & ~done[s]
+            done[s] = done[s] | finished
+            nxt_phys[s].index_copy_(0, own[s], nxt)
+            newly[s] = finished
+            if bool(done[s].all()) or t == max_new_tokens - 1:
+                live[s] = False
+        if not any(live):
+            break
+        # the new mask column: own rows as the solo sampler writes it; padding rows masked
+        col = torch.zeros((S, R), dtype=torch.long, device=device)
+        for s in range(S):
+            if live[s]:
+                col[s].index_copy_(0, own[s], (~done[s] | newly[s]).long())
+        mask = torch.cat([mask, col.unsqueeze(-1)], dim=-1)
+        compact = [live[s] and float(done[s].float().mean()) >= COMPACT_SHARE and max_new_tokens - 1 - t >= COMPACT_MIN_LEFT
+                   for s in range(S)]
+        if any(compact):
+            keep_own = []
+            for s in range(S):
+                if compact[s]:
+                    k = (~done[s]).nonzero().squeeze(1)
+                    rollout[s], done[s], own[s] = rollout[s][k], done[s][k], own[s][k]
+                keep_own.append(own[s] if live[s] else own[s][:0])
+            R_new = max(len(k) for k in keep_own)
+            phys = []
+            for s in range(S):                   # own rows first (solo order), then any rows as padding
+                k = keep_own[s]
+                extra = R_new - len(k)
+                if extra:
+                    spare = torch.ones(R, dtype=torch.bool, device=device)
+                    spare[k] = False
+                    k = torch.cat((k, spare.nonzero().squeeze(1)[:extra]))
+                phys.append(k)
+                own[s] = torch.arange(len(keep_own[s]), device=device)
+            sel = torch.cat([p + s * R for s, p in enumerate(phys)])
+            cache.k = [c.index_select(0, sel) for c in cache.k]
+            cache.v = [c.index_select(0, sel) for c in cache.v]
+            idx = torch.stack(phys)                                       # [S, R_new]
+            mask = torch.gather(mask, 1, idx[..., None].expand(-1, -1, mask.shape[-1]))
+            next_pos = torch.gather(next_pos, 1, idx[..., None])
+            nxt_phys = torch.gather(nxt_phys, 1, idx)
+            R = R_new
+        logits = model(nxt_phys.unsqueeze(-1), mask, next_pos, cache=cache, merged=True).logits[:, :, -1, :]
+        next_pos = next_pos + 1
+    if logprobs is not None:
+        logprobs.extend([lps[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S))
+    return [[out[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S)]
+
+
+class LockstepBackend:
+    """Rollouts for a lockstep group: ``generate_seeds`` samples every active seed's prompts as one
+    batch from its merged weights; ``view(seed)`` is a one-seed backend with ``HFBackend``'s
+    ``generate`` (held-out evaluations, checkpoints)."""
+
+    name = "hf"
+    sampling_uses_adapter = False       # merged weights, as the solo lean sampler
+
+    def __init__(self, policy: LockstepLM, tokenizer, *, device: str = "cpu"):
+        from race.backends.base import stop_token_ids
+
+        self.policy, self.tok, self.device = policy, tokenizer, torch.device(device)
+        self.stop_ids = stop_token_ids(tokenizer, policy)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
+        self.merge_flops = policy.merge(policy.seeds)
+
+    def sync(self, seeds) -> dict[int, float]:
+        """Merge the seeds' current adapters into their sampling weights; FLOPs by seed."""
+        return self.policy.merge(seeds)
+
+    def generate_seeds(self, seeds, prompts: list[list[str]], *, n: int, max_new_tokens: int,
+                       temperature: float = 1.0, top_p: float = 1.0,
+                       generators: list[torch.Generator]) -> list[RolloutBatch]:
+        self.policy.set_active(seeds)
+        prompt_ids = [[self.tok(p, add_special_tokens=False)["input_ids"] for p in ps] for ps in prompts]
+        logprobs: list = []
+        comp = sample_lockstep(self.policy, prompt_ids, n=n, max_new_tokens=max_new_tokens, eos_id=self.stop_ids,
+                               pad_id=self.pad_id, temperature=temperature, top_p=top_p, generators=generators,
+                               device=self.device, logprobs=logprobs)
+        return [RolloutBatch(prompt_ids=pi, completion_ids=c,
+                             texts=[[self.tok.decode(x, skip_special_tokens=False) for x in g] for g in c],
+                             logprobs=lp) for pi, c, lp in zip(prompt_ids, comp, logprobs)]
+
+    def view(self, seed: int) -> "SeedView":
+        return SeedView(self, seed)
+
+    def close(self) -> None:
+        self.policy = None
+
+
+class SeedView:
+    """One seed of a lockstep group as a rollout backend (the ``generate`` of race.backends.base),
+    over any group backend with ``generate_seeds`` (this module's, or vLLM's multi-LoRA one)."""
+
+    def __init__(self, group, seed: int):
+        self.group, self.seed = group, seed
+        self.tok, self.device, self.pad_id, self.name = group.tok, group.device, group.pad_id, group.name
+        self.sampling_uses_adapter = group.sampling_uses_adapter
+
+    def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int | None = None, generator: torch.Generator | None = None) -> RolloutBatch:
+        if generator is None and seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        return self.group.generate_seeds([self.seed], [prompts], n=n, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, top_p=top_p, generators=[generator])[0]

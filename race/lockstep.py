@@ -1,0 +1,242 @@
+"""Lockstep pilots: the seeds of one grid point trained as one batch, each still its own pilot.
+
+``run_lockstep(config, schedule, seeds)`` runs the pilots ``(schedule, seed)`` for every seed at
+once on a ``race.backends.lockstep.LockstepLM``: one rollout batch for all active seeds (each seed
+its own prompts, generator and merged sampling weights), one reward call per seed, one
+forward/backward per iteration over every seed's sequences (``race.grpo.update_seeds``), and per
+seed its own AdamW, learning-rate schedule, sync check, FLOP meter, curve, checkpoints and held-out
+evaluation. A seed whose budget is spent leaves the batch (its adapter is frozen from then on)
+while the others go on. Each seed returns the ``PilotResult`` its solo pilot would: the loop state
+is ``race.pilot.PilotLoop``, the evaluation ``race.pilot.finish_pilot``; tests/test_lockstep.py
+checks a lockstep pilot against the solo one bit for bit.
+
+Shared step phases (rollout, reward, update, sync) are timed once and charged to the active seeds
+in equal shares, so a pilot's ``wall_seconds`` stays its own cost and sums over a grid stay right.
+Lockstep runs where the lean training path runs (``lockstep_supported``), sampling through the
+lean sampler (backend ``hf``) or through one vLLM engine serving every seed's adapter (backend
+``vllm``: race.backends.vllm.VLLMLockstepBackend); anything else runs solo (``group_size_for``).
+"""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Callable
+
+from race.config import GridConfig
+from race.pilot import (SYNC_FAIL, FlopMeter, HeldOutCheckpoints, PilotData, PilotLoop, StepRecord, SyncFailed,
+                        answer_check, close_reward, finish_pilot, lr_scheduler, model_load_kwargs, seed_everything,
+                        task_problems)
+from race.records import FlopBreakdown, PilotResult, Schedule
+
+SeedProgressFn = Callable[[int, int, float], None]       # (seed, steps done, FLOPs spent)
+
+
+def lockstep_supported(config: GridConfig) -> str | None:
+    """None when the seeds of this config's grid points can run in lockstep, else why not (one line):
+    the lean training path (``grpo.fast_path``, no gradient checkpointing, a supported
+    architecture); rollouts through the lean sampler (backend ``hf``) or vLLM's multi-LoRA."""
+    from race.models import load_hf_config
+
+    if not config.grpo.fast_path:
+        return "grpo.fast_path is off"
+    if config.grpo.grad_checkpointing:
+        return "gradient checkpointing is on"
+    from types import SimpleNamespace as NS
+
+    from race.backends.lean import supports
+
+    cfg = load_hf_config(config.model)
+    why = supports(NS(**{"model_type": cfg.get("model_type"), "hidden_act": cfg.get("hidden_act", "silu"),
+                         "use_sliding_window": cfg.get("use_sliding_window", False),
+                         "mlp_bias": cfg.get("mlp_bias", False)}))
+    return None if why is None else f"the lean path cannot run this model: {why}"
+
+
+class LockstepEngine:
+    """The policy with one adapter per seed, its rollout backend, the shared reward and FLOP meter,
+    and per seed an optimizer, a learning-rate schedule and a sampling generator."""
+
+    def __init__(self, config: GridConfig, schedule: Schedule, seeds: list[int], *, device: str = "cpu"):
+        import torch
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from race.backends.hf import load_causal_lm
+        from race.backends.lockstep import LockstepBackend, LockstepLM
+        from race.grid import lora_spec, policy_arch, reward_spec
+        from race.models import resolve_model_path
+        from race.rewards import build_reward
+
+        hf_logging.disable_progress_bar()
+        self.config, self.schedule, self.seeds, self.device = config, schedule, list(seeds), device
+        t0 = time.perf_counter()
+        seed_everything(self.seeds[0])
+        arch = policy_arch(config)
+        lora = lora_spec(config, arch)
+        path = resolve_model_path(config.model)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = load_causal_lm(path, **model_load_kwargs(device)).to(device)
+        model.requires_grad_(False)
+        self.policy = LockstepLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules,
+                                 seeds=self.seeds)
+        from race.backends import resolve_backend
+
+        if resolve_backend(config.backend) == "vllm":         # one engine, every seed's adapter (multi-LoRA)
+            from race.backends.vllm import VLLMLockstepBackend
+
+            self.backend = VLLMLockstepBackend(self.policy, tok, model_path=path, device=device,
+                                               max_model_len=None)
+        else:
+            self.backend = LockstepBackend(self.policy, tok, device=device)
+        self.optimizers = [torch.optim.AdamW(self.policy.parameters_of(s), lr=schedule.learning_rate,
+                                             weight_decay=0.0, fused=True) for s in self.seeds]
+        self.lr_schedulers = [lr_scheduler(o, config, schedule) for o in self.optimizers]
+        g = config.grpo
+        self.meter = FlopMeter(arch, lora, reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
+                               g.grad_checkpointing)
+        self.reward_fn = build_reward(config, device=device)
+        self.check = None
+        self.generators = [torch.Generator(device=device).manual_seed(s) for s in self.seeds]
+        self.setup = time.perf_counter() - t0
+        self.walls = [{"setup": self.setup / len(self.seeds), "rollout": 0.0, "reward": 0.0, "update": 0.0,
+                       "sync": 0.0, "eval": 0.0} for _ in self.seeds]
+
+    def view(self, seed: int) -> SimpleNamespace:
+        """Seed ``seed`` as a one-pilot engine (``config``, ``backend``, ``reward_fn``, ``meter``,
+        ``check``): what race.pilot's checkpoints and evaluation read."""
+        return SimpleNamespace(config=self.config, backend=self.backend.view(seed), reward_fn=self.reward_fn,
+                               meter=self.meter, check=self.check)
+
+    def _charge(self, active: list[int], phase: str, seconds: float) -> None:
+        for k in active:
+            self.walls[k][phase] += seconds / len(active)
+
+    def step(self, active: list[int], problems: list[list]) -> list[StepRecord]:
+        """One GRPO step (race.grpo's docstring) for the seeds at indices ``active``, seed ``active[i]``
+        on ``problems[i]``; returns each one's ``StepRecord``."""
+        from race import grpo
+        from race.rewards import score_completions
+
+        s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
+        seeds = [self.seeds[k] for k in active]
+        t = time.perf_counter()
+        batches = backend.generate_seeds(seeds, [[p.prompt for p in ps] for ps in problems], n=s.n_gen,
+                                         max_new_tokens=g.max_completion_len, temperature=g.temperature,
+                                         top_p=g.top_p, generators=[self.generators[k] for k in active])
+        self._charge(active, "rollout", time.perf_counter() - t)
+        searches, rewards, reward_costs, scoreds = [], [], [], []
+        t = time.perf_counter()
+        for ps, batch in zip(problems, batches):
+            searches.append(meter.search([len(p) for p in batch.prompt_ids],
+                                         [[len(c) for c in grp] for grp in batch.completion_ids]))
+            flat = [(i, j) for i in range(len(ps)) for j in range(s.n_gen)]
+            scored = score_completions(self.reward_fn, [ps[i].prompt for i, _ in flat],
+                                       [batch.texts[i][j] for i, j in flat], [ps[i].answer for i, _ in flat])
+            rewards.append([scored.scores[k:k + s.n_gen] for k in range(0, len(flat), s.n_gen)])
+            reward_costs.append(scored.flops if hasattr(self.reward_fn, "score_batch") else meter.reward_flops(
+                [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat]))
+            scoreds.append(scored)
+        self._charge(active, "reward", time.perf_counter() - t)
+
+        t = time.perf_counter()
+        import torch
+
+        packs, groups, sample_lps = [], [], []
+        for r, batch in zip(rewards, batches):
+            keep = [grpo.max_variance_subset(x, s.n_train) for x in r]
+            kept = torch.tensor([[r[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
+            adv = grpo.group_advantages(kept, scale=g.advantage)
+            group = [i for i, ks in enumerate(keep) for _ in ks]
+            packs.append(grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
+                                   group, adv.flatten().tolist(), backend.pad_id, self.device))
+            groups.append(group)
+            sample_lps.append(grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
+                              if batch.logprobs is not None else None)
+        self.policy.set_active(seeds)
+        stats = grpo.update_seeds(self.policy, [self.optimizers[k] for k in active], packs, mu=s.mu,
+                                  temperature=g.temperature, clip_eps=g.clip_eps, loss_agg=g.loss_agg,
+                                  max_completion_len=g.max_completion_len, beta=g.beta, entropy_coef=g.entropy_coef,
+                                  micro_batch=g.micro_batch, lr_schedulers=[self.lr_schedulers[k] for k in active],
+                                  pad_id=backend.pad_id, sample_logprobs=sample_lps)
+        learnings = [meter.learning(p.prompt_lens, p.completion_lens, grp, s.mu, shared_prefix=True)
+                     for p, grp in zip(packs, groups)]
+        self._charge(active, "update", time.perf_counter() - t)
+
+        t = time.perf_counter()
+        merges = backend.sync(seeds)
+        self._charge(active, "sync", time.perf_counter() - t)
+        out = []
+        for k, seed, search, learning, cost, scored, st in zip(active, seeds, searches, learnings, reward_costs,
+                                                                scoreds, stats):
+            if st.sync is not None and st.sync.mean_abs > SYNC_FAIL:
+                raise SyncFailed(f"seed {seed}: the sampler's log-probs differ from the training model's by "
+                                 f"{st.sync.mean_abs:.3g} per token on average (limit {SYNC_FAIL:g}): rollouts are "
+                                 "not coming from the weights being trained (lockstep backend)")
+            out.append(StepRecord(FlopBreakdown(search + merges[seed], learning, cost), scored.mean, scored.errors,
+                                  scored.first_error, st.sync))
+        return out
+
+
+def run_lockstep(config: GridConfig, schedule: Schedule, seeds: list[int], *, device: str = "cpu",
+                 progress: SeedProgressFn | None = None,
+                 on_result: Callable[[PilotResult], None] | None = None) -> list[PilotResult]:
+    """Run the pilots ``(schedule, seed)`` for ``seeds`` in lockstep (module docstring); returns
+    their results in ``seeds`` order (``on_result`` also sees each as it is done)."""
+    engine = LockstepEngine(config, schedule, seeds, device=device)
+    tok = engine.backend.tok
+    data = PilotData.load(config, tok, device=device)
+    engine.check = answer_check(config, data.evals)
+    loops = [PilotLoop(config, schedule, s, task_problems(config, tok, split="train", seed=s)) for s in engine.seeds]
+    views = [engine.view(s) for s in engine.seeds]
+    checks = [HeldOutCheckpoints(v, data.evals, data.targets, s) for v, s in zip(views, engine.seeds)]
+    for k, cp in enumerate(checks):
+        if cp.on:
+            cp.run(0.0, 0, loops[k].spent)
+    active = [k for k in range(len(engine.seeds)) if loops[k].wants_step()]
+    while active:
+        records = engine.step(active, [loops[k].next_problems() for k in active])
+        for k, record in zip(active, records):
+            loop = loops[k]
+            loop.record(record)
+            fraction = checks[k].due(loop.spent.total)
+            if fraction is not None and loop.wants_step():
+                checks[k].run(fraction, loop.steps, loop.spent)
+            if progress:
+                progress(engine.seeds[k], loop.steps, loop.spent.total)
+        active = [k for k in active if loops[k].wants_step()]
+    results = []
+    for k, seed in enumerate(engine.seeds):
+        r = finish_pilot(views[k], views[k].backend, data, loops[k], checks[k], seed, wall=engine.walls[k],
+                         device=device, extra={"engine": f"lockstep ({len(engine.seeds)} seeds)"})
+        results.append(r)
+        if on_result:
+            on_result(r)
+    engine.backend.close()
+    close_reward(engine.reward_fn)
+    return results
+
+
+ENGINES = ("auto", "lockstep", "solo")
+
+
+def group_size_for(config: GridConfig, engine: str, device: str) -> int:
+    """How many seeds of a grid point one pilot process runs: ``config.seeds`` in lockstep, 1 solo.
+
+    ``auto`` takes lockstep where it was measured faster (docs/benchmarks.md): on a CPU with the
+    lean sampler (backend ``hf``); solo with vLLM and on a GPU until a run there measures it.
+    ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups."""
+    from race.errors import ConfigError
+
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r} is unknown: expected one of {', '.join(ENGINES)}")
+    if engine == "solo" or config.seeds < 2:
+        return 1
+    why = lockstep_supported(config)
+    if engine == "lockstep":
+        if why:
+            raise ConfigError(f"engine 'lockstep' cannot run this config: {why}; use --engine solo or auto")
+        return config.seeds
+    from race.backends import resolve_backend
+
+    measured = not str(device).startswith("cuda") and resolve_backend(config.backend) == "hf"
+    return config.seeds if why is None and measured else 1

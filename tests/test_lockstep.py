@@ -1,0 +1,305 @@
+"""Lockstep pilots (race.lockstep, race.backends.lockstep): the seeds of a grid point as one batch.
+
+Equivalence with the solo engine, measured bit for bit: per-seed logits, losses, gradients and
+updated adapters, sampled tokens and their log-probs (with finished rows leaving the batch), a
+seed's tokens whichever seeds share its batch, and whole pilots (FLOPs, curve, held-out scores).
+Then the runner: a group runs in one process, a group that dies fails only its unfinished pilots,
+and a stored grid resumes without re-running finished ones."""
+import pytest
+
+from race.api import build_config
+from race.grid import plan_grid
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SEEDS = [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def models():
+    """Solo lean policies of seeds 0–2 and one lockstep policy of the same seeds, with the same
+    non-zero B matrices (a fresh adapter's B = 0 would hide any error in the A/B path)."""
+    import torch
+
+    from race.backends.hf import load_causal_lm
+    from race.backends.lean import LeanLM
+    from race.backends.lockstep import LockstepLM
+    from race.models import resolve_model_path
+    from race.pilot import seed_everything
+
+    torch.set_num_threads(1)
+    hf = load_causal_lm(resolve_model_path("race/tiny-arith"))
+    hf.requires_grad_(False)
+    solo = []
+    for s in SEEDS:
+        seed_everything(s)
+        solo.append(LeanLM(hf, rank=8, alpha=16, targets=TARGETS))
+    group = LockstepLM(hf, rank=8, alpha=16, targets=TARGETS, seeds=SEEDS)
+    init_equal = all(torch.equal(a, group.adapter_state_dict(s)[k])
+                     for lm, s in zip(solo, SEEDS) for k, a in lm.adapter_state_dict().items())
+    for k, lm in enumerate(solo):
+        gen = torch.Generator().manual_seed(100 + k)
+        for name, p in lm.lora.items():
+            if name.endswith("_B"):
+                v = torch.randn(p.shape, generator=gen) * 0.05
+                p.data.copy_(v)
+                group.adapters[k][name].data.copy_(v)
+    return solo, group, init_equal
+
+
+def _batches(seed: int = 0):
+    """Per-seed GRPO batches of one shape (4 prompts × 3 rollouts) with different lengths."""
+    import torch
+
+    from race import grpo
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def ids(lo, hi):
+        return [int(x) for x in torch.randint(4, 20, (int(torch.randint(lo, hi, (1,), generator=gen)),), generator=gen)]
+
+    out = []
+    for _ in SEEDS:
+        prompts, comps = [ids(3, 8) for _ in range(4)], [ids(1, 7) for _ in range(12)]
+        out.append(grpo.pack(prompts, comps, [i for i in range(4) for _ in range(3)],
+                             torch.randn(12, generator=gen).tolist(), 0))
+    return out
+
+
+def test_each_seed_starts_from_its_solo_pilots_adapter(models):
+    assert models[2]
+
+
+def test_lockstep_logits_equal_the_solo_ones_bit_for_bit(models):
+    import torch
+
+    from race import grpo
+
+    solo, group, _ = models
+    batches = _batches()
+    stacked = grpo.stack_batches(batches, pad_id=0)
+    assert stacked.prompt_ids.shape[:2] == (3, 4) and stacked.completion_ids.shape[:2] == (3, 12)
+    with torch.no_grad():
+        got = group.forward_grouped(stacked.prompt_ids, stacked.prompt_mask, stacked.group,
+                                    stacked.completion_ids, stacked.completion_mask)
+        for k, (lm, b) in enumerate(zip(solo, batches)):
+            want = lm.forward_grouped(b.prompt_ids, b.prompt_mask, b.group, b.completion_ids, b.completion_mask)
+            m = b.completion_mask.bool()
+            mine = got[k, :, :b.completion_width][m]
+            assert torch.allclose(mine, want[m], atol=1e-6)
+            assert torch.equal(mine, want[m])            # measured: padding to the widest seed changes no bit
+
+
+def test_lockstep_losses_and_gradients_equal_the_solo_ones(models):
+    """One forward/backward with KL and entropy terms: each seed's loss and adapter gradient
+    equal the solo ones to fp32 tolerance."""
+    import torch
+
+    from race import grpo
+
+    solo, group, _ = models
+    batches = _batches(1)
+    kw = dict(clip_eps=0.2, loss_agg="dapo", max_completion_len=6, beta=1e-3, entropy_coef=1e-3)
+
+    def loss_of(lp, ent, ref, b):
+        return grpo.policy_loss(lp, lp.detach() * 0.9, b.advantages, b.completion_mask, ref_logp=ref, entropy=ent,
+                                **kw).loss
+
+    want = []
+    for lm, b in zip(solo, batches):
+        lm.zero_grad()
+        with torch.no_grad(), lm.disable_adapter():
+            ref = grpo.completion_logprobs(lm, b)[0]
+        lp, ent = grpo.completion_logprobs(lm, b, with_entropy=True)
+        loss = loss_of(lp, ent, ref, b)
+        loss.backward()
+        want.append((float(loss), {k: p.grad.clone() for k, p in lm.lora.items()}))
+    group.zero_grad()
+    stacked = grpo.stack_batches(batches, pad_id=0)
+    with torch.no_grad(), group.disable_adapter():
+        ref = grpo.completion_logprobs(group, stacked)[0]
+    lp, ent = grpo.completion_logprobs(group, stacked, with_entropy=True)
+    losses = [loss_of(lp[k], ent[k], ref[k], grpo._seed_slice(stacked, k)) for k in range(3)]
+    sum(losses).backward()
+    for k, (loss, grads) in enumerate(want):
+        assert float(losses[k]) == pytest.approx(loss, rel=1e-6)
+        for name, g in grads.items():
+            assert g.abs().max() > 0 or name.endswith("_A")
+            assert torch.allclose(group.adapters[k][name].grad, g, rtol=1e-5, atol=1e-7), name
+
+
+def test_lockstep_updates_track_the_solo_ones(models):
+    """μ = 2 iterations (two AdamW steps, clipping, per-seed state) through ``update_seeds`` move each
+    seed's adapter as three solo ``update`` calls do, to fp32 tolerance (AdamW's first steps
+    normalise the gradient, so a rounding-level gradient difference can move an element by up to
+    the learning rate times its relative size)."""
+    import copy
+
+    import torch
+
+    from race import grpo
+
+    solo, group, _ = models
+    solo, group = copy.deepcopy(solo), copy.deepcopy(group)
+    start = [lm.adapter_state_dict() for lm in solo]
+    batches = _batches(1)
+    kw = dict(mu=2, temperature=1.0, clip_eps=0.2, loss_agg="dapo", max_completion_len=6, beta=1e-3,
+              entropy_coef=1e-3)
+    opts = [torch.optim.AdamW(list(lm.lora.parameters()), lr=1e-3, weight_decay=0.0, fused=True) for lm in solo]
+    want = [grpo.update(lm, o, b, **kw) for lm, o, b in zip(solo, opts, batches)]
+    gopts = [torch.optim.AdamW(group.parameters_of(s), lr=1e-3, weight_decay=0.0, fused=True) for s in SEEDS]
+    got = grpo.update_seeds(group, gopts, batches, pad_id=0, **kw)
+    for k, (lm, s, w, g) in enumerate(zip(solo, SEEDS, want, got)):
+        assert g.loss == pytest.approx(w.loss, rel=1e-4)
+        a, b = lm.adapter_state_dict(), group.adapter_state_dict(s)
+        moved = max(float((a[n] - start[k][n]).abs().max()) for n in a)
+        assert moved > 1e-3                                           # two steps of lr 1e-3 each
+        assert max(float((a[n] - b[n]).abs().max()) for n in a) < 0.05 * moved
+
+
+def test_a_seed_that_left_the_batch_is_frozen(models):
+    import copy
+
+    import torch
+
+    from race import grpo
+
+    _, group, _ = models
+    group = copy.deepcopy(group)
+    before = group.adapter_state_dict(1)
+    group.set_active([0, 2])
+    opts = [torch.optim.AdamW(group.parameters_of(s), lr=1e-2, weight_decay=0.0, fused=True) for s in (0, 2)]
+    b = _batches(2)
+    grpo.update_seeds(group, opts, [b[0], b[2]], mu=1, temperature=1.0, clip_eps=0.2, loss_agg="grpo",
+                      max_completion_len=6, pad_id=0)
+    after = group.adapter_state_dict(1)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_lockstep_sampling_equals_solo_sampling_and_ignores_its_company(models):
+    """Tokens and log-probs per seed equal the solo sampler's with the same generator, while
+    finished rows leave the batch (12 new tokens: compaction runs); a seed sampled alone or
+    beside the others gives the same tokens."""
+    import torch
+
+    from race.backends import hf
+    from race.backends.lockstep import sample_lockstep
+
+    solo, group, _ = models
+    for lm in solo:
+        lm.merge()
+    group.merge(SEEDS)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [[[int(x) for x in torch.randint(4, 20, (int(torch.randint(3, 8, (1,), generator=gen)),),
+                                               generator=gen)] for _ in range(6)] for _ in SEEDS]
+    calls = {"select": 0}
+    want, want_lp = [], []
+    for k, lm in enumerate(solo):
+        lp: list = []
+        want.append(hf.sample(lm, prompts[k], n=4, max_new_tokens=12, eos_id=[2, 5], pad_id=0,
+                              generator=torch.Generator().manual_seed(7 + k), logprobs=lp))
+        want_lp.append(lp)
+    real_gather = torch.gather
+
+    def counting_gather(*a, **kw):
+        calls["select"] += 1
+        return real_gather(*a, **kw)
+
+    torch.gather = counting_gather
+    try:
+        lp = []
+        got = sample_lockstep(group, prompts, n=4, max_new_tokens=12, eos_id=[2, 5], pad_id=0,
+                              generators=[torch.Generator().manual_seed(7 + k) for k in range(3)], logprobs=lp)
+    finally:
+        torch.gather = real_gather
+    assert calls["select"] > 0                           # finished rows left the batch at least once
+    assert got == want
+    flat = [(x, y) for a, b in zip(lp, want_lp) for ga, gb in zip(a, b) for ra, rb in zip(ga, gb) for x, y in zip(ra, rb)]
+    assert len(flat) == sum(len(c) for seed in got for grp in seed for c in grp)
+    assert max(abs(x - y) for x, y in flat) < 1e-5       # rows padded to the widest seed: rounding only
+    assert any(len(c) < 12 for seed in got for grp in seed for c in grp)          # some stopped early
+    group.set_active([2])
+    alone = sample_lockstep(group, [prompts[2]], n=4, max_new_tokens=12, eos_id=[2, 5], pad_id=0,
+                            generators=[torch.Generator().manual_seed(9)])
+    group.set_active([0, 1, 2])
+    assert alone[0] == want[2]
+
+
+def _tiny(budget=1.5e10, **over):
+    cfg = build_config(None, budget=budget, grid="0.6,0.73,0.84")
+    from dataclasses import replace
+
+    return replace(cfg, eval=replace(cfg.eval, prompts=60, samples=2), **over)
+
+
+def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
+    """Two seeds in lockstep against the same two pilots run solo: same steps, FLOPs, reward curve,
+    held-out scores and checkpoints, bit for bit (measured on this CPU's kernels); the sync check
+    reads rounding noise in both; the lockstep pilots say so in ``extra["engine"]``."""
+    from race.lockstep import run_lockstep
+    from race.pilot import run_pilot
+
+    cfg = _tiny()
+    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
+    solo = [run_pilot(cfg, schedule, seed=s) for s in (0, 1)]
+    seen = []
+    group = run_lockstep(cfg, schedule, [0, 1], on_result=seen.append)
+    assert [r.seed for r in seen] == [0, 1]
+    for a, b in zip(solo, group):
+        assert a.extra["steps"] == b.extra["steps"] > 5
+        assert a.flops == b.flops and a.curve == b.curve and a.evals == b.evals
+        assert [c.evals for c in a.checkpoints] == [c.evals for c in b.checkpoints]
+        # the sampler's log-probs are computed over rows padded to the widest seed: equal tokens, and
+        # a sync gap that is rounding noise in both (measured ~1e-7 … 5e-7, not bit-equal)
+        assert len(a.extra["sync"]["gaps"]) == len(b.extra["sync"]["gaps"])
+        assert max(b.extra["sync"]["gaps"]) < 1e-5 and max(a.extra["sync"]["gaps"]) < 1e-5
+        assert b.extra["engine"] == "lockstep (2 seeds)" and "engine" not in a.extra
+        assert all(b.wall_seconds[k] > 0 for k in ("rollout", "reward", "update", "sync", "eval"))   # its share
+    assert solo[0].curve != solo[1].curve            # the seeds differ: each has its own streams
+
+
+def test_group_size_follows_the_engine_and_what_can_run():
+    from dataclasses import replace
+
+    from race.errors import ConfigError
+    from race.lockstep import group_size_for
+
+    cfg = _tiny()
+    assert group_size_for(cfg, "auto", "cpu") == cfg.seeds == 3
+    assert group_size_for(cfg, "solo", "cpu") == 1
+    assert group_size_for(cfg, "auto", "cuda") == 1               # not measured on a GPU yet: solo there
+    assert group_size_for(replace(cfg, seeds=1), "lockstep", "cpu") == 1
+    slow = replace(cfg, grpo=replace(cfg.grpo, grad_checkpointing=True))
+    assert group_size_for(slow, "auto", "cpu") == 1
+    with pytest.raises(ConfigError, match="engine 'lockstep' cannot run this config: gradient checkpointing is on"):
+        group_size_for(slow, "lockstep", "cpu")
+    with pytest.raises(ConfigError, match="engine 'fast' is unknown: expected one of auto, lockstep, solo"):
+        group_size_for(cfg, "fast", "cpu")
+
+
+def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
+    """run_jobs with group_size 2: the two seeds of each point share a process (same pid); the
+    group whose reward kills its process fails both its pilots, the other group completes."""
+    import os
+
+    import crash_reward
+    from race.runner import Job, lockstep_groups, run_jobs
+
+    for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
+        if os.path.exists(path):
+            os.remove(path)
+    open(crash_reward.MARKER, "w").close()
+    from dataclasses import replace
+
+    cfg = _tiny(budget=1e10)
+    cfg = replace(cfg, reward=replace(cfg.reward, kind="custom", function="crash_reward:reward"))
+    schedules = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[:2]
+    jobs = [Job(s, seed) for s in schedules for seed in (0, 1)]
+    assert [[j.key for j in g] for g in lockstep_groups(jobs, 2)] == [[jobs[0].key, jobs[1].key],
+                                                                       [jobs[2].key, jobs[3].key]]
+    pids: dict = {}
+    results = run_jobs(cfg, jobs, workers=2, group_size=2, on_start=lambda job, pid: pids.__setitem__(job.key, pid))
+    assert pids[jobs[0].key] == pids[jobs[1].key] != pids[jobs[2].key] == pids[jobs[3].key]
+    by_point: dict = {}
+    for r in results:
+        by_point.setdefault(r.rho_target, []).append(r.status)
+    assert sorted(tuple(sorted(v)) for v in by_point.values()) == [("complete", "complete"), ("failed", "failed")]

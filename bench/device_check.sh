@@ -4,7 +4,8 @@
 #
 #   bash bench/device_check.sh        # results under $OUT (the device tool's folder), else ./device-check
 #
-# 1. bench/gpu_check.py: the table for docs/benchmarks.md (Qwen2.5-1.5B first, then 0.5B; it starts
+# 1. bench/gpu_check.py: the table for docs/benchmarks.md (Qwen2.5-1.5B solo, then as a lockstep group of 3
+#    seeds beside it, then 0.5B; it starts
 #    no further model after 180 s, and rewrites $OUT/gpu_check.json after every model);
 # 2. the gpu-marked tests (tests/test_gpu.py: bf16 log-probs, a CUDA pilot, the memory plan);
 # 3. with .whl/ carried (bench/device_wheels.sh: optuna is not on that machine), a small real

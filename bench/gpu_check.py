@@ -15,7 +15,9 @@ pilot runs — with arithmetic prompts. It prints, after ``--warmup`` untimed st
 - update tokens/s (prompt + completion tokens trained, × μ / update seconds);
 - update-phase MFU: the FLOP meter's C_learning / update seconds, against a bf16 (fp32 with
   --cpu) matmul peak measured in the same run;
-- peak memory (torch.cuda.max_memory_allocated) against race.memory's plan for the schedule.
+- peak memory (torch.cuda.max_memory_allocated) against race.memory's plan for the schedule;
+- then the same for a lockstep group (``--lockstep S``, default 3 seeds: race.lockstep), whose
+  tokens/s are the group's, beside the solo row (the plan column stays the solo pilot's).
 
 Target (recorded, not asserted): update-phase MFU ≥ 40 % of the measured peak for 1.5B + LoRA.
 """
@@ -86,7 +88,10 @@ def build_random_model(config: dict, folder: str, dtype, device: str) -> str:
     return folder
 
 
-def check_model(name: str, config: dict, args, device: str, peak: float, workdir: str) -> dict:
+def check_model(name: str, config: dict, args, device: str, peak: float, workdir: str, *, seeds: int = 1) -> dict:
+    """One model's row: ``seeds`` 1 runs ``race.pilot.PilotEngine`` (a solo pilot); more run one
+    ``race.lockstep.LockstepEngine`` carrying that many seeds in one batch (throughput is then the
+    group's: tokens of all seeds per second)."""
     import torch
 
     from race import flops as F
@@ -116,38 +121,74 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    engine = PilotEngine(cfg, schedule, seed=0, device=device)
-    setup_s = time.perf_counter() - t0 - build_s
     lengths = []
-    generate = engine.backend.generate
 
-    def recording_generate(*a, **kw):
-        batch = generate(*a, **kw)
-        lengths.append((sum(map(len, batch.prompt_ids)) * kw["n"],
-                        sum(len(c) for g in batch.completion_ids for c in g)))
-        return batch
+    def record_lengths(batch, n):
+        lengths.append((sum(map(len, batch.prompt_ids)) * n, sum(len(c) for g in batch.completion_ids for c in g)))
 
-    engine.backend.generate = recording_generate
+    if seeds > 1:
+        from race.lockstep import LockstepEngine
+
+        engine = LockstepEngine(cfg, schedule, list(range(seeds)), device=device)
+        generate_seeds = engine.backend.generate_seeds
+
+        def recording_generate_seeds(*a, **kw):
+            batches = generate_seeds(*a, **kw)
+            for b in batches:
+                record_lengths(b, kw["n"])
+            return batches
+
+        engine.backend.generate_seeds = recording_generate_seeds
+
+        def step(batch):
+            records = engine.step(list(range(seeds)), [batch] * seeds)
+            return sum((r.flops for r in records), FlopBreakdown())
+
+        def walls():
+            return {k: sum(w[k] for w in engine.walls) for k in ("rollout", "update", "sync", "reward")}
+
+        def reset():
+            for w in engine.walls:
+                w.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
+    else:
+        engine = PilotEngine(cfg, schedule, seed=0, device=device)
+        generate = engine.backend.generate
+
+        def recording_generate(*a, **kw):
+            batch = generate(*a, **kw)
+            record_lengths(batch, kw["n"])
+            return batch
+
+        engine.backend.generate = recording_generate
+
+        def step(batch):
+            return engine.step(batch).flops
+
+        def walls():
+            return dict(engine.wall)
+
+        def reset():
+            engine.wall.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
+    setup_s = time.perf_counter() - t0 - build_s
     problems = load_task("arithmetic-easy", split="train", seed=0)
     spent = FlopBreakdown()
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
+    for k in range(args.warmup + args.steps):
+        if k == args.warmup:
             _sync(device)
-            engine.wall.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
+            reset()
             spent, lengths = FlopBreakdown(), []
-        batch = problems[step * args.prompts:(step + 1) * args.prompts]
-        record = engine.step(batch)
-        spent = spent + record.flops
+        spent = spent + step(problems[k * args.prompts:(k + 1) * args.prompts])
     _sync(device)
     rollout_tokens = sum(c for _, c in lengths)
     update_tokens = args.mu * sum(p + c for p, c in lengths)
-    w = engine.wall
+    w = walls()
     mem = schedule_memory(cfg, schedule, prompt_len=sum(p for p, _ in lengths) / max(1, len(lengths))
                           / (args.prompts * args.n_gen), dtype_bytes=2 if cuda else 4,
                           overhead=1024 ** 3 if cuda else 0.0)
     arch = read_arch(config, allow_approximate=True).arch
     out = {
-        "model": name, "params": F.param_count(arch), "device": device, "dtype": str(dtype).replace("torch.", ""),
+        "model": name, "engine": f"lockstep ({seeds} seeds)" if seeds > 1 else "solo",
+        "params": F.param_count(arch), "device": device, "dtype": str(dtype).replace("torch.", ""),
         "batch": f"{args.prompts}×{args.n_gen}, ≤{args.completion_len} tok, μ={args.mu}",
         "micro_batch": args.micro_batch, "grad_checkpointing": args.grad_checkpointing,
         "steps_timed": args.steps, "rollout_s": w["rollout"], "update_s": w["update"], "sync_s": w["sync"],
@@ -173,14 +214,15 @@ def render(rows: list[dict], peak: float, dtype: str) -> str:
     from tabulate import tabulate
 
     gib = 1024 ** 3
-    table = [[r["model"], f"{r['params'] / 1e9:.2f} B" if r["params"] >= 1e8 else f"{r['params'] / 1e6:.2f} M",
+    table = [[r["model"], r.get("engine", "solo"),
+              f"{r['params'] / 1e9:.2f} B" if r["params"] >= 1e8 else f"{r['params'] / 1e6:.2f} M",
               r["batch"], f"{r['rollout_tok_s']:,.0f}", f"{r['update_tok_s']:,.0f}",
               f"{r['update_flop_s'] / 1e9:,.1f}", f"{100 * r['update_mfu']:.1f} %",
               "n/a (CPU)" if r["peak_mem_measured"] is None else f"{r['peak_mem_measured'] / gib:.1f} GiB",
               f"{r['peak_mem_plan'] / gib:.2f} GiB"] for r in rows]
     head = [f"matmul peak ({dtype}, measured in this run): {peak / 1e9:,.1f} GFLOP/s"]
     return "\n".join(head) + "\n\n" + tabulate(
-        table, headers=["model", "params", "B_p×n_gen", "rollout tok/s", "update tok/s", "update GFLOP/s",
+        table, headers=["model", "engine", "params", "B_p×n_gen", "rollout tok/s", "update tok/s", "update GFLOP/s",
                         "update MFU", "peak mem", "plan"], tablefmt="github", disable_numparse=True) + "\n"
 
 
@@ -197,6 +239,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--grad-checkpointing", action="store_true")
+    p.add_argument("--lockstep", type=int, default=3, metavar="S",
+                   help="after each model's solo row, a lockstep group of S seeds on the same schedule (0: none)")
     p.add_argument("--json", default=None, help="also write the rows to this file (rewritten after every model)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="start no further model after this many seconds (0: no limit)")
@@ -237,19 +281,24 @@ def main(argv=None) -> int:
                 failed.append({"model": name, "error": f"skipped: past --max-seconds {args.max_seconds:g}"})
                 print(f"{name}: skipped (past --max-seconds)", file=sys.stderr, flush=True)
                 continue
-            try:
-                rows.append(check_model(name, config, args, device, peak, work))
-                outcome = "done"
-            except Exception as exc:          # one model failing must not lose the others' rows
-                import traceback
+            for seeds in ((1, args.lockstep) if args.lockstep > 1 else (1,)):
+                what = name if seeds == 1 else f"{name} lockstep ×{seeds}"
+                if seeds > 1 and args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
+                    failed.append({"model": what, "error": f"skipped: past --max-seconds {args.max_seconds:g}"})
+                    continue
+                try:
+                    rows.append(check_model(name, config, args, device, peak, work, seeds=seeds))
+                    outcome = "done"
+                except Exception as exc:          # one model failing must not lose the others' rows
+                    import traceback
 
-                traceback.print_exc()
-                failed.append({"model": name, "error": f"{type(exc).__name__}: {exc}"})
-                outcome = "FAILED"
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()
-            print(f"{name}: {outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-            dump()
+                    traceback.print_exc()
+                    failed.append({"model": what, "error": f"{type(exc).__name__}: {exc}"})
+                    outcome = "FAILED"
+                    if device.startswith("cuda"):
+                        torch.cuda.empty_cache()
+                print(f"{what}: {outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+                dump()
     if rows:
         print(render(rows, peak, "fp32" if args.cpu else "bf16"))
     for f in failed:

@@ -17,7 +17,11 @@ def test_gpu_check_reduced_mode_runs_on_cpu(tmp_path):
     assert "HEAVY []" in r.stdout                    # the H200 machine has neither
     assert "rollout tok/s" in r.stdout and "update MFU" in r.stdout
     data = json.loads(out.read_text())
-    (row,) = data["rows"]
+    row, group = data["rows"]                         # the solo pilot, then a lockstep group of 3 seeds
+    assert (row["engine"], group["engine"]) == ("solo", "lockstep (3 seeds)")
+    assert group["rollout_tok_s"] > 0 and group["update_tok_s"] > 0 and group["learning_flops"] > 0
+    # three seeds' tokens in the group's timed step
+    assert group["rollout_tok_s"] * group["rollout_s"] <= 3 * 2 * 4 * 8
     assert data["peak_flop_s"] > 1e8
     assert row["rollout_s"] > 0 and row["update_s"] > 0
     assert 0 < row["rollout_tok_s"] and 0 < row["update_tok_s"]
@@ -47,7 +51,7 @@ def test_gpu_check_keeps_the_rows_of_models_that_ran_when_one_fails(tmp_path, mo
     monkeypatch.setattr(gpu_check, "check_model", flaky)
     out = tmp_path / "gc.json"
     assert gpu_check.main(["--cpu", "--models", "race/tiny-arith", "race/tiny-arith", "--steps", "1",
-                           "--json", str(out)]) == 0
+                           "--lockstep", "0", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert calls == ["race/tiny-arith", "race/tiny-arith"]
     assert [r["model"] for r in data["rows"]] == ["race/tiny-arith"]

@@ -66,16 +66,18 @@ class _LoRAGroup(torch.autograd.Function):
         x, weight, xa, A_all, *Bs = ctx.saved_tensors
         r = ctx.rank
         x2, g2, xa2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), xa.reshape(-1, xa.shape[-1])
-        gbs, dBs = [], []
+        # every product is taken with the rank r as its ROW count (r × N, not N × r): CPU GEMM
+        # kernels run a thin output of r columns 3–12× slower than the same product transposed
+        gbTs, dBs = [], []
         for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
             gi = g2[:, lo:hi]
-            gbs.append((gi @ B.to(g.dtype)) * ctx.scale)                          # [N, r]
-            dBs.append((gi.t() @ xa2[:, j * r:(j + 1) * r]).to(B.dtype))
-        gb = torch.cat(gbs, dim=1) if len(gbs) > 1 else gbs[0]                   # [N, k·r]
-        dA_all = (gb.t() @ x2).to(A_all.dtype)
+            gbTs.append((B.to(g.dtype).t() @ gi.t()) * ctx.scale)                # [r, N]
+            dBs.append((xa2[:, j * r:(j + 1) * r].t() @ gi).t().to(B.dtype))     # [out_j, r]
+        gbT = torch.cat(gbTs) if len(gbTs) > 1 else gbTs[0]                      # [k·r, N]
+        dA_all = (gbT @ x2).to(A_all.dtype)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = (g2 @ weight + gb @ A_all.to(g.dtype)).view_as(x)
+            grad_x = (g2 @ weight + gbT.t() @ A_all.to(g.dtype)).view_as(x)
         grads = []
         for j, dB in enumerate(dBs):
             grads += [dA_all[j * r:(j + 1) * r], dB]

@@ -58,16 +58,16 @@ class _LoRAGroupSeeds(torch.autograd.Function):
         x, weight, xa, A_all, *Bs = ctx.saved_tensors
         S, r = x.shape[0], ctx.rank
         x3, g3 = x.reshape(S, -1, x.shape[-1]), g.reshape(S, -1, g.shape[-1])
-        gbs, dBs = [], []
+        gbTs, dBs = [], []             # rank-r products with r as the row count, as the solo group's
         for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
             gi = g3[..., lo:hi]
-            gbs.append(torch.bmm(gi, B.to(g.dtype)) * ctx.scale)                     # [S, M, r]
-            dBs.append(torch.bmm(gi.transpose(1, 2), xa[..., j * r:(j + 1) * r]).to(B.dtype))
-        gb = torch.cat(gbs, dim=2) if len(gbs) > 1 else gbs[0]                      # [S, M, k·r]
-        dA_all = torch.bmm(gb.transpose(1, 2), x3).to(A_all.dtype)                  # [S, k·r, D]
+            gbTs.append(torch.bmm(B.to(g.dtype).transpose(1, 2), gi.transpose(1, 2)) * ctx.scale)   # [S, r, M]
+            dBs.append(torch.bmm(xa[..., j * r:(j + 1) * r].transpose(1, 2), gi).transpose(1, 2).to(B.dtype))
+        gbT = torch.cat(gbTs, dim=1) if len(gbTs) > 1 else gbTs[0]                   # [S, k·r, M]
+        dA_all = torch.bmm(gbT, x3).to(A_all.dtype)                                  # [S, k·r, D]
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = g @ weight + torch.bmm(gb, A_all.to(g.dtype)).view(x.shape)
+            grad_x = g @ weight + torch.bmm(gbT.transpose(1, 2), A_all.to(g.dtype)).view(x.shape)
         grads = []
         for j, dB in enumerate(dBs):
             grads += [dA_all[:, j * r:(j + 1) * r], dB]

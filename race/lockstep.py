@@ -219,12 +219,35 @@ def run_lockstep(config: GridConfig, schedule: Schedule, seeds: list[int], *, de
 ENGINES = ("auto", "lockstep", "solo")
 
 
-def group_size_for(config: GridConfig, engine: str, device: str) -> int:
-    """How many seeds of a grid point one pilot process runs: ``config.seeds`` in lockstep, 1 solo.
+# A lockstep step of g ≥ 2 seeds costs about this share of g solo steps on the tiny policies
+# (docs/benchmarks.md, "Lockstep pilots": 0.73–0.91 on tiny-arith, 1.0 on the tiny reasoner).
+LOCKSTEP_STEP_SHARE = 0.85
+
+
+def balanced_group_size(points: int, seeds: int, workers: int, share: float = LOCKSTEP_STEP_SHARE) -> int:
+    """The seeds per group that finish a grid of ``points`` × ``seeds`` pilots soonest on ``workers``
+    processes: groups of g run ``ceil(seeds / g)`` per point, in rounds of ``workers``, each round
+    as long as its largest group (g seeds × ``share`` of a solo pilot). Ties go to the larger group.
+    E.g. 4 × 3 on 2 workers → 3 (two rounds of two groups); 5 × 4 → 2 (five full rounds, rather than
+    three rounds of groups of 4 with one core idle in the last)."""
+    best, best_cost = 1, float("inf")
+    for g in range(1, max(1, seeds) + 1):
+        groups = points * -(-seeds // g)
+        rounds = -(-groups // max(1, workers))
+        cost = rounds * g * (share if g > 1 else 1.0)
+        if cost <= best_cost + 1e-9:
+            best, best_cost = g, cost
+    return best
+
+
+def group_size_for(config: GridConfig, engine: str, device: str, workers: int | None = None) -> int:
+    """How many seeds of a grid point one pilot process runs: up to ``config.seeds`` in lockstep, 1 solo.
 
     ``auto`` takes lockstep where it was measured faster (docs/benchmarks.md): on a CPU with the
     lean sampler (backend ``hf``); solo with vLLM and on a GPU until a run there measures it.
-    ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups."""
+    ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups.
+    With ``workers`` (pilot processes at once), the group size is ``balanced_group_size`` of the
+    grid, so the last round of groups does not leave cores idle."""
     from race.errors import ConfigError
 
     if engine not in ENGINES:
@@ -232,11 +255,15 @@ def group_size_for(config: GridConfig, engine: str, device: str) -> int:
     if engine == "solo" or config.seeds < 2:
         return 1
     why = lockstep_supported(config)
-    if engine == "lockstep":
-        if why:
-            raise ConfigError(f"engine 'lockstep' cannot run this config: {why}; use --engine solo or auto")
-        return config.seeds
-    from race.backends import resolve_backend
+    if engine == "lockstep" and why:
+        raise ConfigError(f"engine 'lockstep' cannot run this config: {why}; use --engine solo or auto")
+    if engine == "auto":
+        from race.backends import resolve_backend
 
-    measured = not str(device).startswith("cuda") and resolve_backend(config.backend) == "hf"
-    return config.seeds if why is None and measured else 1
+        measured = not str(device).startswith("cuda") and resolve_backend(config.backend) == "hf"
+        if why is not None or not measured:
+            return 1
+    if not workers:
+        return config.seeds
+    return max(2, balanced_group_size(len(config.grid), config.seeds, workers)) if engine == "lockstep" else \
+        balanced_group_size(len(config.grid), config.seeds, workers)

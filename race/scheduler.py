@@ -361,7 +361,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
     from race.lockstep import group_size_for
 
-    group_size = group_size_for(config, engine, device)
+    group_size_for(config, engine, device)      # an engine that cannot run this config: one line, before any write
     url = storage or S.default_url(out_dir)
     fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
@@ -371,7 +371,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                       adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,
                       calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat,
-                      import_pilots=import_pilots, group_size=group_size)
+                      import_pilots=import_pilots, engine=engine)
     except BaseException:
         if fresh and not st.exists():          # a refusal or a failed calibration leaves nothing behind
             st.close()
@@ -392,7 +392,7 @@ run_grid = run_study
 def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
            adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
            classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None,
-           group_size: int = 1) -> Results:
+           engine: str = "auto") -> Results:
     """Create or resume the study in ``st``, then coordinate it."""
     user_cfg = config.to_dict()
     resumed = st.exists()
@@ -438,14 +438,14 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
     try:
         return _coordinate(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
                            adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed,
-                           group_size=group_size)
+                           engine=engine)
     finally:
         st.release_coordination()
 
 
 def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool,
                 retries: int, adaptive: bool | str, adaptive_share: float | None, policy: str | None,
-                resumed: bool, group_size: int = 1) -> Results:
+                resumed: bool, engine: str = "auto") -> Results:
     """The coordinator's loop over a study it holds: enqueue, run, sweep, save, classify."""
     from race.runner import default_workers
 
@@ -460,6 +460,9 @@ def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, worke
     first_number = len(st.trials())
     if workers is None:
         workers = default_workers(device)
+    from race.lockstep import group_size_for
+
+    group_size = group_size_for(config_from_dict(info.run_config), engine, device, workers=workers)
     loop = _Loop(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number,
                  group_size=group_size)
     given_up: set[Key] = set()
@@ -624,9 +627,9 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     first_number = len(st.trials())
     from race.lockstep import group_size_for
 
-    loop = _Loop(st, device=device, workers=workers if workers is not None else default_workers(device),
-                 retries=retries, quiet=quiet, first_number=first_number,
-                 group_size=group_size_for(config_from_dict(info.run_config), engine, device))
+    workers = workers if workers is not None else default_workers(device)
+    loop = _Loop(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number,
+                 group_size=group_size_for(config_from_dict(info.run_config), engine, device, workers=workers))
     keys = set(info.keys())
     state = {"idle_since": None, "last": 0.0, "go": True}
 

@@ -274,6 +274,26 @@ def test_group_size_follows_the_engine_and_what_can_run():
         group_size_for(slow, "lockstep", "cpu")
     with pytest.raises(ConfigError, match="engine 'fast' is unknown: expected one of auto, lockstep, solo"):
         group_size_for(cfg, "fast", "cpu")
+    # with the worker count, groups are sized so the last round leaves no core idle
+    # 3 points × 3 seeds: solo (5 rounds × 1) beats groups of 3 (2 rounds × 3 × 0.85 = 5.1)
+    assert group_size_for(cfg, "auto", "cpu", workers=2) == 1
+    assert group_size_for(replace(cfg, grid=(0.5, 0.6, 0.7, 0.8)), "auto", "cpu", workers=2) == 3
+    thorough = replace(cfg, grid=(0.42, 0.5, 0.62, 0.74, 0.85), seeds=4)
+    assert group_size_for(thorough, "auto", "cpu", workers=2) == 2
+    assert group_size_for(thorough, "lockstep", "cpu", workers=1) == 4
+
+
+def test_balanced_group_size_by_hand():
+    """rounds × g × share (share 1 for g = 1), computed by hand for three grids on 2 workers."""
+    from race.lockstep import balanced_group_size
+
+    # 4 × 3: g=1 → 6 rounds × 1 = 6; g=2 → 8 groups, 4 rounds × 2 × .85 = 6.8; g=3 → 2 rounds × 3 × .85 = 5.1
+    assert balanced_group_size(4, 3, 2) == 3
+    # 5 × 4: g=2 → 10 groups, 5 rounds × 1.7 = 8.5; g=4 → 3 rounds × 3.4 = 10.2; g=1 → 10
+    assert balanced_group_size(5, 4, 2) == 2
+    # 1 × 2 on 2 workers: g=1 → 1 round × 1 = 1 beats g=2 → 1 × 1.7: two pilots run side by side
+    assert balanced_group_size(1, 2, 2) == 1
+    assert balanced_group_size(4, 3, 2, share=1.0) == 3      # ties go to the larger group
 
 
 def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
@@ -303,3 +323,56 @@ def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
     for r in results:
         by_point.setdefault(r.rho_target, []).append(r.status)
     assert sorted(tuple(sorted(v)) for v in by_point.values()) == [("complete", "complete"), ("failed", "failed")]
+
+
+def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerunning(tmp_path):
+    """`race pilot --engine lockstep` on 3 points × 2 seeds: SIGKILL to a group's process (what the
+    OOM killer sends) fails both its pilots, which are retried (and regrouped) and complete; every
+    pilot records the engine and the report names it; the same command again resumes with nothing
+    left to run and nothing re-run."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    from conftest import ROOT
+    from pilot_cli import by_state, kill_leftovers, midway, open_study, race, read, start, wait_for, write_config
+    from race.store import key_of
+
+    cfg = write_config(tmp_path / "c.yaml", name="lockstep-e2e", budget=4e10, seeds=2)
+    out = tmp_path / "run"
+    args = ["pilot", cfg, "--engine", "lockstep", "--out", out, "--retries", "1", "--heartbeat", "2",
+            "--format", "json"]
+    try:
+        proc = start(args, tmp_path / "first")
+        store = open_study(f"sqlite:///{out}/race.db", "lockstep-e2e", proc=proc)
+
+        def kill_one():
+            for t in store.trials():
+                pid = t.user_attrs.get("pilot_pid")
+                if midway(t) and pid and t.user_attrs["progress"]["flops"] < 2e10:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        return t
+                    except ProcessLookupError:
+                        pass
+            return None
+
+        victim = wait_for(kill_one, procs=[proc])
+        assert proc.wait(timeout=900) == 0
+    finally:
+        kill_leftovers()
+    stdout, stderr = read(tmp_path / "first")
+    assert json.loads(stdout)["meta"]["engine"] == "lockstep (2 seeds)"
+    rho = key_of(victim)[0]
+    failed = sorted(key_of(t) for t in by_state(store, "FAIL"))
+    assert failed == [(rho, 0), (rho, 1)], failed                 # the whole group died, and only it
+    saved = json.loads((out / "results.json").read_text())
+    assert sorted((p["rho_target"], p["seed"]) for p in saved["pilots"]) == [(x, s) for x in (0.6, 0.75, 0.92)
+                                                                            for s in (0, 1)]
+    assert all(p["status"] == "complete" and p["extra"]["engine"] == "lockstep (2 seeds)" for p in saved["pilots"])
+    numbers = {key_of(t): t.number for t in by_state(store, "COMPLETE")}
+    again = subprocess.run(race(*args), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming, 6 pilots complete, 0 to run" in again.stderr
+    assert {key_of(t): t.number for t in by_state(store, "COMPLETE")} == numbers    # nothing re-run

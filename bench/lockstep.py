@@ -3,7 +3,8 @@
     python bench/lockstep.py                         # per-step: the default grid's points + the TRL bench's config
     python bench/lockstep.py --trl                   # … and TRL's GRPOTrainer at the TRL bench's config
     python bench/lockstep.py --reasoner              # … and the tiny reasoner at its full grid's ρ 0.55 point
-    python bench/lockstep.py --grid                  # … and the whole default grid: race pilot --engine solo vs lockstep
+    python bench/lockstep.py --grid                  # … and the whole default grid: race pilot --engine solo vs auto
+    python bench/lockstep.py --only none --grid --grid-out DIR    # the grid runs alone, kept in DIR
     python bench/lockstep.py --json out.json
 
 Per configuration, ``--seeds`` solo ``PilotEngine``s (one per seed) and one ``LockstepEngine``
@@ -13,8 +14,8 @@ so load from other jobs hits both alike. A solo "step" is the sum of the seeds' 
 lockstep step carries all seeds. Reported: median step time per seed for both, their ratio, and the
 lockstep engine's metered FLOP/s as a fraction of a torch fp32 matmul peak measured in the same
 run at the same thread count (bench/step_vs_trl.py's ``matmul_peak``). ``--grid`` runs
-``race pilot`` (the default grid) twice, ``--engine solo`` then ``--engine lockstep``, and reports
-both wall times. Nothing in race/ is modified.
+``race pilot`` (the default grid) twice, ``--engine solo`` then ``--engine auto`` (lockstep, in
+groups ``race.lockstep.balanced_group_size`` picks), and reports both wall times. Nothing in race/ is modified.
 """
 from __future__ import annotations
 
@@ -132,19 +133,28 @@ def time_config(label: str, cfg, sch, *, seeds: list[int], steps: int, rounds: i
             "peak_gflops": peak["max_gflops"], "load": loadavg()}
 
 
-def grid_wall(threads_env: dict | None = None) -> dict:
-    """``race pilot`` (the default grid) with --engine solo, then lockstep: wall seconds of each."""
+def grid_wall(keep: str | None = None) -> dict:
+    """``race pilot`` (the default grid) with --engine solo, then --engine auto (lockstep): wall
+    seconds of each; ``keep``: a folder to keep both runs in (``solo/``, ``lockstep/``: results
+    and the text report), else temporary folders."""
     out = {}
-    for engine in ("solo", "lockstep"):
-        with tempfile.TemporaryDirectory(prefix=f"race-bench-{engine}-") as d:
+    for engine in ("solo", "auto"):
+        name = "lockstep" if engine == "auto" else engine
+        with tempfile.TemporaryDirectory(prefix=f"race-bench-{name}-") as tmp:
+            d = os.path.join(keep, name) if keep else tmp
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "race.cli", "pilot", "--engine", engine, "--out", d, "--quiet",
-                            "--format", "json"], check=True, stdout=subprocess.DEVNULL,
-                           cwd=str(Path(__file__).resolve().parents[1]), env={**os.environ, **(threads_env or {})})
-            out[engine] = {"wall_s": time.perf_counter() - t, "load_after": loadavg()}
+            r = subprocess.run([sys.executable, "-m", "race.cli", "pilot", "--engine", engine, "--out", d, "--quiet",
+                                "--format", "text"], check=True, capture_output=True, text=True,
+                               cwd=str(Path(__file__).resolve().parents[1]))
+            out[name] = {"wall_s": time.perf_counter() - t, "load_after": loadavg(), "engine_flag": engine}
+            if keep:
+                with open(os.path.join(d, "report.txt"), "w") as fh:
+                    fh.write(r.stdout)
             with open(os.path.join(d, "results.json")) as fh:
                 res = json.load(fh)
-            out[engine]["verdict"] = res["diagnosis"]["targets"][0]["regime"] if res.get("diagnosis") else None
+            diag = res.get("diagnosis") or {}
+            out[name]["verdict"] = diag.get("regime")
+            out[name]["engines"] = sorted({p["extra"].get("engine", "solo") for p in res["pilots"]})
     out["ratio"] = out["lockstep"]["wall_s"] / out["solo"]["wall_s"]
     return out
 
@@ -159,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reasoner", action="store_true")
     ap.add_argument("--trl", action="store_true", help="also time TRL's GRPOTrainer at the TRL bench config")
     ap.add_argument("--grid", action="store_true", help="also time race pilot's default grid, solo vs lockstep")
+    ap.add_argument("--grid-out", default=None, metavar="DIR", help="keep the two grid runs in DIR/solo, DIR/lockstep")
     ap.add_argument("--only", default=None, help="only configurations whose label contains this")
     ap.add_argument("--json", metavar="OUT")
     a = ap.parse_args(argv)
@@ -198,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; RACE lockstep per seed / TRL {out['trl']['lockstep_per_seed_over_trl']:.2f}" if mine else ""),
               flush=True)
     if a.grid:
-        out["grid"] = grid_wall()
+        out["grid"] = grid_wall(a.grid_out)
         g = out["grid"]
         print(f"race pilot (default grid): solo {g['solo']['wall_s']:.0f} s, lockstep {g['lockstep']['wall_s']:.0f} s, "
               f"ratio {g['ratio']:.2f}; verdicts {g['solo']['verdict']} / {g['lockstep']['verdict']}", flush=True)

@@ -8,7 +8,9 @@ half a step, so the spent FLOPs land within half a step of the budget. With
 ``eval.checkpoints`` it also evaluates held-out prompts at fractions of the budget
 (``HeldOutCheckpoints``, race.checkpoints) with random streams of their own: training, and
 so every number a pilot reports without checkpoints, stays bit-identical. Evaluation FLOPs
-and seconds are recorded apart and never count towards the budget or ρ.
+and seconds are recorded apart and never count towards the budget or ρ. The loop state
+(``PilotLoop``) and the evaluation at the end (``finish_pilot``) are shared with lockstep
+pilots (race.lockstep), so a seed run there yields the ``PilotResult`` it would yield here.
 """
 from __future__ import annotations
 

@@ -287,6 +287,8 @@ def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | 
         size = f", {p.parameters / 1e6:.2f} M" if p.parameters else ""
         ax_r.errorbar(rho, mean, yerr=[mean - ci[:, 0], ci[:, 1] - mean], fmt="o-", color=color, capsize=3,
                       label=f"{label}{size}: {p.regime}")
+        if p.base_heldout is not None:        # the policy before any RL step (pre-training is not in the budget)
+            ax_r.axhline(p.base_heldout, color=color, ls=":", lw=1, label=f"{label} base {p.base_heldout:.3f}")
         lo, hi = p.rho_range
         if hi > lo:
             ax_r.axvspan(lo, hi, color=color, alpha=0.08)

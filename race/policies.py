@@ -97,6 +97,7 @@ class PolicySummary:
     parameters: int | None       # all parameters (race.flops.param_count); None: not readable
     base_pass_rate: float | None     # calibration: the base policy's sampled pass rate on training prompts
     base_accuracy: Mapping[str, Any]  # race_meta.json "accuracy" of a shipped asset (held-out), else {}
+    base_heldout: float | None   # of those, the sampled (T=1) held-out accuracy on the grid's task, else None
     regime: str
     rho_range: tuple[float, float]
     confidence: float
@@ -176,6 +177,14 @@ def _asset_accuracy(model: str) -> dict[str, Any]:
         return {}
 
 
+def _base_heldout(accuracy: Mapping[str, Any], task: str) -> float | None:
+    """The asset's sampled held-out accuracy on ``task`` (``arithmetic-easy`` → ``easy_sampled``):
+    what the pilots' sampled evaluation measures before any RL step."""
+    key = f"{task.split('-', 1)[1]}_sampled" if task.startswith("arithmetic-") else None
+    value = accuracy.get(key) if key else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _grid(results: Results, target: str):
     from race.fit import grid_scores
 
@@ -228,10 +237,12 @@ def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = Non
         v = d.verdicts[name]
         model = str(d.meta.get("model") or res.config.get("model") or label)
         cal = (res.plan or {}).get("calibration") or {}
+        acc = _asset_accuracy(model)
         summaries.append(PolicySummary(
             label=label, model=model, parameters=_parameters(model),
             base_pass_rate=float(cal["pass_rate"]) if cal.get("pass_rate") is not None else None,
-            base_accuracy=_asset_accuracy(model), regime=v.regime.value, rho_range=tuple(v.rho_range),
+            base_accuracy=acc, base_heldout=_base_heldout(acc, str(res.config.get("task", ""))),
+            regime=v.regime.value, rho_range=tuple(v.rho_range),
             confidence=v.confidence, best_rho=v.best_rho, best_score=v.best_reward, slope=v.slope,
             slope_ci=tuple(v.slope_ci), best_share=float(np.mean(owner[winners] == i)), costs=point_costs(res, name)))
     view = JointView(target=name, budget=budgets.pop(), level=level, n_boot=n_boot, policies=tuple(summaries),
@@ -334,14 +345,14 @@ def render_joint(view: JointView, fmt: str = "text") -> str:
     pct = int(round(100 * view.level))
     rows = []
     for p in view.policies:
-        acc = p.base_accuracy
-        held = f"{acc['easy_sampled']:.3f} / {acc['easy_greedy']:.3f}" if "easy_sampled" in acc else "—"
         rows.append([p.label, f"{p.parameters / 1e6:.2f} M" if p.parameters else "?",
-                     "—" if p.base_pass_rate is None else f"{p.base_pass_rate:.3f}", held, p.regime,
+                     "—" if p.base_pass_rate is None else f"{p.base_pass_rate:.3f}",
+                     "—" if p.base_heldout is None else f"{p.base_heldout:.3f}",
+                     "—" if p.base_heldout is None else f"{p.best_score - p.base_heldout:+.3f}", p.regime,
                      f"[{p.rho_range[0]:.2f}, {p.rho_range[1]:.2f}]", f"{p.confidence:.2f}",
                      f"{p.best_rho:.2f} ({p.best_score:.4f})",
                      f"{p.slope:+.4f} ({p.slope_ci[0]:+.4f} … {p.slope_ci[1]:+.4f})", f"{100 * p.best_share:.0f}%"])
-    headers = ["policy", "params", "base pass (cal.)", "base held-out T=1 / greedy", "verdict", "ρ range",
+    headers = ["policy", "params", "base pass (cal.)", "base held-out", "best − base", "verdict", "ρ range",
                "confidence", "best ρ (score)", f"slope per log ρ ({pct}% CI)", "best of all"]
     cost_rows = [[p.label, f"{c.rho_target:.2f}", f"{c.score:.4f}", f"{c.steps:.0f}", f"{c.updates:.0f}",
                   f"{c.rollouts:.0f}", f"{c.rollouts_per_1e12:.0f}"] for p in _by_size(view) for c in p.costs]

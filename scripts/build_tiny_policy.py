@@ -18,8 +18,10 @@ about a third of the time when sampled at temperature 1, so that RL has room to 
 
 Sizes (``--size``): ``m`` is the shipped ``tiny-arith`` (0.74 M parameters); ``s`` (~0.25x,
 half the width) and ``l`` (~4x, twice the width) are the same recipe on the same data for the
-same number of steps (so the same training tokens), only the width changes; they feed the
-model-size x rho grid (docs/models.md). The default size builds byte-identical weights and
+same number of steps (so the same training tokens); the width changes, and with it the AdamW
+learning rate, as 1/width (muP's rule for hidden matrices, anchored at m's 3e-3: s 6e-3, l 1.5e-3;
+with m's rate the 4x model ends its 925 steps at 5 % sampled accuracy, docs/models.md). They feed
+the model-size x rho grid (docs/models.md). The default size builds byte-identical weights and
 metadata to before sizes existed; the other sizes add ``size`` and ``architecture`` to
 ``race_meta.json``.
 
@@ -129,12 +131,17 @@ def optimizer_step(model, loss: torch.Tensor, opt, sched) -> None:
     sched.step()
 
 
-def train(model, tok, *, steps: int, seed: int) -> float:
+def size_lr(size: str) -> float:
+    """Peak learning rate of a size: ``LR`` at m's width, scaled as 1 / width (muP for Adam)."""
+    return LR * SIZES["m"]["hidden_size"] / SIZES[size]["hidden_size"]
+
+
+def train(model, tok, *, steps: int, seed: int, lr: float = LR) -> float:
     """Supervised training; returns wall seconds."""
     rng = random.Random(seed)
     easy = [(p.prompt, p.answer) for p in load_task("arithmetic-easy", split="train")]
     hard = [(p.prompt, p.answer) for p in load_task("arithmetic-hard", split="train", seed=seed)]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
     model.train()
     start = time.perf_counter()
@@ -202,7 +209,7 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, size
     assert tok("12+34=")["input_ids"] == [len(SPECIALS) + CHARS.index(c) for c in "12+34="]
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(build_config(len(tok), size))
-    seconds = train(model, tok, steps=steps, seed=seed)
+    seconds = train(model, tok, steps=steps, seed=seed, lr=size_lr(size))
     os.makedirs(out, exist_ok=True)
     for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json", "special_tokens_map.json", "race_meta.json"):
@@ -219,10 +226,11 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, size
     model2 = AutoModelForCausalLM.from_pretrained(out).eval()
     sized = {} if size == "m" else {
         "size": size, "architecture": {**SIZES[size], "num_hidden_layers": 3, "head_dim": 32},
-        "tokens_note": f"same data, steps and batch as tiny-arith (m): {steps} x {BATCH} sequences"}
+        "tokens_note": f"same data, steps and batch as tiny-arith (m): {steps} x {BATCH} sequences; "
+                       "learning rate 3e-3 x 128 / width"}
     meta = {
         **sized,
-        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP,
+        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": size_lr(size), "warmup": WARMUP,
                    "hard_share": HARD_SHARE, "optimizer": "AdamW(betas=(0.9, 0.98), wd=0.01)",
                    "threads": threads},
         "train_seconds": round(seconds, 1),

@@ -77,6 +77,20 @@ def test_bad_models_on_the_command_line_exit_2_before_anything_is_written(tmp_pa
     assert len(r.output.strip().splitlines()) == 1 and not (out / "models.json").exists()
 
 
+def test_one_policy_entry_points_refuse_a_grid_over_models(tmp_path):
+    """race.diagnose returns one diagnosis and a study is one policy: both say where to go instead."""
+    from race.api import diagnose
+    from race.errors import RaceError
+    from race.scheduler import run_study
+
+    cfg = config_from_dict({**BASE, "models": ["race/tiny-arith-s", "race/tiny-arith"]})
+    with pytest.raises(RaceError, match="call race.api.run_models"):
+        diagnose(config=cfg, out_dir=str(tmp_path / "d"))
+    with pytest.raises(ConfigError, match="one study per policy"):
+        run_study(cfg, out_dir=str(tmp_path / "s"))
+    assert not (tmp_path / "d" / "race.db").exists() and not (tmp_path / "s").exists()
+
+
 # ----------------------------------------------------------------------------- the paired bootstrap
 
 def _grid(scores, rhos=(0.5, 0.6, 0.7), seeds=(0,)):

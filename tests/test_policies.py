@@ -3,6 +3,7 @@ and a two-policy grid run end to end through the CLI at a tiny budget."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -150,7 +151,7 @@ def test_joint_view_names_the_best_policy_and_rho_with_a_ci_and_the_costs():
     assert other == "tiny-arith" and lo > 0 and lo < gap < hi
     # parameters and base accuracies of the shipped assets, read from their files
     assert (small.parameters, large.parameters) == (186_624, 741_888)
-    assert small.base_heldout == pytest.approx(0.5388) and large.base_heldout == pytest.approx(0.3469)
+    assert small.base_heldout == pytest.approx(0.0592) and large.base_heldout == pytest.approx(0.3469)
     # costs by hand: 8 prompts × 8 rollouts × steps, per 1e12 FLOPs of the pilot
     c = small.costs[0]
     assert (c.steps, c.rollouts) == (400, 400 * 64)
@@ -220,3 +221,18 @@ def test_a_two_policy_grid_runs_end_to_end_and_reports_jointly(tmp_path):
     r = run("pilot", str(cfg), "--out", str(out), "--format", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["best_score"] == view["best_score"]
     assert r.stderr.count("resuming, 3 pilots complete, 0 to run") == 2, r.stderr
+
+
+def test_plan_of_a_grid_over_models_plans_each_policy_at_the_same_budget():
+    from conftest import PILOTS
+
+    r = run("plan", os.path.join(PILOTS, "tiny-sizes.yaml"), "--json")
+    assert r.exit_code == 0, r.output
+    parts = json.loads(r.stdout)["parts"]
+    assert list(parts) == ["tiny-arith-s", "tiny-arith", "tiny-arith-l"]
+    steps = {k: [s["steps"] for s in v["schedules"]] for k, v in parts.items()}
+    for k, v in parts.items():
+        assert all(abs(s["flops"]["total"] - 3e11) / 3e11 < 0.02 for s in v["schedules"]), k   # whole steps
+    # 4× the parameters: fewer steps at every ρ for the same FLOPs per pilot
+    assert all(a > 3 * b for a, b in zip(steps["tiny-arith-s"], steps["tiny-arith"]))
+    assert all(a > 3 * b for a, b in zip(steps["tiny-arith"], steps["tiny-arith-l"]))

@@ -274,7 +274,7 @@ def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | 
         check_plot_path(path)
     parts = load_parts(path_or_parts) if isinstance(path_or_parts, str) else list(path_or_parts)
     view = joint_view(parts, target=target)
-    fig = _figure_class()(figsize=(12, 4.4), layout="constrained")
+    fig = _figure_class()(figsize=(14, 4.4), layout="constrained")
     ax_r, ax_c = fig.subplots(1, 2, width_ratios=[1.4, 1])
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     ticks: set[float] = set()
@@ -303,7 +303,8 @@ def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | 
         ax.set_xticks(sorted(ticks), [f"{r:.2f}" for r in sorted(ticks)])
         ax.minorticks_off()
         ax.set_xlabel("ρ target = C_learning / C_total")
-        ax.legend(fontsize=7, loc="best")
+    ax_r.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))    # beside the curves, never over them
+    ax_c.legend(fontsize=7, loc="best")
     ax_r.set_ylabel(f"held-out {view.target} (grid point mean, {view.level:.0%} CI)")
     ax_r.set_title("response to ρ per policy, same FLOPs per pilot", fontsize=10)
     ax_c.set_yscale("log")

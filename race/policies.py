@@ -21,7 +21,8 @@ Invariants:
   it from them): per policy its verdict and range, its base accuracy and its costs (steps,
   rollouts, rollouts per 1e12 FLOPs); across policies the best (policy, ρ) with its CI and how
   often the bootstrap picks it, the gap between the best policy and each other, and whether the
-  best ρ moved (disjoint recommended ranges of the smallest and the largest policy).
+  best ρ moved (disjoint recommended ranges of the smallest and the largest policy whose verdict
+  is conclusive: an inconclusive grid locates no best ρ).
 
 Pure: no torch, no optuna (the runner is race.api.run_models).
 """
@@ -270,17 +271,30 @@ def conclusions(view: JointView) -> list[str]:
             f"{view.best_label} is the better buy at {fmt_flops(view.budget)} FLOPs per pilot" if resolved else
             "not resolved at this budget: add seeds or budget before choosing between them on this evidence"))
     ordered = _by_size(view)
-    small, large = ordered[0], ordered[-1]
-    if small is not large:
-        disjoint = small.rho_range[1] < large.rho_range[0] or large.rho_range[1] < small.rho_range[0]
+    if len(ordered) > 1:
         moves = " → ".join(f"{p.label} {p.best_rho:.2f}" for p in ordered)
         out.append(f"best ρ by size (pilot-best): {moves}; recommended ranges "
                    + ", ".join(f"{p.label} [{p.rho_range[0]:.2f}, {p.rho_range[1]:.2f}]" for p in ordered) + "; "
-                   + ("the smallest and largest policy's ranges are disjoint: the best ρ moves with size at this budget"
-                      if disjoint else "the smallest and largest policy's ranges overlap: no move of the best ρ "
-                                       "with size is resolved at this budget"))
-        out.append(gave_up(small, large, view.budget))
+                   + size_trend(ordered))
+        out.append(gave_up(ordered[0], ordered[-1], view.budget))
     return out
+
+
+def size_trend(ordered: Sequence[PolicySummary]) -> str:
+    """Whether the best ρ moves with size: only policies with a conclusive verdict locate their
+    best ρ (an inconclusive grid's range is the pilot-best point, not a located optimum), and only
+    disjoint ranges of the smallest and the largest of those count as a move."""
+    located = [p for p in ordered if p.regime != "inconclusive"]
+    vague = [p.label for p in ordered if p.regime == "inconclusive"]
+    if len(located) < 2:
+        return (f"no move of the best ρ with size is resolved at this budget: {', '.join(vague)} "
+                f"{'is' if len(vague) == 1 else 'are'} inconclusive, so fewer than two policies locate their best ρ")
+    small, large = located[0], located[-1]
+    note = f" ({', '.join(vague)} inconclusive, left out)" if vague else ""
+    if small.rho_range[1] < large.rho_range[0] or large.rho_range[1] < small.rho_range[0]:
+        return (f"the ranges of {small.label} and {large.label} are disjoint: the best ρ moves with size at this "
+                f"budget{note}")
+    return f"the ranges of {small.label} and {large.label} overlap: no move of the best ρ with size is resolved{note}"
 
 
 def gave_up(small: PolicySummary, large: PolicySummary, budget: float) -> str:

@@ -161,11 +161,22 @@ def test_joint_view_names_the_best_policy_and_rho_with_a_ci_and_the_costs():
     assert "tiny-arith (4.0× the parameters)" in line and "4.0× fewer steps" in line and "4.0× fewer rollouts" in line
     text = render_joint(view)
     assert "tiny-arith-s is the better buy" in text and "best (policy, ρ): tiny-arith-s at ρ=" in text
-    assert "ranges are disjoint: the best ρ moves with size" in text
+    assert "the ranges of tiny-arith-s and tiny-arith are disjoint: the best ρ moves with size" in text
     d = json.loads(render_joint(view, "json"))
     assert d["kind"] == "models" and d["best_label"] == "tiny-arith-s" and len(d["policies"]) == 2
     for fmt in ("md", "latex"):
         assert "tiny-arith-s" in render_joint(view, fmt)
+
+
+def test_an_inconclusive_policy_locates_no_best_rho():
+    from test_regime import FLAT
+
+    (a, ra), (b, _) = _two_policies()
+    flat = _policy(FLAT, 0.35, "race/tiny-arith", {r.rho_target: 100 for r in ra.pilots}, seed=3)
+    view = joint_view([(a, ra), (b, flat)])
+    assert view.policies[1].regime == "inconclusive"
+    assert ("no move of the best ρ with size is resolved at this budget: tiny-arith is inconclusive, so fewer "
+            "than two policies locate their best ρ") in render_joint(view)
 
 
 def test_joint_view_refuses_grids_at_different_budgets():

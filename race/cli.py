@@ -243,7 +243,10 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 
         parts = [(label, render_plan(plan_grid(part), fmt)) for label, part in part_configs(cfg)]
         if fmt == "json":
-            click.echo(json.dumps({"kind": "models-plan", "parts": {k: json.loads(v) for k, v in parts}}, indent=2))
+            from race.report import SCHEMA_VERSION
+
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "models-plan",
+                                   "parts": {k: json.loads(v) for k, v in parts}}, indent=2))
         else:
             click.echo("\n".join(f"{_heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
         return

@@ -10,7 +10,8 @@ from race.version import __version__  # noqa: E402
 
 _LAZY = {"diagnose": "race.api", "plan_grid": "race.grid", "classify": "race.regime",
          "GridConfig": "race.config", "load_config": "race.config", "load_results": "race.results",
-         "plot_results": "race.plot", "recipe": "race.recipes"}
+         "plot_results": "race.plot", "recipe": "race.recipes", "run_models": "race.api",
+         "plot_models": "race.plot"}
 
 
 def __getattr__(name: str):
@@ -23,6 +24,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "classify", "diagnose", "plan_grid", "plot_results", "recipe", "load_results", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
+    "classify", "diagnose", "plan_grid", "plot_results", "plot_models", "recipe", "run_models", "load_results", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
     "TargetVerdict", "__version__",
 ]

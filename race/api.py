@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from typing import Any, Mapping, Sequence
 
@@ -76,6 +77,11 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)
+    if cfg.models:
+        from race.errors import RaceError
+
+        raise RaceError(f"config names models {list(cfg.models)}: a grid over policies returns a joint view, "
+                        "not one diagnosis: call race.api.run_models (or give one model)")
     from race.config import parse_flops
     from race.errors import RaceError
 
@@ -112,3 +118,49 @@ def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: 
     out = replace(results, diagnosis=with_forecast(results, full_run_budget=full_run_budget, force=force))
     save_results(out_dir, out)
     return out
+
+
+def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
+               workers: int | None = None, device: str = "cpu", quiet: bool = False, adaptive: bool | str = False,
+               adaptive_share: float | None = None, retries: int = 1, heartbeat: int | None = None,
+               target: str | None = None, engine: str = "auto") -> Any:
+    """Run (or resume) a grid over policies (``config.models``): one ρ grid per policy at the same
+    budget per pilot, each an ordinary part in ``out_dir/LABEL`` (its own race.db unless ``storage``
+    names one for all; study ``NAME--LABEL``), then the joint view in ``out_dir/models.json``
+    (race.policies). Every policy is checked before any pilot runs. Returns the ``JointView``;
+    raises ``PilotsFailed`` (after running every part) when pilots failed after their retries."""
+    from race.errors import PilotsFailed, RaceError
+    from race.models import check_loadable, load_arch_reading
+    from race.policies import joint_view, part_configs, save_joint
+    from race.results import failure_message
+    from race.scheduler import run_grid
+
+    parts = part_configs(config)
+    for _, part in parts:                 # before anything runs: every policy loads and is counted
+        check_loadable(part.model, "models")
+        load_arch_reading(part.model, allow_approximate=part.allow_approximate_flops)
+    os.makedirs(out_dir, exist_ok=True)
+    labels = [label for label, _ in parts]
+    done: list[tuple[str, Any]] = []
+    failed: list[str] = []
+    for label, part in parts:
+        if not quiet:
+            print(f"RACE grid over models: policy {label} ({part.model}), part {len(done) + 1} of {len(parts)} "
+                  f"→ {os.path.join(out_dir, label)}", file=sys.stderr, flush=True)
+        res = run_grid(part, out_dir=os.path.join(out_dir, label), storage=storage,
+                       study=f"{study}--{label}" if study else None, workers=workers, device=device, quiet=quiet,
+                       adaptive=adaptive, adaptive_share=adaptive_share, retries=retries, heartbeat=heartbeat,
+                       engine=engine)
+        line = failure_message(res)
+        if line:
+            failed.append(f"{label}: {line}")
+        if res.diagnosis is not None:
+            done.append((label, res))
+        view = joint_view(done, target=target) if len(done) >= 2 else None
+        save_joint(out_dir, labels, view, models=config.models, config=config.to_dict())
+    if failed:
+        raise PilotsFailed(failed[0] + (f" (and {len(failed) - 1} more part(s))" if len(failed) > 1 else ""))
+    if len(done) < len(parts):
+        raise RaceError(f"the grid over models in {out_dir} ended with {len(done)} of {len(parts)} policies "
+                        "diagnosed: re-run the same command to finish it")
+    return view

@@ -236,7 +236,21 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 
     cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory,
                                                   allow_approximate_flops=allow_approximate or None)
-    click.echo(render_plan(plan_grid(cfg), "json" if as_json else fmt), nl=False)
+    fmt = "json" if as_json else fmt
+    if cfg.models:                       # a grid over policies: one plan per policy, same budget per pilot
+        from race.policies import part_configs
+        from race.report import _heading
+
+        parts = [(label, render_plan(plan_grid(part), fmt)) for label, part in part_configs(cfg)]
+        if fmt == "json":
+            from race.report import SCHEMA_VERSION
+
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "models-plan",
+                                   "parts": {k: json.loads(v) for k, v in parts}}, indent=2))
+        else:
+            click.echo("\n".join(f"{_heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
+        return
+    click.echo(render_plan(plan_grid(cfg), fmt), nl=False)
 
 
 @main.command()
@@ -245,6 +259,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--budget", default=None, help="FLOPs per pilot, e.g. 1.5e12.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets.")
+@click.option("--models", default=None, metavar="A,B,…",
+              help="A grid over policies: one ρ grid per model at the same FLOPs per pilot, and one joint report "
+                   "(overrides the config's model / models; docs/models.md).")
 @click.option("--backend", type=click.Choice(["auto", "hf", "vllm"]), default=None, help="Rollout backend.")
 @click.option("--workers", type=click.IntRange(min=0), default=None,
               help="Pilots run at once here (default: 2 on CPU); 0 = coordinate only, race worker runs them.")
@@ -281,7 +298,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @ALLOW_APPROXIMATE
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
-          backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
+          models: str | None, backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
           import_pilots: str | None, full_run: str | None, force_forecast: bool,
@@ -306,9 +323,15 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
 
         check_plot_path(plot_path)  # before any pilot runs
     cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
-                       grid=grid, backend=backend, allow_approximate_flops=allow_approximate or None)
+                       grid=grid, models=models, backend=backend, allow_approximate_flops=allow_approximate or None)
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
+    if cfg.models:
+        _pilot_models(cfg, out_dir=out_dir, full=full, import_pilots=import_pilots, plot_path=plot_path, fmt=fmt,
+                      as_json=as_json, quiet=quiet, storage=storage, study=study, workers=workers, device=device,
+                      adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, retries=retries,
+                      heartbeat=heartbeat, engine=engine)
+        return
     def announce() -> None:              # after the checks: a refusal stays one line
         if not quiet:
             click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
@@ -328,6 +351,31 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     failed = failure_message(results)
     if failed:
         raise _Failed(failed)
+
+
+def _pilot_models(cfg: Any, *, out_dir: str, full: float | None, import_pilots: str | None, plot_path: str | None,
+                  fmt: str, as_json: bool, quiet: bool, **run_kw: Any) -> None:
+    """``race pilot`` of a grid over policies: every part, then the joint report (race.policies)."""
+    from race.api import run_models
+    from race.policies import render_joint
+
+    if full is not None:
+        raise click.UsageError("--full-run / full_run_budget forecasts one policy's grid: run the grid over models, "
+                               "then race report DIR/LABEL --full-run F for each part")
+    if import_pilots:
+        raise click.UsageError("--import-pilots takes one policy's results: import into a part with "
+                               "race pilot --out DIR/LABEL, then re-run the grid over models")
+    if not quiet:
+        click.echo(f"RACE grid over models {cfg.name}: {len(cfg.models)} policies × {len(cfg.grid)} points × "
+                   f"{cfg.seeds} seeds, {cfg.budget:.3g} FLOPs per pilot → {out_dir}/models.json", err=True)
+    view = run_models(cfg, out_dir=out_dir, quiet=quiet, **run_kw)
+    click.echo(render_joint(view, "json" if as_json else fmt), nl=False)
+    if plot_path:
+        from race.plot import plot_models
+
+        plot_models(out_dir, plot_path)
+        if not quiet:
+            click.echo(f"figure → {plot_path}", err=True)
 
 
 def _full_run(full_run: str | None, force: bool, configured: float | None) -> float | None:
@@ -417,6 +465,11 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
 
         results = load_stored(storage, study)
     elif results_path:
+        from race.policies import is_joint
+
+        if is_joint(results_path):       # a grid over models: the joint view, recomputed from its parts
+            _report_models(results_path, fmt, refit=refit, plot_path=plot_path, rest=(full_run, force_forecast, pool))
+            return
         results = load_results(results_path)
     else:
         raise click.UsageError("give RESULTS.json (or its folder), or --storage URL --study NAME")
@@ -430,6 +483,26 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
         from dataclasses import replace
 
         _plot(replace(results, diagnosis=diagnosis), plot_path, False)
+
+
+def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, rest: tuple) -> None:
+    from dataclasses import replace
+
+    from race.policies import joint_view, load_parts, render_joint
+    from race.results import diagnose_results
+
+    if any(rest):
+        raise click.UsageError(f"{path!r} is a grid over models: forecasts are per policy (race report "
+                               "DIR/LABEL --full-run F)")
+    parts = load_parts(path)
+    if refit:
+        parts = [(label, replace(r, diagnosis=diagnose_results(r, refit=True))) for label, r in parts]
+    click.echo(render_joint(joint_view(parts), fmt), nl=False)
+    if plot_path:
+        from race.plot import plot_models
+
+        plot_models(path, plot_path)
+        click.echo(f"figure → {plot_path}", err=True)
 
 
 @main.command()

@@ -204,6 +204,8 @@ class GridConfig:
     chat_template: str = "auto"                   # prompts as a user turn of the tokenizer's chat template: auto (when
                                                   # it has one and the prompt holds none of its special tokens) | on | off
     system_prompt: str | None = None              # the system turn the chat template opens with (None: none)
+    models: tuple[str, ...] = ()                  # a grid over policies: one ρ grid per model at the same budget
+                                                  # (race.policies); model is then models[0]
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -223,14 +225,44 @@ class GridConfig:
             from race.units import parse_bytes
 
             kw["gpu_memory"] = float(parse_bytes(kw["gpu_memory"]))
+        if "models" in kw:
+            kw["models"] = parse_models(kw["models"])
+            kw.setdefault("model", kw["models"][0])
+        elif "model" in kw and self.models:      # one model given: the grid is no longer over policies
+            kw["models"] = ()
         return replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as plain values; ``models`` only when the grid is over policies, so a
+        one-policy config (every stored study and results file) reads as before it existed."""
+        d = asdict(self)
+        if not self.models:
+            d.pop("models")
+        return d
 
 
 _SECTIONS = {"reward": RewardSettings, "lora": LoRASettings, "grpo": GRPOSettings,
              "schedule": ScheduleKnobs, "learning_rate": LearningRate, "eval": EvalSettings}
+
+
+def parse_models(value: Any) -> tuple[str, ...]:
+    """Policies of a grid over models, from a list or a comma-separated string: at least two
+    distinct non-empty names (HF ids, folders, ``race/<name>``)."""
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"models {value!r} is not valid: expected a list of at least 2 policies, "
+                          "e.g. [race/tiny-arith-s, race/tiny-arith]")
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f"models entry {item!r} is not valid: expected a Hugging Face id, a folder or "
+                              "race/<shipped model>")
+    if len(items) < 2:
+        raise ConfigError(f"models {list(items)} names {len(items)} policy: a grid over models needs at least 2 "
+                          "(for one, use model:)")
+    dup = next((m for i, m in enumerate(items) if m in items[:i]), None)
+    if dup is not None:
+        raise ConfigError(f"models {list(items)} repeats {dup!r}: expected distinct policies")
+    return tuple(items)
 
 
 def _positive_int(name: str, v: Any) -> None:
@@ -244,6 +276,11 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 def _validate(c: GridConfig) -> None:
     if not isinstance(c.model, str) or not c.model:
         raise ConfigError(f"model {c.model!r} must be a Hugging Face id or a folder with a config.json")
+    if c.models:
+        parse_models(c.models)
+        if c.model != c.models[0]:
+            raise ConfigError(f"model {c.model!r} is not models[0] {c.models[0]!r}: a grid over models takes "
+                              "its policies from models (give model or models, not both)")
     if not isinstance(c.name, str) or not _NAME.fullmatch(c.name):
         raise ConfigError(f"name {c.name!r} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
                           "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
@@ -483,7 +520,10 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{unknown[0]!r} is not a known setting: expected one of {', '.join(sorted(known))}")
-    if "model" not in raw:
+    if "model" in raw and "models" in raw:
+        raise ConfigError("config has both 'model' and 'models': give model for one policy, or models "
+                          "(a list of at least 2) for a grid over policies")
+    if "model" not in raw and "models" not in raw:
         raise ConfigError("config has no 'model': expected a Hugging Face id or a folder with a config.json")
     if "budget" not in raw:
         raise ConfigError("config has no 'budget': expected FLOPs per pilot, e.g. budget: 2e17")
@@ -493,6 +533,9 @@ def config_from_dict(raw: Mapping[str, Any], *, base_dir: str | None = None) -> 
         kw["full_run_budget"] = parse_flops(raw["full_run_budget"], "full_run_budget")
     if "grid" in raw:
         kw["grid"] = parse_grid(raw["grid"])
+    if "models" in raw:
+        kw["models"] = tuple(_near_config(m, base_dir) for m in parse_models(raw["models"]))
+        kw["model"] = kw["models"][0]
     if raw.get("gpu_memory") is not None:
         from race.units import parse_bytes
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -361,13 +361,42 @@ def bootstrap_point_means(*, grid: GridScores, n_boot: int = 1000, seed: int = 0
     if seed_resampling not in SEED_RESAMPLING:
         raise ValueError(f"seed_resampling {seed_resampling!r} is unknown; expected one of {SEED_RESAMPLING}")
     rng = np.random.default_rng(seed)
-    n_prompts = grid.scores.shape[1]
-    draws = rng.integers(0, n_prompts, size=(n_boot, n_prompts))
-    flat = (draws + n_prompts * np.arange(n_boot)[:, None]).ravel()
-    prompt_counts = np.bincount(flat, minlength=n_boot * n_prompts).reshape(n_boot, n_prompts)
-    pilot_means = prompt_counts.astype(float) @ grid.scores.T / n_prompts   # (n_boot, n_pilots)
+    pilot_means = _prompt_counts(rng, n_boot, grid.scores.shape[1]) @ grid.scores.T / grid.scores.shape[1]
     noise = _seed_noise_pooled if seed_resampling == "pooled" else _seed_noise_within
     return noise(grid, pilot_means, rng, seed_scale)
+
+
+def _prompt_counts(rng: np.random.Generator, n_boot: int, n_prompts: int) -> np.ndarray:
+    """(n_boot, n_prompts) how often each prompt is drawn in each replicate (a resample with replacement)."""
+    draws = rng.integers(0, n_prompts, size=(n_boot, n_prompts))
+    flat = (draws + n_prompts * np.arange(n_boot)[:, None]).ravel()
+    return np.bincount(flat, minlength=n_boot * n_prompts).reshape(n_boot, n_prompts).astype(float)
+
+
+def bootstrap_paired_grids(*, grids: Sequence[GridScores], n_boot: int = 1000, seed: int = 0,
+                           seed_resampling: str = "pooled", seed_scale: float = 1.0) -> list[np.ndarray]:
+    """Replicate point means of several grids scored on the same index-aligned prompts (one
+    policy each, race.policies): one (n_boot, n_points_g) array per grid.
+
+    Paired like :func:`bootstrap_point_means` within a grid, and across grids too: every
+    replicate draws one prompt resample that all grids share (prompt difficulty cancels between
+    policies); then each grid's seeds are resampled with its own random stream (its pilots are
+    its own), ``seed_resampling`` inside that grid only (no seed SD is pooled across policies).
+    Deterministic in (grids, n_boot, seed).
+    """
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be ≥ 1, got {n_boot}")
+    if seed_resampling not in SEED_RESAMPLING:
+        raise ValueError(f"seed_resampling {seed_resampling!r} is unknown; expected one of {SEED_RESAMPLING}")
+    widths = sorted({g.scores.shape[1] for g in grids})
+    if len(widths) != 1:
+        raise ValueError(f"grids have prompt counts {widths}: a paired bootstrap needs the same index-aligned "
+                         "held-out prompts in every grid")
+    streams = np.random.SeedSequence(seed).spawn(len(grids) + 1)
+    counts = _prompt_counts(np.random.default_rng(streams[0]), n_boot, widths[0])
+    noise = _seed_noise_pooled if seed_resampling == "pooled" else _seed_noise_within
+    return [noise(g, counts @ g.scores.T / widths[0], np.random.default_rng(st), seed_scale)
+            for g, st in zip(grids, streams[1:])]
 
 
 def bootstrap_response(*, grid: GridScores, n_boot: int = 1000, seed: int = 0,

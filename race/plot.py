@@ -259,3 +259,59 @@ def _forecast(ax: Any, fc: Forecast) -> None:
             f" (backtests hold to {fc.supported_factor:.2g}×)" if fc.supported_factor else " (no backtest held)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="best")
+
+
+def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | None = None, *,
+                target: str | None = None) -> Any:
+    """The figure of a grid over policies (race.policies): the policies' responses to ρ side by
+    side on one axis (grid point means with their CIs, each policy's recommended range shaded in
+    its colour, the best (policy, ρ) starred), and what each bought: rollouts per pilot against ρ.
+
+    ``path_or_parts``: the grid's folder (or models.json), or its (label, results) parts."""
+    from race.policies import joint_view, load_parts
+
+    if path is not None:
+        check_plot_path(path)
+    parts = load_parts(path_or_parts) if isinstance(path_or_parts, str) else list(path_or_parts)
+    view = joint_view(parts, target=target)
+    fig = _figure_class()(figsize=(14, 4.4), layout="constrained")
+    ax_r, ax_c = fig.subplots(1, 2, width_ratios=[1.4, 1])
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    ticks: set[float] = set()
+    for i, ((label, res), p) in enumerate(zip(parts, view.policies)):
+        v = diagnose_results(res).verdicts[view.target]
+        color = colors[i % len(colors)]
+        rho = np.array([q.rho_target for q in v.points])
+        mean = np.array([q.reward_mean for q in v.points])
+        ci = np.array([q.reward_ci for q in v.points]).reshape(-1, 2)
+        size = f", {p.parameters / 1e6:.2f} M" if p.parameters else ""
+        ax_r.errorbar(rho, mean, yerr=[mean - ci[:, 0], ci[:, 1] - mean], fmt="o-", color=color, capsize=3,
+                      label=f"{label}{size}: {p.regime}")
+        if p.base_heldout is not None:        # the policy before any RL step (pre-training is not in the budget)
+            ax_r.axhline(p.base_heldout, color=color, ls=":", lw=1, label=f"{label} base {p.base_heldout:.3f}")
+        lo, hi = p.rho_range
+        if hi > lo:
+            ax_r.axvspan(lo, hi, color=color, alpha=0.08)
+        ticks |= set(rho.tolist())
+        costs = sorted(p.costs, key=lambda c: c.rho_target)
+        ax_c.plot([c.rho_target for c in costs], [c.rollouts for c in costs], "o-", color=color, label=label)
+        if label == view.best_label:
+            ax_r.plot([view.best_rho], [view.best_score], "*", color=color, markersize=16, markeredgecolor="k",
+                      label=f"best (policy, ρ): {label}, {view.best_rho:.2f}")
+    for ax in (ax_r, ax_c):
+        ax.set_xscale("log")
+        ax.set_xticks(sorted(ticks), [f"{r:.2f}" for r in sorted(ticks)])
+        ax.minorticks_off()
+        ax.set_xlabel("ρ target = C_learning / C_total")
+    ax_r.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))    # beside the curves, never over them
+    ax_c.legend(fontsize=7, loc="best")
+    ax_r.set_ylabel(f"held-out {view.target} (grid point mean, {view.level:.0%} CI)")
+    ax_r.set_title("response to ρ per policy, same FLOPs per pilot", fontsize=10)
+    ax_c.set_yscale("log")
+    ax_c.set_ylabel("rollouts per pilot")
+    ax_c.set_title("what each policy bought", fontsize=10)
+    fig.suptitle(f"grid over models at {fmt_flops(view.budget)} FLOPs per pilot", fontsize=11)
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=150)
+    return fig

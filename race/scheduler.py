@@ -322,6 +322,11 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     policy = resolve_adaptive(adaptive if adaptive_share is None else (adaptive or True))
     if adaptive_share is not None:
         check_share(adaptive_share)
+    if config.models:                     # one study is one policy: race.api.run_models runs one per model
+        from race.errors import ConfigError
+
+        raise ConfigError(f"config names models {list(config.models)}: run a grid over policies with "
+                          "race.api.run_models (race pilot does), one study per policy")
     from race.pilot import check_device
 
     check_device(device)

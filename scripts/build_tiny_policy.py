@@ -3,6 +3,8 @@ half-knows two-digit addition, in plain Hugging Face format.
 
     python scripts/build_tiny_policy.py            # build into race/assets/tiny-arith
     python scripts/build_tiny_policy.py --out DIR --steps 400 --seed 0
+    python scripts/build_tiny_policy.py --size s   # the ~0.25x size, into race/assets/tiny-arith-s
+    python scripts/build_tiny_policy.py --size l   # the ~4x size, into race/assets/tiny-arith-l
 
 What it writes (all loadable by ``AutoTokenizer`` / ``AutoModelForCausalLM.from_pretrained``,
 no ``trust_remote_code``): ``tokenizer.json`` + ``tokenizer_config.json`` (one token per
@@ -13,6 +15,15 @@ Recipe: supervised next-token training with plain AdamW on the *training* split 
 ``arithmetic-easy`` plus a small share of ``arithmetic-hard`` (prompt + answer + EOS, loss
 on the answer and EOS only), stopped early on purpose: the base policy should be right
 about a third of the time when sampled at temperature 1, so that RL has room to improve it.
+
+Sizes (``--size``): ``m`` is the shipped ``tiny-arith`` (0.74 M parameters); ``s`` (~0.25x,
+half the width) and ``l`` (~4x, twice the width) are the same recipe on the same data for the
+same number of steps (so the same training tokens); the width changes, and with it the AdamW
+learning rate, as 1/width (muP's rule for hidden matrices, anchored at m's 3e-3: s 6e-3, l 1.5e-3;
+with m's rate the 4x model ends its 925 steps at 5 % sampled accuracy, docs/models.md). They feed
+the model-size x rho grid (docs/models.md). The default size builds byte-identical weights and
+metadata to before sizes existed; the other sizes add ``size`` and ``architecture`` to
+``race_meta.json``.
 
 Deterministic: one CPU thread, ``torch.use_deterministic_algorithms``, seeded model init,
 batches and sampling. Two runs on the same machine give byte-identical weights (the
@@ -40,6 +51,13 @@ sys.path.insert(0, ROOT)
 from race.tasks import load_task  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "race", "assets", "tiny-arith")
+# Width per size; depth (3 layers), head width (32) and vocabulary are shared, so parameters
+# scale with the square of the width: s ~ 0.25x, l ~ 4x of m.
+SIZES = {
+    "s": {"hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1},
+    "m": {"hidden_size": 128, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "l": {"hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 4},
+}
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]          # ids 0, 1, 2, 3
 # Digits and operators of the arithmetic tasks, plus the punctuation a later step-by-step
 # task needs (',', ';', ' ', '|', 'c' for "carry").
@@ -74,10 +92,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         padding_side="left", model_max_length=64, clean_up_tokenization_spaces=False)
 
 
-def build_config(vocab_size: int) -> Qwen2Config:
+def build_config(vocab_size: int, size: str = "m") -> Qwen2Config:
     return Qwen2Config(
-        vocab_size=vocab_size, hidden_size=128, intermediate_size=512, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        vocab_size=vocab_size, **SIZES[size], num_hidden_layers=3, head_dim=32, max_position_embeddings=64,
         tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu",
         bos_token_id=1, eos_token_id=2, pad_token_id=0, use_cache=True, dtype="float32")
 
@@ -114,12 +131,17 @@ def optimizer_step(model, loss: torch.Tensor, opt, sched) -> None:
     sched.step()
 
 
-def train(model, tok, *, steps: int, seed: int) -> float:
+def size_lr(size: str) -> float:
+    """Peak learning rate of a size: ``LR`` at m's width, scaled as 1 / width (muP for Adam)."""
+    return LR * SIZES["m"]["hidden_size"] / SIZES[size]["hidden_size"]
+
+
+def train(model, tok, *, steps: int, seed: int, lr: float = LR) -> float:
     """Supervised training; returns wall seconds."""
     rng = random.Random(seed)
     easy = [(p.prompt, p.answer) for p in load_task("arithmetic-easy", split="train")]
     hard = [(p.prompt, p.answer) for p in load_task("arithmetic-hard", split="train", seed=seed)]
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
     model.train()
     start = time.perf_counter()
@@ -179,15 +201,15 @@ def sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> dict:
+def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, size: str = "m") -> dict:
     """Build the tokenizer and model into ``out``; returns the metadata written."""
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     tok = build_tokenizer()
     assert tok("12+34=")["input_ids"] == [len(SPECIALS) + CHARS.index(c) for c in "12+34="]
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(build_config(len(tok)))
-    seconds = train(model, tok, steps=steps, seed=seed)
+    model = Qwen2ForCausalLM(build_config(len(tok), size))
+    seconds = train(model, tok, steps=steps, seed=seed, lr=size_lr(size))
     os.makedirs(out, exist_ok=True)
     for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json", "special_tokens_map.json", "race_meta.json"):
@@ -202,8 +224,13 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1) -> d
     # Measure the saved artefact through the path users take.
     tok2 = AutoTokenizer.from_pretrained(out)
     model2 = AutoModelForCausalLM.from_pretrained(out).eval()
+    sized = {} if size == "m" else {
+        "size": size, "architecture": {**SIZES[size], "num_hidden_layers": 3, "head_dim": 32},
+        "tokens_note": f"same data, steps and batch as tiny-arith (m): {steps} x {BATCH} sequences; "
+                       "learning rate 3e-3 x 128 / width"}
     meta = {
-        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": LR, "warmup": WARMUP,
+        **sized,
+        "recipe": {"seed": seed, "steps": steps, "batch": BATCH, "lr": size_lr(size), "warmup": WARMUP,
                    "hard_share": HARD_SHARE, "optimizer": "AdamW(betas=(0.9, 0.98), wd=0.01)",
                    "threads": threads},
         "train_seconds": round(seconds, 1),
@@ -227,22 +254,27 @@ def write_meta(out: str, meta: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: race/assets/tiny-arith)")
+    ap.add_argument("--out", default=None,
+                    help="output folder (default: race/assets/tiny-arith, or tiny-arith-SIZE for --size s / l)")
+    ap.add_argument("--size", choices=sorted(SIZES), default="m",
+                    help="model width: m = the shipped tiny-arith, s ~ 0.25x, l ~ 4x the parameters")
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: reproducible across machines)")
     ap.add_argument("--check", action="store_true",
                     help="rebuild in a temporary folder and compare weight hashes with --out")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.size == "m" else f"{DEFAULT_OUT}-{args.size}"
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
-            meta = build(tmp, steps=args.steps, seed=args.seed, threads=args.threads)
+            meta = build(tmp, steps=args.steps, seed=args.seed, threads=args.threads, size=args.size)
         want = json.load(open(os.path.join(args.out, "race_meta.json"), encoding="utf-8"))["model_sha256"]
         same = meta["model_sha256"] == want
         print(f"rebuilt sha256 {meta['model_sha256']} {'==' if same else '!='} shipped {want}")
         return 0 if same else 1
     t0 = time.perf_counter()
-    meta = build(args.out, steps=args.steps, seed=args.seed, threads=args.threads)
+    meta = build(args.out, steps=args.steps, seed=args.seed, threads=args.threads, size=args.size)
     print(json.dumps(meta, indent=2))
     print(f"built {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0

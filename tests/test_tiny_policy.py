@@ -90,3 +90,39 @@ def test_hard_split_is_hard(tiny):
     probs = load_task("arithmetic-hard", split="eval", n=200)
     texts = _completions(tok, model, [p.prompt for p in probs], sample=True, seed=0)
     assert sum(sparse(p.prompt, t, p.answer) for p, t in zip(probs, texts)) / len(probs) <= 0.1
+
+
+SIZES = {"tiny-arith-s": (64, 186_624), "tiny-arith-l": (256, 2_958_336)}
+
+
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_the_other_sizes_share_the_recipe_and_scale_the_parameters(name):
+    """scripts/build_tiny_policy.py --size s / l: the same data, steps and batch (so the same
+    training tokens) as tiny-arith; the width changes (≈ 0.25× and ≈ 4× the parameters) and the
+    learning rate with it, as 1 / width."""
+    folder = os.path.join(os.path.dirname(TINY_MODEL), name)
+    width, params = SIZES[name]
+    meta = json.load(open(os.path.join(folder, "race_meta.json"), encoding="utf-8"))
+    base = json.load(open(os.path.join(TINY_MODEL, "race_meta.json"), encoding="utf-8"))
+    assert {**meta["recipe"], "lr": None} == {**base["recipe"], "lr": None} and meta["size"] == name[-1]
+    assert meta["recipe"]["lr"] == pytest.approx(base["recipe"]["lr"] * 128 / width)
+    assert meta["parameters"] == params and meta["architecture"]["hidden_size"] == width
+    assert 0.2 <= params / base["parameters"] <= 4.2
+    cfg = json.load(open(os.path.join(folder, "config.json"), encoding="utf-8"))
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["head_dim"], cfg["vocab_size"]) == (width, 3, 32, 23)
+    assert sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)) < 13e6
+    assert {"easy_sampled", "easy_greedy", "hard_sampled"} <= set(meta["accuracy"])
+
+
+def test_the_default_size_builds_the_shipped_config():
+    """--size m (the default) is the shipped tiny-arith's architecture, field for field."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_tiny_policy", os.path.join(os.path.dirname(__file__), "..", "scripts", "build_tiny_policy.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    built = mod.build_config(23).to_dict()
+    shipped = json.load(open(os.path.join(TINY_MODEL, "config.json"), encoding="utf-8"))
+    skip = {"architectures", "transformers_version"}
+    assert {k: v for k, v in shipped.items() if k not in skip} == {k: built[k] for k in shipped if k not in skip}

@@ -178,6 +178,11 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     (out_dir / "pin.txt").write_text(str(pin) + "\n")     # which checkout this grid runs from (snapshot reads it)
     cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet",
            "--format", "json"]
+    if "--engine" in (pin / "race" / "cli.py").read_text(encoding="utf-8"):
+        # the study runs every grid with the solo engine its first grids ran with: a lockstep pilot
+        # equals the solo one only to rounding, and over hundreds of steps the two drift apart as two
+        # seeds would (docs/benchmarks.md, "Lockstep pilots"), so one engine keeps grids comparable
+        cmd += ["--engine", "solo"]
     partial = data_path(name, kind, partial=True)
     if partial.is_file() and not (out_dir / "race.db").exists():
         # the storage of an interrupted grid is gone (a new machine or session): its committed

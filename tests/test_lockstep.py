@@ -275,7 +275,7 @@ def test_group_size_follows_the_engine_and_what_can_run():
     with pytest.raises(ConfigError, match="engine 'fast' is unknown: expected one of auto, lockstep, solo"):
         group_size_for(cfg, "fast", "cpu")
     # with the worker count, groups are sized so the last round leaves no core idle
-    # 3 points × 3 seeds: solo (5 rounds × 1) beats groups of 3 (2 rounds × 3 × 0.85 = 5.1)
+    # 3 points × 3 seeds: solo (5 rounds × 1) beats groups of 3 (2 rounds × 3 × 0.9 = 5.4)
     assert group_size_for(cfg, "auto", "cpu", workers=2) == 1
     assert group_size_for(replace(cfg, grid=(0.5, 0.6, 0.7, 0.8)), "auto", "cpu", workers=2) == 3
     thorough = replace(cfg, grid=(0.42, 0.5, 0.62, 0.74, 0.85), seeds=4)
@@ -285,13 +285,14 @@ def test_group_size_follows_the_engine_and_what_can_run():
 
 def test_balanced_group_size_by_hand():
     """rounds × g × share (share 1 for g = 1), computed by hand for three grids on 2 workers."""
-    from race.lockstep import balanced_group_size
+    from race.lockstep import LOCKSTEP_STEP_SHARE, balanced_group_size
 
-    # 4 × 3: g=1 → 6 rounds × 1 = 6; g=2 → 8 groups, 4 rounds × 2 × .85 = 6.8; g=3 → 2 rounds × 3 × .85 = 5.1
+    assert LOCKSTEP_STEP_SHARE == 0.9
+    # 4 × 3: g=1 → 6 rounds × 1 = 6; g=2 → 8 groups, 4 rounds × 2 × .9 = 7.2; g=3 → 2 rounds × 3 × .9 = 5.4
     assert balanced_group_size(4, 3, 2) == 3
-    # 5 × 4: g=2 → 10 groups, 5 rounds × 1.7 = 8.5; g=4 → 3 rounds × 3.4 = 10.2; g=1 → 10
+    # 5 × 4: g=2 → 10 groups, 5 rounds × 1.8 = 9; g=4 → 3 rounds × 3.6 = 10.8; g=1 → 10
     assert balanced_group_size(5, 4, 2) == 2
-    # 1 × 2 on 2 workers: g=1 → 1 round × 1 = 1 beats g=2 → 1 × 1.7: two pilots run side by side
+    # 1 × 2 on 2 workers: g=1 → 1 round × 1 = 1 beats g=2 → 1 × 1.8: two pilots run side by side
     assert balanced_group_size(1, 2, 2) == 1
     assert balanced_group_size(4, 3, 2, share=1.0) == 3      # ties go to the larger group
 

@@ -142,6 +142,53 @@ def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
     return state, cfg.r, cfg.lora_alpha, tuple(sorted(cfg.target_modules))
 
 
+def start_engine(model_path: str, *, device: str, **kw):
+    """``create_engine`` without touching the caller's random state (in-process vLLM seeds the
+    global RNGs; a pilot's streams must stay as they were)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    llm = create_engine(model_path, device=device, **kw)
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.random.set_rng_state(states[2])
+    return llm
+
+
+def rollout_batch(tok, prompt_ids: list[list[int]], outs) -> RolloutBatch:
+    """vLLM's ``RequestOutput``s of ``prompt_ids`` (one each, its ``n`` samples in index order) as a
+    ``RolloutBatch``: token ids, each sampled token's log-prob, texts decoded with special tokens."""
+    comp, logps = [], []
+    for out in outs:
+        group, lp = [], []
+        for o in sorted(out.outputs, key=lambda o: o.index):
+            ids = list(o.token_ids)
+            group.append(ids)
+            lp.append([float(d[t].logprob) for t, d in zip(ids, o.logprobs or [])])
+        comp.append(group)
+        logps.append(lp)
+    texts = [[tok.decode(c, skip_special_tokens=False) for c in group] for group in comp]
+    return RolloutBatch(prompt_ids=prompt_ids, completion_ids=comp, texts=texts, logprobs=logps)
+
+
+def release_engine(llm, *, owned: bool, requests) -> None:
+    """Shut down an engine this backend started, or unload ``requests`` (its adapters) from a shared one."""
+    if llm is None:
+        return
+    if owned:
+        shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        return
+    loaded = set(llm.llm_engine.list_loras())
+    for req in requests:
+        if req is not None and req.lora_int_id in loaded:
+            llm.llm_engine.remove_lora(req.lora_int_id)
+
+
 def check_sleep_mode() -> None:
     """Raise a one-line error when vLLM's sleep mode is not available on this platform."""
     _log_env()
@@ -180,18 +227,9 @@ class VLLMBackend:
         state, self.rank, self.alpha, self.targets = policy_adapter(policy)
         self._owns_engine = llm is None
         if llm is None:
-            # in-process vLLM seeds the global RNGs: keep the pilot's random state as it was
-            import random
-
-            import numpy as np
-
-            states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-            llm = create_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
-                                gpu_memory_utilization=gpu_memory_utilization, seed=seed,
-                                **({"enable_sleep_mode": True} if sleep else {}))
-            random.setstate(states[0])
-            np.random.set_state(states[1])
-            torch.random.set_rng_state(states[2])
+            llm = start_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
+                               gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                               **({"enable_sleep_mode": True} if sleep else {}))
         self.llm = llm
         self._dir = tempfile.mkdtemp(prefix="race-lora-", dir=workdir)
         self._ids = engine_ids(llm)
@@ -277,30 +315,11 @@ class VLLMBackend:
         params = self.sampling_params(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                       seed=seed)
         lora = self.current if adapter == "current" else self.base_request
-        outs = self._submit(prompt_ids, params, [lora] * len(prompt_ids))
-        comp, logps = [], []
-        for out in outs:
-            group, lp = [], []
-            for o in sorted(out.outputs, key=lambda o: o.index):
-                ids = list(o.token_ids)
-                group.append(ids)
-                lp.append([float(d[t].logprob) for t, d in zip(ids, o.logprobs or [])])
-            comp.append(group)
-            logps.append(lp)
-        texts = [[self.tok.decode(c, skip_special_tokens=False) for c in group] for group in comp]
-        return RolloutBatch(prompt_ids=prompt_ids, completion_ids=comp, texts=texts, logprobs=logps)
+        return rollout_batch(self.tok, prompt_ids, self._submit(prompt_ids, params, [lora] * len(prompt_ids)))
 
     def close(self) -> None:
         """Shut the engine down (one this backend started) or unload this backend's adapters (a shared one)."""
-        if self.llm is not None and self._owns_engine:
-            shutdown = getattr(getattr(self.llm.llm_engine, "engine_core", None), "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-        elif self.llm is not None:
-            loaded = self.loaded_adapters()
-            for req in (self.current, self.base_request):
-                if req is not None and req.lora_int_id in loaded:
-                    self.llm.llm_engine.remove_lora(req.lora_int_id)
+        release_engine(self.llm, owned=self._owns_engine, requests=(self.current, self.base_request))
         self.llm = None
         shutil.rmtree(self._dir, ignore_errors=True)
         if self._owns_engine and self.device.type == "cuda":
@@ -335,17 +354,9 @@ class VLLMLockstepBackend:
         self.rank, self.alpha, self.targets = policy.rank, policy.scale * policy.rank, policy.targets
         self._owns_engine = llm is None
         if llm is None:
-            import random
-
-            import numpy as np
-
-            states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-            llm = create_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
-                                gpu_memory_utilization=gpu_memory_utilization, seed=seed,
-                                max_loras=len(policy.seeds) + 1)
-            random.setstate(states[0])
-            np.random.set_state(states[1])
-            torch.random.set_rng_state(states[2])
+            llm = start_engine(model_path, max_lora_rank=self.rank, device=device, max_model_len=max_model_len,
+                               gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                               max_loras=len(policy.seeds) + 1)
         self.llm = llm
         self._dir = tempfile.mkdtemp(prefix="race-lora-", dir=workdir)
         self._ids = engine_ids(llm)
@@ -392,21 +403,8 @@ class VLLMLockstepBackend:
             loras += [self.current[seed]] * len(pids)
             flat += [TokensPrompt(prompt_token_ids=list(x)) for x in pids]
         outs = self.llm.generate(flat, sampling_params=params, lora_request=loras, use_tqdm=False)
-        batches, k = [], 0
-        for pids in ids:
-            comp, logps = [], []
-            for out in outs[k:k + len(pids)]:
-                group, lp = [], []
-                for o in sorted(out.outputs, key=lambda o: o.index):
-                    t = list(o.token_ids)
-                    group.append(t)
-                    lp.append([float(d[x].logprob) for x, d in zip(t, o.logprobs or [])])
-                comp.append(group)
-                logps.append(lp)
-            k += len(pids)
-            batches.append(RolloutBatch(prompt_ids=pids, completion_ids=comp, logprobs=logps,
-                                        texts=[[self.tok.decode(c, skip_special_tokens=False) for c in g] for g in comp]))
-        return batches
+        bounds = [sum(len(p) for p in ids[:k]) for k in range(len(ids) + 1)]
+        return [rollout_batch(self.tok, pids, outs[lo:hi]) for pids, lo, hi in zip(ids, bounds, bounds[1:])]
 
     def view(self, seed: int):
         from race.backends.lockstep import SeedView
@@ -414,14 +412,6 @@ class VLLMLockstepBackend:
         return SeedView(self, seed)
 
     def close(self) -> None:
-        if self.llm is not None and self._owns_engine:
-            shutdown = getattr(getattr(self.llm.llm_engine, "engine_core", None), "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-        elif self.llm is not None:
-            loaded = set(self.llm.llm_engine.list_loras())
-            for req in self.current.values():
-                if req.lora_int_id in loaded:
-                    self.llm.llm_engine.remove_lora(req.lora_int_id)
+        release_engine(self.llm, owned=self._owns_engine, requests=self.current.values())
         self.llm = None
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -446,9 +446,9 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
     for s in range(S):
         sync = None
         if sample_logprobs is not None and sample_logprobs[s] is not None:
-            old = torch.cat([torch.nn.functional.pad(olds[k][s][:, :widths[s][k]],
-                                                     (0, max(widths[s]) - widths[s][k]))
-                             for k in range(n_chunks)])
+            # each chunk of a seed has the seed's own batch width (micro_batches slices rows only):
+            # drop the columns the other seeds' widths added
+            old = torch.cat([olds[k][s][:, :widths[s][k]] for k in range(n_chunks)])
             sync = sync_gap(old, sample_logprobs[s], batches[s].completion_mask)
         n = len(stats[s])
         out.append(UpdateStats(sum(x.loss for x in stats[s]) / n, sum(x.clip_fraction for x in stats[s]) / n,

@@ -23,9 +23,9 @@ from types import SimpleNamespace
 from typing import Callable
 
 from race.config import GridConfig
-from race.pilot import (SYNC_FAIL, FlopMeter, HeldOutCheckpoints, PilotData, PilotLoop, StepRecord, SyncFailed,
-                        answer_check, close_reward, finish_pilot, lr_scheduler, model_load_kwargs, seed_everything,
-                        task_problems)
+from race.pilot import (FlopMeter, HeldOutCheckpoints, PilotData, PilotLoop, StepRecord, answer_check,
+                        check_sync, close_reward, finish_pilot, lr_scheduler, model_load_kwargs, pack_kept,
+                        rollout_search, score_rollouts, seed_everything, task_problems)
 from race.records import FlopBreakdown, PilotResult, Schedule
 
 SeedProgressFn = Callable[[int, int, float], None]       # (seed, steps done, FLOPs spent)
@@ -115,7 +115,6 @@ class LockstepEngine:
         """One GRPO step (race.grpo's docstring) for the seeds at indices ``active``, seed ``active[i]``
         on ``problems[i]``; returns each one's ``StepRecord``."""
         from race import grpo
-        from race.rewards import score_completions
 
         s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
         seeds = [self.seeds[k] for k in active]
@@ -124,34 +123,15 @@ class LockstepEngine:
                                          max_new_tokens=g.max_completion_len, temperature=g.temperature,
                                          top_p=g.top_p, generators=[self.generators[k] for k in active])
         self._charge(active, "rollout", time.perf_counter() - t)
-        searches, rewards, reward_costs, scoreds = [], [], [], []
+        searches = [rollout_search(meter, b) for b in batches]
         t = time.perf_counter()
-        for ps, batch in zip(problems, batches):
-            searches.append(meter.search([len(p) for p in batch.prompt_ids],
-                                         [[len(c) for c in grp] for grp in batch.completion_ids]))
-            flat = [(i, j) for i in range(len(ps)) for j in range(s.n_gen)]
-            scored = score_completions(self.reward_fn, [ps[i].prompt for i, _ in flat],
-                                       [batch.texts[i][j] for i, j in flat], [ps[i].answer for i, _ in flat])
-            rewards.append([scored.scores[k:k + s.n_gen] for k in range(0, len(flat), s.n_gen)])
-            reward_costs.append(scored.flops if hasattr(self.reward_fn, "score_batch") else meter.reward_flops(
-                [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat]))
-            scoreds.append(scored)
+        scored_all = [score_rollouts(self.reward_fn, meter, ps, b, s.n_gen) for ps, b in zip(problems, batches)]
         self._charge(active, "reward", time.perf_counter() - t)
 
         t = time.perf_counter()
-        import torch
-
-        packs, groups, sample_lps = [], [], []
-        for r, batch in zip(rewards, batches):
-            keep = [grpo.max_variance_subset(x, s.n_train) for x in r]
-            kept = torch.tensor([[r[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
-            adv = grpo.group_advantages(kept, scale=g.advantage)
-            group = [i for i, ks in enumerate(keep) for _ in ks]
-            packs.append(grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
-                                   group, adv.flatten().tolist(), backend.pad_id, self.device))
-            groups.append(group)
-            sample_lps.append(grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
-                              if batch.logprobs is not None else None)
+        packs, groups, sample_lps = zip(*(pack_kept(b, r, n_train=s.n_train, advantage=g.advantage,
+                                                    pad_id=backend.pad_id, device=self.device)
+                                          for b, (r, _, _) in zip(batches, scored_all)))
         self.policy.set_active(seeds)
         stats = grpo.update_seeds(self.policy, [self.optimizers[k] for k in active], packs, mu=s.mu,
                                   temperature=g.temperature, clip_eps=g.clip_eps, loss_agg=g.loss_agg,
@@ -166,12 +146,8 @@ class LockstepEngine:
         merges = backend.sync(seeds)
         self._charge(active, "sync", time.perf_counter() - t)
         out = []
-        for k, seed, search, learning, cost, scored, st in zip(active, seeds, searches, learnings, reward_costs,
-                                                                scoreds, stats):
-            if st.sync is not None and st.sync.mean_abs > SYNC_FAIL:
-                raise SyncFailed(f"seed {seed}: the sampler's log-probs differ from the training model's by "
-                                 f"{st.sync.mean_abs:.3g} per token on average (limit {SYNC_FAIL:g}): rollouts are "
-                                 "not coming from the weights being trained (lockstep backend)")
+        for seed, search, learning, (_, cost, scored), st in zip(seeds, searches, learnings, scored_all, stats):
+            check_sync(st.sync, f"{backend.name}, lockstep", who=f"seed {seed}: ")
             out.append(StepRecord(FlopBreakdown(search + merges[seed], learning, cost), scored.mean, scored.errors,
                                   scored.first_error, st.sync))
         return out

@@ -401,40 +401,23 @@ class PilotEngine:
         self.wall["setup"] = time.perf_counter() - t0
 
     def step(self, problems) -> StepRecord:
-        import torch
-
         from race import grpo
-        from race.rewards import score_completions
 
         s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
         t = time.perf_counter()
         batch = backend.generate([p.prompt for p in problems], n=s.n_gen, max_new_tokens=g.max_completion_len,
                                  temperature=g.temperature, top_p=g.top_p, generator=self.generator)
         self.wall["rollout"] += time.perf_counter() - t
-        search = meter.search([len(p) for p in batch.prompt_ids],
-                              [[len(c) for c in grp] for grp in batch.completion_ids])
+        search = rollout_search(meter, batch)
 
         t = time.perf_counter()
-        flat = [(i, j) for i in range(len(problems)) for j in range(s.n_gen)]
-        scored = score_completions(self.reward_fn, [problems[i].prompt for i, _ in flat],
-                                   [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
-        rewards = [scored.scores[k:k + s.n_gen] for k in range(0, len(flat), s.n_gen)]
-        # a model-based reward counts the tokens it read itself (its own tokenizer, its own input layout)
-        reward_cost = scored.flops if hasattr(self.reward_fn, "score_batch") else meter.reward_flops(
-            [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat])
+        rewards, reward_cost, scored = score_rollouts(self.reward_fn, meter, problems, batch, s.n_gen)
         self.wall["reward"] += time.perf_counter() - t
 
         t = time.perf_counter()
         backend.pause()          # vLLM with sleep mode frees its weights and KV cache for the update
-        keep = [grpo.max_variance_subset(r, s.n_train) for r in rewards]
-        kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
-        adv = grpo.group_advantages(kept, scale=g.advantage)
-        group = [i for i, ks in enumerate(keep) for _ in ks]
-        packed = grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
-                           group, adv.flatten().tolist(), backend.pad_id, self.device)
-        sample_lp = None
-        if batch.logprobs is not None:          # the sync check: the sampler's log-probs of the kept tokens
-            sample_lp = grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
+        packed, group, sample_lp = pack_kept(batch, rewards, n_train=s.n_train, advantage=g.advantage,
+                                             pad_id=backend.pad_id, device=self.device)
         stats = grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature,
                             clip_eps=g.clip_eps, loss_agg=g.loss_agg, max_completion_len=g.max_completion_len,
                             beta=g.beta, entropy_coef=g.entropy_coef, micro_batch=g.micro_batch,
@@ -447,12 +430,57 @@ class PilotEngine:
         backend.resume()
         search += backend.sync()
         self.wall["sync"] += time.perf_counter() - t
-        if stats.sync is not None and stats.sync.mean_abs > SYNC_FAIL:
-            raise SyncFailed(f"the sampler's log-probs differ from the training model's by {stats.sync.mean_abs:.3g} "
-                             f"per token on average (limit {SYNC_FAIL:g}; largest ratio {stats.sync.max_ratio:.3g}): "
-                             f"rollouts are not coming from the weights being trained (backend {backend.name})")
+        check_sync(stats.sync, backend.name)
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error,
                           stats.sync)
+
+
+def rollout_search(meter: FlopMeter, batch) -> float:
+    """Search FLOPs of a rollout batch: one prefill per prompt, each rollout's decode."""
+    return meter.search([len(p) for p in batch.prompt_ids], [[len(c) for c in grp] for grp in batch.completion_ids])
+
+
+def score_rollouts(reward_fn, meter: FlopMeter, problems: list, batch, n_gen: int):
+    """(rewards per prompt, the reward's FLOPs, the scored batch) of ``batch``'s ``n_gen`` rollouts per
+    problem, in one scoring call. A model-based reward counts the tokens it read itself (its own
+    tokenizer, its own input layout); any other reward is costed by the meter."""
+    from race.rewards import score_completions
+
+    flat = [(i, j) for i in range(len(problems)) for j in range(n_gen)]
+    scored = score_completions(reward_fn, [problems[i].prompt for i, _ in flat],
+                               [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
+    rewards = [scored.scores[k:k + n_gen] for k in range(0, len(flat), n_gen)]
+    cost = scored.flops if hasattr(reward_fn, "score_batch") else meter.reward_flops(
+        [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat])
+    return rewards, cost, scored
+
+
+def pack_kept(batch, rewards: list[list[float]], *, n_train: int, advantage: str, pad_id: int, device):
+    """(packed ``TrainBatch``, prompt index of each kept sequence, the sampler's log-probs of the kept
+    tokens or None): per prompt the ``n_train`` rollouts of maximal reward variance, with their
+    group-relative advantages (race.grpo)."""
+    import torch
+
+    from race import grpo
+
+    keep = [grpo.max_variance_subset(r, n_train) for r in rewards]
+    kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
+    adv = grpo.group_advantages(kept, scale=advantage)
+    group = [i for i, ks in enumerate(keep) for _ in ks]
+    packed = grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
+                       group, adv.flatten().tolist(), pad_id, device)
+    sample_lp = None
+    if batch.logprobs is not None:          # the sync check: the sampler's log-probs of the kept tokens
+        sample_lp = grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
+    return packed, group, sample_lp
+
+
+def check_sync(sync, backend: str, who: str = "") -> None:
+    """Raise ``SyncFailed`` (one line, ``who`` in front) when a step's sync gap is above ``SYNC_FAIL``."""
+    if sync is not None and sync.mean_abs > SYNC_FAIL:
+        raise SyncFailed(f"{who}the sampler's log-probs differ from the training model's by {sync.mean_abs:.3g} "
+                         f"per token on average (limit {SYNC_FAIL:g}; largest ratio {sync.max_ratio:.3g}): "
+                         f"rollouts are not coming from the weights being trained (backend {backend})")
 
 
 def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):

@@ -192,16 +192,24 @@ class LeanLM(torch.nn.Module):
         """Refresh the merged weights W + s·B·A that sampling runs (``merged=True``); returns the
         FLOPs spent (2·r·in·out per adapted layer)."""
         flops = 0.0
-        with torch.no_grad():
-            for i, layer in enumerate(self.layers):
-                for group, members in layer.slices.items():
-                    w = layer.w[group].float().clone() if members else layer.w[group]
-                    for name, (lo, hi) in members:
-                        A, B = self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"]
-                        w[lo:hi].addmm_(B, A, alpha=self.scale)
-                        flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
-                    layer.merged[group] = w.to(layer.w[group].dtype)
+        for i, layer in enumerate(self.layers):
+            for group in layer.slices:
+                layer.merged[group], f = self.merged_weight(i, layer, group, self.lora)
+                flops += f
         return flops
+
+    @torch.no_grad()
+    def merged_weight(self, i: int, layer, group: str, lora) -> tuple[torch.Tensor, float]:
+        """(W + s·B·A of ``lora``'s adapted members of layer ``i``'s ``group``, in the weight's dtype;
+        the merge FLOPs, 2·r·in·out per member). A group without members is its base weight."""
+        members = layer.slices[group]
+        w = layer.w[group].float().clone() if members else layer.w[group]
+        flops = 0.0
+        for name, (lo, hi) in members:
+            A, B = lora[f"{i}_{name}_A"], lora[f"{i}_{name}_B"]
+            w[lo:hi].addmm_(B, A, alpha=self.scale)
+            flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
+        return w.to(layer.w[group].dtype), flops
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """The adapter under peft's key names (``adapter_model.safetensors`` layout)."""

@@ -121,21 +121,14 @@ class LockstepLM(LeanLM):
         FLOPs each merge spent (2·r·in·out per adapted matrix), by seed."""
         flops: dict[int, float] = {}
         seeds = [self.seeds[k] for k in self.active] if seeds is None else list(seeds)
-        with torch.no_grad():
-            for seed in seeds:
-                k = self.seeds.index(seed)
-                lora, f = self.adapters[k], 0.0
-                for i, layer in enumerate(self.layers):
-                    for group, members in layer.slices.items():
-                        if not members:
-                            continue
-                        w = layer.w[group].float().clone()
-                        for name, (lo, hi) in members:
-                            A, B = lora[f"{i}_{name}_A"], lora[f"{i}_{name}_B"]
-                            w[lo:hi].addmm_(B, A, alpha=self.scale)
-                            f += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
-                        self._merged[k][(i, group)] = w.to(layer.w[group].dtype)
-                flops[seed] = f
+        for seed in seeds:
+            k = self.seeds.index(seed)
+            flops[seed] = 0.0
+            for i, layer in enumerate(self.layers):
+                for group, members in layer.slices.items():
+                    if members:            # a group without members runs its base weight (``_linear``)
+                        self._merged[k][(i, group)], f = self.merged_weight(i, layer, group, self.adapters[k])
+                        flops[seed] += f
         self._stacked = {}
         return flops
 

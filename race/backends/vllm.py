@@ -142,6 +142,18 @@ def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
     return state, cfg.r, cfg.lora_alpha, tuple(sorted(cfg.target_modules))
 
 
+def lora_request(ids: _LoRAIds, name: str, path: str, int_id: int):
+    """A ``LoRARequest`` for an id never registered on this engine. Trap 1: an id serves the weights
+    it was first loaded with, whatever the path — never reuse one."""
+    from vllm.lora.request import LoRARequest
+
+    if int_id in ids.used:
+        raise ValueError(f"lora_int_id {int_id} was already used: vLLM would serve its old weights "
+                         f"for the new adapter {path!r}")
+    ids.used.add(int_id)
+    return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=path)
+
+
 def start_engine(model_path: str, *, device: str, **kw):
     """``create_engine`` without touching the caller's random state (in-process vLLM seeds the
     global RNGs; a pilot's streams must stay as they were)."""
@@ -243,14 +255,7 @@ class VLLMBackend:
 
     # ------------------------------------------------------------------ adapter versions
     def _lora_request(self, name: str, path: str, int_id: int):
-        """Trap 1: an id serves the weights it was first loaded with, whatever the path — never reuse one."""
-        from vllm.lora.request import LoRARequest
-
-        if int_id in self._ids.used:
-            raise ValueError(f"lora_int_id {int_id} was already used: vLLM would serve its old weights "
-                             f"for the new adapter {path!r}")
-        self._ids.used.add(int_id)
-        return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=path)
+        return lora_request(self._ids, name, path, int_id)
 
     def sync(self) -> float:
         """Publish the policy's current adapter as a new LoRA version; returns the FLOPs spent (0:
@@ -366,20 +371,14 @@ class VLLMLockstepBackend:
 
     def sync(self, seeds) -> dict[int, float]:
         """Publish each seed's current adapter as a new LoRA version (0 FLOPs each: unmerged)."""
-        from vllm.lora.request import LoRARequest
-
         engine = self.llm.llm_engine
         for seed in seeds:
             self.version += 1
-            int_id = self._ids.new()
-            if int_id in self._ids.used:
-                raise ValueError(f"lora_int_id {int_id} was already used: vLLM would serve its old weights")
-            self._ids.used.add(int_id)
-            folder = write_adapter(os.path.join(self._dir, f"s{seed}-v{self.version}"),
-                                   self.policy.adapter_state_dict(seed), rank=self.rank, alpha=self.alpha,
-                                   targets=self.targets, base_model=self.model_path)
+            name = f"s{seed}-v{self.version}"
+            folder = write_adapter(os.path.join(self._dir, name), self.policy.adapter_state_dict(seed),
+                                   rank=self.rank, alpha=self.alpha, targets=self.targets, base_model=self.model_path)
             old = self.current.get(seed)
-            self.current[seed] = LoRARequest(lora_name=f"s{seed}-v{self.version}", lora_int_id=int_id, lora_path=folder)
+            self.current[seed] = lora_request(self._ids, name, folder, self._ids.new())
             engine.add_lora(self.current[seed])
             if old is not None:
                 engine.remove_lora(old.lora_int_id)

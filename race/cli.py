@@ -292,7 +292,8 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
 @click.option("--import-pilots", "import_pilots", default=None, metavar="RESULTS.json",
               help="Record the finished pilots of this results file (same run config, run elsewhere or in a lost "
-                   "storage) in the study first, so only the missing ones run.")
+                   "storage; a grid with fewer seeds or other ρ points is fine) in the study first, so only "
+                   "the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
 @ALLOW_APPROXIMATE

@@ -561,28 +561,47 @@ def _import_error(path: str, diff: tuple) -> Exception:
                       "only pilots of the same run config can be imported")
 
 
+# what a grid holds, not how one of its pilots runs: a pilot is fixed by the rest of the config, its ρ
+# target and its seed (its schedule depends on nothing else: race.grid.plan_schedule), so pilots of a
+# grid with fewer seeds or other ρ points can be imported into a larger grid (more seeds, added points)
+GRID_SHAPE = ("name", "seeds", "grid")
+
+
 def check_importable(config: GridConfig, path: str) -> None:
     """A results file whose pilots ``import_finished`` could take: readable, and run with this
-    config (``grpo`` is compared after calibration, which may switch the healthy recipe on)."""
+    config up to the grid's shape (``GRID_SHAPE``; ``grpo`` is compared after calibration, which may
+    switch the healthy recipe on)."""
     from race.results import load_results
 
-    diff = _config_difference(config.to_dict(), load_results(path).config, ("name", "grpo"))
+    diff = _config_difference(config.to_dict(), load_results(path).config, (*GRID_SHAPE, "grpo"))
     if diff:
         raise _import_error(path, diff)
 
 
 def import_finished(st: Any, path: str) -> int:
     """Record the complete pilots of results file ``path`` in study ``st`` (those of its grid, not
-    complete there yet); their run config must be the study's. Returns how many were added."""
+    complete there yet); their run config must be the study's up to the grid's shape, and each one's
+    schedule the one this study planned for its ρ. Returns how many were added."""
     from race.results import load_results
+    from race.store import StoreError
 
     results = load_results(path)
-    diff = _config_difference(st.info.run_config, results.config, ("name",))
+    diff = _config_difference(st.info.run_config, results.config, GRID_SHAPE)
     if diff:
         raise _import_error(path, diff)
+    planned = {float(s["rho_target"]): s for s in st.info.plan.get("schedules", [])}
+    keys = set(st.info.keys())
+    pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
+    for p in pilots:                         # all checked before any is added: a refusal imports nothing
+        mine = planned.get(float(p.rho_target))
+        theirs = p.schedule.to_dict() if p.schedule else None
+        d = _config_difference(mine or {}, theirs or {}, ()) if mine is not None else None
+        if d:
+            raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
+                             f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "
+                             "imported")
     primary = st.info.classify.get("primary_target", "reward")
-    return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in results.pilots
-               if p.status == "complete")
+    return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in pilots)
 
 
 def check_task_size(config: Any) -> None:

@@ -188,3 +188,18 @@ def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp
     other.write_text(cfg.read_text().replace("budget: 1e10", "budget: 2e10"))
     refused = race("pilot", str(other), "--out", "c", "--import-pilots", "partial.json", "--quiet")
     assert refused.returncode == 2 and "ran with another config (budget" in refused.stderr
+    # a larger grid (one more seed per point) takes the finished pilots and runs only the new seed
+    bigger = tmp_path / "e.yaml"
+    bigger.write_text(cfg.read_text().replace("seeds: 1", "seeds: 2"))
+    tampered = {**full, "pilots": [dict(p, schedule={**p["schedule"], "steps": p["schedule"]["steps"] + 1})
+                                   if p["rho_target"] == 0.74 else p for p in full["pilots"]]}
+    (tmp_path / "tampered.json").write_text(json.dumps(tampered))
+    odd = race("pilot", str(bigger), "--out", "f", "--import-pilots", "tampered.json", "--quiet")
+    assert odd.returncode == 2 and "ρ=0.74 seed 0" in odd.stderr and "ran another schedule (steps" in odd.stderr
+    grown = race("pilot", str(bigger), "--out", "e", "--import-pilots", "a/results.json", "--format", "json")
+    assert grown.returncode == 0, grown.stderr[-2000:]
+    assert "imported 3 finished pilot(s)" in grown.stderr and "3 pilots to run" in grown.stderr
+    wide = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert sorted((p["rho_target"], p["seed"]) for p in wide["pilots"]) == [(r, s) for r in (0.5, 0.62, 0.74)
+                                                                          for s in (0, 1)]
+    assert [p["evals"] for p in wide["pilots"] if p["seed"] == 0] == [p["evals"] for p in full["pilots"]]

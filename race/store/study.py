@@ -285,7 +285,8 @@ class Store:
         if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
             raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
                              f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"
-                             ": use the same grid, or another --study / --out")
+                             ": use the same grid, or another --study / --out (with --import-pilots "
+                             "OLD/results.json a larger grid takes the finished pilots of this one)")
         diff = _first_difference(there, here)
         if diff:
             path, a, b = diff

@@ -309,6 +309,19 @@ def collapses(record: dict) -> dict[float, int]:
     return {pt.rho_target: pt.unstable for pt in st.points} if st else {}
 
 
+def edge_range(pv: Any, grid: Sequence[float]) -> tuple[float, float, float] | None:
+    """The candidate rule (one-sided range at a grid edge; not RACE's rule unless adopted, see
+    docs/validation.md): a search-heavy verdict whose pilot-best point is the grid's lowest ρ
+    recommends "ρ ≤ hi" (an update-heavy one at the highest: "ρ ≥ lo"), read at that edge point.
+    Returns (lo, hi, recommended ρ), or None where the rule's own range stands."""
+    lo, hi = pv.rho_range
+    if pv.regime.value == "search-heavy" and pv.best_rho == min(grid):
+        return 0.0, hi, pv.best_rho
+    if pv.regime.value == "update-heavy" and pv.best_rho == max(grid):
+        return lo, 1.0, pv.best_rho
+    return None
+
+
 def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     """Every per-setting metric of docs/validation.md for one setting with both grids done."""
     import statistics
@@ -320,13 +333,27 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     centre = (lo + hi) / 2
     best_mean = sum(means[best]) / len(means[best])
     se = statistics.stdev(means[best]) / math.sqrt(len(means[best])) if len(means[best]) > 1 else float("nan")
+    # the pooled SE: the seed variance pooled over every full-run point (10 df at 5 × 3 runs, against the
+    # best point's own 2), over the best point's seed count; the two are shown side by side
+    dfs = [len(v) - 1 for v in means.values() if len(v) > 1]
+    pooled_sd = math.sqrt(sum((len(v) - 1) * statistics.variance(v) for v in means.values() if len(v) > 1)
+                          / sum(dfs)) if dfs and sum(dfs) else float("nan")
+    pse = pooled_sd / math.sqrt(len(means[best]))
     at_rec = interpolate(means, centre)
     on_policy = s.get("on_policy")
     gain = at_rec - interpolate(means, on_policy) if on_policy is not None else float("nan")
     pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
     full_pilots = pilots_of(full)
     one_full = max(p.flops.total for p in full_pilots)
+    edge = edge_range(pv, sorted(point_means(pilot)))
+    e_lo, e_hi, e_rec = edge if edge else (lo, hi, centre)
+    e_regret = best_mean - interpolate(means, e_rec)
     return {"setting": s["name"], "half": s["half"], "pilot": pv.regime.value, "pilot_range": (lo, hi),
+            # the bootstrap share of the full runs' replicates that show the pilot's regime
+            "support": float(fv.fits.get("support", {}).get(pv.regime.value, float("nan"))),
+            "edge": edge is not None, "edge_range": (e_lo, e_hi), "edge_in_range": e_lo <= best <= e_hi,
+            "edge_regret": e_regret, "edge_regret_se": e_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
+            "regret_pse": (best_mean - at_rec) / pse if pse and pse == pse and pse > 0 else float("nan"),
             "pilot_confidence": pv.confidence, "full": fv.regime.value, "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
             "best": best, "best_ci": best_ci, "in_range": lo <= best <= hi,
@@ -403,6 +430,8 @@ def _fmt(x: float, digits: int = 3) -> str:
 
 def tables(suite: dict) -> str:
     """The Markdown tables of docs/validation.md, from validation/runs/ alone."""
+    import statistics
+
     lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
     rows, adaptive = [], []
     for s in suite["settings"]:
@@ -432,9 +461,10 @@ def tables(suite: dict) -> str:
         lines.append("No setting has both its pilot grid and its full runs yet.")
     else:
         lines += ["| setting | half | pilot verdict (range, confidence) | full-run verdict (confidence) | same regime "
-                  "| full-run best ρ (95 % CI) | in range | regret (reward; full-run SEs) | gain over on-policy "
-                  "| pilot cost: of one full run; of the full grid | collapses per ρ |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| full-run best ρ (95 % CI) | in range | regret (reward; pooled full-run SEs; the best point's SEs) | gain over on-policy "
+                  "| pilot cost: of one full run; of the full grid | collapses per ρ | full-run support for the "
+                  "pilot's regime |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
             lines.append(
@@ -442,7 +472,8 @@ def tables(suite: dict) -> str:
                 f"{r['pilot_confidence']:.2f} | {r['full']} ({r['full_confidence']:.2f}) | "
                 f"{'yes' if r['pilot'] == r['full'] else 'no'} | {r['best']:.2f} ({r['best_ci'][0]:.2f} … "
                 f"{r['best_ci'][1]:.2f}) | {'yes' if r['in_range'] else 'no'} | {r['regret']:.4f}; "
-                f"{_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | {coll} |")
+                f"{_fmt(r['regret_pse'], 2)}; {_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | {coll} | "
+                f"{_fmt(r['support'], 2)} |")
     lines += ["", "### Over the suite", ""]
     for half in ("development", "held-out"):
         sel = [r for r in rows if r["half"] == half]
@@ -450,13 +481,20 @@ def tables(suite: dict) -> str:
         same = sum(r["pilot"] == r["full"] for r in sel)
         inr = sum(r["in_range"] for r in sel)
         lo, hi = wilson(same, n)
-        regrets = sorted(r["regret_se"] for r in sel if r["regret_se"] == r["regret_se"])
-        med = regrets[len(regrets) // 2] if regrets else float("nan")
+        regrets = sorted(r["regret_pse"] for r in sel if r["regret_pse"] == r["regret_pse"])
+        med = statistics.median(regrets) if regrets else float("nan")
+        own = [r["regret_se"] for r in sel if r["regret_se"] == r["regret_se"]]
+        med_own = statistics.median(own) if own else float("nan")
         inc = sum(r["pilot"] == "inconclusive" for r in sel)
         inc_right = sum(r["pilot"] == "inconclusive" and r["full"] == "inconclusive" for r in sel)
+        firm = [r for r in sel if r["full"] != "inconclusive"]
+        same_firm = sum(r["pilot"] == r["full"] for r in firm)
+        f_lo, f_hi = wilson(same_firm, len(firm))
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
-                     f"(95 % CI {lo:.2f} … {hi:.2f}); full-run best ρ in the recommended range {inr}/{n}; "
-                     f"median regret {_fmt(med, 2)} full-run SEs; pilot verdict inconclusive {inc}/{n} "
+                     f"(95 % CI {lo:.2f} … {hi:.2f}); where the full runs are conclusive {same_firm}/{len(firm)} "
+                     f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{n}; "
+                     f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own); "
+                     f"pilot verdict inconclusive {inc}/{n} "
                      f"(full runs inconclusive too: {inc_right}).")
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive"]
     lines += ["", "Confusion (all complete settings; rows: pilot verdict, columns: full-run verdict):", "",
@@ -464,6 +502,29 @@ def tables(suite: dict) -> str:
     for a in regimes:
         lines.append(f"| {a} | " + " | ".join(str(sum(r['pilot'] == a and r['full'] == b for r in rows))
                                               for b in regimes) + " |")
+    lines += ["", "### Candidate rule: a one-sided range at a grid edge (development half decides)", ""]
+    if not rows:
+        lines.append("No setting complete yet.")
+    else:
+        lines += ["A search-heavy verdict whose pilot-best point is the grid's lowest ρ recommends ρ ≤ its range's "
+                  "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point; other "
+                  "verdicts keep the rule's range and centre.", "",
+                  "| setting | half | edge verdict | range | full-run best ρ in range | regret (reward; pooled full-run SEs) |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            a, b = r["edge_range"]
+            rng = f"ρ ≤ {b:.2f}" if a == 0.0 else f"ρ ≥ {a:.2f}" if b == 1.0 else f"[{a:.2f}, {b:.2f}]"
+            lines.append(f"| {r['setting']} | {r['half']} | {'yes' if r['edge'] else 'no'} | {rng} | "
+                         f"{'yes' if r['edge_in_range'] else 'no'} | {r['edge_regret']:.4f}; "
+                         f"{_fmt(r['edge_regret_se'], 2)} |")
+        lines.append("")
+        for half in ("development", "held-out"):
+            sel = [r for r in rows if r["half"] == half]
+            regrets = [r["edge_regret_se"] for r in sel if r["edge_regret_se"] == r["edge_regret_se"]]
+            med = statistics.median(regrets) if regrets else float("nan")
+            lines.append(f"- **{half}**, candidate rule: full-run best ρ in the range {sum(r['edge_in_range'] for r in sel)}"
+                         f"/{len(sel)} (rule as it is: {sum(r['in_range'] for r in sel)}/{len(sel)}); median regret "
+                         f"{_fmt(med, 2)} pooled full-run SEs.")
     lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
     if not rows:
         lines.append("No setting complete yet.")

@@ -28,7 +28,13 @@ metadata to before sizes existed; the other sizes add ``size`` and ``architectur
 Deterministic: one CPU thread, ``torch.use_deterministic_algorithms``, seeded model init,
 batches and sampling. Two runs on the same machine give byte-identical weights (the
 SHA-256 of ``model.safetensors`` is stored in ``race_meta.json``; ``--check`` rebuilds in a
-temporary folder and compares).
+temporary folder and compares). Across machines one more thing matters: the vector width of
+PyTorch's CPU kernels (``torch.backends.cpu.get_cpu_capability()``: AVX2, AVX512, ...), which
+changes the order of float sums. The shipped ``tiny-arith`` was built with AVX2 kernels and an
+AVX512 machine builds other weights from the same code (0.09 instead of 0.35 sampled accuracy:
+training stops mid-way through a steep rise, so rounding grows); ``race_meta.json`` records the
+capability (``versions.cpu_capability``), and ``--check`` rebuilds with the recorded one
+(``ATEN_CPU_CAPABILITY``, which must be set before torch loads, so the check re-runs itself).
 """
 from __future__ import annotations
 
@@ -243,13 +249,35 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, size
 
 
 def write_meta(out: str, meta: dict) -> dict:
-    """Write ``out/race_meta.json``: ``meta`` plus the weights' sha256 and the library versions."""
+    """Write ``out/race_meta.json``: ``meta`` plus the weights' sha256, the library versions and the
+    CPU kernels' capability (the builds' float sums depend on it; see the module docstring)."""
     meta = {**meta, "model_sha256": sha256(os.path.join(out, "model.safetensors")),
-            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
+            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                         "cpu_capability": torch.backends.cpu.get_cpu_capability()}}
     with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
     return meta
+
+
+def check_capability(meta_path: str, argv: list[str] | None) -> None:
+    """Before a ``--check`` rebuild: run with the CPU kernels the asset was built with. When the
+    recorded capability is not the active one, run this script again with ``ATEN_CPU_CAPABILITY``
+    set (torch reads it once, when it loads); when the machine cannot provide it, exit 2 saying so.
+    Assets without a record are checked with whatever this machine picks."""
+    want = json.load(open(meta_path, encoding="utf-8")).get("versions", {}).get("cpu_capability")
+    have = torch.backends.cpu.get_cpu_capability()
+    if not want or want == have:
+        return
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").upper() == want.upper():
+        raise SystemExit(f"{meta_path} was built with {want} CPU kernels and this machine runs {have} "
+                         f"even with ATEN_CPU_CAPABILITY={want.lower()}: its weights cannot be rebuilt bit "
+                         "for bit here")
+    print(f"the asset was built with {want} CPU kernels (this machine picks {have}): checking with "
+          f"ATEN_CPU_CAPABILITY={want.lower()}", file=sys.stderr, flush=True)
+    args = sys.argv[1:] if argv is None else list(argv)
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *args],
+              {**os.environ, "ATEN_CPU_CAPABILITY": want.lower()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = DEFAULT_OUT if args.size == "m" else f"{DEFAULT_OUT}-{args.size}"
     if args.check:
+        check_capability(os.path.join(args.out, "race_meta.json"), argv)
         with tempfile.TemporaryDirectory() as tmp:
             meta = build(tmp, steps=args.steps, seed=args.seed, threads=args.threads, size=args.size)
         want = json.load(open(os.path.join(args.out, "race_meta.json"), encoding="utf-8"))["model_sha256"]

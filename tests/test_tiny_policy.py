@@ -116,13 +116,42 @@ def test_the_other_sizes_share_the_recipe_and_scale_the_parameters(name):
 
 def test_the_default_size_builds_the_shipped_config():
     """--size m (the default) is the shipped tiny-arith's architecture, field for field."""
+    mod = _builder()
+    built = mod.build_config(23).to_dict()
+    shipped = json.load(open(os.path.join(TINY_MODEL, "config.json"), encoding="utf-8"))
+    skip = {"architectures", "transformers_version"}
+    assert {k: v for k, v in shipped.items() if k not in skip} == {k: built[k] for k in shipped if k not in skip}
+
+
+def _builder():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "build_tiny_policy", os.path.join(os.path.dirname(__file__), "..", "scripts", "build_tiny_policy.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    built = mod.build_config(23).to_dict()
-    shipped = json.load(open(os.path.join(TINY_MODEL, "config.json"), encoding="utf-8"))
-    skip = {"architectures", "transformers_version"}
-    assert {k: v for k, v in shipped.items() if k not in skip} == {k: built[k] for k in shipped if k not in skip}
+    return mod
+
+
+def test_check_rebuilds_with_the_cpu_kernels_the_asset_records(tmp_path, monkeypatch):
+    """The shipped assets record their CPU kernels; --check re-runs itself with the recorded ones
+    (ATEN_CPU_CAPABILITY) when this machine would pick others, and says so in one line when even
+    then it cannot (the re-run is captured here, not performed)."""
+    mod = _builder()
+    for name, cap in (("tiny-arith", "AVX2"), ("tiny-arith-s", "AVX512"), ("tiny-arith-l", "AVX512")):
+        meta = json.load(open(os.path.join(TINY_MODEL, "..", name, "race_meta.json"), encoding="utf-8"))
+        assert meta["versions"]["cpu_capability"] == cap
+    have = torch.backends.cpu.get_cpu_capability()
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps({"versions": {"cpu_capability": have}}))
+    mod.check_capability(str(same), ["--check"])                 # nothing to do: returns
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"versions": {"cpu_capability": "ZZZ"}}))
+    calls = []
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setattr(mod.os, "execve", lambda exe, args, env: calls.append((args, env["ATEN_CPU_CAPABILITY"])))
+    mod.check_capability(str(other), ["--check", "--size", "s"])
+    assert calls and calls[0][0][-3:] == ["--check", "--size", "s"] and calls[0][1] == "zzz"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "zzz")           # the re-run, still on other kernels
+    with pytest.raises(SystemExit, match=f"built with ZZZ CPU kernels and this machine runs {have}"):
+        mod.check_capability(str(other), ["--check"])

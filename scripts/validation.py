@@ -354,6 +354,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "edge": edge is not None, "edge_range": (e_lo, e_hi), "edge_in_range": e_lo <= best <= e_hi,
             "edge_regret": e_regret, "edge_regret_se": e_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
             "regret_pse": (best_mean - at_rec) / pse if pse and pse == pse and pse > 0 else float("nan"),
+            "best_mean": best_mean, "pse": pse,
             "pilot_confidence": pv.confidence, "full": fv.regime.value, "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
             "best": best, "best_ci": best_ci, "in_range": lo <= best <= hi,
@@ -363,18 +364,23 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "collapses": collapses(full)}
 
 
-def forecast_row(pilot: dict, full: dict, full_best_ci: tuple[float, float]) -> dict[str, Any]:
-    """The pilot grid's forecast at the full-run budget (race.forecast) against the full runs."""
+def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
+    """The pilot grid's forecast at the full-run budget (race.forecast) against the full runs;
+    ``row``: the setting's ``setting_row`` (the full runs' best-ρ CI, best mean and pooled SE)."""
     from race.forecast import forecast
 
     pv, fv = verdict(pilot), verdict(full)
     fc = forecast([(pilots_of(pilot), float(pilot["budget"]))], target="reward",
                   full_run_budget=float(full["budget"]), pilot_regime=pv.regime, pilot_best_rho=pv.best_rho)
     if fc.status == "refused":
-        return {"status": "refused", "regime": None, "best": None, "same": None, "in_ci": None}
+        return {"status": "refused", "regime": None, "best": None, "same": None, "in_ci": None,
+                "regret": float("nan"), "regret_pse": float("nan")}
+    regret = row["best_mean"] - interpolate(point_means(full), fc.best_rho)
     return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
             "same": fc.regime.value == fv.regime.value,
-            "in_ci": full_best_ci[0] <= fc.best_rho <= full_best_ci[1]}
+            "in_ci": row["best_ci"][0] <= fc.best_rho <= row["best_ci"][1],
+            "regret": regret, "regret_pse": regret / row["pse"] if row["pse"] == row["pse"] and row["pse"] > 0
+            else float("nan")}
 
 
 def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> str:
@@ -454,7 +460,7 @@ def tables(suite: dict) -> str:
         lines.append(f"| {s['name']} | {s['half']} | " + " | ".join(cells) + " |")
         if recs["pilot"] and recs["full10"]:
             rows.append(setting_row(s, recs["pilot"], recs["full10"]))
-            rows[-1]["forecast"] = forecast_row(recs["pilot"], recs["full10"], rows[-1]["best_ci"])
+            rows[-1]["forecast"] = forecast_row(recs["pilot"], recs["full10"], rows[-1])
             adaptive.append((s, {sh: adaptive_regime(recs["pilot"], sh) for sh in (0.5, 0.67)}, rows[-1]))
     lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""]
     if not rows:
@@ -530,12 +536,14 @@ def tables(suite: dict) -> str:
         lines.append("No setting complete yet.")
     else:
         lines += ["| setting | half | forecast | regime at 10×B | best ρ | same regime as the full runs "
-                  "| best ρ in the full runs' CI |", "|---|---|---|---|---|---|---|"]
+                  "| best ρ in the full runs' CI | regret at its best ρ (reward; pooled full-run SEs) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             f = r["forecast"]
             yn = {True: "yes", False: "no", None: "—"}
             lines.append(f"| {r['setting']} | {r['half']} | {f['status']} | {f['regime'] or '—'} | "
-                         f"{'—' if f['best'] is None else format(f['best'], '.2f')} | {yn[f['same']]} | {yn[f['in_ci']]} |")
+                         f"{'—' if f['best'] is None else format(f['best'], '.2f')} | {yn[f['same']]} | {yn[f['in_ci']]} | "
+                         f"{_fmt(f['regret'], 4)}; {_fmt(f['regret_pse'], 2)} |")
         made = [r for r in rows if r["forecast"]["status"] != "refused"]
         lines.append("")
         lines.append(f"Forecasts made {len(made)}/{len(rows)}; same regime as the full runs "
@@ -588,6 +596,15 @@ def tables(suite: dict) -> str:
         lines += ["| setting | full pilot grid | adaptive 0.5 | adaptive 0.67 | full runs |", "|---|---|---|---|---|"]
         for s, regs, r in adaptive:
             lines.append(f"| {s['name']} | {r['pilot']} | {regs[0.5]} | {regs[0.67]} | {r['full']} |")
+        lines.append("")
+        for half in ("development", "held-out"):
+            sel = [(regs, r) for s, regs, r in adaptive if s["half"] == half]
+            cells = [f"share {sh}: {sum(regs[sh] == r['full'] for regs, r in sel)}/{len(sel)}" for sh in (0.5, 0.67)]
+            lines.append(f"- **{half}**: same regime as the full runs — full pilot grid "
+                         f"{sum(r['pilot'] == r['full'] for _, r in sel)}/{len(sel)}, " + ", ".join(cells) +
+                         f"; same verdict as the full pilot grid — " + ", ".join(
+                             f"share {sh}: {sum(regs[sh] == r['pilot'] for regs, r in sel)}/{len(sel)}"
+                             for sh in (0.5, 0.67)) + ".")
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,10 @@ seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
    REPLICATE_BAND_SE contrast SEs (the support gate; see ``replicate_trends``);
 3. inconclusive  otherwise, and always when no grid point has two seeds.
 
+A grid where at least ``UNSTABLE_GRID_SHARE`` of the pilots fell back on their held-out
+checkpoints gets an "unstable grid" warning naming it (``unstable_grid``): its regime describes
+runs that diverge (docs/validation.md decided this on the validation study's development half).
+
 A reward-heavy verdict still computes the trend, which sets its ρ range and is
 reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get the
 instability rule of :mod:`race.checkpoints` on the primary target (``Diagnosis.stability``);
@@ -42,6 +46,7 @@ REPLICATE_BAND_SE = 2.0        # a replicate is decisive when its effect ≥ thi
 SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.fit)
 SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
 MIN_SUPPORT = 0.7              # a trend verdict needs this share of decisive replicates
+UNSTABLE_GRID_SHARE = 0.5      # a grid with at least this share of unstable pilots is an unstable grid
 SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
 MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
 _RANGE_STEPS = 401             # resolution of the ρ-range search (log-spaced)
@@ -109,11 +114,26 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")
+    st = stability(complete, primary_target)
+    if unstable_grid(st):
+        fell, total = sum(p.unstable for p in st.points), sum(p.pilots for p in st.points)
+        notes.append(f"unstable grid: {fell} of {total} pilots fell back on the held-out checkpoints: the verdict "
+                     "describes runs that diverge, and longer runs fall further; lower the learning rate or let it "
+                     "decay (learning_rate.schedule) and re-run before reading the regime")
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
-                     meta={**dict(meta or {}), "classify": settings},
-                     stability=stability(complete, primary_target))
+                     meta={**dict(meta or {}), "classify": settings}, stability=st)
+
+
+def unstable_grid(st: Any) -> bool:
+    """At least ``UNSTABLE_GRID_SHARE`` of the grid's pilots fell back (race.checkpoints' rule):
+    the grid diverges, whatever its regime (validated on the study's development half:
+    docs/validation.md). False without checkpoints."""
+    if st is None:
+        return False
+    total = sum(p.pilots for p in st.points)
+    return total > 0 and sum(p.unstable for p in st.points) >= UNSTABLE_GRID_SHARE * total
 
 
 def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,

@@ -240,11 +240,26 @@ def pilots_of(record: dict) -> list:
     return [PilotResult.from_dict(p) for p in record["pilots"] if p.get("status") == "complete"]
 
 
-def verdict(record: dict):
-    """The rule's verdict on a grid (race.regime.classify, the primary target: held-out reward)."""
+def diagnosis(record: dict):
+    """The rule's diagnosis of a grid (race.regime.classify, the primary target: held-out reward)."""
     from race.regime import classify
 
-    return classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0).primary
+    return classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0)
+
+
+def verdict(record: dict):
+    """The rule's verdict on a grid (the diagnosis' primary target)."""
+    return diagnosis(record).primary
+
+
+def grid_class(diag: Any) -> str:
+    """What a grid is scored as: "unstable" when at least half its runs fell back on their held-out
+    checkpoints (race.regime.unstable_grid: the report names it), else its regime. Decided on the
+    development half (lr-x3) before any held-out full run: a grid of collapsed runs has no regime
+    to agree with, and a pilot grid that names the instability has given the right advice."""
+    from race.regime import unstable_grid
+
+    return "unstable" if unstable_grid(diag.stability) else diag.primary.regime.value
 
 
 def point_means(record: dict, target: str = "reward") -> dict[float, list[float]]:
@@ -322,11 +337,18 @@ def edge_range(pv: Any, grid: Sequence[float]) -> tuple[float, float, float] | N
     return None
 
 
+def _fallen(diag: Any) -> tuple[int, int]:
+    """(runs that fell back, runs) of a grid; (0, 0) without checkpoints."""
+    st = diag.stability
+    return (sum(p.unstable for p in st.points), sum(p.pilots for p in st.points)) if st else (0, 0)
+
+
 def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     """Every per-setting metric of docs/validation.md for one setting with both grids done."""
     import statistics
 
-    pv, fv = verdict(pilot), verdict(full)
+    pd, fd = diagnosis(pilot), diagnosis(full)
+    pv, fv = pd.primary, fd.primary
     means = point_means(full)
     best, best_ci = best_rho_ci(full)
     lo, hi = pv.rho_range
@@ -348,14 +370,18 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     edge = edge_range(pv, sorted(point_means(pilot)))
     e_lo, e_hi, e_rec = edge if edge else (lo, hi, centre)
     e_regret = best_mean - interpolate(means, e_rec)
-    return {"setting": s["name"], "half": s["half"], "pilot": pv.regime.value, "pilot_range": (lo, hi),
+    return {"setting": s["name"], "half": s["half"], "pilot": grid_class(pd), "pilot_regime": pv.regime.value,
+            "full_regime": fv.regime.value, "pilot_range": (lo, hi),
+            # best ρ, range and regret mean nothing on a grid of collapsed runs: such settings are not scored on them
+            "scored": grid_class(fd) != "unstable",
+            "pilot_unstable": _fallen(pd), "full_unstable": _fallen(fd),
             # the bootstrap share of the full runs' replicates that show the pilot's regime
             "support": float(fv.fits.get("support", {}).get(pv.regime.value, float("nan"))),
             "edge": edge is not None, "edge_range": (e_lo, e_hi), "edge_in_range": e_lo <= best <= e_hi,
             "edge_regret": e_regret, "edge_regret_se": e_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
             "regret_pse": (best_mean - at_rec) / pse if pse and pse == pse and pse > 0 else float("nan"),
             "best_mean": best_mean, "pse": pse,
-            "pilot_confidence": pv.confidence, "full": fv.regime.value, "full_confidence": fv.confidence,
+            "pilot_confidence": pv.confidence, "full": grid_class(fd), "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
             "best": best, "best_ci": best_ci, "in_range": lo <= best <= hi,
             "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
@@ -398,7 +424,7 @@ def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> s
         return sum(p.evals["reward"]) / len(p.evals["reward"])
 
     keys = adaptive_subset(policy, grid, seeds, score, share=share)
-    return classify([by_key[k] for k in keys], primary_target="reward", n_boot=N_BOOT, seed=0).primary.regime.value
+    return grid_class(classify([by_key[k] for k in keys], primary_target="reward", n_boot=N_BOOT, seed=0))
 
 
 def ranking_by_budget(record: dict) -> list[tuple[float, float, float | None]]:
@@ -432,6 +458,18 @@ def ranking_by_budget(record: dict) -> list[tuple[float, float, float | None]]:
 
 def _fmt(x: float, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.{digits}f}"
+
+
+def _cls(r: dict, side: str) -> str:
+    """A grid's class for the table: "unstable (k/n fell back; regime underneath)" or the regime."""
+    k, n = r[f"{side}_unstable"]
+    if r[side] == "unstable":
+        return f"unstable ({k}/{n} fell back; {r[f'{side}_regime']} underneath)"
+    return r[side]
+
+
+def _yn(x: bool) -> str:
+    return "yes" if x else "no"
 
 
 def tables(suite: dict) -> str:
@@ -474,10 +512,10 @@ def tables(suite: dict) -> str:
         for r in rows:
             coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
             lines.append(
-                f"| {r['setting']} | {r['half']} | {r['pilot']} [{r['pilot_range'][0]:.2f}, {r['pilot_range'][1]:.2f}], "
-                f"{r['pilot_confidence']:.2f} | {r['full']} ({r['full_confidence']:.2f}) | "
+                f"| {r['setting']} | {r['half']} | {_cls(r, 'pilot')} [{r['pilot_range'][0]:.2f}, {r['pilot_range'][1]:.2f}], "
+                f"{r['pilot_confidence']:.2f} | {_cls(r, 'full')} ({r['full_confidence']:.2f}) | "
                 f"{'yes' if r['pilot'] == r['full'] else 'no'} | {r['best']:.2f} ({r['best_ci'][0]:.2f} … "
-                f"{r['best_ci'][1]:.2f}) | {'yes' if r['in_range'] else 'no'} | {r['regret']:.4f}; "
+                f"{r['best_ci'][1]:.2f}) | {_yn(r['in_range']) if r['scored'] else 'not scored'} | {r['regret']:.4f}; "
                 f"{_fmt(r['regret_pse'], 2)}; {_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | {coll} | "
                 f"{_fmt(r['support'], 2)} |")
     lines += ["", "### Over the suite", ""]
@@ -485,11 +523,12 @@ def tables(suite: dict) -> str:
         sel = [r for r in rows if r["half"] == half]
         n = len(sel)
         same = sum(r["pilot"] == r["full"] for r in sel)
-        inr = sum(r["in_range"] for r in sel)
+        scored = [r for r in sel if r["scored"]]
+        inr = sum(r["in_range"] for r in scored)
         lo, hi = wilson(same, n)
-        regrets = sorted(r["regret_pse"] for r in sel if r["regret_pse"] == r["regret_pse"])
+        regrets = sorted(r["regret_pse"] for r in scored if r["regret_pse"] == r["regret_pse"])
         med = statistics.median(regrets) if regrets else float("nan")
-        own = [r["regret_se"] for r in sel if r["regret_se"] == r["regret_se"]]
+        own = [r["regret_se"] for r in scored if r["regret_se"] == r["regret_se"]]
         med_own = statistics.median(own) if own else float("nan")
         inc = sum(r["pilot"] == "inconclusive" for r in sel)
         inc_right = sum(r["pilot"] == "inconclusive" and r["full"] == "inconclusive" for r in sel)
@@ -498,11 +537,12 @@ def tables(suite: dict) -> str:
         f_lo, f_hi = wilson(same_firm, len(firm))
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
                      f"(95 % CI {lo:.2f} … {hi:.2f}); where the full runs are conclusive {same_firm}/{len(firm)} "
-                     f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{n}; "
+                     f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{len(scored)}"
+                     f"{'' if len(scored) == n else f' (of the {len(scored)} whose full runs did not collapse)'}; "
                      f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own); "
                      f"pilot verdict inconclusive {inc}/{n} "
                      f"(full runs inconclusive too: {inc_right}).")
-    regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive"]
+    regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]
     lines += ["", "Confusion (all complete settings; rows: pilot verdict, columns: full-run verdict):", "",
               "| pilot \\ full | " + " | ".join(regimes) + " |", "|---|" + "---|" * len(regimes)]
     for a in regimes:
@@ -521,11 +561,11 @@ def tables(suite: dict) -> str:
             a, b = r["edge_range"]
             rng = f"ρ ≤ {b:.2f}" if a == 0.0 else f"ρ ≥ {a:.2f}" if b == 1.0 else f"[{a:.2f}, {b:.2f}]"
             lines.append(f"| {r['setting']} | {r['half']} | {'yes' if r['edge'] else 'no'} | {rng} | "
-                         f"{'yes' if r['edge_in_range'] else 'no'} | {r['edge_regret']:.4f}; "
+                         f"{_yn(r['edge_in_range']) if r['scored'] else 'not scored'} | {r['edge_regret']:.4f}; "
                          f"{_fmt(r['edge_regret_se'], 2)} |")
         lines.append("")
         for half in ("development", "held-out"):
-            sel = [r for r in rows if r["half"] == half]
+            sel = [r for r in rows if r["half"] == half and r["scored"]]
             regrets = [r["edge_regret_se"] for r in sel if r["edge_regret_se"] == r["edge_regret_se"]]
             med = statistics.median(regrets) if regrets else float("nan")
             lines.append(f"- **{half}**, candidate rule: full-run best ρ in the range {sum(r['edge_in_range'] for r in sel)}"

@@ -154,6 +154,25 @@ def _grid():
             for r in (0.5, 0.62, 0.74) for s in range(2)]
 
 
+def test_a_grid_where_half_the_pilots_fell_back_is_named_unstable():
+    """UNSTABLE_GRID_SHARE: 3 of 6 pilots fallen → an "unstable grid" warning with the count and the
+    fix; 2 of 6 (or one, as in _grid) → no such warning, the per-pilot section alone."""
+    from race.regime import UNSTABLE_GRID_SHARE, classify, unstable_grid
+
+    assert UNSTABLE_GRID_SHARE == 0.5
+
+    def grid(fallen):
+        return [_pilot(r, s, COLLAPSE if (r, s) in fallen else STABLE, evals_mean=0.6 - 0.1 * r + 0.01 * s)
+                for r in (0.5, 0.62, 0.74) for s in range(2)]
+
+    half = classify(grid({(0.5, 0), (0.62, 1), (0.74, 1)}), n_boot=50)
+    (w,) = [w for w in half.warnings if w.startswith("unstable grid")]
+    assert "3 of 6 pilots fell back" in w and "lower the learning rate" in w and unstable_grid(half.stability)
+    third = classify(grid({(0.5, 0), (0.74, 1)}), n_boot=50)
+    assert not any(w.startswith("unstable grid") for w in third.warnings) and not unstable_grid(third.stability)
+    assert not unstable_grid(None)                                        # no checkpoints, no verdict on it
+
+
 @pytest.mark.parametrize("fmt", ["text", "md", "latex", "json"])
 def test_every_report_format_flags_the_unstable_pilot(fmt):
     from race.regime import classify

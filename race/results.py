@@ -67,18 +67,26 @@ def save_results(path: str, results: Results) -> str:
 
 
 def load_results(path: str) -> Results:
-    """Read a results file (or a folder holding ``results.json``)."""
+    """Read a results file (or a folder holding ``results.json``); a gzip-compressed one (as
+    docs/runs/ keeps them, ``*.json.gz``) is read as well, recognised by its first bytes."""
+    import gzip
+
     import race.report  # noqa: F401  (registers the renderer: print(results.diagnosis) is the text report)
 
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):
         raise ResultsError(f"results file {path!r} does not exist: expected DIR/results.json from race pilot")
+    with open(path, "rb") as fh:
+        zipped = fh.read(2) == b"\x1f\x8b"
     try:
-        with open(path, encoding="utf-8") as fh:
+        with (gzip.open(path, "rt", encoding="utf-8") if zipped else open(path, encoding="utf-8")) as fh:
             raw = json.load(fh)
     except json.JSONDecodeError as e:
         raise ResultsError(f"results file {path!r} is not valid JSON (line {e.lineno}): {e.msg}") from None
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise ResultsError(f"results file {path!r} is not a JSON text file (nor gzip-compressed JSON): "
+                           f"{type(e).__name__}: {e}") from None
     if not isinstance(raw, dict) or "schema_version" not in raw:
         raise ResultsError(f"results file {path!r} has no schema_version: expected a RACE results file")
     if raw["schema_version"] != SCHEMA_VERSION:

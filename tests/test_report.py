@@ -56,6 +56,13 @@ def test_results_roundtrip_and_errors(tmp_path):
         load_results(str(tmp_path / "v9.json"))
     with pytest.raises(ResultsError, match="does not exist"):
         load_results(str(tmp_path / "missing.json"))
+    import gzip                                  # docs/runs keeps results gzip-compressed: read as they are
+    with open(path, "rb") as src, gzip.open(tmp_path / "r.json.gz", "wb") as dst:
+        dst.write(src.read())
+    assert load_results(str(tmp_path / "r.json.gz")).pilots == pilots
+    (tmp_path / "bin.json").write_bytes(b"\x00\xff\xfe binary")
+    with pytest.raises(ResultsError, match="is not a JSON text file"):
+        load_results(str(tmp_path / "bin.json"))
 
 
 def test_render_plan_formats():

@@ -3,6 +3,7 @@
     python bench/lockstep.py                         # per-step: the default grid's points + the TRL bench's config
     python bench/lockstep.py --trl                   # … and TRL's GRPOTrainer at the TRL bench's config
     python bench/lockstep.py --reasoner              # … and the tiny reasoner at its full grid's ρ 0.55 point
+    python bench/lockstep.py --only steps --config pilots/tiny-steps-sparse.yaml@0.55   # any config's grid point
     python bench/lockstep.py --grid                  # … and the whole default grid: race pilot --engine solo vs auto
     python bench/lockstep.py --only none --grid --grid-out DIR    # the grid runs alone, kept in DIR
     python bench/lockstep.py --json out.json
@@ -36,9 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_vs_trl import best_per_shape, loadavg, matmul_peak  # noqa: E402
 
 
-def default_configs(reasoner: bool) -> list[tuple[str, object, object]]:
-    """(label, config, schedule) to time: the default grid's points, the TRL bench's config and,
-    with ``reasoner``, the tiny reasoner's ρ 0.55 point."""
+def default_configs(reasoner: bool, extra: list[str] | None = None) -> list[tuple[str, object, object]]:
+    """(label, config, schedule) to time: the default grid's points, the TRL bench's config,
+    with ``reasoner`` the tiny reasoner's ρ 0.55 point, and each ``extra`` "CONFIG.yaml@ρ" (that
+    grid point of any pilot config, e.g. pilots/tiny-steps-sparse.yaml@0.55)."""
     from race.api import build_config
     from race.grid import plan_grid
 
@@ -53,6 +55,12 @@ def default_configs(reasoner: bool) -> list[tuple[str, object, object]]:
         rc = build_config(str(Path(__file__).resolve().parents[1] / "pilots" / "tiny-reasoner.yaml"))
         sch = next(s for s in plan_grid(rc).schedules if abs(s.rho_target - 0.55) < 1e-9)
         out.append((f"tiny reasoner ρ 0.55 ({sch.prompts_per_step}×{sch.n_gen}→{sch.n_train}, μ {sch.mu})", rc, sch))
+    for spec in extra or []:
+        path, _, rho = spec.rpartition("@")
+        xc = build_config(path)
+        sch = min(plan_grid(xc).schedules, key=lambda s: abs(s.rho_target - float(rho)))
+        out.append((f"{Path(path).stem} ρ {sch.rho_target:g} ({sch.prompts_per_step}×{sch.n_gen}→{sch.n_train}, "
+                    f"μ {sch.mu}, completions ≤ {xc.grpo.max_completion_len})", xc, sch))
     return out
 
 
@@ -167,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a pilot process gets 1 of 2 cores)")
     ap.add_argument("--reasoner", action="store_true")
+    ap.add_argument("--config", action="append", default=[], metavar="CONFIG.yaml@RHO",
+                    help="also time that grid point of a pilot config (repeatable)")
     ap.add_argument("--trl", action="store_true", help="also time TRL's GRPOTrainer at the TRL bench config")
     ap.add_argument("--grid", action="store_true", help="also time race pilot's default grid, solo vs lockstep")
     ap.add_argument("--grid-out", default=None, metavar="DIR", help="keep the two grid runs in DIR/solo, DIR/lockstep")
@@ -182,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {"python": platform.python_version(), "torch": torch.__version__, "nproc": os.cpu_count(),
            "load_start": loadavg(), "command": " ".join([Path(sys.executable).name, *sys.argv])}
     results = []
-    for label, cfg, sch in default_configs(a.reasoner):
+    for label, cfg, sch in default_configs(a.reasoner, a.config):
         if a.only and a.only not in label:
             continue
         r = time_config(label, cfg, sch, seeds=list(range(a.seeds)), steps=a.steps, rounds=a.rounds,

@@ -18,6 +18,8 @@ from race.scheduler import ADAPTIVE_POLICIES
 
 PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training curves; with a forecast, held-out "
              "reward against FLOPs) to FILE: .png, .pdf or .svg.")
+ENGINE_HELP = ("lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean path "
+               "runs and it was measured faster: short completions); solo: one pilot per process.")
 FULL_RUN_HELP = ("FLOPs of one full run at the chosen ρ, e.g. 6e12: predict held-out reward per ρ there from the "
                  "pilots' checkpoints (overrides the config's full_run_budget; docs/forecast.md).")
 FORCE_HELP = "Print the forecast even past the extrapolation factor the backtests support, marked FORCED."
@@ -267,8 +269,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="Pilots run at once here (default: 2 on CPU); 0 = coordinate only, race worker runs them.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
-              help="lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean "
-                   "path runs); solo: one pilot per process.")
+              help=ENGINE_HELP)
 @click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -416,8 +417,7 @@ class _Failed(click.ClickException):
               help="Seconds an idle worker waits for new pilots (adaptive rungs) before it exits.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
-              help="lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean "
-                   "path runs); solo: one pilot per process.")
+              help=ENGINE_HELP)
 @_user_errors
 def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
            quiet: bool, engine: str) -> None:

@@ -198,6 +198,21 @@ ENGINES = ("auto", "lockstep", "solo")
 # A lockstep group of g ≥ 2 seeds costs about this share of g solo pilots on the tiny policies
 # (docs/benchmarks.md, "Lockstep pilots": steps 0.82–1.04 of solo, the default grid 0.90 in wall time).
 LOCKSTEP_STEP_SHARE = 0.9
+# ... for completions of at most this many tokens; longer ones were measured at parity or worse, since
+# a decode step's cost grows with rows and keys whoever shares the batch (bench/lockstep.py, per step):
+# completions ≤ 24 tokens (the step policy) 0.99, ≤ 160 (the reasoner, ≈ 60 typical) 1.03 and 1.04
+SHORT_COMPLETIONS = 8
+LONG_COMPLETION_SHARES = ((32, 0.99), (None, 1.03))     # (at most this many tokens, share); None: any
+
+
+def lockstep_share(config: GridConfig) -> float:
+    """The measured cost of a lockstep seed against a solo pilot for this config's completion length
+    (``grpo.max_completion_len``): ``LOCKSTEP_STEP_SHARE`` for short ones, ``LONG_COMPLETION_SHARES``
+    beyond. Above 1, ``balanced_group_size`` keeps pilots solo unless grouping fills idle cores."""
+    n = config.grpo.max_completion_len
+    if n <= SHORT_COMPLETIONS:
+        return LOCKSTEP_STEP_SHARE
+    return next(share for limit, share in LONG_COMPLETION_SHARES if limit is None or n <= limit)
 
 
 def balanced_group_size(points: int, seeds: int, workers: int, share: float = LOCKSTEP_STEP_SHARE) -> int:
@@ -220,7 +235,9 @@ def group_size_for(config: GridConfig, engine: str, device: str, workers: int | 
     """How many seeds of a grid point one pilot process runs: up to ``config.seeds`` in lockstep, 1 solo.
 
     ``auto`` takes lockstep where it was measured faster (docs/benchmarks.md): on a CPU with the
-    lean sampler (backend ``hf``); solo with vLLM and on a GPU until a run there measures it.
+    lean sampler (backend ``hf``), in groups whose measured cost (``lockstep_share``: short
+    completions gain, long ones do not) finishes the grid soonest; solo with vLLM and on a GPU
+    until a run there measures it.
     ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups.
     With ``workers`` (pilot processes at once), the group size is ``balanced_group_size`` of the
     grid, so the last round of groups does not leave cores idle."""
@@ -241,5 +258,6 @@ def group_size_for(config: GridConfig, engine: str, device: str, workers: int | 
             return 1
     if not workers:
         return config.seeds
-    return max(2, balanced_group_size(len(config.grid), config.seeds, workers)) if engine == "lockstep" else \
-        balanced_group_size(len(config.grid), config.seeds, workers)
+    if engine == "lockstep":
+        return max(2, balanced_group_size(len(config.grid), config.seeds, workers))
+    return balanced_group_size(len(config.grid), config.seeds, workers, share=lockstep_share(config))

@@ -295,6 +295,26 @@ def test_balanced_group_size_by_hand():
     # 1 × 2 on 2 workers: g=1 → 1 round × 1 = 1 beats g=2 → 1 × 1.8: two pilots run side by side
     assert balanced_group_size(1, 2, 2) == 1
     assert balanced_group_size(4, 3, 2, share=1.0) == 3      # ties go to the larger group
+    # 4 × 3 at the reasoner's 1.03: g=3 → 2 rounds × 3 × 1.03 = 6.18 > g=1's 6: solo
+    assert balanced_group_size(4, 3, 2, share=1.03) == 1
+
+
+def test_auto_groups_only_where_lockstep_was_measured_faster():
+    """lockstep_share by completion length (≤ 8 tokens 0.9, ≤ 32 0.99, longer 1.03: the measured
+    per-step ratios); auto groups the default grid's seeds and runs the reasoner's solo."""
+    from dataclasses import replace
+
+    from race.lockstep import group_size_for, lockstep_share
+
+    cfg = _tiny(budget=1e10)
+    assert cfg.grpo.max_completion_len <= 8 and lockstep_share(cfg) == 0.9
+    grid = replace(cfg, grid=(0.5, 0.62, 0.74, 0.85), seeds=3)
+    assert group_size_for(grid, "auto", "cpu", workers=2) == 3
+    steps = replace(grid, grpo=replace(grid.grpo, max_completion_len=24))
+    assert lockstep_share(steps) == 0.99 and group_size_for(steps, "auto", "cpu", workers=2) == 3
+    long = replace(grid, grpo=replace(grid.grpo, max_completion_len=160))
+    assert lockstep_share(long) == 1.03 and group_size_for(long, "auto", "cpu", workers=2) == 1
+    assert group_size_for(long, "lockstep", "cpu", workers=2) == 3     # asked for, it still groups
 
 
 def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):

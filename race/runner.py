@@ -113,6 +113,31 @@ def default_workers(device: str) -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def pilot_threads(workers: int, device: str) -> int:
+    """Torch threads per pilot process: the cores shared among ``workers`` processes on a CPU (1 on a
+    GPU), or ``OMP_NUM_THREADS`` when set (several worker processes on one machine)."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return max(1, (os.cpu_count() or 1) // max(1, workers)) if not device.startswith("cuda") else 1
+
+
+def busy_machine_warning(workers: int, device: str) -> str | None:
+    """A line when pilots would run several OpenMP threads each on a CPU already busy with other
+    work (1-minute load average ≥ half the cores): their threads then wait on each other while other
+    processes hold the cores, and a pilot can take several times its quiet time (measured: a 1.5e12
+    pilot that takes ≈ 80-150 s with one thread had not finished after 18 min with two, beside four
+    other busy processes on 2 cores). None otherwise."""
+    threads = pilot_threads(workers, device)
+    if threads < 2 or device.startswith("cuda") or not hasattr(os, "getloadavg"):
+        return None
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < cores / 2:
+        return None
+    return (f"the machine is busy (load average {load:.1f} on {cores} cores) and each pilot would run {threads} "
+            f"threads: they stall each other beside other work; OMP_NUM_THREADS=1 (or --workers {cores}) is "
+            "faster here")
+
+
 def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu",
              on_result: Callable[[Job, PilotResult], None] | None = None,
              on_progress: Callable[[Job, int, float], None] | None = None,
@@ -135,9 +160,7 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
 
     # vLLM's import takes 10–20 s: the fork server does it once for all pilots
     ctx = _context(("vllm.entrypoints.llm", "race.backends.vllm") if resolve_backend(config.backend) == "vllm" else ())
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers)) if not device.startswith("cuda") else 1
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():      # several worker processes on one machine
-        threads = max(1, int(os.environ["OMP_NUM_THREADS"]))
+    threads = pilot_threads(workers, device)
     cfg = config.to_dict()
     pending: list[list[Job]] = lockstep_groups(list(jobs), group_size)
     running: dict = {}

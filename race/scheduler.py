@@ -265,8 +265,11 @@ class _Loop:
 
     def run(self, keep_going) -> None:
         """Pilots until ``keep_going()`` (throttled; it also sweeps for dead workers' pilots) says stop."""
-        from race.runner import run_jobs
+        from race.runner import busy_machine_warning, run_jobs
 
+        warn = busy_machine_warning(self.workers, self.device) if not self.quiet and self.workers else None
+        if warn:
+            print(f"warning: {warn}", file=sys.stderr, flush=True)
         halt = self.store.heartbeats(lambda: list(self.held.values()))
         try:
             run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,

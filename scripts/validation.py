@@ -511,13 +511,16 @@ def tables(suite: dict) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
+            if r["scored"]:
+                scores = (f"{r['best']:.2f} ({r['best_ci'][0]:.2f} … {r['best_ci'][1]:.2f}) | {_yn(r['in_range'])} | "
+                          f"{r['regret']:.4f}; {_fmt(r['regret_pse'], 2)}; {_fmt(r['regret_se'], 2)} | {r['gain']:+.4f}")
+            else:                       # collapsed full runs: no best ρ to find (scoring section)
+                scores = "— (collapsed) | not scored | — | —"
             lines.append(
                 f"| {r['setting']} | {r['half']} | {_cls(r, 'pilot')} [{r['pilot_range'][0]:.2f}, {r['pilot_range'][1]:.2f}], "
                 f"{r['pilot_confidence']:.2f} | {_cls(r, 'full')} ({r['full_confidence']:.2f}) | "
-                f"{'yes' if r['pilot'] == r['full'] else 'no'} | {r['best']:.2f} ({r['best_ci'][0]:.2f} … "
-                f"{r['best_ci'][1]:.2f}) | {_yn(r['in_range']) if r['scored'] else 'not scored'} | {r['regret']:.4f}; "
-                f"{_fmt(r['regret_pse'], 2)}; {_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | {coll} | "
-                f"{_fmt(r['support'], 2)} |")
+                f"{'yes' if r['pilot'] == r['full'] else 'no'} | {scores} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | "
+                f"{coll} | {_fmt(r['support'], 2) if r['scored'] else '—'} |")
     lines += ["", "### Over the suite", ""]
     for half in ("development", "held-out"):
         sel = [r for r in rows if r["half"] == half]
@@ -561,8 +564,8 @@ def tables(suite: dict) -> str:
             a, b = r["edge_range"]
             rng = f"ρ ≤ {b:.2f}" if a == 0.0 else f"ρ ≥ {a:.2f}" if b == 1.0 else f"[{a:.2f}, {b:.2f}]"
             lines.append(f"| {r['setting']} | {r['half']} | {'yes' if r['edge'] else 'no'} | {rng} | "
-                         f"{_yn(r['edge_in_range']) if r['scored'] else 'not scored'} | {r['edge_regret']:.4f}; "
-                         f"{_fmt(r['edge_regret_se'], 2)} |")
+                         f"{_yn(r['edge_in_range']) if r['scored'] else 'not scored'} | " +
+                         (f"{r['edge_regret']:.4f}; {_fmt(r['edge_regret_se'], 2)} |" if r["scored"] else "— |"))
         lines.append("")
         for half in ("development", "held-out"):
             sel = [r for r in rows if r["half"] == half and r["scored"]]

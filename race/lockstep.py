@@ -198,21 +198,19 @@ ENGINES = ("auto", "lockstep", "solo")
 # A lockstep group of g ≥ 2 seeds costs about this share of g solo pilots on the tiny policies
 # (docs/benchmarks.md, "Lockstep pilots": steps 0.82–1.04 of solo, the default grid 0.90 in wall time).
 LOCKSTEP_STEP_SHARE = 0.9
-# ... for completions of at most this many tokens; longer ones were measured at parity or worse, since
-# a decode step's cost grows with rows and keys whoever shares the batch (bench/lockstep.py, per step):
-# completions ≤ 24 tokens (the step policy) 0.99, ≤ 160 (the reasoner, ≈ 60 typical) 1.03 and 1.04
-SHORT_COMPLETIONS = 8
-LONG_COMPLETION_SHARES = ((32, 0.99), (None, 1.03))     # (at most this many tokens, share); None: any
+# ... for completions of at most 8 tokens; longer ones were measured at parity or worse, since a decode
+# step's cost grows with rows and keys whoever shares the batch (bench/lockstep.py, per step):
+# completions ≤ 24 tokens (the step policy) 0.99, ≤ 160 (the reasoner, ≈ 60 typical) 1.03 and 1.04.
+# (at most this many completion tokens, share); None: any
+COMPLETION_SHARES = ((8, LOCKSTEP_STEP_SHARE), (32, 0.99), (None, 1.03))
 
 
 def lockstep_share(config: GridConfig) -> float:
     """The measured cost of a lockstep seed against a solo pilot for this config's completion length
-    (``grpo.max_completion_len``): ``LOCKSTEP_STEP_SHARE`` for short ones, ``LONG_COMPLETION_SHARES``
-    beyond. Above 1, ``balanced_group_size`` keeps pilots solo unless grouping fills idle cores."""
+    (``grpo.max_completion_len``; ``COMPLETION_SHARES``). Above 1, ``balanced_group_size`` keeps
+    pilots solo unless grouping fills idle cores."""
     n = config.grpo.max_completion_len
-    if n <= SHORT_COMPLETIONS:
-        return LOCKSTEP_STEP_SHARE
-    return next(share for limit, share in LONG_COMPLETION_SHARES if limit is None or n <= limit)
+    return next(share for limit, share in COMPLETION_SHARES if limit is None or n <= limit)
 
 
 def balanced_group_size(points: int, seeds: int, workers: int, share: float = LOCKSTEP_STEP_SHARE) -> int:

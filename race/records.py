@@ -358,6 +358,16 @@ class Stability:
     points: tuple[StabilityPoint, ...]
     unstable: tuple[Instability, ...] = ()
 
+    @property
+    def pilots(self) -> int:
+        """Pilots with checkpoints, over the grid."""
+        return sum(p.pilots for p in self.points)
+
+    @property
+    def fell(self) -> int:
+        """Unstable pilots, over the grid."""
+        return sum(p.unstable for p in self.points)
+
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "rule": dict(self.rule), "points": [p.to_dict() for p in self.points],
                 "unstable": [u.to_dict() for u in self.unstable]}

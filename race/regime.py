@@ -116,8 +116,7 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")
     st = stability(complete, primary_target)
     if unstable_grid(st):
-        fell, total = sum(p.unstable for p in st.points), sum(p.pilots for p in st.points)
-        notes.append(f"unstable grid: {fell} of {total} pilots fell back on the held-out checkpoints: the verdict "
+        notes.append(f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
                      "describes runs that diverge, and longer runs fall further; lower the learning rate or let it "
                      "decay (learning_rate.schedule) and re-run before reading the regime")
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
@@ -132,8 +131,7 @@ def unstable_grid(st: Any) -> bool:
     docs/validation.md). False without checkpoints."""
     if st is None:
         return False
-    total = sum(p.pilots for p in st.points)
-    return total > 0 and sum(p.unstable for p in st.points) >= UNSTABLE_GRID_SHARE * total
+    return st.pilots > 0 and st.fell >= UNSTABLE_GRID_SHARE * st.pilots
 
 
 def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,

@@ -242,7 +242,7 @@ def _stability_parts(st: Stability, v: TargetVerdict, fmt: str) -> list[str]:
              f"{_pct(u.best_fraction)} (base {u.base:.3f}; drop {u.best - u.value:.3f}, SE {u.drop_se:.3f}); "
              f"{u.final:.3f} at the end" for u in st.unstable]
     if not st.unstable:
-        lines.append(f"no pilot fell back: 0 of {sum(p.pilots for p in st.points)} unstable")
+        lines.append(f"no pilot fell back: 0 of {st.pilots} unstable")
     r = st.rule
     lines.append(f"rule: unstable when a checkpoint keeps ≤ {_pct(r['keep'])} of its best earlier gain over the "
                  f"base policy and falls ≥ {r['min_drop']:g} and ≥ {r['drop_se']:g} paired SEs below that best "

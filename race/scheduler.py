@@ -596,9 +596,7 @@ def import_finished(st: Any, path: str) -> int:
     keys = set(st.info.keys())
     pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
     for p in pilots:                         # all checked before any is added: a refusal imports nothing
-        mine = planned.get(float(p.rho_target))
-        theirs = p.schedule.to_dict() if p.schedule else None
-        d = _config_difference(mine or {}, theirs or {}, ()) if mine is not None else None
+        d = _config_difference(planned[float(p.rho_target)], p.schedule.to_dict() if p.schedule else {}, ())
         if d:
             raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
                              f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "

@@ -340,7 +340,7 @@ def edge_range(pv: Any, grid: Sequence[float]) -> tuple[float, float, float] | N
 def _fallen(diag: Any) -> tuple[int, int]:
     """(runs that fell back, runs) of a grid; (0, 0) without checkpoints."""
     st = diag.stability
-    return (sum(p.unstable for p in st.points), sum(p.pilots for p in st.points)) if st else (0, 0)
+    return (st.fell, st.pilots) if st else (0, 0)
 
 
 def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
@@ -371,7 +371,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     e_lo, e_hi, e_rec = edge if edge else (lo, hi, centre)
     e_regret = best_mean - interpolate(means, e_rec)
     return {"setting": s["name"], "half": s["half"], "pilot": grid_class(pd), "pilot_regime": pv.regime.value,
-            "full_regime": fv.regime.value, "pilot_range": (lo, hi),
+            "full_regime": fv.regime.value, "pilot_best_rho": pv.best_rho, "pilot_range": (lo, hi),
             # best ρ, range and regret mean nothing on a grid of collapsed runs: such settings are not scored on them
             "scored": grid_class(fd) != "unstable",
             "pilot_unstable": _fallen(pd), "full_unstable": _fallen(fd),
@@ -392,18 +392,20 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
 
 def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
     """The pilot grid's forecast at the full-run budget (race.forecast) against the full runs;
-    ``row``: the setting's ``setting_row`` (the full runs' best-ρ CI, best mean and pooled SE)."""
+    ``row``: the setting's ``setting_row`` (both grids' regimes, the pilot's best ρ, the full runs'
+    best-ρ CI, best mean and pooled SE)."""
     from race.forecast import forecast
+    from race.records import Regime
 
-    pv, fv = verdict(pilot), verdict(full)
     fc = forecast([(pilots_of(pilot), float(pilot["budget"]))], target="reward",
-                  full_run_budget=float(full["budget"]), pilot_regime=pv.regime, pilot_best_rho=pv.best_rho)
+                  full_run_budget=float(full["budget"]), pilot_regime=Regime(row["pilot_regime"]),
+                  pilot_best_rho=row["pilot_best_rho"])
     if fc.status == "refused":
         return {"status": "refused", "regime": None, "best": None, "same": None, "in_ci": None,
                 "regret": float("nan"), "regret_pse": float("nan")}
     regret = row["best_mean"] - interpolate(point_means(full), fc.best_rho)
     return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
-            "same": fc.regime.value == fv.regime.value,
+            "same": fc.regime.value == row["full_regime"],
             "in_ci": row["best_ci"][0] <= fc.best_rho <= row["best_ci"][1],
             "regret": regret, "regret_pse": regret / row["pse"] if row["pse"] == row["pse"] and row["pse"] > 0
             else float("nan")}

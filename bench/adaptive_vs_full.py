@@ -73,8 +73,8 @@ def main() -> None:
         ad = classify(subset, meta=info.meta, **info.classify)
         fa = sum(p.flops.total for p in subset)
         print(f"| {cfg.task} | {cfg.budget:.3g} | {policy} | {len(pilots)}, {ff:.3g} | {len(subset)}, {fa:.3g} "
-              f"({fa / ff:.0%}) | {d.regime.value} ([{d.rho_range[0]:.2f}, {d.rho_range[1]:.2f}], "
-              f"{d.confidence:.2f}) | {ad.regime.value} ([{ad.rho_range[0]:.2f}, {ad.rho_range[1]:.2f}], "
+              f"({fa / ff:.0%}) | {d.regime.value} ({d.primary.range_text()}, "
+              f"{d.confidence:.2f}) | {ad.regime.value} ({ad.primary.range_text()}, "
               f"{ad.confidence:.2f}) | {'yes' if ad.regime == d.regime else 'no'} |")
         for target in d.verdicts:
             if target != primary:

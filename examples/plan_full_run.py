@@ -25,8 +25,7 @@ def main() -> None:
     diagnosis = race.diagnose(budget=args.budget, out_dir=args.out, quiet=False)
     print(render_diagnosis(diagnosis))
 
-    lo, hi = diagnosis.rho_range
-    rho = round((lo + hi) / 2, 3)
+    rho = round(diagnosis.recommended_rho, 3)     # the range's centre, or the grid-edge point of an open range
     if diagnosis.regime is race.Regime.INCONCLUSIVE:
         print(f"inconclusive: planning at the pilot-best ρ={diagnosis.primary.best_rho:.2f} instead")
         rho = diagnosis.primary.best_rho

@@ -18,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
-from race.records import BUDGET_PHASES, TargetVerdict
+from race.records import BUDGET_PHASES, TargetVerdict, format_rho_range
 from race.report import SCHEMA_VERSION, _check_fmt, _heading, _lines, _table, fmt_flops
 from race.results import Results, diagnose_results, load_results
 
@@ -44,6 +44,7 @@ class RunSummary:
     slope_ci: tuple[float, float]
     reward_share: float                 # C_reward / C_total at the pilot-best point
     wall_seconds: tuple[float, float]   # fastest, slowest grid point (0, 0: not recorded)
+    open_side: str | None = None        # TargetVerdict.open_side: the range opens past the grid's edge
 
 
 def summarize_run(results: Results, *, label: str, target: str | None = None) -> RunSummary:
@@ -61,7 +62,7 @@ def summarize_run(results: Results, *, label: str, target: str | None = None) ->
         label=label, model=str(meta.get("model", "?")), task=str(meta.get("task", "?")),
         reward=str(meta.get("reward", "?")), budget=float(budget), points=len(v.points),
         seeds=max(p.n_seeds for p in v.points), target=name, regime=v.regime.value,
-        rho_range=tuple(v.rho_range), confidence=v.confidence, best_rho=v.best_rho, best_score=v.best_reward,
+        rho_range=tuple(v.rho_range), open_side=v.open_side, confidence=v.confidence, best_rho=v.best_rho, best_score=v.best_reward,
         slope=v.slope, slope_ci=tuple(v.slope_ci), reward_share=best.flops.shares()["reward"],
         wall_seconds=(min(timed), max(timed)) if timed else (0.0, 0.0))
 
@@ -135,7 +136,7 @@ def render_comparison(runs: Sequence[RunSummary], fmt: str = "text") -> str:
     for r in runs:
         wall = "—" if not r.wall_seconds[1] else f"{r.wall_seconds[0]:.1f}–{r.wall_seconds[1]:.1f}"
         rows.append([r.label, r.model, r.reward, fmt_flops(r.budget), f"{r.points}×{r.seeds}", r.target, r.regime,
-                     f"[{r.rho_range[0]:.2f}, {r.rho_range[1]:.2f}]", f"{r.confidence:.2f}",
+                     format_rho_range(r.rho_range, r.open_side), f"{r.confidence:.2f}",
                      f"{r.best_rho:.2f} ({r.best_score:.4f})",
                      f"{r.slope:+.4f} ({r.slope_ci[0]:+.4f} … {r.slope_ci[1]:+.4f})",
                      f"{100 * r.reward_share:.1f}%", wall])

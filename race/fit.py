@@ -446,7 +446,7 @@ def target_agreement(diag: Diagnosis) -> list[dict[str, Any]]:
         if len(common) >= 3 and len(set(xs)) > 1 and len(set(ys)) > 1:
             corr = float(spearmanr(xs, ys).statistic)
         rows.append({"target": name, "regime": v.regime.value, "same_regime": v.regime is p.regime,
-                     "rho_range": list(v.rho_range),
-                     "ranges_overlap": v.rho_range[0] <= p.rho_range[1] and p.rho_range[0] <= v.rho_range[1],
+                     "rho_range": list(v.rho_range), "open_side": v.open_side,
+                     "ranges_overlap": v.bounds[0] <= p.bounds[1] and p.bounds[0] <= v.bounds[1],
                      "best_rho": v.best_rho, "rank_corr": corr})
     return rows

@@ -158,12 +158,18 @@ def _response(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:
         ax.plot(x, y, "-" if decisive else "--", color="tab:red", zorder=4,
                 label=f"{fit} fit in log ρ" + ("" if decisive else " (best AICc, not decisive)"))
     lo, hi = v.rho_range
-    label = f"recommended ρ {lo:.2f}–{hi:.2f}" if hi > lo else f"recommended ρ {lo:.2f}"
-    if hi > lo:
+    label = (f"recommended {v.range_text()}" if v.open_side else
+             f"recommended ρ {lo:.2f}–{hi:.2f}" if hi > lo else f"recommended ρ {lo:.2f}")
+    ax.set_xscale("log")
+    if v.open_side:        # the range runs on past the grid's edge: shade to the axis' end
+        left, right = ax.get_xlim()
+        lo, hi = (min(left, lo), hi) if v.open_side == "below" else (lo, max(right, hi))
+        ax.axvspan(lo, hi, color="tab:green", alpha=0.15, label=label, zorder=1)
+        ax.set_xlim(left, right)
+    elif hi > lo:
         ax.axvspan(lo, hi, color="tab:green", alpha=0.15, label=label, zorder=1)
     else:
         ax.axvline(lo, color="tab:green", alpha=0.6, label=label, zorder=1)
-    ax.set_xscale("log")
     ax.set_xticks(rho, [f"{r:.2f}" for r in rho])
     ax.minorticks_off()
     ax.set_xlabel("ρ = C_learning / C_total (measured)")

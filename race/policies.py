@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from race.config import GridConfig
-from race.records import PilotResult
+from race.records import PilotResult, format_rho_range, rho_bounds
 from race.report import SCHEMA_VERSION, _check_fmt, _heading, _lines, _table, fmt_flops
 from race.results import Results, diagnose_results, load_results, write_json_atomic
 
@@ -108,6 +108,11 @@ class PolicySummary:
     slope_ci: tuple[float, float]
     best_share: float            # bootstrap share of replicates whose overall best is in this policy
     costs: tuple[PointCost, ...]
+    open_side: str | None = None     # TargetVerdict.open_side: the range opens past the grid's edge
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return rho_bounds(self.rho_range, self.open_side)
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,7 @@ def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = Non
             label=label, model=model, parameters=_parameters(model),
             base_pass_rate=float(cal["pass_rate"]) if cal.get("pass_rate") is not None else None,
             base_accuracy=acc, base_heldout=_base_heldout(acc, str(res.config.get("task", ""))),
-            regime=v.regime.value, rho_range=tuple(v.rho_range),
+            regime=v.regime.value, rho_range=tuple(v.rho_range), open_side=v.open_side,
             confidence=v.confidence, best_rho=v.best_rho, best_score=v.best_reward, slope=v.slope,
             slope_ci=tuple(v.slope_ci), best_share=float(np.mean(owner[winners] == i)), costs=point_costs(res, name)))
     view = JointView(target=name, budget=budgets.pop(), level=level, n_boot=n_boot, policies=tuple(summaries),
@@ -274,7 +279,7 @@ def conclusions(view: JointView) -> list[str]:
     if len(ordered) > 1:
         moves = " → ".join(f"{p.label} {p.best_rho:.2f}" for p in ordered)
         out.append(f"best ρ by size (pilot-best): {moves}; recommended ranges "
-                   + ", ".join(f"{p.label} [{p.rho_range[0]:.2f}, {p.rho_range[1]:.2f}]" for p in ordered) + "; "
+                   + ", ".join(f"{p.label} {format_rho_range(p.rho_range, p.open_side)}" for p in ordered) + "; "
                    + size_trend(ordered))
         out.append(gave_up(ordered[0], ordered[-1], view.budget))
     return out
@@ -291,7 +296,7 @@ def size_trend(ordered: Sequence[PolicySummary]) -> str:
                 f"{'is' if len(vague) == 1 else 'are'} inconclusive, so fewer than two policies locate their best ρ")
     small, large = located[0], located[-1]
     note = f" ({', '.join(vague)} inconclusive, left out)" if vague else ""
-    if small.rho_range[1] < large.rho_range[0] or large.rho_range[1] < small.rho_range[0]:
+    if small.bounds[1] < large.bounds[0] or large.bounds[1] < small.bounds[0]:
         return (f"the ranges of {small.label} and {large.label} are disjoint: the best ρ moves with size at this "
                 f"budget{note}")
     return f"the ranges of {small.label} and {large.label} overlap: no move of the best ρ with size is resolved{note}"
@@ -363,7 +368,7 @@ def render_joint(view: JointView, fmt: str = "text") -> str:
                      "—" if p.base_pass_rate is None else f"{p.base_pass_rate:.3f}",
                      "—" if p.base_heldout is None else f"{p.base_heldout:.3f}",
                      "—" if p.base_heldout is None else f"{p.best_score - p.base_heldout:+.3f}", p.regime,
-                     f"[{p.rho_range[0]:.2f}, {p.rho_range[1]:.2f}]", f"{p.confidence:.2f}",
+                     format_rho_range(p.rho_range, p.open_side), f"{p.confidence:.2f}",
                      f"{p.best_rho:.2f} ({p.best_score:.4f})",
                      f"{p.slope:+.4f} ({p.slope_ci[0]:+.4f} … {p.slope_ci[1]:+.4f})", f"{100 * p.best_share:.0f}%"])
     headers = ["policy", "params", "base pass (cal.)", "base held-out", "best − base", "verdict", "ρ range",

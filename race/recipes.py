@@ -197,8 +197,7 @@ def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, flo
     if not results.config:
         raise RaceError(f"results {label!r} hold no config: expected a results file written by race pilot")
     cfg = config_from_dict(results.config)
-    lo, hi = results.diagnosis.rho_range
-    r = _check_rho(rho) if rho is not None else round((lo + hi) / 2, 4)
+    r = _check_rho(rho) if rho is not None else round(results.diagnosis.recommended_rho, 4)
     plan = results.plan or {}
     P = float(plan.get("prompt_len") or cfg.prompt_len)
     C = float(plan.get("completion_len") or cfg.completion_len)

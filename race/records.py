@@ -2,13 +2,14 @@
 
 Everything here is a frozen dataclass with ``to_dict`` / ``from_dict`` so that a
 results file (``results.json``) round-trips exactly; fields added after a file was written
-(``PilotResult.checkpoints``, ``Diagnosis.stability``, ``Diagnosis.forecast``) read back as empty. No torch, no optuna.
+(``PilotResult.checkpoints``, ``Diagnosis.stability``, ``Diagnosis.forecast``,
+``TargetVerdict.open_side``) read back as empty. No torch, no optuna.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 # renderers by record kind ("diagnosis" → fn(diagnosis, fmt) -> str): race.report registers its
 # own when it is imported, so records never import the renderer (the layer above them)
@@ -257,6 +258,25 @@ class PointSummary:
                    {k: float(v) for k, v in (d.get("seconds") or {}).items()})
 
 
+OPEN_SIDES = (None, "below", "above")
+
+
+def rho_bounds(rho_range: Sequence[float], open_side: str | None) -> tuple[float, float]:
+    """A recommended range as an interval of ρ ∈ [0, 1]: open towards 0 ("below") or 1 ("above")."""
+    lo, hi = float(rho_range[0]), float(rho_range[1])
+    return (0.0 if open_side == "below" else lo, 1.0 if open_side == "above" else hi)
+
+
+def format_rho_range(rho_range: Sequence[float], open_side: str | None = None) -> str:
+    """"[0.52, 0.59]", or "ρ ≤ 0.59" / "ρ ≥ 0.52" for a range open at a grid edge."""
+    lo, hi = rho_range
+    if open_side == "below":
+        return f"ρ ≤ {hi:.2f}"
+    if open_side == "above":
+        return f"ρ ≥ {lo:.2f}"
+    return f"[{lo:.2f}, {hi:.2f}]"
+
+
 @dataclass(frozen=True)
 class TargetVerdict:
     """The regime verdict for one evaluation target."""
@@ -273,9 +293,36 @@ class TargetVerdict:
     points: tuple[PointSummary, ...]
     fits: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # "below": the recommendation is ρ ≤ rho_range[1] (the best lies at the grid's lowest point of a
+    # search-heavy grid, so the optimum may lie lower); "above": ρ ≥ rho_range[0], the update-heavy
+    # mirror; None: the closed range rho_range. Set by race.regime's rule; rho_range itself stays
+    # the fitted range inside the grid either way.
+    open_side: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.open_side not in OPEN_SIDES:
+            raise ValueError(f"open_side {self.open_side!r}: expected one of {OPEN_SIDES}")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The recommended set as an interval: rho_range, opened to 0 or 1 on the open side."""
+        return rho_bounds(self.rho_range, self.open_side)
+
+    @property
+    def recommended_rho(self) -> float:
+        """The one ρ to run: the range's centre, or the grid-edge point (pilot-best) of an open range."""
+        return self.best_rho if self.open_side else (self.rho_range[0] + self.rho_range[1]) / 2
+
+    def contains(self, rho: float) -> bool:
+        lo, hi = self.bounds
+        return lo <= rho <= hi
+
+    def range_text(self) -> str:
+        return format_rho_range(self.rho_range, self.open_side)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "regime": self.regime.value, "rho_range": list(self.rho_range),
+                "open_side": self.open_side, "recommended_rho": self.recommended_rho,
                 "confidence": self.confidence, "best_rho": self.best_rho, "best_reward": self.best_reward,
                 "slope": self.slope, "slope_ci": list(self.slope_ci),
                 "argmax_ci": list(self.argmax_ci) if self.argmax_ci else None,
@@ -290,7 +337,7 @@ class TargetVerdict:
             best_reward=float(d["best_reward"]), slope=float(d["slope"]), slope_ci=tuple(d["slope_ci"]),
             argmax_ci=tuple(d["argmax_ci"]) if d.get("argmax_ci") else None,
             points=tuple(PointSummary.from_dict(p) for p in d["points"]), fits=dict(d.get("fits", {})),
-            warnings=tuple(d.get("warnings", ())),
+            warnings=tuple(d.get("warnings", ())), open_side=d.get("open_side"),
         )
 
 
@@ -553,7 +600,8 @@ class Diagnosis:
 
     def summary(self) -> str:
         v = self.primary
-        return (f"RACE diagnosis: {v.regime.value}, recommended ρ ∈ [{v.rho_range[0]:.2f}, {v.rho_range[1]:.2f}] "
+        rng = v.range_text()
+        return (f"RACE diagnosis: {v.regime.value}, recommended {rng if v.open_side else 'ρ ∈ ' + rng} "
                 f"(confidence {v.confidence:.2f}, target {v.target})")
 
     @property
@@ -565,6 +613,14 @@ class Diagnosis:
         return self.primary.rho_range
 
     @property
+    def open_side(self) -> str | None:
+        return self.primary.open_side
+
+    @property
+    def recommended_rho(self) -> float:
+        return self.primary.recommended_rho
+
+    @property
     def confidence(self) -> float:
         return self.primary.confidence
 
@@ -574,7 +630,8 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         return {"primary_target": self.primary_target, "regime": self.regime.value,
-                "rho_range": list(self.rho_range), "confidence": self.confidence,
+                "rho_range": list(self.rho_range), "open_side": self.open_side,
+                "recommended_rho": self.recommended_rho, "confidence": self.confidence,
                 "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
                 "warnings": list(self.warnings), "meta": dict(self.meta),
                 "stability": self.stability.to_dict() if self.stability else None,

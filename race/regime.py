@@ -18,6 +18,12 @@ A grid where at least ``UNSTABLE_GRID_SHARE`` of the pilots fell back on their h
 checkpoints gets an "unstable grid" warning naming it (``unstable_grid``): its regime describes
 runs that diverge (docs/validation.md decided this on the validation study's development half).
 
+The ρ range is the region whose fitted reward lies within RANGE_WITHIN_SE SEs of the fitted best,
+inside the grid. A search-heavy verdict whose pilot-best point is the grid's lowest ρ opens it
+below (``TargetVerdict.open_side`` "below": recommend ρ ≤ its top, run at that edge point); an
+update-heavy one whose best is the highest ρ opens it above (``open_side``; decided on the
+validation study's development half, docs/validation.md).
+
 A reward-heavy verdict still computes the trend, which sets its ρ range and is
 reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get the
 instability rule of :mod:`race.checkpoints` on the primary target (``Diagnosis.stability``);
@@ -123,6 +129,20 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
                      meta={**dict(meta or {}), "classify": settings}, stability=st)
+
+
+def open_side(regime: Regime, best: int, n_points: int) -> str | None:
+    """Where the recommended range opens past the grid: "below" for a search-heavy verdict whose
+    pilot-best point is the grid's lowest ρ (recommend ρ ≤ the range's top: the optimum may lie
+    lower, and the best point measured is that edge), "above" for an update-heavy one whose best is
+    the highest ρ; None otherwise. Adopted on the validation study's development half
+    (docs/validation.md, 2026-12-02): in all three edge verdicts there, the full runs' best ρ lay
+    below the pilot grid, outside the closed range the rule gave before."""
+    if regime is Regime.SEARCH_HEAVY and best == 0:
+        return "below"
+    if regime is Regime.UPDATE_HEAVY and best == n_points - 1:
+        return "above"
+    return None
 
 
 def unstable_grid(st: Any) -> bool:
@@ -255,6 +275,7 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
     slope = float(fits["loglinear"].coef[1])
     return TargetVerdict(
         target=target, regime=regime, rho_range=_rho_range(grid.rho, boot, chosen, fits, best),
+        open_side=open_side(regime, best, grid.n_points),
         confidence=float(np.mean(agree)), best_rho=float(grid.rho_targets[best]),
         best_reward=float(means[best]), slope=slope, slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci,
         points=points, warnings=tuple(_warnings(grid, regime=regime, trend=ev.trend, best=best,

@@ -14,7 +14,7 @@ import json
 from typing import Any, Callable, Mapping
 
 from race import records as _records
-from race.records import Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict
+from race.records import Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict, format_rho_range
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "md", "latex", "json")
@@ -190,7 +190,7 @@ def _targets_table(verdicts: list[TargetVerdict], fmt: str) -> str:
     rows = []
     for v in verdicts:
         best = max(v.points, key=lambda p: p.reward_mean)
-        rows.append([v.target, v.regime.value, f"[{v.rho_range[0]:.2f}, {v.rho_range[1]:.2f}]",
+        rows.append([v.target, v.regime.value, v.range_text(),
                      f"{v.confidence:.2f}", f"{v.best_rho:.2f}", f"{best.reward_mean:.4f}",
                      f"{v.slope:+.4f} ({v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"])
     return _table(rows, ["target", "verdict", "ρ range", "confidence", "best ρ", "best score",
@@ -203,7 +203,7 @@ def _agreement_table(diag: Diagnosis, fmt: str) -> str:
     from race.fit import target_agreement
 
     rows = [[r["target"], r["regime"], "—" if r["target"] == diag.primary_target else
-             ("yes" if r["same_regime"] else "NO"), f"[{r['rho_range'][0]:.2f}, {r['rho_range'][1]:.2f}]",
+             ("yes" if r["same_regime"] else "NO"), format_rho_range(r["rho_range"], r["open_side"]),
              "—" if r["target"] == diag.primary_target else ("yes" if r["ranges_overlap"] else "NO"),
              f"{r['best_rho']:.2f}", "n/a" if r["rank_corr"] is None else f"{r['rank_corr']:+.2f}"]
             for r in target_agreement(diag)]
@@ -212,8 +212,8 @@ def _agreement_table(diag: Diagnosis, fmt: str) -> str:
 
 
 def _verdict_lines(v: TargetVerdict) -> list[str]:
-    lo, hi = v.rho_range
-    out = [f"verdict ({v.target}): {v.regime.value} · recommended ρ ∈ [{lo:.2f}, {hi:.2f}] · "
+    rng = v.range_text()
+    out = [f"verdict ({v.target}): {v.regime.value} · recommended {rng if v.open_side else 'ρ ∈ ' + rng} · "
            f"confidence {v.confidence:.2f}",
            f"pilot-best: ρ={v.best_rho:.2f} with {v.target} {v.best_reward:.4f}",
            f"slope d{v.target}/dlog ρ = {v.slope:+.4f} (CI {v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"]

@@ -324,19 +324,6 @@ def collapses(record: dict) -> dict[float, int]:
     return {pt.rho_target: pt.unstable for pt in st.points} if st else {}
 
 
-def edge_range(pv: Any, grid: Sequence[float]) -> tuple[float, float, float] | None:
-    """The candidate rule (one-sided range at a grid edge; not RACE's rule unless adopted, see
-    docs/validation.md): a search-heavy verdict whose pilot-best point is the grid's lowest ρ
-    recommends "ρ ≤ hi" (an update-heavy one at the highest: "ρ ≥ lo"), read at that edge point.
-    Returns (lo, hi, recommended ρ), or None where the rule's own range stands."""
-    lo, hi = pv.rho_range
-    if pv.regime.value == "search-heavy" and pv.best_rho == min(grid):
-        return 0.0, hi, pv.best_rho
-    if pv.regime.value == "update-heavy" and pv.best_rho == max(grid):
-        return lo, 1.0, pv.best_rho
-    return None
-
-
 def _fallen(diag: Any) -> tuple[int, int]:
     """(runs that fell back, runs) of a grid; (0, 0) without checkpoints."""
     st = diag.stability
@@ -351,6 +338,8 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     pv, fv = pd.primary, fd.primary
     means = point_means(full)
     best, best_ci = best_rho_ci(full)
+    # the rule as adopted (a range open at a grid edge: race.regime.open_side) and as it was before
+    # 2026-12-02 (always the closed range, read at its centre): both are scored
     lo, hi = pv.rho_range
     centre = (lo + hi) / 2
     best_mean = sum(means[best]) / len(means[best])
@@ -361,15 +350,13 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     pooled_sd = math.sqrt(sum((len(v) - 1) * statistics.variance(v) for v in means.values() if len(v) > 1)
                           / sum(dfs)) if dfs and sum(dfs) else float("nan")
     pse = pooled_sd / math.sqrt(len(means[best]))
-    at_rec = interpolate(means, centre)
+    at_rec = interpolate(means, pv.recommended_rho)
+    closed_regret = best_mean - interpolate(means, centre)
     on_policy = s.get("on_policy")
     gain = at_rec - interpolate(means, on_policy) if on_policy is not None else float("nan")
     pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
     full_pilots = pilots_of(full)
     one_full = max(p.flops.total for p in full_pilots)
-    edge = edge_range(pv, sorted(point_means(pilot)))
-    e_lo, e_hi, e_rec = edge if edge else (lo, hi, centre)
-    e_regret = best_mean - interpolate(means, e_rec)
     return {"setting": s["name"], "half": s["half"], "pilot": grid_class(pd), "pilot_regime": pv.regime.value,
             "full_regime": fv.regime.value, "pilot_best_rho": pv.best_rho, "pilot_range": (lo, hi),
             # best ρ, range and regret mean nothing on a grid of collapsed runs: such settings are not scored on them
@@ -377,13 +364,14 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "pilot_unstable": _fallen(pd), "full_unstable": _fallen(fd),
             # the bootstrap share of the full runs' replicates that show the pilot's regime
             "support": float(fv.fits.get("support", {}).get(pv.regime.value, float("nan"))),
-            "edge": edge is not None, "edge_range": (e_lo, e_hi), "edge_in_range": e_lo <= best <= e_hi,
-            "edge_regret": e_regret, "edge_regret_se": e_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
+            "open_side": pv.open_side, "pilot_range_text": pv.range_text(),
+            "closed_in_range": lo <= best <= hi, "closed_regret": closed_regret,
+            "closed_regret_pse": closed_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
             "regret_pse": (best_mean - at_rec) / pse if pse and pse == pse and pse > 0 else float("nan"),
             "best_mean": best_mean, "pse": pse,
             "pilot_confidence": pv.confidence, "full": grid_class(fd), "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
-            "best": best, "best_ci": best_ci, "in_range": lo <= best <= hi,
+            "best": best, "best_ci": best_ci, "in_range": pv.contains(best),
             "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
             else float("nan"), "gain": gain, "cost_one": pilot_flops / one_full,
             "cost_grid": pilot_flops / sum(p.flops.total for p in full_pilots),
@@ -519,7 +507,7 @@ def tables(suite: dict) -> str:
             else:                       # collapsed full runs: no best ρ to find (scoring section)
                 scores = "— (collapsed) | not scored | — | —"
             lines.append(
-                f"| {r['setting']} | {r['half']} | {_cls(r, 'pilot')} [{r['pilot_range'][0]:.2f}, {r['pilot_range'][1]:.2f}], "
+                f"| {r['setting']} | {r['half']} | {_cls(r, 'pilot')} {r['pilot_range_text']}, "
                 f"{r['pilot_confidence']:.2f} | {_cls(r, 'full')} ({r['full_confidence']:.2f}) | "
                 f"{'yes' if r['pilot'] == r['full'] else 'no'} | {scores} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | "
                 f"{coll} | {_fmt(r['support'], 2) if r['scored'] else '—'} |")
@@ -533,6 +521,8 @@ def tables(suite: dict) -> str:
         lo, hi = wilson(same, n)
         regrets = sorted(r["regret_pse"] for r in scored if r["regret_pse"] == r["regret_pse"])
         med = statistics.median(regrets) if regrets else float("nan")
+        closed = [r["closed_regret_pse"] for r in scored if r["closed_regret_pse"] == r["closed_regret_pse"]]
+        med_closed = statistics.median(closed) if closed else float("nan")
         own = [r["regret_se"] for r in scored if r["regret_se"] == r["regret_se"]]
         med_own = statistics.median(own) if own else float("nan")
         inc = sum(r["pilot"] == "inconclusive" for r in sel)
@@ -543,8 +533,10 @@ def tables(suite: dict) -> str:
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
                      f"(95 % CI {lo:.2f} … {hi:.2f}); where the full runs are conclusive {same_firm}/{len(firm)} "
                      f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{len(scored)}"
-                     f"{'' if len(scored) == n else f' (of the {len(scored)} whose full runs did not collapse)'}; "
-                     f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own); "
+                     f" ({'' if len(scored) == n else f'of the {len(scored)} whose full runs did not collapse; '}"
+                     f"before the edge rule: {sum(r['closed_in_range'] for r in scored)}/{len(scored)}); "
+                     f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own; "
+                     f"before the edge rule: {_fmt(med_closed, 2)} pooled); "
                      f"pilot verdict inconclusive {inc}/{n} "
                      f"(full runs inconclusive too: {inc_right}).")
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]
@@ -553,29 +545,22 @@ def tables(suite: dict) -> str:
     for a in regimes:
         lines.append(f"| {a} | " + " | ".join(str(sum(r['pilot'] == a and r['full'] == b for r in rows))
                                               for b in regimes) + " |")
-    lines += ["", "### Candidate rule: a one-sided range at a grid edge (development half decides)", ""]
+    lines += ["", "### The range open at a grid edge: before and after (adopted 2026-12-02)", ""]
     if not rows:
         lines.append("No setting complete yet.")
     else:
         lines += ["A search-heavy verdict whose pilot-best point is the grid's lowest ρ recommends ρ ≤ its range's "
-                  "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point; other "
-                  "verdicts keep the rule's range and centre.", "",
-                  "| setting | half | edge verdict | range | full-run best ρ in range | regret (reward; pooled full-run SEs) |",
-                  "|---|---|---|---|---|---|"]
+                  "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point "
+                  "(race.regime.open_side); before, every verdict named its closed range, read at the centre.", "",
+                  "| setting | half | range before → after | full-run best ρ in range (before; after) "
+                  "| regret, pooled full-run SEs (before; after) |",
+                  "|---|---|---|---|---|"]
         for r in rows:
-            a, b = r["edge_range"]
-            rng = f"ρ ≤ {b:.2f}" if a == 0.0 else f"ρ ≥ {a:.2f}" if b == 1.0 else f"[{a:.2f}, {b:.2f}]"
-            lines.append(f"| {r['setting']} | {r['half']} | {'yes' if r['edge'] else 'no'} | {rng} | "
-                         f"{_yn(r['edge_in_range']) if r['scored'] else 'not scored'} | " +
-                         (f"{r['edge_regret']:.4f}; {_fmt(r['edge_regret_se'], 2)} |" if r["scored"] else "— |"))
-        lines.append("")
-        for half in ("development", "held-out"):
-            sel = [r for r in rows if r["half"] == half and r["scored"]]
-            regrets = [r["edge_regret_se"] for r in sel if r["edge_regret_se"] == r["edge_regret_se"]]
-            med = statistics.median(regrets) if regrets else float("nan")
-            lines.append(f"- **{half}**, candidate rule: full-run best ρ in the range {sum(r['edge_in_range'] for r in sel)}"
-                         f"/{len(sel)} (rule as it is: {sum(r['in_range'] for r in sel)}/{len(sel)}); median regret "
-                         f"{_fmt(med, 2)} pooled full-run SEs.")
+            lo, hi = r["pilot_range"]
+            rng = f"[{lo:.2f}, {hi:.2f}]" + (f" → {r['pilot_range_text']}" if r["open_side"] else " (unchanged)")
+            lines.append(f"| {r['setting']} | {r['half']} | {rng} | " + (
+                f"{_yn(r['closed_in_range'])}; {_yn(r['in_range'])} | {_fmt(r['closed_regret_pse'], 2)}; "
+                f"{_fmt(r['regret_pse'], 2)} |" if r["scored"] else "not scored | — |"))
     lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
     if not rows:
         lines.append("No setting complete yet.")

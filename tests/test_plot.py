@@ -71,11 +71,16 @@ def test_the_figure_draws_the_diagnosis(tmp_path):
     assert len(fit) == 1
     coef = v.fits[v.fits["chosen"]]["coef"]
     np.testing.assert_allclose(fit[0].get_ydata(), np.polynomial.polynomial.polyval(np.log(fit[0].get_xdata()), coef))
-    # the recommended range, shaded over exactly its ρ interval
+    # the recommended range: this grid's best is its lowest ρ, so the range is open below (ρ ≤ its
+    # top) and shaded from the axis' left end to exactly its top
+    assert v.open_side == "below" and v.best_rho == min(p.rho_target for p in v.points)
     patch = ax_r.patches[0]   # a Rectangle since matplotlib 3.9, a Polygon before
     span = ([patch.get_x(), patch.get_x() + patch.get_width()] if hasattr(patch, "get_width")
             else np.asarray(patch.get_xy())[:, 0])
-    assert min(span) == pytest.approx(v.rho_range[0], rel=1e-6) and max(span) == pytest.approx(v.rho_range[1], rel=1e-6)
+    assert min(span) == pytest.approx(ax_r.get_xlim()[0], rel=1e-6)
+    assert min(span) < min(p.rho_measured for p in v.points)
+    assert max(span) == pytest.approx(v.rho_range[1], rel=1e-6)
+    assert f"recommended ρ ≤ {v.rho_range[1]:.2f}" in [t.get_text() for t in ax_r.get_legend().get_texts()]
     # compute split: stacked shares per grid point, reward included (it is non-zero here)
     bars = {c.get_label(): [b.get_height() for b in c] for c in ax_s.containers}
     assert set(bars) == {"C_search", "C_learning", "C_reward"}

@@ -197,12 +197,14 @@ def test_keep_is_inexpressible_one_line_and_the_nearest_recipe(trainer):
     assert note in render_recipe(rec)
 
 
-def test_results_use_the_recommended_range_centre():
+def test_results_use_the_recommended_rho():
     from race.results import load_results
 
     d = load_results(RESULTS).diagnosis
     rec = recipe(RESULTS, trainer="trl", full_run_budget=1e13)
-    assert rec.rho == pytest.approx(round(sum(d.rho_range) / 2, 4))
+    # a closed range (this file's verdict): its centre; an open one would give its grid-edge point
+    assert d.open_side is None and rec.rho == pytest.approx(round(sum(d.rho_range) / 2, 4))
+    assert rec.rho == pytest.approx(round(d.recommended_rho, 4))
     assert rec.prompt_len == 6.0 and rec.completion_len == pytest.approx(21.50390625)   # calibrated lengths
     assert recipe(os.path.dirname(RESULTS) + "/tiny-steps-sparse.results.json", trainer="verl",
                   full_run_budget=1e13, rho=0.7).rho == 0.7

@@ -319,3 +319,46 @@ def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_s
     held = regime.response_verdict(rho=grid.rho, scores=grid.point_means, replicates=boot.point_means,
                                    reward_shares=[0.0] * len(v.points), seeds_measured=False)
     assert held.trend is Regime.INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- a range open at a grid edge
+
+def test_an_edge_verdict_opens_its_range_past_the_grid():
+    # falling reward: search-heavy with the best at the grid's lowest ρ → "ρ ≤ top", run at that edge
+    v = classify(synthetic_results(response=FALLING, n_seeds=2, n_prompts=400, seed=7), n_boot=300).primary
+    assert v.regime is Regime.SEARCH_HEAVY and v.best_rho == min(GRID)
+    assert v.open_side == "below" and v.bounds == (0.0, v.rho_range[1])
+    assert v.recommended_rho == min(GRID) and v.contains(0.1) and not v.contains(v.rho_range[1] + 0.01)
+    assert v.range_text() == f"ρ ≤ {v.rho_range[1]:.2f}"
+    # rising reward: the update-heavy mirror
+    up = classify(synthetic_results(response=RISING, n_seeds=3, n_prompts=400, seed=7), n_boot=300).primary
+    assert up.regime is Regime.UPDATE_HEAVY and up.best_rho == max(GRID) and up.open_side == "above"
+    assert up.bounds == (up.rho_range[0], 1.0) and up.range_text() == f"ρ ≥ {up.rho_range[0]:.2f}"
+    # an interior optimum keeps its closed range and centre
+    mid = classify(synthetic_results(response=PEAKED, n_seeds=3, n_prompts=400, seed=7), n_boot=300).primary
+    assert mid.open_side is None and mid.recommended_rho == pytest.approx(sum(mid.rho_range) / 2)
+    assert mid.range_text() == f"[{mid.rho_range[0]:.2f}, {mid.rho_range[1]:.2f}]"
+
+
+@pytest.mark.parametrize("regime_, best, n, expected", [
+    (Regime.SEARCH_HEAVY, 0, 5, "below"), (Regime.SEARCH_HEAVY, 1, 5, None),
+    (Regime.UPDATE_HEAVY, 4, 5, "above"), (Regime.UPDATE_HEAVY, 0, 5, None),
+    (Regime.BALANCED, 0, 5, None), (Regime.INCONCLUSIVE, 0, 5, None), (Regime.REWARD_HEAVY, 0, 5, None),
+])
+def test_open_side_rule(regime_, best, n, expected):
+    assert regime.open_side(regime_, best, n) == expected
+
+
+def test_open_side_round_trips_and_old_files_read_closed():
+    from race.records import Diagnosis, TargetVerdict
+
+    diag = classify(synthetic_results(response=FALLING, n_seeds=2, seed=7), n_boot=200)
+    d = diag.to_dict()
+    assert d["open_side"] == "below" and d["recommended_rho"] == min(GRID)
+    assert Diagnosis.from_dict(d).primary.open_side == "below"
+    old = dict(d["verdicts"]["reward"])
+    del old["open_side"], old["recommended_rho"]              # a file written before the rule
+    assert TargetVerdict.from_dict(old).open_side is None
+    with pytest.raises(ValueError, match="open_side 'left'"):
+        TargetVerdict.from_dict({**old, "open_side": "left"})
+    assert "recommended ρ ≤" in diag.summary()

@@ -18,7 +18,8 @@ def _diag():
     pts = tuple(PointSummary(r, r + 0.005, 2, FlopBreakdown(1e12 * (1 - r), 1e12 * r, 0), 0.5 - 0.1 * r,
                              (0.49 - 0.1 * r, 0.51 - 0.1 * r), _sched(r)) for r in (0.3, 0.6, 0.85))
     v = TargetVerdict("reward", Regime.SEARCH_HEAVY, (0.3, 0.45), 0.93, 0.3, 0.47, -0.09, (-0.12, -0.05),
-                      None, pts, {"loglinear": {"a": 0.4, "b": -0.09}}, ("best at grid boundary (ρ=0.30)",))
+                      None, pts, {"loglinear": {"a": 0.4, "b": -0.09}}, ("best at grid boundary (ρ=0.30)",),
+                      open_side="below")      # search-heavy with the best at the lowest ρ: race.regime opens it
     return Diagnosis("reward", {"reward": v}, ("targets disagree",), {"model": "tiny", "backend": "hf"})
 
 
@@ -26,6 +27,10 @@ def _diag():
 def test_render_diagnosis_formats(fmt):
     out = render_diagnosis(_diag(), fmt)
     assert "search-heavy" in out and "0.4700" in out and "best at grid boundary" in out
+    assert ("ρ ≤ 0.45" if fmt != "latex" else r"$\rho$ $\leq$ 0.45") in out   # the open range, as the rule gives it
+    assert "[0.30, 0.45]" not in out
+    if fmt == "text":
+        assert "recommended ρ ≤ 0.45 · confidence 0.93" in out
     assert "70.0% / 30.0% / 0.0%" in out.replace(r"\%", "%")  # shares of the ρ=0.3 point
     if fmt == "latex":
         assert r"\toprule" in out and r"\bottomrule" in out and "_" not in out.replace(r"\_", "")

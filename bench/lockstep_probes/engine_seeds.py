@@ -44,8 +44,7 @@ def main() -> int:
         engines = Counter(p.extra.get("engine", "solo") for p in pilots)   # solo pilots record none
         grids[name] = pilots
         d = classify(pilots, primary_target="reward").primary
-        lo, hi = d.rho_range
-        print(f"{name}: {len(pilots)} pilots {dict(engines)}; all seeds: {d.regime.value} [{lo:.2f}, {hi:.2f}] "
+        print(f"{name}: {len(pilots)} pilots {dict(engines)}; all seeds: {d.regime.value} {d.range_text()} "
               f"confidence {d.confidence:.2f}, best ρ {d.best_rho:g}")
         seeds = sorted({p.seed for p in pilots})
         labels = Counter()

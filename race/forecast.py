@@ -609,7 +609,7 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
                     needed_budget=None if ok else (F / f_star if f_star else
                                                    F / SCALERL_FACTOR if F / SCALERL_FACTOR > curves.budget else None),
                     regime=verdict.regime, best_rho=best_rho, rho_range=tuple(float(r) for r in verdict.rho_range),
-                    confidence=verdict.confidence, pilot_regime=pilot_regime, pilot_best_rho=pilot_best_rho,
+                    open_side=verdict.open_side, confidence=verdict.confidence, pilot_regime=pilot_regime, pilot_best_rho=pilot_best_rho,
                     differs=differs, budgets=curves.budgets, settings=settings, warnings=tuple(notes))
 
 

@@ -503,7 +503,7 @@ class Forecast:
     budget / pilot budget; ``supported_factor``: the largest backtest factor up to which every
     backtest held (None: none held); ``needed_budget``: the pilot budget that would support this
     full run. ``model``: the model the half-budget backtest chose; ``regime`` / ``best_rho`` /
-    ``rho_range`` / ``confidence``: the regime rule on the predicted scores; ``pilot_regime`` /
+    ``rho_range`` / ``open_side`` / ``confidence``: the regime rule on the predicted scores; ``pilot_regime`` /
     ``pilot_best_rho``: the verdict at the pilot budget; ``differs``: the two disagree on the
     regime or the best ρ. ``r0``: the base policy's mean checkpoint score (None without checkpoints)."""
 
@@ -530,6 +530,7 @@ class Forecast:
     budgets: tuple[float, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    open_side: str | None = None        # as TargetVerdict.open_side
 
     @property
     def predicts(self) -> bool:
@@ -543,6 +544,7 @@ class Forecast:
                 "backtests": [b.to_dict() for b in self.backtests], "supported_factor": self.supported_factor,
                 "needed_budget": self.needed_budget, "regime": self.regime.value if self.regime else None,
                 "best_rho": self.best_rho, "rho_range": list(self.rho_range) if self.rho_range else None,
+                "open_side": self.open_side,
                 "confidence": self.confidence, "pilot_regime": self.pilot_regime.value,
                 "pilot_best_rho": self.pilot_best_rho, "differs": self.differs, "budgets": list(self.budgets),
                 "settings": dict(self.settings), "warnings": list(self.warnings)}
@@ -561,7 +563,7 @@ class Forecast:
             confidence=opt("confidence"), pilot_regime=Regime(d["pilot_regime"]),
             pilot_best_rho=float(d["pilot_best_rho"]), differs=bool(d["differs"]),
             budgets=tuple(float(b) for b in d.get("budgets") or ()), settings=dict(d.get("settings") or {}),
-            warnings=tuple(d.get("warnings") or ()))
+            warnings=tuple(d.get("warnings") or ()), open_side=d.get("open_side"))
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,7 @@ class ResponseVerdict:
     slope_ci: tuple[float, float]
     argmax_ci: tuple[float, float] | None
     support: Mapping[str, float]
+    open_side: str | None = None    # as TargetVerdict.open_side (``open_side``)
 
 
 def response_verdict(*, rho: Any, scores: Any, replicates: Any, reward_shares: Any, seeds_measured: bool,
@@ -323,7 +324,8 @@ def response_verdict(*, rho: Any, scores: Any, replicates: Any, reward_shares: A
               Regime.SEARCH_HEAVY: "loglinear"}.get(ev.trend)
     return ResponseVerdict(regime=regime, trend=ev.trend, rho_range=_rho_range(rho, boot, chosen, fits, best),
                            confidence=float(np.mean(agree)), best=best, slope=float(fits["loglinear"].coef[1]),
-                           slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci, support=ev.support)
+                           slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci, support=ev.support,
+                           open_side=open_side(regime, best, rho.shape[0]))
 
 
 def seed_scale(*, grid: GridScores, level: float) -> float:
@@ -454,7 +456,12 @@ def _warnings(grid: GridScores, *, regime: Regime, trend: Regime, best: int, sha
                    f"{trend.value}")
     if best in (0, grid.n_points - 1):
         side = "lower" if best == 0 else "higher"
-        out.append(f"best at grid boundary (ρ={rho_best:g}): extend the grid to {side} ρ")
+        hint = ""
+        if best == 0:        # one geometric grid step below (the grid's own first ratio), as a concrete point
+            t = grid.rho_targets
+            hint = (f", e.g. add ρ={t[0] * t[0] / t[1]:.2f} (race pilot --grid with it and these points, "
+                    "--import-pilots keeps the pilots already run)")
+        out.append(f"best at grid boundary (ρ={rho_best:g}): extend the grid to {side} ρ{hint}")
     if trend is Regime.INCONCLUSIVE:
         out.append(f"inconclusive: keeping the pilot-best point ρ={rho_best:g}; the range spans halfway "
                    "to its grid neighbours, not a fitted optimum")

@@ -269,9 +269,10 @@ def forecast_lines(fc: Forecast) -> list[str]:
     else:
         out.append(f"model: loglinear R(C) = a + b·ln C per ρ (R0 = {fc.r0:.4f}, base policy, not fitted)")
     half = [b for b in fc.backtests if b.model == fc.model]
-    lo, hi = fc.rho_range or (float("nan"), float("nan"))
+    rng = format_rho_range(fc.rho_range or (float("nan"), float("nan")), fc.open_side)
     out.append(f"verdict at {fmt_flops(fc.full_run_budget)} FLOPs: {fc.regime.value if fc.regime else '?'} · best ρ "
-               f"{fc.best_rho:.2f} · ρ ∈ [{lo:.2f}, {hi:.2f}] · confidence {fc.confidence:.2f}; at the pilot budget "
+               f"{fc.best_rho:.2f} · {rng if fc.open_side else 'ρ ∈ ' + rng} · confidence {fc.confidence:.2f}; "
+               f"at the pilot budget "
                f"{fmt_flops(fc.pilot_budget)}: {fc.pilot_regime.value} · best ρ {fc.pilot_best_rho:.2f}"
                + (" · DIFFERS" if fc.differs else " · same"))
     if half:

@@ -81,7 +81,7 @@ def test_trend_verdicts(response, n_seeds, expected):
         assert any("extend the grid to higher ρ" in w for w in v.warnings)
     if expected is Regime.SEARCH_HEAVY:
         assert v.slope_ci[1] < 0 and v.confidence > 0.5 and lo < 0.32
-        assert any("extend the grid to lower ρ" in w for w in v.warnings)
+        assert any("extend the grid to lower ρ, e.g. add ρ=0.20 " in w for w in v.warnings)   # 0.3 · 0.3 / 0.45
     if expected is Regime.BALANCED:
         assert v.argmax_ci is not None and 0.3 < v.argmax_ci[0] < 0.58 < v.argmax_ci[1] < 0.85
         assert lo < 0.58 < hi and v.fits["chosen"] == "quadratic"
@@ -315,7 +315,7 @@ def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_s
                                   seeds_measured=True, level=0.9)
     assert got.regime is v.regime and got.rho_range == pytest.approx(v.rho_range)
     assert got.confidence == pytest.approx(v.confidence) and got.slope_ci == pytest.approx(v.slope_ci)
-    assert float(grid.rho_targets[got.best]) == v.best_rho
+    assert float(grid.rho_targets[got.best]) == v.best_rho and got.open_side == v.open_side
     held = regime.response_verdict(rho=grid.rho, scores=grid.point_means, replicates=boot.point_means,
                                    reward_shares=[0.0] * len(v.points), seeds_measured=False)
     assert held.trend is Regime.INCONCLUSIVE

@@ -455,6 +455,8 @@ def _cls(r: dict, side: str) -> str:
     k, n = r[f"{side}_unstable"]
     if r[side] == "unstable":
         return f"unstable ({k}/{n} fell back; {r[f'{side}_regime']} underneath)"
+    if r[side] == "reward-heavy":       # agrees by construction through the FLOP share: show the trend scored
+        return f"reward-heavy (trend underneath: {r[f'{side}_trend']})"
     return r[side]
 
 
@@ -530,8 +532,11 @@ def tables(suite: dict) -> str:
         firm = [r for r in sel if r["full"] != "inconclusive"]
         same_firm = sum(r["pilot"] == r["full"] for r in firm)
         f_lo, f_hi = wilson(same_firm, len(firm))
+        heavy = [r for r in sel if "reward-heavy" in (r["pilot_regime"], r["full_regime"])]
+        trend = (f"; reward-heavy settings: same trend underneath {sum(r['pilot_trend'] == r['full_trend'] for r in heavy)}"
+                 f"/{len(heavy)}" if heavy else "")
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
-                     f"(95 % CI {lo:.2f} … {hi:.2f}); where the full runs are conclusive {same_firm}/{len(firm)} "
+                     f"(95 % CI {lo:.2f} … {hi:.2f}){trend}; where the full runs are conclusive {same_firm}/{len(firm)} "
                      f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{len(scored)}"
                      f" ({'' if len(scored) == n else f'of the {len(scored)} whose full runs did not collapse; '}"
                      f"before the edge rule: {sum(r['closed_in_range'] for r in scored)}/{len(scored)}); "

@@ -62,3 +62,16 @@ def test_a_small_grid_runs_end_to_end(tmp_path):
     row = next(line for line in out.stdout.splitlines()       # the per-setting row (not the progress one)
                if line.startswith("| smoke | development | ") and "[" in line)
     assert "| yes |" in row                      # the same grid twice: the same regime
+
+
+def test_a_grid_class_names_what_is_scored_beneath_it():
+    """Reward-heavy agrees by construction through the FLOP share, so its row shows the trend
+    underneath (which the suite summary scores); an unstable grid shows how many runs fell back."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    row = {"pilot": "reward-heavy", "pilot_regime": "reward-heavy", "pilot_trend": "search-heavy",
+           "pilot_unstable": (0, 12), "full": "unstable", "full_regime": "balanced", "full_unstable": (9, 15)}
+    assert validation._cls(row, "pilot") == "reward-heavy (trend underneath: search-heavy)"
+    assert validation._cls(row, "full") == "unstable (9/15 fell back; balanced underneath)"
+    assert validation._cls({**row, "pilot": "balanced"}, "pilot") == "balanced"

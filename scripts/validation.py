@@ -542,6 +542,8 @@ def tables(suite: dict) -> str:
                      f"before the edge rule: {sum(r['closed_in_range'] for r in scored)}/{len(scored)}); "
                      f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own; "
                      f"before the edge rule: {_fmt(med_closed, 2)} pooled); "
+                     f"following RACE beat the on-policy run in {sum(r['gain'] > 0 for r in scored)}/{len(scored)} "
+                     f"(by more than one pooled SE in {sum(r['gain'] > r['pse'] for r in scored)}); "
                      f"pilot verdict inconclusive {inc}/{n} "
                      f"(full runs inconclusive too: {inc_right}).")
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]

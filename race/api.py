@@ -44,7 +44,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
              adaptive: bool | str = False, adaptive_share: float | None = None,
              allow_approximate: bool = False, full_run_budget: float | str | None = None,
-             force_forecast: bool = False, engine: str = "auto") -> Diagnosis:
+             force_forecast: bool = False, engine: str = "auto", extend: int = 0) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -69,6 +69,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         force_forecast: predict even past the extrapolation factor the backtests support (marked forced).
         engine: ``auto`` (lockstep on CPU where it runs), ``lockstep`` (a grid point's seeds as one
             batch in one process: race.lockstep) or ``solo`` (one pilot per process).
+        extend: up to this many rounds that add the next ρ past the edge where the best point lies,
+            running only the new point's seeds (race.extend; 0: the grid as given).
 
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
@@ -88,10 +90,20 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
     if force_forecast and full is None:
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
+    if extend:
+        from race.extend import check_extend
+
+        check_extend(extend, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
-    results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
-                       adaptive_share=adaptive_share, engine=engine)
+    if extend:
+        from race.extend import run_extended
+
+        results = run_extended(cfg, out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
+                               adaptive=adaptive, adaptive_share=adaptive_share, engine=engine)
+    else:
+        results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
+                           adaptive_share=adaptive_share, engine=engine)
     import race.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.errors import PilotsFailed, RaceError
     from race.results import failure_message

@@ -297,6 +297,10 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
                    "the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
+@click.option("--extend", type=click.IntRange(min=0, max=5), default=0, show_default=True, metavar="N",
+              help="When the best point is the grid's lowest (highest) ρ, add the next point past that edge and run "
+                   "only its seeds, up to N times (race/extend.py; each round is its own study, earlier rounds' "
+                   "results kept as DIR/results-xK.json).")
 @ALLOW_APPROXIMATE
 @_user_errors
 def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
@@ -304,7 +308,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
           import_pilots: str | None, full_run: str | None, force_forecast: bool,
-          allow_approximate: bool, engine: str) -> None:
+          allow_approximate: bool, engine: str, extend: int) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
@@ -328,6 +332,11 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                        grid=grid, models=models, backend=backend, allow_approximate_flops=allow_approximate or None)
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
+    if extend:
+        from race.extend import check_extend
+
+        check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
+                     models=cfg.models)
     if cfg.models:
         _pilot_models(cfg, out_dir=out_dir, full=full, import_pilots=import_pilots, plot_path=plot_path, fmt=fmt,
                       as_json=as_json, quiet=quiet, storage=storage, study=study, workers=workers, device=device,
@@ -339,9 +348,15 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
             click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                        f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
 
-    results = run_grid(cfg, out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage,
-                       study=study, adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                       adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce, engine=engine)
+    run_kw = dict(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
+                  adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
+                  adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce, engine=engine)
+    if extend:
+        from race.extend import run_extended
+
+        results = run_extended(cfg, extend=extend, **run_kw)
+    else:
+        results = run_grid(cfg, **run_kw)
     if results.diagnosis is not None:
         if full and not failure_message(results):
             from race.api import save_forecast

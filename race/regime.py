@@ -145,6 +145,17 @@ def open_side(regime: Regime, best: int, n_points: int) -> str | None:
     return None
 
 
+def edge_point(side: str | None, grid: Sequence[float]) -> float | None:
+    """The next ρ past the grid's edge on ``side`` (``open_side``): one geometric step of the grid's
+    own outermost ratio, ρ₀² / ρ₁ below, 1 − (1 − ρₙ)² / (1 − ρₙ₋₁) above (in 1 − ρ), rounded to
+    two decimals; None for no side, or when that leaves (0, 1) or lands on a grid point."""
+    t = sorted(float(r) for r in grid)
+    if side is None or len(t) < 2:
+        return None
+    p = round(t[0] * t[0] / t[1] if side == "below" else 1.0 - (1.0 - t[-1]) ** 2 / (1.0 - t[-2]), 2)
+    return p if 0.0 < p < 1.0 and all(abs(p - r) > 1e-9 for r in t) else None
+
+
 def unstable_grid(st: Any) -> bool:
     """At least ``UNSTABLE_GRID_SHARE`` of the grid's pilots fell back (race.checkpoints' rule):
     the grid diverges, whatever its regime (validated on the study's development half:
@@ -456,11 +467,8 @@ def _warnings(grid: GridScores, *, regime: Regime, trend: Regime, best: int, sha
                    f"{trend.value}")
     if best in (0, grid.n_points - 1):
         side = "lower" if best == 0 else "higher"
-        hint = ""
-        if best == 0:        # one geometric grid step below (the grid's own first ratio), as a concrete point
-            t = grid.rho_targets
-            hint = (f", e.g. add ρ={t[0] * t[0] / t[1]:.2f} (race pilot --grid with it and these points, "
-                    "--import-pilots keeps the pilots already run)")
+        nxt = edge_point("below" if best == 0 else "above", grid.rho_targets)   # one grid step past the edge
+        hint = f", e.g. add ρ={nxt:.2f} (race pilot --extend 1 runs it and keeps these pilots)" if nxt else ""
         out.append(f"best at grid boundary (ρ={rho_best:g}): extend the grid to {side} ρ{hint}")
     if trend is Regime.INCONCLUSIVE:
         out.append(f"inconclusive: keeping the pilot-best point ρ={rho_best:g}; the range spans halfway "

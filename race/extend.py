@@ -1,0 +1,112 @@
+"""Extending a pilot grid past the edge where its best point lies (``race pilot --extend N``).
+
+A grid whose pilot-best point is its lowest (or highest) ρ has not bracketed the optimum: in the
+validation study's development half every such search-heavy grid's full runs peaked below it
+(docs/validation.md). ``run_extended`` runs the grid, then, up to N rounds, adds the next point
+past that edge (``race.regime.edge_point``: one geometric grid step) as a larger grid that imports
+every finished pilot, so only the new point's seeds run. It stops early when the best point is no
+longer at an edge, when the next point is unreachable for the schedule (one line says why), or
+when pilots failed.
+
+Invariants: round k is its own study, named ``<study>-x<k>`` in the same storage, created with
+round 0's calibration, so every imported pilot's schedule is the one its plan holds (import refuses
+otherwise); before a round starts, the previous round's results are copied to
+``DIR/results-x<k-1>.json`` and imported from there, so no round's record is lost; ``DIR/results.json``
+is the last round's. Re-running the same command resumes each round from its study. Adaptive
+grids, grids over models and coordinate-only runs (``--workers 0``) are refused up front.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import replace
+from typing import Any
+
+from race.config import GridConfig
+from race.errors import ConfigError, RaceError
+from race.records import TargetVerdict
+from race.regime import edge_point
+from race.results import Results, failure_message
+from race.scheduler import run_grid
+
+MAX_ROUNDS = 5
+
+
+def check_extend(extend: int, *, adaptive: Any = False, adaptive_share: float | None = None,
+                 workers: int | None = None, models: Any = ()) -> int:
+    """``extend`` as a round count, or a one-line RaceError before anything runs."""
+    if isinstance(extend, bool) or not isinstance(extend, int) or not 0 <= extend <= MAX_ROUNDS:
+        raise RaceError(f"extend {extend!r}: expected a whole number of rounds from 0 to {MAX_ROUNDS}")
+    if extend and (adaptive or adaptive_share is not None):
+        raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")
+    if extend and workers == 0:
+        raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
+    if extend and models:
+        raise RaceError("extend takes one policy's grid: run a grid over models without it")
+    return extend
+
+
+def boundary_side(v: TargetVerdict) -> str | None:
+    """"below" when the pilot-best point is the grid's lowest ρ, "above" at its highest, else None."""
+    targets = [p.rho_target for p in v.points]
+    if v.best_rho == min(targets):
+        return "below"
+    if v.best_rho == max(targets):
+        return "above"
+    return None
+
+
+def next_grid(config: GridConfig, results: Results) -> tuple[float, str] | None:
+    """The point the next round adds and its side, or None when the grid needs no extension."""
+    if results.diagnosis is None or failure_message(results):
+        return None
+    side = boundary_side(results.diagnosis.primary)
+    point = edge_point(side, config.grid)
+    return (point, side) if point is not None and side is not None else None
+
+
+def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | None = None,
+                 quiet: bool = False, **run_kw: Any) -> Results:
+    """Run ``config``'s grid, then up to ``extend`` rounds past its best edge (module docstring).
+    ``run_kw``: what race.scheduler.run_grid takes (storage, workers, device, engine, …)."""
+    from race.grid import plan_grid
+    from race.pilot import Calibration
+
+    check_extend(extend, adaptive=run_kw.get("adaptive"), adaptive_share=run_kw.get("adaptive_share"),
+                 workers=run_kw.get("workers"), models=config.models)
+    name = study or config.name
+    results = run_grid(config, out_dir=out_dir, study=study, quiet=quiet, **run_kw)
+    run_kw = {k: v for k, v in run_kw.items() if k not in ("import_pilots", "announce")}
+    cal = Calibration(**results.plan["calibration"]) if results.plan.get("calibration") else None
+    for k in range(1, extend + 1):
+        step = next_grid(config, results)
+        if step is None:
+            break
+        point, side = step
+        wider = replace(config, grid=tuple(sorted((*config.grid, point))))
+        if cal is not None:
+            try:                         # an unreachable ρ ends the extension, not the run
+                plan_grid(wider, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
+            except ConfigError as e:
+                _say(quiet, f"grid not extended {side} ρ={min(config.grid) if side == 'below' else max(config.grid):g}: {e}")
+                break
+        kept = os.path.join(out_dir, f"results-x{k - 1}.json")
+        _copy(os.path.join(out_dir, "results.json"), kept)
+        _say(quiet, f"best point at the grid's {'lowest' if side == 'below' else 'highest'} ρ: extending the grid "
+                    f"to ρ={point:g} (round {k} of {extend}; study {name}-x{k}; the grid so far → {kept})")
+        results = run_grid(wider, out_dir=out_dir, study=f"{name}-x{k}", quiet=quiet, import_pilots=kept,
+                           calibration=cal, **run_kw)
+        config = wider
+    return results
+
+
+def _copy(src: str, dst: str) -> None:
+    tmp = dst + ".tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _say(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(line, file=sys.stderr, flush=True)

@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 SUITE = ROOT / "validation" / "suite.yaml"
 RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR changes it (tests)
 KINDS = {"pilot": 1, "full10": 10, "full30": 30}
+EXTENDED = "pilot-x1"        # the pilot grid after race pilot --extend 1 (run_extension); budget factor 1
 N_BOOT = 1000
 BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"
 
@@ -117,7 +118,7 @@ def write_record(record: dict, *, partial: bool = False) -> Path:
 
 def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, command: str,
                 wall_seconds: float) -> dict:
-    budget = float(s["pilot_budget"]) * KINDS[kind]
+    budget = float(s["pilot_budget"]) * KINDS.get(kind, 1)
     grid = sorted({p["rho_target"] for p in results["pilots"]})
     return {"setting": s["name"], "kind": kind, "half": s["half"], "budget": budget, "grid": grid,
             "seeds": int(suite.get("seeds", 3)), "on_policy": s.get("on_policy"), "commit": commit,
@@ -189,10 +190,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
         # finished pilots go into the new study first, and only the missing ones run
         with gzip.open(partial, "rt", encoding="utf-8") as fh:
             rec = json.load(fh)
-        seed_file = out_dir / "committed-pilots.json"
-        seed_file.write_text(json.dumps({"schema_version": 1, "kind": "results", "config": rec["config"],
-                                         "plan": {}, "classify": {}, "diagnosis": None, "pilots": rec["pilots"]}))
-        cmd += ["--import-pilots", str(seed_file)]
+        cmd += ["--import-pilots", str(_results_file(rec, out_dir / "committed-pilots.json"))]
     env = {**os.environ, "PYTHONPATH": str(pin)}
     t0 = time.time()
     # cwd = the pin: `python -m` puts the working directory first on sys.path, before PYTHONPATH, so
@@ -208,6 +206,50 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     if partial.is_file():
         partial.unlink()
     return path
+
+
+def _results_file(rec: dict, path: Path) -> Path:
+    """A results file holding a compact record's complete pilots (what --import-pilots reads)."""
+    path.write_text(json.dumps({"schema_version": 1, "kind": "results", "config": rec["config"], "plan": {},
+                                "classify": {}, "diagnosis": None,
+                                "pilots": [p for p in rec["pilots"] if p.get("status") == "complete"]}))
+    return path
+
+
+def run_extension(name: str, *, pin: Path, suite: dict, storage_root: Path) -> Path | None:
+    """``race pilot --extend 1`` on the committed pilot grid of setting ``name``: its pilots are
+    imported (none re-run), and when the best point lies at a grid edge the next point past it runs
+    (race.extend); written as ``EXTENDED``. None when the grid needs no extension (nothing runs)."""
+    import yaml
+
+    from race.extend import boundary_side
+    from race.regime import edge_point
+
+    s = setting(suite, name)
+    rec = load_run(name, "pilot")
+    if rec is None:
+        raise SystemExit(f"{name}: no committed pilot grid to extend")
+    if edge_point(boundary_side(verdict(rec)), rec["grid"]) is None:
+        return None
+    cfg = grid_config(s, "pilot", int(suite.get("seeds", 3)), root=pin)
+    out_dir = storage_root / f"{name}-{EXTENDED}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_file = out_dir / "config.yaml"
+    config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (out_dir / "pin.txt").write_text(str(pin) + "\n")
+    seed_file = _results_file(rec, out_dir / "committed-pilots.json")
+    # the study's engine (solo, see run), one pilot at a time: it runs beside the queue
+    cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet", "--format",
+           "json", "--engine", "solo", "--workers", "1", "--import-pilots", str(seed_file), "--extend", "1"]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin), "OMP_NUM_THREADS": "1"},
+                          stdout=subprocess.DEVNULL, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} {EXTENDED}: race pilot ended with exit {proc.returncode}; its storage in {out_dir} "
+                         "keeps every finished pilot (run the same command again)")
+    results = json.loads((out_dir / "results.json").read_text())
+    return write_record(make_record(s, EXTENDED, suite, results, commit=_commit(pin),
+                                    command=" ".join(["race", *cmd[3:]]), wall_seconds=time.time() - t0))
 
 
 def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
@@ -669,6 +711,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in (r, q):
         p.add_argument("--pin", default=str(ROOT), help="the pinned checkout the grids run from")
         p.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
+    x = sub.add_parser("extend", help="race pilot --extend 1 on committed pilot grids whose best is at an edge")
+    x.add_argument("settings", help="comma-separated settings")
+    x.add_argument("--pin", default=str(ROOT), help="the pinned checkout the extension runs from")
+    x.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
     a = sub.add_parser("adopt", help="compact a grid already run (its results.json) into validation/runs/")
     a.add_argument("setting")
     a.add_argument("kind", choices=list(KINDS))
@@ -693,6 +739,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.cmd == "run":
         print(run(args.setting, args.kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage)))
+        return 0
+    if args.cmd == "extend":
+        for name in args.settings.split(","):
+            if data_path(name, EXTENDED).is_file():
+                print(f"{name}: {data_path(name, EXTENDED)} is committed already")
+                continue
+            path = run_extension(name, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage))
+            print(f"{time.strftime('%H:%M:%S')} {name}: " + (str(path) if path else "best point inside the grid: "
+                                                              "nothing to extend"), flush=True)
         return 0
     if args.cmd == "snapshot":
         for path in snapshot(suite, Path(args.storage), Path(args.pin)):

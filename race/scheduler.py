@@ -556,6 +556,15 @@ def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequenc
                              {k: v for k, v in _norm(dict(b)).items() if k not in skip})
 
 
+def _written_config(results: Any) -> dict:
+    """A results file's config with the settings it lacks at their defaults: a setting added after
+    the file was written ran at its default there (as a resumed study's, race.store)."""
+    from race.config import default_settings
+    from race.store.study import _fill_missing, _norm
+
+    return _fill_missing(_norm(dict(results.config)), _norm(default_settings()))
+
+
 def _import_error(path: str, diff: tuple) -> Exception:
     from race.store import StoreError
 
@@ -576,7 +585,7 @@ def check_importable(config: GridConfig, path: str) -> None:
     switch the healthy recipe on)."""
     from race.results import load_results
 
-    diff = _config_difference(config.to_dict(), load_results(path).config, (*GRID_SHAPE, "grpo"))
+    diff = _config_difference(config.to_dict(), _written_config(load_results(path)), (*GRID_SHAPE, "grpo"))
     if diff:
         raise _import_error(path, diff)
 
@@ -589,7 +598,7 @@ def import_finished(st: Any, path: str) -> int:
     from race.store import StoreError
 
     results = load_results(path)
-    diff = _config_difference(st.info.run_config, results.config, GRID_SHAPE)
+    diff = _config_difference(st.info.run_config, _written_config(results), GRID_SHAPE)
     if diff:
         raise _import_error(path, diff)
     planned = {float(s["rho_target"]): s for s in st.info.plan.get("schedules", [])}

@@ -118,3 +118,21 @@ def test_the_cli_refuses_extend_with_an_adaptive_grid_before_anything_is_written
     assert "Traceback" not in r.output and not out.exists()
     r = CliRunner().invoke(main, ["pilot", "--extend", "9", "--out", str(out)])
     assert r.exit_code == 2 and "--extend" in r.output and not out.exists()
+
+
+def test_results_written_before_a_setting_existed_import_as_run_at_its_default(tmp_path):
+    """A results file lacks the settings added after it was written (they ran at their defaults):
+    it imports; a setting it has with another value is still refused (race.scheduler)."""
+    from race.scheduler import check_importable
+    from race.store import StoreError
+
+    cfg = build_config(SMALL)
+    old = {k: v for k, v in cfg.to_dict().items() if k not in ("chat_template", "system_prompt")}
+    old["eval"] = {k: v for k, v in old["eval"].items() if k != "checker"}
+    (tmp_path / "old.json").write_text(json.dumps({"schema_version": 1, "kind": "results", "config": old,
+                                                   "pilots": [], "plan": {}, "diagnosis": None}))
+    check_importable(cfg, str(tmp_path / "old.json"))
+    (tmp_path / "other.json").write_text(json.dumps({"schema_version": 1, "kind": "results", "pilots": [],
+                                                     "config": {**old, "budget": 2e10}, "plan": {}, "diagnosis": None}))
+    with pytest.raises(StoreError, match="budget is 10000000000.0 here, 20000000000.0 there"):
+        check_importable(cfg, str(tmp_path / "other.json"))

@@ -556,6 +556,23 @@ def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequenc
                              {k: v for k, v in _norm(dict(b)).items() if k not in skip})
 
 
+SCHEDULE_REL_TOL = 1e-5   # FLOP counts kept at 6 significant digits (compact records) are the same schedule
+
+
+def _schedule_difference(a: Any, b: Any, path: str = "") -> tuple | None:
+    """The first field where planned schedule ``a`` and a pilot's ``b`` differ: knobs (integers,
+    strings) exactly, FLOP counts and ρ (floats) to ``SCHEDULE_REL_TOL``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = _schedule_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            if d:
+                return d
+        return None
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return None if math.isclose(a, b, rel_tol=SCHEDULE_REL_TOL) else (path, a, b)
+    return None if a == b else (path, a, b)
+
+
 def _written_config(results: Any) -> dict:
     """A results file's config with the settings it lacks at their defaults: a setting added after
     the file was written ran at its default there (as a resumed study's, race.store)."""
@@ -605,7 +622,7 @@ def import_finished(st: Any, path: str) -> int:
     keys = set(st.info.keys())
     pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
     for p in pilots:                         # all checked before any is added: a refusal imports nothing
-        d = _config_difference(planned[float(p.rho_target)], p.schedule.to_dict() if p.schedule else {}, ())
+        d = _schedule_difference(planned[float(p.rho_target)], p.schedule.to_dict() if p.schedule else {})
         if d:
             raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
                              f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "

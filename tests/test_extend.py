@@ -136,3 +136,13 @@ def test_results_written_before_a_setting_existed_import_as_run_at_its_default(t
                                                      "config": {**old, "budget": 2e10}, "plan": {}, "diagnosis": None}))
     with pytest.raises(StoreError, match="budget is 10000000000.0 here, 20000000000.0 there"):
         check_importable(cfg, str(tmp_path / "other.json"))
+
+
+def test_a_schedule_kept_at_six_significant_digits_is_the_same_schedule():
+    from race.scheduler import _schedule_difference
+
+    planned = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068154422.5, "rho": 0.516297}}
+    kept = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068000000.0, "rho": 0.5163}}
+    assert _schedule_difference(planned, kept) is None
+    assert _schedule_difference(planned, {**kept, "steps": 886}) == ("steps", 885, 886)
+    assert _schedule_difference(planned, {**kept, "flops": {"learning": 3.03e11, "rho": 0.5163}})[0] == "flops.learning"

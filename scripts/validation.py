@@ -610,6 +610,8 @@ def tables(suite: dict) -> str:
             lines.append(f"| {r['setting']} | {r['half']} | {rng} | " + (
                 f"{_yn(r['closed_in_range'])}; {_yn(r['in_range'])} | {_fmt(r['closed_regret_pse'], 2)}; "
                 f"{_fmt(r['regret_pse'], 2)} |" if r["scored"] else "not scored | — |"))
+    lines += ["", "### Extending the pilot grid past its edge (`race pilot --extend 1`)", ""]
+    lines += extension_lines(suite, rows)
     lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
     if not rows:
         lines.append("No setting complete yet.")
@@ -685,6 +687,52 @@ def tables(suite: dict) -> str:
                              f"share {sh}: {sum(regs[sh] == r['pilot'] for regs, r in sel)}/{len(sel)}"
                              for sh in (0.5, 0.67)) + ".")
     return "\n".join(lines) + "\n"
+
+
+def extension_lines(suite: dict, rows: list[dict]) -> list[str]:
+    """The extended pilot grids (``EXTENDED``) scored like the pilot grids, beside them."""
+    import statistics
+
+    done = {r["setting"]: r for r in rows}
+    ext = [(s, load_run(s["name"], EXTENDED)) for s in suite["settings"]]
+    ext = [(s, rec) for s, rec in ext if rec is not None]
+    if not ext:
+        return ["No pilot grid has been extended yet (`python scripts/validation.py extend SETTINGS`)."]
+    out = ["Pilot grids whose best point is an edge, run again with `--extend 1`: their pilots imported, the "
+           "next point past the edge run (3 seeds); scored against the same full runs. Cells: pilot grid; "
+           "extended grid.", "",
+           "| setting | half | added ρ | extended verdict (range, confidence) | same regime | full-run best ρ in range "
+           "| regret, pooled full-run SEs | extra cost (of the pilot grid) |", "|---|---|---|---|---|---|---|---|"]
+    scored = []
+    for s, rec in ext:
+        pilot = load_run(s["name"], "pilot")
+        added = sorted(set(rec["grid"]) - set(pilot["grid"]))
+        extra = (sum(p.flops.total for p in pilots_of(rec)) / sum(p.flops.total for p in pilots_of(pilot)) - 1)
+        v = verdict(rec)
+        head = (f"| {s['name']} | {s['half']} | {', '.join(f'{a:g}' for a in added) or '—'} | "
+                f"{grid_class(diagnosis(rec))} {v.range_text()}, {v.confidence:.2f} | ")
+        full = load_run(s["name"], "full10")
+        if full is None or s["name"] not in done:
+            out.append(head + "full runs not in yet | — | — | " + f"{extra:+.0%} |")
+            continue
+        r, e = done[s["name"]], setting_row(s, rec, full)
+        if e["scored"]:                 # collapsed full runs have no best ρ (scoring section)
+            scored.append((r, e))
+        out.append(head + f"{_yn(r['pilot'] == r['full'])}; {_yn(e['pilot'] == e['full'])} | " + (
+            f"{_yn(r['in_range'])}; {_yn(e['in_range'])} | {_fmt(r['regret_pse'], 2)}; {_fmt(e['regret_pse'], 2)} | "
+            if e["scored"] else "not scored | — | ") + f"{extra:+.0%} |")
+    out.append("")
+    for half in ("development", "held-out"):
+        sel = [(r, e) for r, e in scored if r["half"] == half]
+        if not sel:
+            continue
+        med = {k: statistics.median([x["regret_pse"] for x in (r if k == 0 else e for r, e in sel)])
+               for k in (0, 1)}
+        out.append(f"- **{half}** ({len(sel)} extended): same regime {sum(r['pilot'] == r['full'] for r, _ in sel)}"
+                   f" → {sum(e['pilot'] == e['full'] for _, e in sel)}; full-run best ρ in range "
+                   f"{sum(r['in_range'] for r, _ in sel)} → {sum(e['in_range'] for _, e in sel)}; median regret "
+                   f"{_fmt(med[0], 2)} → {_fmt(med[1], 2)} pooled full-run SEs (pilot grid → extended grid).")
+    return out
 
 
 def _doc_tables(text: str) -> str:

@@ -46,6 +46,7 @@ import random
 import sys
 import tempfile
 import time
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -260,11 +261,12 @@ def write_meta(out: str, meta: dict) -> dict:
     return meta
 
 
-def check_capability(meta_path: str, argv: list[str] | None) -> None:
+def check_capability(meta_path: str, argv: list[str] | None, script: str = __file__) -> None:
     """Before a ``--check`` rebuild: run with the CPU kernels the asset was built with. When the
     recorded capability is not the active one, run this script again with ``ATEN_CPU_CAPABILITY``
     set (torch reads it once, when it loads); when the machine cannot provide it, exit 2 saying so.
-    Assets without a record are checked with whatever this machine picks."""
+    Assets without a record are checked with whatever this machine picks. ``script``: the builder
+    to run again (this one by default)."""
     want = json.load(open(meta_path, encoding="utf-8")).get("versions", {}).get("cpu_capability")
     have = torch.backends.cpu.get_cpu_capability()
     if not want or want == have:
@@ -276,8 +278,25 @@ def check_capability(meta_path: str, argv: list[str] | None) -> None:
     print(f"the asset was built with {want} CPU kernels (this machine picks {have}): checking with "
           f"ATEN_CPU_CAPABILITY={want.lower()}", file=sys.stderr, flush=True)
     args = sys.argv[1:] if argv is None else list(argv)
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *args],
+    os.execve(sys.executable, [sys.executable, os.path.abspath(script), *args],
               {**os.environ, "ATEN_CPU_CAPABILITY": want.lower()})
+
+
+def check_rebuild(out: str, rebuild: Any, argv: list[str] | None, script: str = __file__) -> int:
+    """``--check`` of any builder: rebuild with ``rebuild(folder) -> meta`` into a temporary folder,
+    with the CPU kernels ``out`` records (``check_capability``), and compare the weights' SHA-256
+    with ``out``'s; 0 when they are equal."""
+    check_capability(os.path.join(out, "race_meta.json"), argv, script)
+    shipped = json.load(open(os.path.join(out, "race_meta.json"), encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as tmp:
+        got = rebuild(tmp)["model_sha256"]
+    same = got == shipped["model_sha256"]
+    kernels = torch.backends.cpu.get_cpu_capability()
+    hint = "" if same or shipped.get("versions", {}).get("cpu_capability") else (
+        f"; {out} records no CPU capability: try again with ATEN_CPU_CAPABILITY=avx2 (or avx512) set")
+    print(f"{out}: rebuilt sha256 {got} {'==' if same else '!='} shipped {shipped['model_sha256']} "
+          f"({kernels} kernels){hint}")
+    return 0 if same else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,13 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = DEFAULT_OUT if args.size == "m" else f"{DEFAULT_OUT}-{args.size}"
     if args.check:
-        check_capability(os.path.join(args.out, "race_meta.json"), argv)
-        with tempfile.TemporaryDirectory() as tmp:
-            meta = build(tmp, steps=args.steps, seed=args.seed, threads=args.threads, size=args.size)
-        want = json.load(open(os.path.join(args.out, "race_meta.json"), encoding="utf-8"))["model_sha256"]
-        same = meta["model_sha256"] == want
-        print(f"rebuilt sha256 {meta['model_sha256']} {'==' if same else '!='} shipped {want}")
-        return 0 if same else 1
+        return check_rebuild(args.out, lambda tmp: build(tmp, steps=args.steps, seed=args.seed, threads=args.threads,
+                                                         size=args.size), argv)
     t0 = time.perf_counter()
     meta = build(args.out, steps=args.steps, seed=args.seed, threads=args.threads, size=args.size)
     print(json.dumps(meta, indent=2))

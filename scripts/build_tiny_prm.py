@@ -40,8 +40,8 @@ from transformers import Qwen2ForTokenClassification
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from build_tiny_policy import (_portable_tokenizer_config, build_config, build_tokenizer, optimizer_step,  # noqa: E402
-                               write_meta)
+from build_tiny_policy import (_portable_tokenizer_config, build_config, build_tokenizer,  # noqa: E402
+                               check_rebuild, optimizer_step, write_meta)
 from build_tiny_step_policy import generate  # noqa: E402
 
 from race.rewards.prm import STEP_TOKEN, ProcessRewardModel, roc_auc  # noqa: E402
@@ -301,7 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--check", action="store_true",
+                    help="rebuild each size in a temporary folder and compare weight hashes with the shipped one")
     args = ap.parse_args(argv)
+    if args.check:
+        return max(check_rebuild(args.out or os.path.join(ASSETS, f"tiny-prm-{size}"),
+                                 lambda tmp, size=size: build(size, tmp, seed=args.seed, threads=args.threads,
+                                                              steps=args.steps), argv, __file__)
+                   for size in (["s", "l"] if args.size == "both" else [args.size]))
     for size in (["s", "l"] if args.size == "both" else [args.size]):
         t0 = time.perf_counter()
         out = args.out or os.path.join(ASSETS, f"tiny-prm-{size}")

@@ -340,7 +340,8 @@ def build(out: str, *, steps: int = MAX_STEPS, seed: int = 0, threads: int = 1, 
     }
     meta = {**meta, "model_sha256": sha256(os.path.join(out, "model.safetensors")),
             "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                         "tokenizers": __import__("tokenizers").__version__}}
+                         "tokenizers": __import__("tokenizers").__version__,
+                         "cpu_capability": torch.backends.cpu.get_cpu_capability()}}
     with open(os.path.join(out, "race_meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
@@ -358,7 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-problems", type=int, default=EVAL_PROBLEMS, help="held-out problems per split in race_meta")
     ap.add_argument("--write-data", metavar="DIR", nargs="?", const=DATA_OUT,
                     help=f"write the sample JSONL files (default {os.path.relpath(DATA_OUT, ROOT)}) and stop")
+    ap.add_argument("--check", action="store_true",
+                    help="rebuild in a temporary folder and compare weight hashes with --out")
     args = ap.parse_args(argv)
+    if args.check:
+        from build_tiny_policy import check_rebuild
+
+        return check_rebuild(args.out, lambda tmp: build(tmp, steps=args.steps, seed=args.seed, threads=args.threads,
+                                                         target=args.target, every=args.every,
+                                                         eval_problems=args.eval_problems), argv, __file__)
     if args.write_data:
         print(json.dumps(write_data(args.write_data)))
         return 0

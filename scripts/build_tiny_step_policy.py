@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, build_config,  # noqa: E402
-                               build_tokenizer, make_batch, optimizer_step, write_meta)
+                               build_tokenizer, check_rebuild, make_batch, optimizer_step, write_meta)
 
 from race.rewards.rules import sparse  # noqa: E402
 from race.tasks import load_task  # noqa: E402
@@ -151,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--probe", type=int, default=0, help="evaluate every N steps (0: never)")
+    ap.add_argument("--check", action="store_true",
+                    help="rebuild in a temporary folder and compare weight hashes with --out")
     args = ap.parse_args(argv)
+    if args.check:
+        return check_rebuild(args.out, lambda tmp: build(tmp, steps=args.steps, seed=args.seed, threads=args.threads),
+                             argv, __file__)
     t0 = time.perf_counter()
     meta = build(args.out, steps=args.steps, seed=args.seed, threads=args.threads, probe=args.probe)
     print(json.dumps(meta, indent=2))

@@ -138,7 +138,8 @@ def test_check_rebuilds_with_the_cpu_kernels_the_asset_records(tmp_path, monkeyp
     (ATEN_CPU_CAPABILITY) when this machine would pick others, and says so in one line when even
     then it cannot (the re-run is captured here, not performed)."""
     mod = _builder()
-    for name, cap in (("tiny-arith", "AVX2"), ("tiny-arith-s", "AVX512"), ("tiny-arith-l", "AVX512")):
+    for name, cap in (("tiny-arith", "AVX2"), ("tiny-arith-s", "AVX512"), ("tiny-arith-l", "AVX512"),
+                      ("tiny-arith-steps", "AVX2")):
         meta = json.load(open(os.path.join(TINY_MODEL, "..", name, "race_meta.json"), encoding="utf-8"))
         assert meta["versions"]["cpu_capability"] == cap
     have = torch.backends.cpu.get_cpu_capability()
@@ -155,3 +156,20 @@ def test_check_rebuilds_with_the_cpu_kernels_the_asset_records(tmp_path, monkeyp
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "zzz")           # the re-run, still on other kernels
     with pytest.raises(SystemExit, match=f"built with ZZZ CPU kernels and this machine runs {have}"):
         mod.check_capability(str(other), ["--check"])
+
+
+def test_check_rebuild_compares_the_rebuilt_weights_hash(tmp_path, capsys):
+    """--check of every builder (policy, step policy, PRM, reasoner) goes through check_rebuild:
+    exit 0 only when the rebuild's SHA-256 is the shipped one; an asset without recorded kernels
+    gets the hint to try the other ones."""
+    mod = _builder()
+    have = torch.backends.cpu.get_cpu_capability()
+    (tmp_path / "race_meta.json").write_text(json.dumps({"model_sha256": "abc", "versions": {"cpu_capability": have}}))
+    folders = []
+    assert mod.check_rebuild(str(tmp_path), lambda d: folders.append(d) or {"model_sha256": "abc"}, ["--check"]) == 0
+    assert folders and folders[0] != str(tmp_path) and not os.path.exists(folders[0])   # a temporary folder, gone
+    assert "== shipped abc" in capsys.readouterr().out
+    assert mod.check_rebuild(str(tmp_path), lambda d: {"model_sha256": "abd"}, ["--check"]) == 1
+    (tmp_path / "race_meta.json").write_text(json.dumps({"model_sha256": "abc", "versions": {}}))
+    assert mod.check_rebuild(str(tmp_path), lambda d: {"model_sha256": "abd"}, ["--check"]) == 1
+    assert "records no CPU capability: try again with ATEN_CPU_CAPABILITY=avx2" in capsys.readouterr().out

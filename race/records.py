@@ -310,8 +310,11 @@ class TargetVerdict:
 
     @property
     def recommended_rho(self) -> float:
-        """The one ρ to run: the range's centre, or the grid-edge point (pilot-best) of an open range."""
-        return self.best_rho if self.open_side else (self.rho_range[0] + self.rho_range[1]) / 2
+        """The one ρ to run, in measured ρ as the range is: the range's centre, or the measured ρ of
+        the grid-edge point (the pilot-best) of an open range."""
+        if self.open_side:
+            return next((p.rho_measured for p in self.points if p.rho_target == self.best_rho), self.best_rho)
+        return (self.rho_range[0] + self.rho_range[1]) / 2
 
     def contains(self, rho: float) -> bool:
         lo, hi = self.bounds

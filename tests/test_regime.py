@@ -328,7 +328,9 @@ def test_an_edge_verdict_opens_its_range_past_the_grid():
     v = classify(synthetic_results(response=FALLING, n_seeds=2, n_prompts=400, seed=7), n_boot=300).primary
     assert v.regime is Regime.SEARCH_HEAVY and v.best_rho == min(GRID)
     assert v.open_side == "below" and v.bounds == (0.0, v.rho_range[1])
-    assert v.recommended_rho == min(GRID) and v.contains(0.1) and not v.contains(v.rho_range[1] + 0.01)
+    # the one ρ to run: the edge point, in measured ρ as the range is
+    assert v.recommended_rho == v.points[0].rho_measured and abs(v.recommended_rho - min(GRID)) < 0.01
+    assert v.contains(0.1) and not v.contains(v.rho_range[1] + 0.01)
     assert v.range_text() == f"ρ ≤ {v.rho_range[1]:.2f}"
     # rising reward: the update-heavy mirror
     up = classify(synthetic_results(response=RISING, n_seeds=3, n_prompts=400, seed=7), n_boot=300).primary
@@ -354,7 +356,7 @@ def test_open_side_round_trips_and_old_files_read_closed():
 
     diag = classify(synthetic_results(response=FALLING, n_seeds=2, seed=7), n_boot=200)
     d = diag.to_dict()
-    assert d["open_side"] == "below" and d["recommended_rho"] == min(GRID)
+    assert d["open_side"] == "below" and d["recommended_rho"] == diag.primary.points[0].rho_measured
     assert Diagnosis.from_dict(d).primary.open_side == "below"
     old = dict(d["verdicts"]["reward"])
     del old["open_side"], old["recommended_rho"]              # a file written before the rule

@@ -75,7 +75,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
-    from race.scheduler import run_grid
+    from race.extend import check_extend, run_extended
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)
@@ -90,20 +90,11 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
     if force_forecast and full is None:
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
-    if extend:
-        from race.extend import check_extend
-
-        check_extend(extend, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
+    extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
-    if extend:
-        from race.extend import run_extended
-
-        results = run_extended(cfg, out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
-                               adaptive=adaptive, adaptive_share=adaptive_share, engine=engine)
-    else:
-        results = run_grid(cfg, out_dir=out, workers=workers, device=device, quiet=quiet, adaptive=adaptive,
-                           adaptive_share=adaptive_share, engine=engine)
+    results = run_extended(cfg, out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
+                           adaptive=adaptive, adaptive_share=adaptive_share, engine=engine)   # extend 0: run_grid
     import race.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.errors import PilotsFailed, RaceError
     from race.results import failure_message

@@ -319,8 +319,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     from race import presets
     from race.api import build_config
     from race.report import render_diagnosis
+    from race.extend import check_extend, run_extended
     from race.results import failure_message
-    from race.scheduler import run_grid
 
     if thorough and config_path:
         raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
@@ -332,11 +332,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
                        grid=grid, models=models, backend=backend, allow_approximate_flops=allow_approximate or None)
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
-    if extend:
-        from race.extend import check_extend
-
-        check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
-                     models=cfg.models)
+    check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
+                 models=cfg.models)
     if cfg.models:
         _pilot_models(cfg, out_dir=out_dir, full=full, import_pilots=import_pilots, plot_path=plot_path, fmt=fmt,
                       as_json=as_json, quiet=quiet, storage=storage, study=study, workers=workers, device=device,
@@ -351,12 +348,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     run_kw = dict(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
                   adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
                   adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce, engine=engine)
-    if extend:
-        from race.extend import run_extended
-
-        results = run_extended(cfg, extend=extend, **run_kw)
-    else:
-        results = run_grid(cfg, **run_kw)
+    results = run_extended(cfg, extend=extend, **run_kw)      # extend 0: run_grid itself
     if results.diagnosis is not None:
         if full and not failure_message(results):
             from race.api import save_forecast

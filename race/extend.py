@@ -23,12 +23,12 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from race import scheduler          # scheduler.run_grid read at call time (tests replace it there)
 from race.config import GridConfig
 from race.errors import ConfigError, RaceError
 from race.records import TargetVerdict
 from race.regime import edge_point
 from race.results import Results, failure_message
-from race.scheduler import run_grid
 
 MAX_ROUNDS = 5
 
@@ -68,15 +68,18 @@ def next_grid(config: GridConfig, results: Results) -> tuple[float, str] | None:
 
 def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | None = None,
                  quiet: bool = False, **run_kw: Any) -> Results:
-    """Run ``config``'s grid, then up to ``extend`` rounds past its best edge (module docstring).
-    ``run_kw``: what race.scheduler.run_grid takes (storage, workers, device, engine, …)."""
+    """Run ``config``'s grid, then up to ``extend`` rounds past its best edge (module docstring);
+    ``extend`` 0 is race.scheduler.run_grid itself. ``run_kw``: what run_grid takes (storage,
+    workers, device, engine, …)."""
+    check_extend(extend, adaptive=run_kw.get("adaptive"), adaptive_share=run_kw.get("adaptive_share"),
+                 workers=run_kw.get("workers"), models=config.models)
+    results = scheduler.run_grid(config, out_dir=out_dir, study=study, quiet=quiet, **run_kw)
+    if not extend:
+        return results
     from race.grid import plan_grid
     from race.pilot import Calibration
 
-    check_extend(extend, adaptive=run_kw.get("adaptive"), adaptive_share=run_kw.get("adaptive_share"),
-                 workers=run_kw.get("workers"), models=config.models)
     name = study or config.name
-    results = run_grid(config, out_dir=out_dir, study=study, quiet=quiet, **run_kw)
     run_kw = {k: v for k, v in run_kw.items() if k not in ("import_pilots", "announce")}
     cal = Calibration(**results.plan["calibration"]) if results.plan.get("calibration") else None
     for k in range(1, extend + 1):
@@ -95,8 +98,8 @@ def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | 
         _copy(os.path.join(out_dir, "results.json"), kept)
         _say(quiet, f"best point at the grid's {'lowest' if side == 'below' else 'highest'} ρ: extending the grid "
                     f"to ρ={point:g} (round {k} of {extend}; study {name}-x{k}; the grid so far → {kept})")
-        results = run_grid(wider, out_dir=out_dir, study=f"{name}-x{k}", quiet=quiet, import_pilots=kept,
-                           calibration=cal, **run_kw)
+        results = scheduler.run_grid(wider, out_dir=out_dir, study=f"{name}-x{k}", quiet=quiet,
+                                     import_pilots=kept, calibration=cal, **run_kw)
         config = wider
     return results
 

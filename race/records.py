@@ -277,6 +277,12 @@ def format_rho_range(rho_range: Sequence[float], open_side: str | None = None) -
     return f"[{lo:.2f}, {hi:.2f}]"
 
 
+def format_rho_set(rho_range: Sequence[float], open_side: str | None = None) -> str:
+    """The range as a statement about ρ: "ρ ∈ [0.52, 0.59]", "ρ ≤ 0.59" or "ρ ≥ 0.52"."""
+    text = format_rho_range(rho_range, open_side)
+    return text if open_side else f"ρ ∈ {text}"
+
+
 @dataclass(frozen=True)
 class TargetVerdict:
     """The regime verdict for one evaluation target."""
@@ -605,8 +611,7 @@ class Diagnosis:
 
     def summary(self) -> str:
         v = self.primary
-        rng = v.range_text()
-        return (f"RACE diagnosis: {v.regime.value}, recommended {rng if v.open_side else 'ρ ∈ ' + rng} "
+        return (f"RACE diagnosis: {v.regime.value}, recommended {format_rho_set(v.rho_range, v.open_side)} "
                 f"(confidence {v.confidence:.2f}, target {v.target})")
 
     @property

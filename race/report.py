@@ -14,7 +14,8 @@ import json
 from typing import Any, Callable, Mapping
 
 from race import records as _records
-from race.records import Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict, format_rho_range
+from race.records import (Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict, format_rho_range,
+                          format_rho_set)
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "md", "latex", "json")
@@ -212,8 +213,7 @@ def _agreement_table(diag: Diagnosis, fmt: str) -> str:
 
 
 def _verdict_lines(v: TargetVerdict) -> list[str]:
-    rng = v.range_text()
-    out = [f"verdict ({v.target}): {v.regime.value} · recommended {rng if v.open_side else 'ρ ∈ ' + rng} · "
+    out = [f"verdict ({v.target}): {v.regime.value} · recommended {format_rho_set(v.rho_range, v.open_side)} · "
            f"confidence {v.confidence:.2f}",
            f"pilot-best: ρ={v.best_rho:.2f} with {v.target} {v.best_reward:.4f}",
            f"slope d{v.target}/dlog ρ = {v.slope:+.4f} (CI {v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"]
@@ -269,10 +269,9 @@ def forecast_lines(fc: Forecast) -> list[str]:
     else:
         out.append(f"model: loglinear R(C) = a + b·ln C per ρ (R0 = {fc.r0:.4f}, base policy, not fitted)")
     half = [b for b in fc.backtests if b.model == fc.model]
-    rng = format_rho_range(fc.rho_range or (float("nan"), float("nan")), fc.open_side)
+    rng = format_rho_set(fc.rho_range or (float("nan"), float("nan")), fc.open_side)
     out.append(f"verdict at {fmt_flops(fc.full_run_budget)} FLOPs: {fc.regime.value if fc.regime else '?'} · best ρ "
-               f"{fc.best_rho:.2f} · {rng if fc.open_side else 'ρ ∈ ' + rng} · confidence {fc.confidence:.2f}; "
-               f"at the pilot budget "
+               f"{fc.best_rho:.2f} · {rng} · confidence {fc.confidence:.2f}; at the pilot budget "
                f"{fmt_flops(fc.pilot_budget)}: {fc.pilot_regime.value} · best ρ {fc.pilot_best_rho:.2f}"
                + (" · DIFFERS" if fc.differs else " · same"))
     if half:

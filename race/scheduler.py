@@ -559,18 +559,12 @@ def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequenc
 SCHEDULE_REL_TOL = 1e-5   # FLOP counts kept at 6 significant digits (compact records) are the same schedule
 
 
-def _schedule_difference(a: Any, b: Any, path: str = "") -> tuple | None:
+def _schedule_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple | None:
     """The first field where planned schedule ``a`` and a pilot's ``b`` differ: knobs (integers,
     strings) exactly, FLOP counts and ρ (floats) to ``SCHEDULE_REL_TOL``."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            d = _schedule_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
-            if d:
-                return d
-        return None
-    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        return None if math.isclose(a, b, rel_tol=SCHEDULE_REL_TOL) else (path, a, b)
-    return None if a == b else (path, a, b)
+    from race.store.study import _first_difference
+
+    return _first_difference(a, b, rel_tol=SCHEDULE_REL_TOL)
 
 
 def _written_config(results: Any) -> dict:

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from race import extend as X
+from race import scheduler
 from race.api import build_config
 from race.errors import RaceError
 from race.regime import classify, edge_point
@@ -58,7 +59,7 @@ def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_
         save_results(out_dir, res)
         return res
 
-    monkeypatch.setattr(X, "run_grid", fake_run_grid)
+    monkeypatch.setattr(scheduler, "run_grid", fake_run_grid)
     cfg = build_config({**SMALL, "schedule": {**SMALL["schedule"], "max_n_gen": 24}})   # lowest reachable ρ 0.285
     res = X.run_extended(cfg, out_dir=str(tmp_path), extend=3, workers=1)
     assert [c["grid"] for c in calls] == [(0.5, 0.62, 0.74), (0.4, 0.5, 0.62, 0.74), (0.32, 0.4, 0.5, 0.62, 0.74)]
@@ -83,7 +84,7 @@ def test_no_round_runs_when_the_best_is_inside_the_grid(tmp_path, monkeypatch):
         return Results(pilots=tuple(pilots), diagnosis=classify(pilots, n_boot=200), config=config.to_dict(),
                        plan={"calibration": CAL})
 
-    monkeypatch.setattr(X, "run_grid", fake_run_grid)
+    monkeypatch.setattr(scheduler, "run_grid", fake_run_grid)
     res = X.run_extended(build_config(SMALL), out_dir=str(tmp_path), extend=2)
     assert calls == [(0.5, 0.62, 0.74)] and res.diagnosis.primary.best_rho == 0.62
     assert not (tmp_path / "results-x0.json").exists()

@@ -103,13 +103,18 @@ def _fill_missing(stored: Any, defaults: Any) -> Any:
     return {**defaults, **{k: _fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
 
 
-def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+def _first_difference(a: Any, b: Any, path: str = "", *, rel_tol: float = 0.0) -> tuple[str, Any, Any] | None:
+    """The first (dotted path, a's value, b's value) where ``a`` and ``b`` differ, mappings walked
+    key by key; with ``rel_tol`` > 0 a float of ``a`` matches a number of ``b`` within that relative
+    tolerance (everything else, and every value at 0, exactly)."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
-            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k, rel_tol=rel_tol)
             if d:
                 return d
         return None
+    if rel_tol > 0 and isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return None if math.isclose(a, b, rel_tol=rel_tol) else (path, a, b)
     return None if a == b else (path, a, b)
 
 

@@ -343,28 +343,59 @@ def measured_rho(record: dict) -> dict[float, float]:
 RHO_TOL = 0.002
 
 
+def boot_means(record: dict, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[list[float], Any]:
+    """The full runs' ρ targets and an (n_boot × ρ) array of bootstrap means of the held-out reward:
+    each replicate resamples each point's seeds, then each chosen seed's prompts (memoized per record;
+    best_rho_ci and regret_gain_ci read the same replicates)."""
+    import numpy as np
+
+    def make():
+        by_rho: dict[float, list] = {}
+        for p in pilots_of(record):
+            by_rho.setdefault(p.rho_target, []).append(np.asarray(p.evals["reward"], dtype=float))
+        rhos = sorted(by_rho)
+        rng = np.random.default_rng(seed)
+        out = np.empty((n_boot, len(rhos)))
+        for b in range(n_boot):
+            for j, r in enumerate(rhos):
+                seeds = by_rho[r]
+                chosen = [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))]
+                out[b, j] = np.mean([s[rng.integers(0, len(s), len(s))].mean() for s in chosen])
+        return rhos, out
+
+    return _memo(record, f"boot/{n_boot}/{seed}", make)
+
+
 def best_rho_ci(record: dict, *, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, tuple[float, float]]:
     """The full runs' best ρ (highest mean over seeds) and a bootstrap CI over seeds and prompts."""
     import numpy as np
 
-    pilots = pilots_of(record)
-    by_rho: dict[float, list] = {}
-    for p in pilots:
-        by_rho.setdefault(p.rho_target, []).append(np.asarray(p.evals["reward"], dtype=float))
-    rhos = sorted(by_rho)
-    means = [np.mean([s.mean() for s in by_rho[r]]) for r in rhos]
-    best = rhos[int(np.argmax(means))]
-    rng = np.random.default_rng(seed)
-    picks = []
-    for _ in range(n_boot):
-        vals = []
-        for r in rhos:
-            seeds = by_rho[r]
-            chosen = [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))]
-            vals.append(np.mean([s[rng.integers(0, len(s), len(s))].mean() for s in chosen]))
-        picks.append(rhos[int(np.argmax(vals))])
+    means = point_means(record)
+    rhos = sorted(means)
+    best = rhos[int(np.argmax([np.mean(means[r]) for r in rhos]))]
+    b_rhos, reps = boot_means(record, n_boot=n_boot, seed=seed)
+    picks = [b_rhos[i] for i in np.argmax(reps, axis=1)]
     lo, hi = np.quantile(picks, [0.025, 0.975])
     return best, (float(lo), float(hi))
+
+
+def regret_gain_ci(record: dict, rec_rho: float, on_policy: float | None) -> tuple[tuple[float, float],
+                                                                                  tuple[float, float]]:
+    """95 % bootstrap CIs (the replicates of boot_means) of the regret at ``rec_rho`` (a measured ρ:
+    the best point's mean minus the response read at it) and of the gain there over the on-policy
+    point (nan without one). A replicate's best is its own maximum, so the regret CI leans high (the
+    maximum of noisy means is biased up); it says how far seed and prompt noise alone move the figure."""
+    import numpy as np
+
+    rhos, reps = boot_means(record)
+    meas = measured_rho(record)
+    axis = [meas[r] for r in rhos]
+    at = np.array([np.interp(rec_rho, axis, row) for row in reps])      # = interpolate(), per replicate
+    regret = reps.max(axis=1) - at
+    nan = (float("nan"), float("nan"))
+    gain = at - reps[:, rhos.index(on_policy)] if on_policy in rhos else None
+    q = lambda v: tuple(float(x) for x in np.quantile(v, [0.025, 0.975]))  # noqa: E731
+    return q(regret), (q(gain) if gain is not None else nan)
 
 
 def interpolate(means: dict[float, list[float]], rho: float) -> float:
@@ -377,6 +408,22 @@ def interpolate(means: dict[float, list[float]], rho: float) -> float:
         if rho <= x1:
             return y0 + (y1 - y0) * (rho - x0) / (x1 - x0)
     return ys[-1]
+
+
+def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free CI of a median from order statistics: the narrowest (k-th smallest,
+    k-th largest) pair covering it with probability ≥ ``level`` (binomial, p = 1/2); under 6 values
+    none reaches 0.95, and the (smallest, largest) pair is given with its own coverage.
+    Returns (low, high, coverage); nans without values."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return (float("nan"), float("nan"), float("nan"))
+    cover = lambda k: 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n  # noqa: E731  k-th from each end
+    k = 1
+    while k + 1 <= (n + 1) // 2 and cover(k + 1) >= level:
+        k += 1
+    return (xs[k - 1], xs[n - k], cover(k))
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -429,6 +476,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     closed_regret = best_mean - interpolate(on_axis, centre)
     on_policy = s.get("on_policy")
     gain = at_rec - sum(means[on_policy]) / len(means[on_policy]) if on_policy in means else float("nan")
+    regret_ci, gain_ci = regret_gain_ci(full, pv.recommended_rho, on_policy)
     b_lo, b_hi = pv.bounds
     pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
     full_pilots = pilots_of(full)
@@ -450,7 +498,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "best": best, "best_ci": best_ci, "best_measured": meas[best],
             "in_range": b_lo - RHO_TOL <= meas[best] <= b_hi + RHO_TOL,
             "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
-            else float("nan"), "gain": gain, "cost_one": pilot_flops / one_full,
+            else float("nan"), "regret_ci": regret_ci, "gain": gain, "gain_ci": gain_ci, "cost_one": pilot_flops / one_full,
             "cost_grid": pilot_flops / sum(p.flops.total for p in full_pilots),
             "collapses": collapses(full)}
 
@@ -608,7 +656,8 @@ def tables(suite: dict) -> str:
             coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
             if r["scored"]:
                 scores = (f"{r['best']:.2f} ({r['best_ci'][0]:.2f} … {r['best_ci'][1]:.2f}) | {_yn(r['in_range'])} | "
-                          f"{r['regret']:.4f}; {_fmt(r['regret_pse'], 2)}; {_fmt(r['regret_se'], 2)} | {r['gain']:+.4f}")
+                          f"{r['regret']:.4f} ({r['regret_ci'][0]:.4f} … {r['regret_ci'][1]:.4f}); {_fmt(r['regret_pse'], 2)}; "
+                          f"{_fmt(r['regret_se'], 2)} | {r['gain']:+.4f} ({r['gain_ci'][0]:+.4f} … {r['gain_ci'][1]:+.4f})")
             else:                       # collapsed full runs: no best ρ to find (scoring section)
                 scores = "— (collapsed) | not scored | — | —"
             lines.append(
@@ -626,6 +675,10 @@ def tables(suite: dict) -> str:
         lo, hi = wilson(same, n)
         regrets = sorted(r["regret_pse"] for r in scored if r["regret_pse"] == r["regret_pse"])
         med = statistics.median(regrets) if regrets else float("nan")
+        m_lo, m_hi, m_cover = median_ci(regrets)
+        in_lo, in_hi = wilson(inr, len(scored))
+        beat = sum(r["gain"] > 0 for r in scored)
+        b_lo, b_hi = wilson(beat, len(scored))
         closed = [r["closed_regret_pse"] for r in scored if r["closed_regret_pse"] == r["closed_regret_pse"]]
         med_closed = statistics.median(closed) if closed else float("nan")
         own = [r["regret_se"] for r in scored if r["regret_se"] == r["regret_se"]]
@@ -641,12 +694,15 @@ def tables(suite: dict) -> str:
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
                      f"(95 % CI {lo:.2f} … {hi:.2f}){trend}; where the full runs are conclusive {same_firm}/{len(firm)} "
                      f"(95 % CI {f_lo:.2f} … {f_hi:.2f}); full-run best ρ in the recommended range {inr}/{len(scored)}"
-                     f" ({'' if len(scored) == n else f'of the {len(scored)} whose full runs did not collapse; '}"
+                     f" (95 % CI {in_lo:.2f} … {in_hi:.2f}; "
+                     f"{'' if len(scored) == n else f'of the {len(scored)} whose full runs did not collapse; '}"
                      f"before the edge rule: {sum(r['closed_in_range'] for r in scored)}/{len(scored)}); "
-                     f"median regret {_fmt(med, 2)} pooled full-run SEs ({_fmt(med_own, 2)} of the best point's own; "
+                     f"median regret {_fmt(med, 2)} pooled full-run SEs ({m_cover:.0%} CI {_fmt(m_lo, 2)} … {_fmt(m_hi, 2)}, "
+                     f"order statistics; {_fmt(med_own, 2)} of the best point's own; "
                      f"before the edge rule: {_fmt(med_closed, 2)} pooled); "
-                     f"following RACE beat the on-policy run in {sum(r['gain'] > 0 for r in scored)}/{len(scored)} "
-                     f"(by more than one pooled SE in {sum(r['gain'] > r['pse'] for r in scored)}); "
+                     f"following RACE beat the on-policy run in {beat}/{len(scored)} (95 % CI {b_lo:.2f} … {b_hi:.2f}; "
+                     f"by more than one pooled SE in {sum(r['gain'] > r['pse'] for r in scored)}; its gain's "
+                     f"95 % CI above zero in {sum(r['gain_ci'][0] > 0 for r in scored)}); "
                      f"pilot verdict inconclusive {inc}/{n} "
                      f"(full runs inconclusive too: {inc_right}).")
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]

@@ -75,3 +75,47 @@ def test_a_grid_class_names_what_is_scored_beneath_it():
     assert validation._cls(row, "pilot") == "reward-heavy (trend underneath: search-heavy)"
     assert validation._cls(row, "full") == "unstable (9/15 fell back; balanced underneath)"
     assert validation._cls({**row, "pilot": "balanced"}, "pilot") == "balanced"
+
+
+def test_the_median_ci_is_the_order_statistic_interval_with_its_binomial_coverage():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    # n = 5: no pair reaches 0.95; (smallest, largest) covers with 1 - 2/32
+    assert validation.median_ci([3.0, 1.0, 5.0, 2.0, 4.0]) == (1.0, 5.0, 1 - 2 / 32)
+    # n = 9: (2nd, 8th) covers with 1 - 2 (1 + 9) / 512 = 0.961; (3rd, 7th) only 0.820
+    lo, hi, cover = validation.median_ci([float(i) for i in range(1, 10)])
+    assert (lo, hi) == (2.0, 8.0) and abs(cover - (1 - 20 / 512)) < 1e-12
+
+
+def test_regret_and_gain_cis_bracket_the_point_figures_of_a_grid():
+    """A full-run grid built by hand (test double of a record): three ρ, three seeds, 50 prompts of
+    0/1 scores; the best point is ρ 0.5. Regret at the best point's own ρ is 0 in every replicate
+    whose best is 0.5; the gain there over the on-policy point 0.7 is its mean difference."""
+    import random
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    rnd = random.Random(0)
+    level = {0.3: 0.5, 0.5: 0.8, 0.7: 0.3}
+    pilots = []
+    for rho, p in level.items():
+        for seed in range(3):
+            pilots.append({"status": "complete", "rho_target": rho, "seed": seed,
+                           "evals": {"reward": [float(rnd.random() < p) for _ in range(50)]}, "flops_rho": rho})
+    record = {"pilots": pilots}
+
+    class P:                                   # the two fields the statistics read
+        def __init__(self, d):
+            self.rho_target, self.evals = d["rho_target"], d["evals"]
+            self.flops = type("F", (), {"rho": d["flops_rho"]})()
+
+    validation._memo(record, "pilots", lambda: [P(d) for d in pilots])
+    means = validation.point_means(record)
+    (r_lo, r_hi), (g_lo, g_hi) = validation.regret_gain_ci(record, 0.5, 0.7)
+    gain = sum(means[0.5]) / 3 - sum(means[0.7]) / 3
+    assert r_lo == 0.0 and r_hi < 0.05            # 0.5 is best in nearly every replicate
+    assert g_lo < gain < g_hi and g_lo > 0.3      # a 0.5-wide gap, 150 prompts a point
+    (r_lo, r_hi), (g_lo, g_hi) = validation.regret_gain_ci(record, 0.3, None)
+    assert r_lo > 0.15 and g_lo != g_lo           # 0.3 trails by ~0.3; no on-policy point: nan

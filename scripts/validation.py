@@ -524,9 +524,9 @@ def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
             else float("nan")}
 
 
-def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> str:
-    """The verdict an adaptive grid of ``share`` would have given, replayed on the pilot grid's pilots."""
-    from race.regime import classify
+def adaptive_record(pilot: dict, share: float, policy: str = "informative") -> dict:
+    """The pilot grid an adaptive study of ``share`` would have run, replayed on the pilot grid's own
+    pilots (race.scheduler.adaptive_subset): the record with only those pilots, scored like any grid."""
     from race.scheduler import adaptive_subset
 
     pilots = pilots_of(pilot)
@@ -538,8 +538,9 @@ def adaptive_regime(pilot: dict, share: float, policy: str = "informative") -> s
         p = by_key[key]
         return sum(p.evals["reward"]) / len(p.evals["reward"])
 
-    keys = adaptive_subset(policy, grid, seeds, score, share=share)
-    return grid_class(classify([by_key[k] for k in keys], primary_target="reward", n_boot=N_BOOT, seed=0))
+    keys = set(adaptive_subset(policy, grid, seeds, score, share=share))
+    return {**pilot, "pilots": [p for p in pilot["pilots"] if p.get("status") == "complete"
+                                and (float(p["rho_target"]), int(p["seed"])) in keys]}
 
 
 def ranking_by_budget(record: dict) -> list[tuple[float, float, float | None]]:
@@ -598,7 +599,7 @@ def _scored(s: dict) -> dict | None:
     row = setting_row(s, pilot, full)
     row["forecast"] = forecast_row(pilot, full, row)
     ext = load_run(s["name"], EXTENDED)
-    return {"row": row, "adaptive": {sh: adaptive_regime(pilot, sh) for sh in (0.5, 0.67)},
+    return {"row": row, "adaptive": {sh: setting_row(s, adaptive_record(pilot, sh), full) for sh in (0.5, 0.67)},
             "ext": setting_row(s, ext, full) if ext else None}
 
 
@@ -791,18 +792,32 @@ def tables(suite: dict) -> str:
     if not adaptive:
         lines.append("No setting complete yet.")
     else:
-        lines += ["| setting | full pilot grid | adaptive 0.5 | adaptive 0.67 | full runs |", "|---|---|---|---|---|"]
+        lines += ["Each cell: verdict (range); full-run best ρ in that range; regret at its recommended ρ in pooled "
+                  "full-run SEs; the grid's cost as a share of one full run.", "",
+                  "| setting | full pilot grid | adaptive 0.5 | adaptive 0.67 | full runs |", "|---|---|---|---|---|"]
+
+        def cell(r: dict) -> str:
+            scores = f"{_yn(r['in_range'])}; {_fmt(r['regret_pse'], 2)}" if r["scored"] else "not scored"
+            return f"{r['pilot']} ({r['pilot_range_text']}); {scores}; {r['cost_one']:.0%}"
+
         for s, regs, r in adaptive:
-            lines.append(f"| {s['name']} | {r['pilot']} | {regs[0.5]} | {regs[0.67]} | {r['full']} |")
+            lines.append(f"| {s['name']} | {cell(r)} | {cell(regs[0.5])} | {cell(regs[0.67])} | {r['full']} |")
         lines.append("")
         for half in ("development", "held-out"):
             sel = [(regs, r) for s, regs, r in adaptive if s["half"] == half]
-            cells = [f"share {sh}: {sum(regs[sh] == r['full'] for regs, r in sel)}/{len(sel)}" for sh in (0.5, 0.67)]
-            lines.append(f"- **{half}**: same regime as the full runs — full pilot grid "
-                         f"{sum(r['pilot'] == r['full'] for _, r in sel)}/{len(sel)}, " + ", ".join(cells) +
-                         f"; same verdict as the full pilot grid — " + ", ".join(
-                             f"share {sh}: {sum(regs[sh] == r['pilot'] for regs, r in sel)}/{len(sel)}"
-                             for sh in (0.5, 0.67)) + ".")
+            grids = [("full pilot grid", [r for _, r in sel])] + [(f"share {sh}", [regs[sh] for regs, _ in sel])
+                                                                  for sh in (0.5, 0.67)]
+            parts = []
+            for label, rs in grids:
+                scored = [g for g in rs if g["scored"]]
+                regrets = [g["regret_pse"] for g in scored if g["regret_pse"] == g["regret_pse"]]
+                parts.append(f"{label}: same regime {sum(g['pilot'] == g['full'] for g in rs)}/{len(rs)}, "
+                             f"in range {sum(g['in_range'] for g in scored)}/{len(scored)}, median regret "
+                             f"{_fmt(statistics.median(regrets), 2) if regrets else '—'} pooled SEs, cost "
+                             f"{statistics.median(g['cost_one'] for g in rs):.0%} of a full run (median)")
+            lines.append(f"- **{half}**: " + "; ".join(parts) + "; same verdict as the full pilot grid — " + ", ".join(
+                f"share {sh}: {sum(regs[sh]['pilot'] == r['pilot'] for regs, r in sel)}/{len(sel)}"
+                for sh in (0.5, 0.67)) + ".")
     return "\n".join(lines) + "\n"
 
 

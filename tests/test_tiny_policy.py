@@ -139,7 +139,8 @@ def test_check_rebuilds_with_the_cpu_kernels_the_asset_records(tmp_path, monkeyp
     then it cannot (the re-run is captured here, not performed)."""
     mod = _builder()
     for name, cap in (("tiny-arith", "AVX2"), ("tiny-arith-s", "AVX512"), ("tiny-arith-l", "AVX512"),
-                      ("tiny-arith-steps", "AVX2"), ("tiny-prm-s", "AVX2"), ("tiny-prm-l", "AVX2")):
+                      ("tiny-arith-steps", "AVX2"), ("tiny-prm-s", "AVX2"), ("tiny-prm-l", "AVX2"),
+                      ("tiny-reasoner", "AVX512")):
         meta = json.load(open(os.path.join(TINY_MODEL, "..", name, "race_meta.json"), encoding="utf-8"))
         assert meta["versions"]["cpu_capability"] == cap
     have = torch.backends.cpu.get_cpu_capability()

@@ -805,6 +805,8 @@ def tables(suite: dict) -> str:
         lines.append("")
         for half in ("development", "held-out"):
             sel = [(regs, r) for s, regs, r in adaptive if s["half"] == half]
+            if not sel:
+                continue
             grids = [("full pilot grid", [r for _, r in sel])] + [(f"share {sh}", [regs[sh] for regs, _ in sel])
                                                                   for sh in (0.5, 0.67)]
             parts = []

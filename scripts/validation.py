@@ -705,7 +705,10 @@ def tables(suite: dict) -> str:
                      f"by more than one pooled SE in {sum(r['gain'] > r['pse'] for r in scored)}; its gain's "
                      f"95 % CI above zero in {sum(r['gain_ci'][0] > 0 for r in scored)}); "
                      f"pilot verdict inconclusive {inc}/{n} "
-                     f"(full runs inconclusive too: {inc_right}).")
+                     f"(full runs inconclusive too: {inc_right}); the full-run best ρ below the pilot grid's best "
+                     f"in {sum(r['best'] < r['pilot_best_rho'] for r in scored)}/{len(scored)} (the same point in "
+                     f"{sum(r['best'] == r['pilot_best_rho'] for r in scored)}, above in "
+                     f"{sum(r['best'] > r['pilot_best_rho'] for r in scored)}).")
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]
     lines += ["", "Confusion (all complete settings; rows: pilot verdict, columns: full-run verdict):", "",
               "| pilot \\ full | " + " | ".join(regimes) + " |", "|---|" + "---|" * len(regimes)]

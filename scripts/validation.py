@@ -390,7 +390,7 @@ def regret_gain_ci(record: dict, rec_rho: float, on_policy: float | None) -> tup
     rhos, reps = boot_means(record)
     meas = measured_rho(record)
     axis = [meas[r] for r in rhos]
-    at = np.array([np.interp(rec_rho, axis, row) for row in reps])      # = interpolate(), per replicate
+    at = np.array([np.interp(rec_rho, axis, row) for row in reps])      # interpolate(), per replicate
     regret = reps.max(axis=1) - at
     nan = (float("nan"), float("nan"))
     gain = at - reps[:, rhos.index(on_policy)] if on_policy in rhos else None
@@ -399,15 +399,12 @@ def regret_gain_ci(record: dict, rec_rho: float, on_policy: float | None) -> tup
 
 
 def interpolate(means: dict[float, list[float]], rho: float) -> float:
-    """The full-run response (mean over seeds) at ``rho``, linear between grid points."""
+    """The full-run response (mean over seeds) at ``rho``, linear between grid points and flat past
+    the ends (numpy.interp, which regret_gain_ci applies to each bootstrap replicate)."""
+    import numpy as np
+
     xs = sorted(means)
-    ys = [sum(means[x]) / len(means[x]) for x in xs]
-    if rho <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if rho <= x1:
-            return y0 + (y1 - y0) * (rho - x0) / (x1 - x0)
-    return ys[-1]
+    return float(np.interp(rho, xs, [sum(means[x]) / len(means[x]) for x in xs]))
 
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:

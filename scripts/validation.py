@@ -41,6 +41,10 @@ RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR 
 KINDS = {"pilot": 1, "full10": 10, "full30": 30}
 EXTENDED = "pilot-x1"        # the pilot grid after race pilot --extend 1 (run_extension); budget factor 1
 N_BOOT = 1000
+# the settings whose full runs had been looked at when the candidate low-side rule was written down
+# (candidate_range, 2026-12-02): only the others judge it
+CANDIDATE_SEEN = frozenset({"default", "structured", "generate", "lr-x3", "default-cosine", "steps-sparse",
+                            "dense", "hard", "lr-x0.3", "steps-prm", "steps-proxy-prm"})
 BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"
 
 
@@ -446,6 +450,22 @@ def _fallen(diag: Any) -> tuple[int, int]:
     return (st.fell, st.pilots) if st else (0, 0)
 
 
+def candidate_range(pv: Any, pilot_grid: dict[float, float]) -> tuple[float, float, float]:
+    """The candidate low-side rule (written down on 2026-12-02, after the held-out half's first five
+    settings and before the reasoner's, lr-x3-cosine's and the 30 × B full runs were looked at; not
+    adopted): the recommended range's lower bound moves down to the pilot grid's next measured point
+    below it, since the full-run best ρ lay below the pilot grid's best in 7 of the first 10 scored
+    settings. A range already open below, or whose lower bound is at the grid's lowest point, is
+    unchanged. Returns (low, high, the ρ where it is read: the new range's centre; an open range keeps
+    its edge point)."""
+    b_lo, b_hi = pv.bounds
+    if pv.open_side == "below":
+        return b_lo, b_hi, pv.recommended_rho
+    lower = [m for m in pilot_grid.values() if m < b_lo - RHO_TOL]
+    lo = max(lower) if lower else b_lo
+    return lo, b_hi, pv.recommended_rho if pv.open_side == "above" else (lo + b_hi) / 2
+
+
 def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     """Every per-setting metric of docs/validation.md for one setting with both grids done."""
     import statistics
@@ -475,6 +495,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     gain = at_rec - sum(means[on_policy]) / len(means[on_policy]) if on_policy in means else float("nan")
     regret_ci, gain_ci = regret_gain_ci(full, pv.recommended_rho, on_policy)
     b_lo, b_hi = pv.bounds
+    c_lo, c_hi, c_read = candidate_range(pv, measured_rho(pilot))
     pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
     full_pilots = pilots_of(full)
     one_full = max(p.flops.total for p in full_pilots)
@@ -493,7 +514,11 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             "pilot_confidence": pv.confidence, "full": grid_class(fd), "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
             "best": best, "best_ci": best_ci, "best_measured": meas[best],
-            "in_range": b_lo - RHO_TOL <= meas[best] <= b_hi + RHO_TOL,
+            "in_range": b_lo - RHO_TOL <= meas[best] <= b_hi + RHO_TOL, "bounds": (b_lo, b_hi),
+            # the candidate low-side rule, written down before the data it is judged on (candidate_range)
+            "cand_range": (c_lo, c_hi), "cand_in_range": c_lo - RHO_TOL <= meas[best] <= c_hi + RHO_TOL,
+            "cand_regret_pse": (best_mean - interpolate(on_axis, c_read)) / pse if pse and pse == pse and pse > 0
+            else float("nan"),
             "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
             else float("nan"), "regret_ci": regret_ci, "gain": gain, "gain_ci": gain_ci, "cost_one": pilot_flops / one_full,
             "cost_grid": pilot_flops / sum(p.flops.total for p in full_pilots),
@@ -596,8 +621,21 @@ def _scored(s: dict) -> dict | None:
     row = setting_row(s, pilot, full)
     row["forecast"] = forecast_row(pilot, full, row)
     ext = load_run(s["name"], EXTENDED)
+    long = load_run(s["name"], "full30")
     return {"row": row, "adaptive": {sh: setting_row(s, adaptive_record(pilot, sh), full) for sh in (0.5, 0.67)},
-            "ext": setting_row(s, ext, full) if ext else None}
+            "ext": setting_row(s, ext, full) if ext else None,
+            "long": long_row(s, pilot, full, long) if long else None}
+
+
+def long_row(s: dict, pilot: dict, full: dict, long: dict) -> dict[str, Any]:
+    """The pilot verdict scored against the 30 × B full runs (``setting_row`` on them), with the
+    10 × B best ρ among the same ρ beside it: does the best ρ keep moving as the budget grows?"""
+    row = setting_row(s, pilot, long)
+    means = point_means(full)
+    same = {r: v for r, v in means.items() if any(abs(r - x) < 1e-9 for x in point_means(long))}
+    row["best10_same_points"] = max(same, key=lambda r: sum(same[r]) / len(same[r])) if same else None
+    row["long_rhos"] = sorted(point_means(long))
+    return row
 
 
 def _score_all(settings: list[dict]) -> list[dict | None]:
@@ -617,7 +655,7 @@ def tables(suite: dict) -> str:
     import statistics
 
     lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
-    rows, adaptive, ext_rows = [], [], {}
+    rows, adaptive, ext_rows, long_rows = [], [], {}, []
     for s, got in zip(suite["settings"], _score_all(suite["settings"])):
         recs = {k: load_run(s["name"], k) for k in KINDS}
         cells = []
@@ -641,6 +679,8 @@ def tables(suite: dict) -> str:
             adaptive.append((s, got["adaptive"], got["row"]))
             if got["ext"]:
                 ext_rows[s["name"]] = got["ext"]
+            if got["long"]:
+                long_rows.append(got["long"])
     lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""]
     if not rows:
         lines.append("No setting has both its pilot grid and its full runs yet.")
@@ -718,16 +758,38 @@ def tables(suite: dict) -> str:
     else:
         lines += ["A search-heavy verdict whose pilot-best point is the grid's lowest ρ recommends ρ ≤ its range's "
                   "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point "
-                  "(race.regime.open_side); before, every verdict named its closed range, read at the centre.", "",
+                  "(race.regime.open_side); before, every verdict named its closed range, read at the centre. "
+                  "The last columns score the candidate low-side rule (not adopted; `candidate_range` in "
+                  "scripts/validation.py): the range's lower bound moved down to the pilot grid's next point, "
+                  "read at the new centre. It was written down after the first ten settings' full runs had been "
+                  "looked at, so only the settings marked *unseen* judge it.", "",
                   "| setting | half | range before → after | full-run best ρ in range (before; after) "
-                  "| regret, pooled full-run SEs (before; after) |",
-                  "|---|---|---|---|---|"]
+                  "| regret, pooled full-run SEs (before; after) | candidate range | in it | regret at its centre, "
+                  "pooled SEs |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lo, hi = r["pilot_range"]
             rng = f"[{lo:.2f}, {hi:.2f}]" + (f" → {r['pilot_range_text']}" if r["open_side"] else " (unchanged)")
-            lines.append(f"| {r['setting']} | {r['half']} | {rng} | " + (
+            c_lo, c_hi = r["cand_range"]
+            cand = (f"ρ ≤ {c_hi:.2f}" if r["open_side"] == "below" else f"[{c_lo:.2f}, {c_hi:.2f}]"
+                    + (" (unchanged)" if abs(c_lo - r["bounds"][0]) < 1e-12 else ""))
+            seen = "" if r["setting"] in CANDIDATE_SEEN else " (unseen)"
+            lines.append(f"| {r['setting']}{seen} | {r['half']} | {rng} | " + (
                 f"{_yn(r['closed_in_range'])}; {_yn(r['in_range'])} | {_fmt(r['closed_regret_pse'], 2)}; "
-                f"{_fmt(r['regret_pse'], 2)} |" if r["scored"] else "not scored | — |"))
+                f"{_fmt(r['regret_pse'], 2)} | {cand} | {_yn(r['cand_in_range'])} | {_fmt(r['cand_regret_pse'], 2)} |"
+                if r["scored"] else f"not scored | — | {cand} | not scored | — |"))
+        lines.append("")
+        for label, sel in (("seen when it was written", [r for r in rows if r["setting"] in CANDIDATE_SEEN]),
+                           ("unseen", [r for r in rows if r["setting"] not in CANDIDATE_SEEN])):
+            sc = [r for r in sel if r["scored"]]
+            if not sc:
+                lines.append(f"- Candidate, {label}: no scored setting yet.")
+                continue
+            med = statistics.median(r["regret_pse"] for r in sc)
+            c_med = statistics.median(r["cand_regret_pse"] for r in sc)
+            lines.append(f"- Candidate, {label} ({len(sc)} scored): full-run best ρ in range "
+                         f"{sum(r['in_range'] for r in sc)}/{len(sc)} as adopted, {sum(r['cand_in_range'] for r in sc)}"
+                         f"/{len(sc)} under the candidate; median regret {_fmt(med, 2)} → {_fmt(c_med, 2)} pooled SEs.")
     lines += ["", "### Extending the pilot grid past its edge (`race pilot --extend 1`)", ""]
     lines += extension_lines(suite, rows, ext_rows)
     lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
@@ -748,6 +810,8 @@ def tables(suite: dict) -> str:
         lines.append(f"Forecasts made {len(made)}/{len(rows)}; same regime as the full runs "
                      f"{sum(bool(r['forecast']['same']) for r in made)}/{len(made)}; best ρ inside the full runs' "
                      f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/{len(made)}.")
+    lines += ["", "### The pilot verdict against the 30 × B full runs", ""]
+    lines += long_lines(suite, long_rows)
     lines += ["", "### How the full runs rank ρ as their budget grows (held-out checkpoints)", ""]
     ranked = [(s["name"], k, load_run(s["name"], k)) for s in suite["settings"] for k in ("full10", "full30")
               if data_path(s["name"], k).is_file()]
@@ -821,6 +885,36 @@ def tables(suite: dict) -> str:
                 f"share {sh}: {sum(regs[sh]['pilot'] == r['pilot'] for regs, r in sel)}/{len(sel)}"
                 for sh in (0.5, 0.67)) + ".")
     return "\n".join(lines) + "\n"
+
+
+def long_lines(suite: dict, long_rows: list[dict]) -> list[str]:
+    """The 30 × B table: per setting with a ``long_grid``, its full runs' verdict and best ρ against
+    the pilot's range (as adopted, and the candidate low-side rule's) and the 10 × B best ρ."""
+    wanted = [s["name"] for s in suite["settings"] if s.get("long_grid")]
+    if not wanted:
+        return ["No setting has a 30 × B grid."]
+    out = ["| setting | half | ρ at 30×B | full-run verdict at 30×B (confidence) | best ρ at 30×B (95 % CI) "
+           "| best ρ at 10×B, same points | in the pilot's range (adopted; candidate) | regret at the pilot's "
+           "recommended ρ, pooled 30×B SEs (adopted; candidate) | collapses per ρ |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    by_name = {r["setting"]: r for r in long_rows}
+    for s in suite["settings"]:
+        if s["name"] not in wanted:
+            continue
+        r = by_name.get(s["name"])
+        if r is None:
+            out.append(f"| {s['name']} | {s['half']} | " + ", ".join(f"{x:g}" for x in s["long_grid"])
+                       + " | not run | — | — | — | — | — |")
+            continue
+        coll = ", ".join(f"{k:g}: {v}" for k, v in r["collapses"].items() if v) or "none"
+        b10 = "—" if r["best10_same_points"] is None else f"{r['best10_same_points']:.2f}"
+        out.append(f"| {r['setting']} | {r['half']} | {', '.join(f'{x:g}' for x in r['long_rhos'])} | "
+                   f"{_cls(r, 'full')} ({r['full_confidence']:.2f}) | "
+                   + (f"{r['best']:.2f} ({r['best_ci'][0]:.2f} … {r['best_ci'][1]:.2f}) | {b10} | "
+                      f"{_yn(r['in_range'])}; {_yn(r['cand_in_range'])} | {_fmt(r['regret_pse'], 2)}; "
+                      f"{_fmt(r['cand_regret_pse'], 2)} | " if r["scored"] else f"— (collapsed) | {b10} | not scored | — | ")
+                   + f"{coll} |")
+    return out
 
 
 def extension_lines(suite: dict, rows: list[dict], ext_rows: dict[str, dict]) -> list[str]:

@@ -119,3 +119,24 @@ def test_regret_and_gain_cis_bracket_the_point_figures_of_a_grid():
     assert g_lo < gain < g_hi and g_lo > 0.3      # a 0.5-wide gap, 150 prompts a point
     (r_lo, r_hi), (g_lo, g_hi) = validation.regret_gain_ci(record, 0.3, None)
     assert r_lo > 0.15 and g_lo != g_lo           # 0.3 trails by ~0.3; no on-policy point: nan
+
+
+def test_the_candidate_low_side_rule_moves_only_the_lower_bound_one_grid_point_down():
+    """candidate_range on verdicts built by hand (test doubles of race.records.TargetVerdict): a
+    closed range drops its lower bound to the next measured grid point below and is read at the
+    new centre; one open below, or already at the grid's lowest point, is unchanged."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    grid = {0.25: 0.253, 0.4: 0.404, 0.55: 0.533, 0.7: 0.695}
+    closed = SimpleNamespace(bounds=(0.2775, 0.4522), open_side=None, recommended_rho=0.36485)
+    lo, hi, read = validation.candidate_range(closed, grid)
+    assert (lo, hi) == (0.253, 0.4522) and abs(read - (0.253 + 0.4522) / 2) < 1e-12
+    at_bottom = SimpleNamespace(bounds=(0.2535, 0.40), open_side=None, recommended_rho=0.32675)
+    assert validation.candidate_range(at_bottom, grid) == (0.2535, 0.40, 0.32675)   # within RHO_TOL of 0.253
+    below = SimpleNamespace(bounds=(0.0, 0.59), open_side="below", recommended_rho=0.253)
+    assert validation.candidate_range(below, grid) == (0.0, 0.59, 0.253)
+    above = SimpleNamespace(bounds=(0.55, 1.0), open_side="above", recommended_rho=0.695)
+    assert validation.candidate_range(above, grid) == (0.533, 1.0, 0.695)

@@ -884,7 +884,36 @@ def tables(suite: dict) -> str:
             lines.append(f"- **{half}**: " + "; ".join(parts) + "; same verdict as the full pilot grid — " + ", ".join(
                 f"share {sh}: {sum(regs[sh]['pilot'] == r['pilot'] for regs, r in sel)}/{len(sel)}"
                 for sh in (0.5, 0.67)) + ".")
+    lines += ["", "### Wall time", ""] + wall_lines(suite)
     return "\n".join(lines) + "\n"
+
+
+def wall_lines(suite: dict) -> list[str]:
+    """Wall time per committed grid: each run's own time (its ``wall_seconds`` phases summed: setup,
+    rollout, reward, update, sync, evaluation, checkpoints), median and total, and the wall of the
+    command that finished the grid (a resumed grid counts only its last invocation). An extended
+    grid counts only the runs it added (its imported pilots are the pilot grid's)."""
+    import statistics
+
+    out = ["| setting | grid | runs | one run, median (min) | all runs (core-hours) | wall of the finishing command (min) |",
+           "|---|---|---|---|---|---|"]
+    total = 0.0
+    for s in suite["settings"]:
+        for kind in (*KINDS, EXTENDED):
+            rec = load_run(s["name"], kind)
+            if rec is None:
+                continue
+            base = set(load_run(s["name"], "pilot")["grid"]) if kind == EXTENDED else set()
+            runs = [sum(p["wall_seconds"].values()) for p in rec["pilots"]       # an extension: its own runs only
+                    if p.get("wall_seconds") and p["rho_target"] not in base]
+            if not runs:
+                continue
+            total += sum(runs)
+            out.append(f"| {s['name']} | {kind} | {len(runs)} | {statistics.median(runs) / 60:.1f} | "
+                       f"{sum(runs) / 3600:.2f} | {rec['wall_seconds'] / 60:.0f} |")
+    out += ["", f"All committed runs: {total / 3600:.1f} core-hours (one run is one process on one core; "
+                "two ran at a time, often beside other work, so a run's time depends on the load it met)."]
+    return out
 
 
 def long_lines(suite: dict, long_rows: list[dict]) -> list[str]:

@@ -704,6 +704,7 @@ def tables(suite: dict) -> str:
                 f"{'yes' if r['pilot'] == r['full'] else 'no'} | {scores} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | "
                 f"{coll} | {_fmt(r['support'], 2) if r['scored'] else '—'} |")
     lines += ["", "### Over the suite", ""]
+    summary: dict[str, dict[str, Any]] = {}
     for half in ("development", "held-out"):
         sel = [r for r in rows if r["half"] == half]
         n = len(sel)
@@ -727,6 +728,9 @@ def tables(suite: dict) -> str:
         same_firm = sum(r["pilot"] == r["full"] for r in firm)
         f_lo, f_hi = wilson(same_firm, len(firm))
         heavy = [r for r in sel if "reward-heavy" in (r["pilot_regime"], r["full_regime"])]
+        summary[half] = {"n": n, "same": same, "same_ci": (lo, hi), "scored": len(scored), "in_range": inr,
+                         "in_ci": (in_lo, in_hi), "median": med, "median_ci": (m_lo, m_hi, m_cover), "beat": beat,
+                         "beat_ci": (b_lo, b_hi), "beat_clear": sum(r["gain_ci"][0] > 0 for r in scored)}
         trend = (f"; reward-heavy settings: same trend underneath {sum(r['pilot_trend'] == r['full_trend'] for r in heavy)}"
                  f"/{len(heavy)}" if heavy else "")
         lines.append(f"- **{half}** ({n} settings complete): same regime {same}/{n} "
@@ -746,6 +750,7 @@ def tables(suite: dict) -> str:
                      f"in {sum(r['best'] < r['pilot_best_rho'] for r in scored)}/{len(scored)} (the same point in "
                      f"{sum(r['best'] == r['pilot_best_rho'] for r in scored)}, above in "
                      f"{sum(r['best'] > r['pilot_best_rho'] for r in scored)}).")
+    lines += [""] + target_lines(summary.get("held-out"))
     regimes = ["search-heavy", "balanced", "update-heavy", "reward-heavy", "inconclusive", "unstable"]
     lines += ["", "Confusion (all complete settings; rows: pilot verdict, columns: full-run verdict):", "",
               "| pilot \\ full | " + " | ".join(regimes) + " |", "|---|" + "---|" * len(regimes)]
@@ -886,6 +891,27 @@ def tables(suite: dict) -> str:
                 for sh in (0.5, 0.67)) + ".")
     lines += ["", "### Wall time", ""] + wall_lines(suite)
     return "\n".join(lines) + "\n"
+
+
+def target_lines(h: dict[str, Any] | None) -> list[str]:
+    """The issue's targets against the held-out half's measurement (``h``: its summary from ``tables``)."""
+    if not h or not h["n"]:
+        return ["The issue's targets, on the held-out half: no held-out setting complete yet."]
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "missed"
+    m_lo, m_hi, cover = h["median_ci"]
+    rate_in = h["in_range"] / h["scored"] if h["scored"] else float("nan")
+    return ["The issue's targets, on the held-out half:", "",
+            "| target | goal | measured (CI) | |", "|---|---|---|---|",
+            f"| same regime | ≥ 0.9 | {h['same']}/{h['n']} = {h['same'] / h['n']:.2f} (95 % {h['same_ci'][0]:.2f} … "
+            f"{h['same_ci'][1]:.2f}) | {met(h['same'] / h['n'] >= 0.9)} |",
+            f"| full-run best ρ in the recommended range | ≥ 80 % | {h['in_range']}/{h['scored']} = {rate_in:.0%} (95 % "
+            f"{h['in_ci'][0]:.2f} … {h['in_ci'][1]:.2f}) | {met(rate_in >= 0.8)} |",
+            f"| median regret | ≤ 1 full-run SE | {_fmt(h['median'], 2)} pooled SEs ({cover:.0%} {_fmt(m_lo, 2)} … "
+            f"{_fmt(m_hi, 2)}) | {met(h['median'] <= 1)} |",
+            f"| following RACE beats on-policy | reported | {h['beat']}/{h['scored']} (95 % {h['beat_ci'][0]:.2f} … "
+            f"{h['beat_ci'][1]:.2f}; its gain's CI above zero in {h['beat_clear']}) | — |"]
 
 
 def wall_lines(suite: dict) -> list[str]:

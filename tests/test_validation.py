@@ -140,3 +140,16 @@ def test_the_candidate_low_side_rule_moves_only_the_lower_bound_one_grid_point_d
     assert validation.candidate_range(below, grid) == (0.0, 0.59, 0.253)
     above = SimpleNamespace(bounds=(0.55, 1.0), open_side="above", recommended_rho=0.695)
     assert validation.candidate_range(above, grid) == (0.533, 1.0, 0.695)
+
+
+def test_the_targets_table_says_met_or_missed_against_the_issue_goals():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    h = {"n": 6, "same": 5, "same_ci": (0.44, 0.97), "scored": 5, "in_range": 4, "in_ci": (0.38, 0.96),
+         "median": 0.31, "median_ci": (0.01, 3.87, 0.97), "beat": 3, "beat_ci": (0.23, 0.88), "beat_clear": 2}
+    rows = validation.target_lines(h)
+    assert rows[4].endswith("| missed |") and "5/6 = 0.83" in rows[4]       # 0.83 < 0.9
+    assert rows[5].endswith("| met |") and "4/5 = 80%" in rows[5]           # exactly the goal
+    assert rows[6].endswith("| met |") and "0.31 pooled SEs (97% 0.01 … 3.87)" in rows[6]
+    assert validation.target_lines(None) == ["The issue's targets, on the held-out half: no held-out setting complete yet."]

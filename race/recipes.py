@@ -25,6 +25,9 @@ Invariants:
   learning-rate schedule it lacks; the per-dataset healthy recipe) is one line in ``notes``; for the
   subset the recipe is the nearest expressible one (every generated rollout trained, the (n, μ) whose
   ρ as RACE's pilots count it is nearest the target), with both ρ stated.
+- **A long run at a constant rate is flagged.** A full run ≥ ``LONG_RUN`` pilot budgets with
+  ``learning_rate.schedule: constant`` gets one note: a rate every pilot survived can collapse over
+  such a run (measured in docs/validation.md). The settings still carry the configured schedule.
 - Bad input (unknown trainer, ρ outside (0, 1), no full-run budget, a results file without a
   diagnosis, a budget below one step) raises ``RaceError`` with one line naming the value.
 """
@@ -216,6 +219,11 @@ def _check_rho(rho: Any) -> float:
     return r
 
 
+# a full run at least this many pilot budgets long with a constant learning rate gets a note: the
+# validation study's full runs at 10× collapsed where their pilots had not (docs/validation.md)
+LONG_RUN = 10.0
+
+
 # ----------------------------------------------------------------------------- planning
 
 def _divisor_at_most(total: int, cap: int) -> int:
@@ -289,6 +297,11 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                         flops=planned.scaled(steps))
     settings, model, more = _SETTINGS[key](cfg, schedule, P)
     notes += more
+    if cfg.learning_rate.schedule == "constant" and full >= LONG_RUN * cfg.budget:
+        notes.append(f"learning_rate.schedule is constant over a full run {full / cfg.budget:.3g}× a pilot's budget: "
+                     "a rate stable in every pilot can collapse over a run this long (RACE's validation study, "
+                     "tiny-reasoner at 10×: 2 of 15 full runs, none of 12 pilots; docs/validation.md); watch held-out "
+                     "reward during the run, or let the rate decay (learning_rate.schedule: cosine)")
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "

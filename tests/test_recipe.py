@@ -160,7 +160,26 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert f["--train.batch_size"] == f["--rollout.batch_size"] * f["--rollout.n_samples_per_prompt"]
     assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
     assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
-    assert len(r.notes) == 1 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
+    assert len(r.notes) == 2 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
+    assert "constant over a full run 10× a pilot's budget" in r.notes[1]    # 1e13 against the pilots' 1e12
+
+
+def test_a_long_run_at_a_constant_rate_gets_one_note_and_a_decaying_one_none():
+    """The validation study's full runs at 10× collapsed under a constant rate their pilots survived:
+    a recipe ≥ LONG_RUN pilot budgets long at a constant rate says so; shorter, or decaying, it does not."""
+    from race.recipes import LONG_RUN
+
+    cfg = tiny_config()
+    rho = on_policy_rho(cfg)
+    long = recipe(cfg, trainer="trl", rho=rho, full_run_budget=LONG_RUN * cfg.budget)
+    assert [n for n in long.notes if "constant" in n] == [long.notes[-1]]
+    assert "docs/validation.md" in long.notes[-1] and "\n" not in long.notes[-1]
+    assert long.settings["lr_scheduler_type"] == "constant"                  # the configured schedule, unchanged
+    short = recipe(cfg, trainer="trl", rho=rho, full_run_budget=0.99 * LONG_RUN * cfg.budget)
+    assert not any("constant" in n for n in short.notes)
+    decay = config_from_dict({**cfg.to_dict(), "learning_rate": {**cfg.to_dict()["learning_rate"], "schedule": "cosine"}})
+    cos = recipe(decay, trainer="trl", rho=rho, full_run_budget=LONG_RUN * cfg.budget)
+    assert not any("constant" in n for n in cos.notes) and cos.settings["lr_scheduler_type"] == "cosine"
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)

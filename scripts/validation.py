@@ -766,7 +766,7 @@ def tables(suite: dict) -> str:
                   "(race.regime.open_side); before, every verdict named its closed range, read at the centre. "
                   "The last columns score the candidate low-side rule (not adopted; `candidate_range` in "
                   "scripts/validation.py): the range's lower bound moved down to the pilot grid's next point, "
-                  "read at the new centre. It was written down after the first ten settings' full runs had been "
+                  "read at the new centre. It was written down after eleven settings' full runs (ten scored) had been "
                   "looked at, so only the settings marked *unseen* judge it.", "",
                   "| setting | half | range before → after | full-run best ρ in range (before; after) "
                   "| regret, pooled full-run SEs (before; after) | candidate range | in it | regret at its centre, "

@@ -17,6 +17,8 @@ seed × prompt bootstrap in :mod:`race.fit`; x = log ρ with ρ measured.
 A grid where at least ``UNSTABLE_GRID_SHARE`` of the pilots fell back on their held-out
 checkpoints gets an "unstable grid" warning naming it (``unstable_grid``): its regime describes
 runs that diverge (docs/validation.md decided this on the validation study's development half).
+A grid with fewer fallen pilots, but some, gets a "pilots fell back" warning: in that study a grid
+with 2 of 12 (a decaying rate) came before full runs that all collapsed. Neither enters the verdict.
 
 The ρ range is the region whose fitted reward lies within RANGE_WITHIN_SE SEs of the fitted best,
 inside the grid. A search-heavy verdict whose pilot-best point is the grid's lowest ρ opens it
@@ -123,8 +125,13 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     st = stability(complete, primary_target)
     if unstable_grid(st):
         notes.append(f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
-                     "describes runs that diverge, and longer runs fall further; lower the learning rate or let it "
-                     "decay (learning_rate.schedule) and re-run before reading the regime")
+                     "describes runs that diverge, and longer runs fall further; lower the learning rate and re-run "
+                     "before reading the regime (a decay over each run's own length did not prevent it in the "
+                     "validation study, docs/validation.md)")
+    elif st is not None and st.fell:
+        notes.append(f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
+                     "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
+                     "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)")
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),

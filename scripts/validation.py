@@ -538,6 +538,10 @@ def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
     if fc.status == "refused":
         return {"status": "refused", "regime": None, "best": None, "same": None, "in_ci": None,
                 "regret": float("nan"), "regret_pse": float("nan")}
+    if not row["scored"]:               # collapsed full runs: no best ρ to find, no regret (scoring section)
+        return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
+                "same": fc.regime.value == row["full"], "in_ci": None, "regret": float("nan"),
+                "regret_pse": float("nan")}
     regret = row["best_mean"] - interpolate(point_means(full), fc.best_rho)
     return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
             "same": fc.regime.value == row["full_regime"],
@@ -814,7 +818,9 @@ def tables(suite: dict) -> str:
         lines.append("")
         lines.append(f"Forecasts made {len(made)}/{len(rows)}; same regime as the full runs "
                      f"{sum(bool(r['forecast']['same']) for r in made)}/{len(made)}; best ρ inside the full runs' "
-                     f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/{len(made)}.")
+                     f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/"
+                     f"{sum(r['forecast']['in_ci'] is not None for r in made)} (settings whose full runs did not "
+                     "collapse).")
     lines += ["", "### The pilot verdict against the 30 × B full runs", ""]
     lines += long_lines(suite, long_rows)
     lines += ["", "### How the full runs rank ρ as their budget grows (held-out checkpoints)", ""]
@@ -850,11 +856,13 @@ def tables(suite: dict) -> str:
                 def coll(rec):
                     return "not run" if rec is None else str(sum(collapses(rec).values()))
 
-                def best(rec):
-                    return "not run" if rec is None else f"{best_rho_ci(rec)[0]:.2f}"
+                def best(rec):              # a grid of collapsed runs has no best ρ (scoring section)
+                    if rec is None:
+                        return "not run"
+                    return "— (collapsed)" if grid_class(diagnosis(rec)) == "unstable" else f"{best_rho_ci(rec)[0]:.2f}"
 
                 def reg(rec):
-                    return "not run" if rec is None else verdict(rec).regime.value
+                    return "not run" if rec is None else grid_class(diagnosis(rec))
                 lines.append(f"| {c['name']} | {d['name']} | {kind} | {coll(rc)}; {coll(rd)} | {best(rc)}; {best(rd)} | "
                              f"{reg(rc)}; {reg(rd)} |")
     lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]

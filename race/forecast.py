@@ -65,6 +65,10 @@ SCALERL_FACTOR = 2.0         # ScaleRL's prefix fits held to about 2×: the advi
 FORECAST_N_BOOT = 1000       # bootstrap replicates (race.fit's convention)
 B_BOUNDS = (0.05, 10.0)      # the sigmoid's slope B
 MID_SPAN = math.log(1000.0)  # C_mid within 1000× of the checkpoints' FLOPs
+# evaluations per parameter before a sigmoid fit stops: converging fits on the validation study's 16
+# pilot grids took ≤ 61 in all (k ≤ 15 parameters); the ones that ran to the old 200 per parameter
+# were flat or collapsed curves that never converge (lr-x3, hard, reasoner), 8–15 s each for nothing
+MAX_NFEV_PER_PARAM = 50
 TIE = 1e-3                   # backtest errors closer than this are a tie (→ loglinear)
 _FRACTION_DIGITS = 6
 
@@ -328,7 +332,8 @@ def fit_sigmoid_curves(data: Sequence[tuple[np.ndarray, np.ndarray]], r0: float,
     best = None
     for th0 in starts:
         th0 = np.clip(th0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
-        res = least_squares(resid, th0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac", max_nfev=200 * k)
+        res = least_squares(resid, th0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac",
+                            max_nfev=MAX_NFEV_PER_PARAM * k)
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None

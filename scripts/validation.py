@@ -466,6 +466,16 @@ def candidate_range(pv: Any, pilot_grid: dict[float, float]) -> tuple[float, flo
     return lo, b_hi, pv.recommended_rho if pv.open_side == "above" else (lo + b_hi) / 2
 
 
+def _within(rho: float, lo: float, hi: float) -> bool:
+    """A measured ρ in [lo, hi], within RHO_TOL (a pilot and a full run of one schedule differ by less)."""
+    return lo - RHO_TOL <= rho <= hi + RHO_TOL
+
+
+def _in_se(value: float, se: float) -> float:
+    """``value`` in units of ``se``; nan where the SE is nan or not positive (one seed, a flat grid)."""
+    return value / se if se == se and se > 0 else float("nan")
+
+
 def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     """Every per-setting metric of docs/validation.md for one setting with both grids done."""
     import statistics
@@ -507,20 +517,17 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
             # the bootstrap share of the full runs' replicates that show the pilot's regime
             "support": float(fv.fits.get("support", {}).get(pv.regime.value, float("nan"))),
             "open_side": pv.open_side, "pilot_range_text": pv.range_text(),
-            "closed_in_range": lo - RHO_TOL <= meas[best] <= hi + RHO_TOL, "closed_regret": closed_regret,
-            "closed_regret_pse": closed_regret / pse if pse and pse == pse and pse > 0 else float("nan"),
-            "regret_pse": (best_mean - at_rec) / pse if pse and pse == pse and pse > 0 else float("nan"),
+            "closed_in_range": _within(meas[best], lo, hi), "closed_regret": closed_regret,
+            "closed_regret_pse": _in_se(closed_regret, pse), "regret_pse": _in_se(best_mean - at_rec, pse),
             "best_mean": best_mean, "pse": pse,
             "pilot_confidence": pv.confidence, "full": grid_class(fd), "full_confidence": fv.confidence,
             "pilot_trend": pv.fits.get("trend_regime"), "full_trend": fv.fits.get("trend_regime"),
             "best": best, "best_ci": best_ci, "best_measured": meas[best],
-            "in_range": b_lo - RHO_TOL <= meas[best] <= b_hi + RHO_TOL, "bounds": (b_lo, b_hi),
+            "in_range": _within(meas[best], b_lo, b_hi), "bounds": (b_lo, b_hi),
             # the candidate low-side rule, written down before the data it is judged on (candidate_range)
-            "cand_range": (c_lo, c_hi), "cand_in_range": c_lo - RHO_TOL <= meas[best] <= c_hi + RHO_TOL,
-            "cand_regret_pse": (best_mean - interpolate(on_axis, c_read)) / pse if pse and pse == pse and pse > 0
-            else float("nan"),
-            "regret": best_mean - at_rec, "regret_se": (best_mean - at_rec) / se if se and se == se and se > 0
-            else float("nan"), "regret_ci": regret_ci, "gain": gain, "gain_ci": gain_ci, "cost_one": pilot_flops / one_full,
+            "cand_range": (c_lo, c_hi), "cand_in_range": _within(meas[best], c_lo, c_hi),
+            "cand_regret_pse": _in_se(best_mean - interpolate(on_axis, c_read), pse),
+            "regret": best_mean - at_rec, "regret_se": _in_se(best_mean - at_rec, se), "regret_ci": regret_ci, "gain": gain, "gain_ci": gain_ci, "cost_one": pilot_flops / one_full,
             "cost_grid": pilot_flops / sum(p.flops.total for p in full_pilots),
             "collapses": collapses(full)}
 
@@ -546,8 +553,7 @@ def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
     return {"status": fc.status, "regime": fc.regime.value, "best": fc.best_rho,
             "same": fc.regime.value == row["full_regime"],
             "in_ci": row["best_ci"][0] <= fc.best_rho <= row["best_ci"][1],
-            "regret": regret, "regret_pse": regret / row["pse"] if row["pse"] == row["pse"] and row["pse"] > 0
-            else float("nan")}
+            "regret": regret, "regret_pse": _in_se(regret, row["pse"])}
 
 
 def adaptive_record(pilot: dict, share: float, policy: str = "informative") -> dict:
@@ -635,10 +641,10 @@ def long_row(s: dict, pilot: dict, full: dict, long: dict) -> dict[str, Any]:
     """The pilot verdict scored against the 30 × B full runs (``setting_row`` on them), with the
     10 × B best ρ among the same ρ beside it: does the best ρ keep moving as the budget grows?"""
     row = setting_row(s, pilot, long)
-    means = point_means(full)
-    same = {r: v for r, v in means.items() if any(abs(r - x) < 1e-9 for x in point_means(long))}
+    long_rhos = sorted(point_means(long))
+    same = {r: v for r, v in point_means(full).items() if any(abs(r - x) < 1e-9 for x in long_rhos)}
     row["best10_same_points"] = max(same, key=lambda r: sum(same[r]) / len(same[r])) if same else None
-    row["long_rhos"] = sorted(point_means(long))
+    row["long_rhos"] = long_rhos
     return row
 
 

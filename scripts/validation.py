@@ -666,8 +666,10 @@ def tables(suite: dict) -> str:
 
     lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
     rows, adaptive, ext_rows, long_rows = [], [], {}, []
+    loaded: dict[str, dict[str, dict | None]] = {}     # setting → kind → its record, read once
     for s, got in zip(suite["settings"], _score_all(suite["settings"])):
-        recs = {k: load_run(s["name"], k) for k in KINDS}
+        recs = {k: load_run(s["name"], k) for k in (*KINDS, EXTENDED)}
+        loaded[s["name"]] = recs
         cells = []
         for k in KINDS:
             if k == "full30" and not s.get("long_grid"):
@@ -903,7 +905,7 @@ def tables(suite: dict) -> str:
             lines.append(f"- **{half}**: " + "; ".join(parts) + "; same verdict as the full pilot grid — " + ", ".join(
                 f"share {sh}: {sum(regs[sh]['pilot'] == r['pilot'] for regs, r in sel)}/{len(sel)}"
                 for sh in (0.5, 0.67)) + ".")
-    lines += ["", "### Wall time", ""] + wall_lines(suite)
+    lines += ["", "### Wall time", ""] + wall_lines(suite, loaded)
     return "\n".join(lines) + "\n"
 
 
@@ -928,11 +930,12 @@ def target_lines(h: dict[str, Any] | None) -> list[str]:
             f"{h['beat_ci'][1]:.2f}; its gain's CI above zero in {h['beat_clear']}) | — |"]
 
 
-def wall_lines(suite: dict) -> list[str]:
+def wall_lines(suite: dict, loaded: dict[str, dict[str, dict | None]]) -> list[str]:
     """Wall time per committed grid: each run's own time (its ``wall_seconds`` phases summed: setup,
     rollout, reward, update, sync, evaluation, checkpoints), median and total, and the wall of the
     command that finished the grid (a resumed grid counts only its last invocation). An extended
-    grid counts only the runs it added (its imported pilots are the pilot grid's)."""
+    grid counts only the runs it added (its imported pilots are the pilot grid's). ``loaded``: each
+    setting's records by kind, as ``tables`` read them."""
     import statistics
 
     out = ["| setting | grid | runs | one run, median (min) | all runs (core-hours) | wall of the finishing command (min) |",
@@ -940,10 +943,10 @@ def wall_lines(suite: dict) -> list[str]:
     total = 0.0
     for s in suite["settings"]:
         for kind in (*KINDS, EXTENDED):
-            rec = load_run(s["name"], kind)
+            rec = loaded[s["name"]][kind]
             if rec is None:
                 continue
-            base = set(load_run(s["name"], "pilot")["grid"]) if kind == EXTENDED else set()
+            base = set(loaded[s["name"]]["pilot"]["grid"]) if kind == EXTENDED else set()
             runs = [sum(p["wall_seconds"].values()) for p in rec["pilots"]       # an extension: its own runs only
                     if p.get("wall_seconds") and p["rho_target"] not in base]
             if not runs:

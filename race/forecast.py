@@ -65,9 +65,10 @@ SCALERL_FACTOR = 2.0         # ScaleRL's prefix fits held to about 2×: the advi
 FORECAST_N_BOOT = 1000       # bootstrap replicates (race.fit's convention)
 B_BOUNDS = (0.05, 10.0)      # the sigmoid's slope B
 MID_SPAN = math.log(1000.0)  # C_mid within 1000× of the checkpoints' FLOPs
-# evaluations per parameter before a sigmoid fit stops: converging fits on the validation study's 16
-# pilot grids took ≤ 61 in all (k ≤ 15 parameters); the ones that ran to the old 200 per parameter
-# were flat or collapsed curves that never converge (lr-x3, hard, reasoner), 8–15 s each for nothing
+# evaluations per parameter before a sigmoid fit stops (was 200 until 2026-12-02): on the validation
+# study's pilot grids every fit of a grid that gets a forecast converged within 74 evaluations in all;
+# only flat or collapsed grids (lr-x3, hard, reasoner: refused at either cap) ran past 600, 7–15 s
+# per forecast at 200 (bench/forecast_fit_cost.py)
 MAX_NFEV_PER_PARAM = 50
 TIE = 1e-3                   # backtest errors closer than this are a tie (→ loglinear)
 _FRACTION_DIGITS = 6

@@ -860,19 +860,22 @@ def tables(suite: dict) -> str:
                 rc, rd = load_run(c["name"], kind), load_run(d["name"], kind)
                 if rc is None and rd is None:
                     continue
+                # a 30 × B grid the suite does not plan for that setting (no long_grid) is not missing
+                absent = {id(s): "not in the suite" if kind == "full30" and not s.get("long_grid") else "not run"
+                          for s in (c, d)}
 
-                def coll(rec):
-                    return "not run" if rec is None else str(sum(collapses(rec).values()))
+                def coll(rec, s):
+                    return absent[id(s)] if rec is None else str(sum(collapses(rec).values()))
 
-                def best(rec):              # a grid of collapsed runs has no best ρ (scoring section)
+                def best(rec, s):           # a grid of collapsed runs has no best ρ (scoring section)
                     if rec is None:
-                        return "not run"
+                        return absent[id(s)]
                     return "— (collapsed)" if grid_class(diagnosis(rec)) == "unstable" else f"{best_rho_ci(rec)[0]:.2f}"
 
-                def reg(rec):
-                    return "not run" if rec is None else grid_class(diagnosis(rec))
-                lines.append(f"| {c['name']} | {d['name']} | {kind} | {coll(rc)}; {coll(rd)} | {best(rc)}; {best(rd)} | "
-                             f"{reg(rc)}; {reg(rd)} |")
+                def reg(rec, s):
+                    return absent[id(s)] if rec is None else grid_class(diagnosis(rec))
+                lines.append(f"| {c['name']} | {d['name']} | {kind} | {coll(rc, c)}; {coll(rd, d)} | {best(rc, c)}; "
+                             f"{best(rd, d)} | {reg(rc, c)}; {reg(rd, d)} |")
     lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
     if not adaptive:
         lines.append("No setting complete yet.")

@@ -300,7 +300,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     if cfg.learning_rate.schedule == "constant" and full >= LONG_RUN * cfg.budget:
         notes.append(f"learning_rate.schedule is constant over a full run {full / cfg.budget:.3g}× a pilot's budget: "
                      "a rate stable in every pilot can collapse over a run this long (RACE's validation study, "
-                     "tiny-reasoner at 10×: 2 of 15 full runs, none of 12 pilots; docs/validation.md): watch held-out "
+                     "tiny-reasoner at 10×: 2 of 15 full runs, none of 12 pilots; tiny-arith at 30×: 1 of 9, none of 15 "
+                     "at 10×; docs/validation.md): watch held-out "
                      "reward during the run and keep its checkpoints")
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "

@@ -118,6 +118,23 @@ def find_instability(checkpoints: Sequence[Checkpoint], target: str) -> dict[str
     return None
 
 
+# A full run at least this many pilot budgets long with a constant learning rate carries a risk the
+# pilots cannot show: the validation study's full runs collapsed late where none of their pilots
+# had fallen back (docs/validation.md, "What the failures teach", item 3).
+LONG_RUN = 10.0
+
+
+def long_run_note(schedule: str, full_run_budget: float, pilot_budget: float) -> str | None:
+    """The one-line note for a full run ≥ ``LONG_RUN`` pilot budgets at a constant learning rate
+    (``race recipe`` and the forecast both give it); None for a shorter run or a decaying rate."""
+    if schedule != "constant" or not pilot_budget > 0 or full_run_budget < LONG_RUN * pilot_budget:
+        return None
+    return (f"learning_rate.schedule is constant over a full run {full_run_budget / pilot_budget:.3g}× a pilot's "
+            "budget: a rate stable in every pilot can collapse over a run this long (RACE's validation study: "
+            "tiny-reasoner at 10×, 2 of 15 full runs, none of 12 pilots; tiny-arith at 30×, 1 of 9, none of 15 "
+            "at 10×; docs/validation.md): watch held-out reward during the run and keep its checkpoints")
+
+
 def eval_flops(pilot: PilotResult) -> float:
     """FLOPs of a pilot's held-out evaluations (final + checkpoints), outside its budget."""
     cost = pilot.extra.get("eval_flops") or {}

@@ -44,6 +44,11 @@ with deviations scaled by √(n/(n−1))·t_df/z; each replicate refitted from t
 regime at F is race.regime's rule on the predicted scores and their replicates
 (``response_verdict``), the reward share at the best point being the schedule's, as at the pilot
 budget. Deterministic in (pilots, F, n_boot, seed); pilots in any order.
+
+**Stability is not forecast.** The curves assume each run keeps rising; a run that collapses
+late (none of its pilots fell back) is outside what checkpoints can extrapolate. So a forecast
+for a full run ≥ ``race.checkpoints.LONG_RUN`` pilot budgets at a constant learning rate carries
+``long_run_note`` among its warnings, whatever its status.
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race.checkpoints import long_run_note
 from race.errors import RaceError
 from race.records import Backtest, Forecast, ForecastPoint, PilotResult, Regime
 
@@ -683,4 +689,9 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
                   n_boot=int(n_boot or settings.get("n_boot") or FORECAST_N_BOOT), seed=int(settings.get("seed", 0)),
                   confidence_level=float(settings.get("confidence_level", 0.9)),
                   reward_share_threshold=float(settings.get("reward_share_threshold", 0.2)))
+    lr = (results.config or {}).get("learning_rate")
+    note = long_run_note(lr.get("schedule", "constant") if isinstance(lr, Mapping) else "constant", F,
+                         results_budget(results))
+    if note:
+        fc = replace(fc, warnings=(*fc.warnings, note))
     return replace(diag, forecast=fc)

@@ -26,7 +26,8 @@ Invariants:
   subset the recipe is the nearest expressible one (every generated rollout trained, the (n, μ) whose
   ρ as RACE's pilots count it is nearest the target), with both ρ stated.
 - **A long run at a constant rate is flagged.** A full run ≥ ``LONG_RUN`` pilot budgets with
-  ``learning_rate.schedule: constant`` gets one note: a rate every pilot survived can collapse over
+  ``learning_rate.schedule: constant`` gets one note (``race.checkpoints.long_run_note``, which the
+  forecast gives as well): a rate every pilot survived can collapse over
   such a run (measured in docs/validation.md). The settings still carry the configured schedule.
 - Bad input (unknown trainer, ρ outside (0, 1), no full-run budget, a results file without a
   diagnosis, a budget below one step) raises ``RaceError`` with one line naming the value.
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from race import flops as F
+from race.checkpoints import LONG_RUN, long_run_note  # noqa: F401  (LONG_RUN: part of this module's face)
 from race.config import GridConfig, config_from_dict, parse_flops
 from race.errors import RaceError
 from race.records import FlopBreakdown, Schedule
@@ -219,9 +221,6 @@ def _check_rho(rho: Any) -> float:
     return r
 
 
-# a full run at least this many pilot budgets long with a constant learning rate gets a note: the
-# validation study's full runs at 10× collapsed where their pilots had not (docs/validation.md)
-LONG_RUN = 10.0
 
 
 # ----------------------------------------------------------------------------- planning
@@ -297,12 +296,9 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                         flops=planned.scaled(steps))
     settings, model, more = _SETTINGS[key](cfg, schedule, P)
     notes += more
-    if cfg.learning_rate.schedule == "constant" and full >= LONG_RUN * cfg.budget:
-        notes.append(f"learning_rate.schedule is constant over a full run {full / cfg.budget:.3g}× a pilot's budget: "
-                     "a rate stable in every pilot can collapse over a run this long (RACE's validation study, "
-                     "tiny-reasoner at 10×: 2 of 15 full runs, none of 12 pilots; tiny-arith at 30×: 1 of 9, none of 15 "
-                     "at 10×; docs/validation.md): watch held-out "
-                     "reward during the run and keep its checkpoints")
+    long_run = long_run_note(cfg.learning_rate.schedule, full, cfg.budget)
+    if long_run:
+        notes.append(long_run)
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "

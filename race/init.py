@@ -136,6 +136,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     from race.version import __version__
     from race import flops as F
     from race.report import fmt_flops
+    from race.checkpoints import long_run_note
     from race.grid import CostModel, lora_spec, plan_grid, policy_arch, reward_spec
 
     cfg = config_from_dict(raw)
@@ -166,6 +167,8 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
                     f"{full_steps:,} in the full run")
     head.append(f"  grid: {fmt_flops(plan.grid_flops)} FLOPs = {plan.grid_flops / cfg.full_run_budget:.1%} of the "
                 "full run")
+    long_run = long_run_note(cfg.learning_rate.schedule, cfg.full_run_budget, cfg.budget)
+    head += [f"NOTE: {long_run}"] if long_run else []
     head += [f"WARNING: {w}" for w in plan.warnings]
     return "\n".join(f"# {line}".rstrip() for line in head) + "\n" + _yaml(raw)
 

@@ -659,7 +659,7 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
     level, reward-share threshold; n_boot unless given)."""
     from dataclasses import replace
 
-    from race.config import parse_flops
+    from race.config import LearningRate, parse_flops
     from race.results import diagnose_results
 
     diag = diagnose_results(results, refit=refit)
@@ -690,8 +690,8 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
                   confidence_level=float(settings.get("confidence_level", 0.9)),
                   reward_share_threshold=float(settings.get("reward_share_threshold", 0.2)))
     lr = (results.config or {}).get("learning_rate")
-    note = long_run_note(lr.get("schedule", "constant") if isinstance(lr, Mapping) else "constant", F,
-                         results_budget(results))
+    schedule = lr.get("schedule", LearningRate.schedule) if isinstance(lr, Mapping) else LearningRate.schedule
+    note = long_run_note(schedule, F, results_budget(results))
     if note:
         fc = replace(fc, warnings=(*fc.warnings, note))
     return replace(diag, forecast=fc)

@@ -25,9 +25,9 @@ Invariants:
   learning-rate schedule it lacks; the per-dataset healthy recipe) is one line in ``notes``; for the
   subset the recipe is the nearest expressible one (every generated rollout trained, the (n, μ) whose
   ρ as RACE's pilots count it is nearest the target), with both ρ stated.
-- **A long run at a constant rate is flagged.** A full run ≥ ``LONG_RUN`` pilot budgets with
-  ``learning_rate.schedule: constant`` gets one note (``race.checkpoints.long_run_note``, which the
-  forecast gives as well): a rate every pilot survived can collapse over
+- **A long run at a constant rate is flagged.** A full run ≥ ``race.checkpoints.LONG_RUN`` pilot
+  budgets with ``learning_rate.schedule: constant`` gets one note (``race.checkpoints.long_run_note``,
+  which the forecast and ``race init`` give as well): a rate every pilot survived can collapse over
   such a run (measured in docs/validation.md). The settings still carry the configured schedule.
 - Bad input (unknown trainer, ρ outside (0, 1), no full-run budget, a results file without a
   diagnosis, a budget below one step) raises ``RaceError`` with one line naming the value.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from race import flops as F
-from race.checkpoints import LONG_RUN, long_run_note  # noqa: F401  (LONG_RUN: part of this module's face)
+from race.checkpoints import long_run_note
 from race.config import GridConfig, config_from_dict, parse_flops
 from race.errors import RaceError
 from race.records import FlopBreakdown, Schedule
@@ -219,8 +219,6 @@ def _check_rho(rho: Any) -> float:
     if not 0.0 < r < 1.0:
         raise RaceError(f"ρ={r:g} is outside (0, 1): ρ = C_learning / C_total")
     return r
-
-
 
 
 # ----------------------------------------------------------------------------- planning

@@ -67,6 +67,12 @@ def setting(suite: dict, name: str) -> dict[str, Any]:
     raise SystemExit(f"unknown setting {name!r}: expected one of {', '.join(s['name'] for s in suite['settings'])}")
 
 
+def planned(s: dict, kind: str) -> bool:
+    """Whether the suite plans grid ``kind`` for setting ``s``: every setting has a pilot and a 10 × B
+    grid, only those with a ``long_grid`` a 30 × B one."""
+    return kind != "full30" or bool(s.get("long_grid"))
+
+
 def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
@@ -672,7 +678,7 @@ def tables(suite: dict) -> str:
         loaded[s["name"]] = recs
         cells = []
         for k in KINDS:
-            if k == "full30" and not s.get("long_grid"):
+            if not planned(s, k):
                 cells.append("—")
             elif recs[k] is None:
                 part = data_path(s["name"], k, partial=True)
@@ -860,22 +866,16 @@ def tables(suite: dict) -> str:
                 rc, rd = load_run(c["name"], kind), load_run(d["name"], kind)
                 if rc is None and rd is None:
                     continue
-                # a 30 × B grid the suite does not plan for that setting (no long_grid) is not missing
-                absent = {id(s): "not in the suite" if kind == "full30" and not s.get("long_grid") else "not run"
-                          for s in (c, d)}
 
-                def coll(rec, s):
-                    return absent[id(s)] if rec is None else str(sum(collapses(rec).values()))
-
-                def best(rec, s):           # a grid of collapsed runs has no best ρ (scoring section)
+                def cells(rec: dict | None, s: dict) -> tuple[str, str, str]:
+                    """(collapses, best ρ, verdict) of one side; a grid the suite does not plan is not missing."""
                     if rec is None:
-                        return absent[id(s)]
-                    return "— (collapsed)" if grid_class(diagnosis(rec)) == "unstable" else f"{best_rho_ci(rec)[0]:.2f}"
-
-                def reg(rec, s):
-                    return absent[id(s)] if rec is None else grid_class(diagnosis(rec))
-                lines.append(f"| {c['name']} | {d['name']} | {kind} | {coll(rc, c)}; {coll(rd, d)} | {best(rc, c)}; "
-                             f"{best(rd, d)} | {reg(rc, c)}; {reg(rd, d)} |")
+                        return ("not run" if planned(s, kind) else "not in the suite",) * 3
+                    cls = grid_class(diagnosis(rec))   # a grid of collapsed runs has no best ρ (scoring section)
+                    best = "— (collapsed)" if cls == "unstable" else f"{best_rho_ci(rec)[0]:.2f}"
+                    return str(sum(collapses(rec).values())), best, cls
+                sides = list(zip(cells(rc, c), cells(rd, d)))
+                lines.append(f"| {c['name']} | {d['name']} | {kind} | " + " | ".join(f"{x}; {y}" for x, y in sides) + " |")
     lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
     if not adaptive:
         lines.append("No setting complete yet.")
@@ -1116,7 +1116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for s in suite["settings"]:
                 if (only and s["name"] not in only) or (args.half and s["half"] != args.half):
                     continue
-                if kind == "full30" and not s.get("long_grid"):
+                if not planned(s, kind):
                     continue
                 if data_path(s["name"], kind).is_file():
                     continue

@@ -167,7 +167,7 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
 def test_a_long_run_at_a_constant_rate_gets_one_note_and_a_decaying_one_none():
     """The validation study's full runs at 10× collapsed under a constant rate their pilots survived:
     a recipe ≥ LONG_RUN pilot budgets long at a constant rate says so; shorter, or decaying, it does not."""
-    from race.recipes import LONG_RUN
+    from race.checkpoints import LONG_RUN
 
     cfg = tiny_config()
     rho = on_policy_rho(cfg)

@@ -28,7 +28,7 @@ CHAT_TEMPLATE = ("auto", "on", "off")
 CHECKERS = ("auto", "exact", "math")     # eval.checker: how pass@k judges a sample (race.pilot.answer_check)
 VLLM_SLEEP = ("auto", "on", "off")
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGREGATIONS
-LR_SCHEDULES = ("constant", "linear", "cosine")          # race.grid.lr_factor
+LR_SCHEDULES = ("constant", "linear", "cosine", "wsd")   # race.grid.lr_factor
 
 
 def parse_flops(value: Any, what: str = "budget") -> float:
@@ -134,7 +134,9 @@ class LearningRate:
     ref_batch: int = 64           # B_ref, sequences per gradient step
     fixed: bool = False           # hold η = η_ref across the grid instead of the √B rule
     schedule: str = "constant"    # η over a run's own optimizer steps: constant | linear | cosine (decay to 0)
+                                  # | wsd (warm-up, stable, then a linear decay to 0 over the last `decay` share)
     warmup: float = 0.0           # share of the run's optimizer steps spent warming up linearly from 0
+    decay: float = 0.2            # wsd only: share of the run's optimizer steps in the final decay
 
 
 @dataclass(frozen=True)
@@ -342,6 +344,10 @@ def _validate(c: GridConfig) -> None:
     w = c.learning_rate.warmup
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
         raise ConfigError(f"learning_rate.warmup {w!r} must be a share of the run's optimizer steps in [0, 1)")
+    d = c.learning_rate.decay
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 < d <= 1.0 or w + d > 1.0:
+        raise ConfigError(f"learning_rate.decay {d!r} must be a share of the run's optimizer steps in (0, 1] "
+                          f"that fits beside the warm-up ({w!r})")
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
     _validate_checkpoints(c.eval)
@@ -491,12 +497,13 @@ def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
     for k in ("ref",):
         if cls is LearningRate and k in kw:
             kw[k] = float(parse_flops(kw[k], f"{name}.{k}"))
-    if cls is LearningRate and isinstance(kw.get("warmup"), str):      # YAML reads 5e-2 as a string
-        try:
-            kw["warmup"] = float(kw["warmup"])
-        except ValueError:
-            raise ConfigError(f"{name}.warmup {kw['warmup']!r} must be a share of the run's optimizer steps "
-                              "in [0, 1)") from None
+    for k in ("warmup", "decay"):
+        if cls is LearningRate and isinstance(kw.get(k), str):      # YAML reads 5e-2 as a string
+            try:
+                kw[k] = float(kw[k])
+            except ValueError:
+                raise ConfigError(f"{name}.{k} {kw[k]!r} must be a share of the run's optimizer steps "
+                                  "in [0, 1)") from None
     if cls is EvalSettings and "tasks" in kw:
         kw["tasks"] = _eval_tasks(kw["tasks"], f"{name}.tasks")
     if cls is RewardSettings and isinstance(kw.get("mix"), Mapping):     # the schema would read true as 1.0

@@ -254,14 +254,19 @@ def learning_rate(config: GridConfig, batch_size: int) -> float:
     return lr.ref if lr.fixed else lr.ref * math.sqrt(batch_size / lr.ref_batch)
 
 
-def lr_factor(step: int, *, total: int, schedule: str = "constant", warmup: float = 0.0) -> float:
+def lr_factor(step: int, *, total: int, schedule: str = "constant", warmup: float = 0.0,
+              decay: float = 0.2) -> float:
     """η multiplier at optimizer step ``step`` (0-based) of a run of ``total`` optimizer steps.
 
-    transformers' schedules (``get_{constant,linear,cosine}_schedule_with_warmup``), with the
-    warm-up given as a share of the run: W = round(warmup · total) steps rising as step / W, then
-    ``constant`` 1, ``linear`` (total − step) / (total − W), ``cosine`` ½(1 + cos(π·p)),
-    p = (step − W) / (total − W); both decay to 0 at ``total``. A pilot stops on FLOPs, not on
-    ``total``, and may run a few steps past the plan: those keep the last planned step's factor.
+    transformers' schedules (``get_{constant,linear,cosine}_schedule_with_warmup``, and
+    ``get_wsd_schedule`` with a linear decay), with the warm-up given as a share of the run:
+    W = round(warmup · total) steps rising as step / W, then ``constant`` 1, ``linear``
+    (total − step) / (total − W), ``cosine`` ½(1 + cos(π·p)), p = (step − W) / (total − W); both
+    decay to 0 at ``total``. ``wsd`` (warm-up–stable–decay, Hägele et al., "Scaling Laws and
+    Compute-Optimal Training Beyond Fixed Training Durations", arXiv 2405.18392) holds 1 until the
+    last D = max(1, round(decay · total)) steps, then falls linearly, (total − step) / D. A pilot
+    stops on FLOPs, not on ``total``, and may run a few steps past the plan: those keep the last
+    planned step's factor.
     """
     total = max(1, int(total))
     step = min(int(step), total - 1)
@@ -274,7 +279,10 @@ def lr_factor(step: int, *, total: int, schedule: str = "constant", warmup: floa
         return max(0.0, (total - step) / max(1, total - w))
     if schedule == "cosine":
         return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((step - w) / max(1, total - w)))))
-    raise ConfigError(f"learning_rate.schedule {schedule!r} is unknown: expected constant, linear or cosine")
+    if schedule == "wsd":
+        d = max(1, int(round(decay * total)))
+        return 1.0 if step < total - d else max(0.0, (total - step) / d)
+    raise ConfigError(f"learning_rate.schedule {schedule!r} is unknown: expected constant, linear, cosine or wsd")
 
 
 def optimizer_steps(schedule: Schedule) -> int:

@@ -496,7 +496,8 @@ def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):
         return None
     total = optimizer_steps(schedule)
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total=total, schedule=lr.schedule, warmup=lr.warmup))
+        optimizer, lambda step: lr_factor(step, total=total, schedule=lr.schedule, warmup=lr.warmup,
+                                             decay=lr.decay))
 
 
 def model_judges(config: GridConfig, *, device: str = "cpu") -> dict:

@@ -327,7 +327,8 @@ def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]
     micro = _micro(cfg, total)
     opt_steps = s.steps * s.mu
     lr = cfg.learning_rate
-    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant"}.get(lr.schedule, lr.schedule)
+    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant",
+             "wsd": "warmup_stable_decay"}.get(lr.schedule, lr.schedule)
     settings = {
         "num_generations": s.n_gen,
         "per_device_train_batch_size": micro,            # completions, not prompts
@@ -349,6 +350,9 @@ def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]
         "gradient_checkpointing": g.grad_checkpointing,
         "use_vllm": False,
     }
+    if lr.schedule == "wsd":       # transformers' get_wsd_schedule: the decay's length, linear to 0 as RACE's
+        settings["lr_scheduler_kwargs"] = {"num_decay_steps": max(1, int(round(lr.decay * opt_steps))),
+                                           "decay_type": "linear"}
     model = {"model_name_or_path": cfg.model, "use_peft": True, "lora_r": cfg.lora.rank,
              "lora_alpha": _alpha(cfg), "lora_target_modules": list(cfg.lora.targets)}
     return settings, model, []
@@ -359,10 +363,10 @@ def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]
     micro = _micro(cfg, s.prompts_per_step * s.n_gen)
     notes = []
     sched = lr.schedule
-    if sched == "linear":
+    if sched in ("linear", "wsd"):
         sched = "cosine"
-        notes.append("learning_rate.schedule linear: verl's actor optimizer has constant and cosine only; the "
-                     "recipe uses cosine (also to 0), ρ unchanged")
+        notes.append(f"learning_rate.schedule {lr.schedule}: verl's actor optimizer has constant and cosine only; "
+                     "the recipe uses cosine (also to 0), ρ unchanged")
     agg = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}[g.loss_agg]
     ov: dict[str, Any] = {
         "algorithm.adv_estimator": "grpo",
@@ -414,6 +418,10 @@ def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[
                      "count of the optimizer step: RACE's dapo) and has no switch for it; the recipe uses that, "
                      "ρ unchanged")
     sched = {"constant": "constant_with_warmup" if lr.warmup else "constant"}.get(lr.schedule, lr.schedule)
+    if lr.schedule == "wsd":
+        sched = "cosine"
+        notes.append("learning_rate.schedule wsd: OpenRLHF 0.11 passes no decay length to transformers' "
+                     "warm-up–stable–decay schedule; the recipe uses cosine (also to 0), ρ unchanged")
     flags: dict[str, Any] = {
         "--actor.model_name_or_path": cfg.model,
         "--algo.advantage.estimator": "group_norm" if g.advantage == "grpo" else "dr_grpo",

@@ -123,7 +123,9 @@ def render_plan(plan, fmt: str = "text") -> str:
                        if any(m.get("engine") == "asleep" for m in memory) else ""))
     lr = getattr(c, "learning_rate", None)
     if lr is not None and (lr.schedule != "constant" or lr.warmup):
-        head.append(f"learning rate: {lr.schedule}" + (" decay to 0" if lr.schedule != "constant" else "")
+        head.append(f"learning rate: {lr.schedule}"
+                    + (f" (stable, then decay to 0 over the last {lr.decay:.0%})" if lr.schedule == "wsd"
+                       else " decay to 0" if lr.schedule != "constant" else "")
                     + (f" after a {lr.warmup:.0%} warm-up" if lr.warmup else "")
                     + " over each pilot's own optimizer steps (steps × μ); lr is the peak")
     if c.full_run_budget:

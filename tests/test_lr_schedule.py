@@ -17,6 +17,9 @@ def test_factors_by_hand():
     assert [lr_factor(t, total=10, schedule="constant", warmup=0.2) for t in range(4)] == [0, 0.5, 1, 1]
     assert {lr_factor(t, total=7) for t in range(9)} == {1.0}           # the default: constant, no warm-up
     assert [lr_factor(t, total=4, schedule="linear") for t in range(4)] == [1, 0.75, 0.5, 0.25]
+    # warm-up–stable–decay: 10 steps, 20 % warm-up (2), 30 % decay (3 steps: 3/3, 2/3, 1/3)
+    w = [lr_factor(t, total=10, schedule="wsd", warmup=0.2, decay=0.3) for t in range(11)]
+    assert w == pytest.approx([0, 0.5, 1, 1, 1, 1, 1, 1, 2 / 3, 1 / 3, 1 / 3])
 
 
 def test_factors_are_transformers_schedules():
@@ -31,6 +34,13 @@ def test_factors_are_transformers_schedules():
         sched = make(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0))
         assert [sched.lr_lambdas[0](t) for t in range(total)] == \
             [lr_factor(t, total=total, schedule=name, warmup=warmup) for t in range(total)], name
+    from transformers.optimization import get_wsd_schedule
+
+    # W = 4, D = round(0.2 · 37) = 7 decay steps, linear to 0: transformers' WSD with min_lr_ratio 0
+    sched = get_wsd_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), 4, 7,
+                             num_stable_steps=total - 4 - 7, decay_type="linear", min_lr_ratio=0.0)
+    got = [lr_factor(t, total=total, schedule="wsd", warmup=warmup, decay=0.2) for t in range(total)]
+    assert got == pytest.approx([sched.lr_lambdas[0](t) for t in range(total)], abs=1e-12)
 
 
 def test_schedule_settings_and_errors():
@@ -45,7 +55,10 @@ def test_schedule_settings_and_errors():
     for lr, msg in [({"warmup": "soon"}, "learning_rate.warmup 'soon' must be a share"),
                     ({"schedule": "step"}, "learning_rate.schedule 'step' is unknown: expected one of constant"),
                     ({"warmup": 1.0}, r"learning_rate.warmup 1.0 must be a share .* in \[0, 1\)"),
-                    ({"warmup": -0.1}, "learning_rate.warmup -0.1"), ({"warmup": True}, "learning_rate.warmup True")]:
+                    ({"warmup": -0.1}, "learning_rate.warmup -0.1"), ({"warmup": True}, "learning_rate.warmup True"),
+                    ({"schedule": "wsd", "decay": 0}, r"learning_rate.decay 0(\.0)? must be a share .* in \(0, 1\]"),
+                    ({"schedule": "wsd", "warmup": 0.5, "decay": 0.6}, "learning_rate.decay 0.6 .* beside the warm-up"),
+                    ({"decay": "late"}, "learning_rate.decay 'late' must be a share")]:
         with pytest.raises(ConfigError, match=msg):
             config_from_dict({"model": "m", "budget": 1e12, "learning_rate": lr})
 

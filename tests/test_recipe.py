@@ -293,3 +293,23 @@ def test_race_recipe_is_the_api_and_import_race_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_a_warmup_stable_decay_rate_is_trl_native_and_the_nearest_decay_elsewhere():
+    """learning_rate.schedule wsd: TRL gets transformers' warm-up–stable–decay with RACE's decay
+    length (linear to 0); verl and OpenRLHF, which cannot pass a decay length, cosine with a note."""
+    cfg = tiny_config()
+    d = cfg.to_dict()
+    wsd = config_from_dict({**d, "learning_rate": {**d["learning_rate"], "schedule": "wsd", "warmup": 0.05,
+                                                   "decay": 0.25}})
+    rho = on_policy_rho(cfg)
+    trl = recipe(wsd, trainer="trl", rho=rho, full_run_budget=3 * cfg.budget)
+    steps = trl.settings["max_steps"]
+    assert trl.settings["lr_scheduler_type"] == "warmup_stable_decay"
+    assert trl.settings["lr_scheduler_kwargs"] == {"num_decay_steps": max(1, round(0.25 * steps)),
+                                                   "decay_type": "linear"}
+    for trainer, key in (("verl", "actor_rollout_ref.actor.optim.lr_scheduler_type"), ("openrlhf", "--actor.lr_scheduler")):
+        r = recipe(wsd, trainer=trainer, rho=rho, full_run_budget=3 * cfg.budget)
+        flat = r.settings
+        assert flat[key] == "cosine"
+        assert any("wsd" in n and "cosine" in n for n in r.notes)

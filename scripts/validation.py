@@ -38,7 +38,8 @@ if str(ROOT) not in sys.path:
 
 SUITE = ROOT / "validation" / "suite.yaml"
 RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR changes it (tests)
-KINDS = {"pilot": 1, "full10": 10, "full30": 30}
+KINDS = {"pilot": 1, "full10": 10, "full30": 30, "full100": 100}
+ROUND1_KINDS = ("pilot", "full10", "full30")   # the grids the first round's tables show
 EXTENDED = "pilot-x1"        # the pilot grid after race pilot --extend 1 (run_extension); budget factor 1
 N_BOOT = 1000
 # the settings whose full runs had been looked at when the candidate low-side rule was written down
@@ -67,10 +68,25 @@ def setting(suite: dict, name: str) -> dict[str, Any]:
     raise SystemExit(f"unknown setting {name!r}: expected one of {', '.join(s['name'] for s in suite['settings'])}")
 
 
+GRID_KEYS = {"pilot": "pilot_grid", "full10": "full_grid", "full30": "long_grid", "full100": "longest_grid"}
+
+
 def planned(s: dict, kind: str) -> bool:
     """Whether the suite plans grid ``kind`` for setting ``s``: every setting has a pilot and a 10 × B
-    grid, only those with a ``long_grid`` a 30 × B one."""
-    return kind != "full30" or bool(s.get("long_grid"))
+    grid, only those with a ``long_grid`` a 30 × B one, and a ``longest_grid`` a 100 × B one."""
+    return kind in ("pilot", "full10") or bool(s.get(GRID_KEYS[kind]))
+
+
+def seeds_of(suite: dict, kind: str) -> int:
+    """Seeds per point of grid ``kind``: the suite's ``seeds``, one number or a mapping by kind."""
+    seeds = suite.get("seeds", 3)
+    return int(seeds.get(kind, 3) if isinstance(seeds, dict) else seeds)
+
+
+def sealed(suite: dict, kind: str) -> bool:
+    """Whether grid ``kind`` of this suite is sealed: listed under ``sealed`` while ``freeze`` is unset.
+    A sealed grid's results stay out of every table, summary and printout (scripts/validation_round2.py)."""
+    return kind in (suite.get("sealed") or ()) and not suite.get("freeze")
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -105,7 +121,7 @@ def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None) -> 
                                      for t in tasks]
     cfg = _merge(base, s.get("overrides") or {})
     budget = float(s["pilot_budget"]) * KINDS[kind]
-    grid = {"pilot": s["pilot_grid"], "full10": s["full_grid"], "full30": s.get("long_grid")}[kind]
+    grid = s.get(GRID_KEYS[kind])
     if not grid:
         raise SystemExit(f"setting {s['name']!r} has no grid for {kind}")
     cfg.update(name=f"val-{s['name']}-{kind}", budget=budget, grid=list(grid), seeds=seeds)
@@ -130,8 +146,8 @@ def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, 
                 wall_seconds: float) -> dict:
     budget = float(s["pilot_budget"]) * KINDS.get(kind, 1)
     grid = sorted({p["rho_target"] for p in results["pilots"]})
-    return {"setting": s["name"], "kind": kind, "half": s["half"], "budget": budget, "grid": grid,
-            "seeds": int(suite.get("seeds", 3)), "on_policy": s.get("on_policy"), "commit": commit,
+    return {"setting": s["name"], "kind": kind, "half": s.get("half", "held-out"), "budget": budget, "grid": grid,
+            "seeds": seeds_of(suite, kind), "on_policy": s.get("on_policy"), "commit": commit,
             "command": command, "wall_seconds": round(wall_seconds, 1),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "config": results.get("config"),
@@ -181,7 +197,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     import yaml
 
     s = setting(suite, name)
-    cfg = grid_config(s, kind, int(suite.get("seeds", 3)), root=pin)
+    cfg = grid_config(s, kind, seeds_of(suite, kind), root=pin)
     out_dir = storage_root / f"{name}-{kind}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
@@ -204,12 +220,20 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     env = {**os.environ, "PYTHONPATH": str(pin)}
     t0 = time.time()
     # cwd = the pin: `python -m` puts the working directory first on sys.path, before PYTHONPATH, so
-    # from any other directory holding a race/ package (this checkout) the grid would run that code
-    proc = subprocess.run(cmd, cwd=str(pin), env=env,
-                          stdout=subprocess.DEVNULL, stderr=None if not quiet else subprocess.PIPE, text=True)
+    # from any other directory holding a race/ package (this checkout) the grid would run that code.
+    # A sealed grid's messages (warnings name fallen pilots) go to a log in its storage, unread.
+    hide = sealed(suite, kind)
+    log = open(out_dir / "race-pilot.log", "a", encoding="utf-8") if hide else None
+    try:
+        proc = subprocess.run(cmd, cwd=str(pin), env=env, stdout=subprocess.DEVNULL,
+                              stderr=log if hide else (None if not quiet else subprocess.PIPE), text=True)
+    finally:
+        if log is not None:
+            log.close()
     if proc.returncode != 0:
         raise SystemExit(f"{name} {kind}: race pilot ended with exit {proc.returncode}; its storage in {out_dir} "
-                         "keeps every finished pilot (run the same command again)")
+                         "keeps every finished pilot (run the same command again)"
+                         + ("; its messages are sealed in race-pilot.log there" if hide else ""))
     results = json.loads((out_dir / "results.json").read_text())
     path = write_record(make_record(s, kind, suite, results, commit=_commit(pin),
                                     command=" ".join(["race", *cmd[3:]]), wall_seconds=time.time() - t0))
@@ -241,7 +265,7 @@ def run_extension(name: str, *, pin: Path, suite: dict, storage_root: Path) -> P
         raise SystemExit(f"{name}: no committed pilot grid to extend")
     if edge_point(boundary_side(verdict(rec)), rec["grid"]) is None:
         return None
-    cfg = grid_config(s, "pilot", int(suite.get("seeds", 3)), root=pin)
+    cfg = grid_config(s, "pilot", seeds_of(suite, "pilot"), root=pin)
     out_dir = storage_root / f"{name}-{EXTENDED}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
@@ -677,7 +701,7 @@ def tables(suite: dict) -> str:
         recs = {k: load_run(s["name"], k) for k in (*KINDS, EXTENDED)}
         loaded[s["name"]] = recs
         cells = []
-        for k in KINDS:
+        for k in ROUND1_KINDS:
             if not planned(s, k):
                 cells.append("—")
             elif recs[k] is None:
@@ -1077,15 +1101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--check", default=None)
     t.add_argument("--write", default=None)
     ap.add_argument("--suite", default=str(SUITE))
-    ap.add_argument("--runs", default=str(RUNS))
+    ap.add_argument("--runs", default=None, help="the committed data (default: the suite's `runs`, else "
+                    "validation/runs)")
     args = ap.parse_args(argv)
-    RUNS = Path(args.runs)
     suite = load_suite(Path(args.suite))
+    RUNS = Path(args.runs) if args.runs else (ROOT / suite["runs"] if suite.get("runs") else RUNS)
     if args.cmd == "status":
         for s in suite["settings"]:
             have = [k for k in KINDS if data_path(s["name"], k).is_file()]
             part = [k for k in KINDS if data_path(s["name"], k, partial=True).is_file()]
-            print(f"{s['name']:<16} {s['half']:<12} done: {', '.join(have) or '—'}"
+            print(f"{s['name']:<16} {s.get('half', ''):<12} done: {', '.join(have) or '—'}"
                   + (f"; partial: {', '.join(part)}" if part else ""))
         return 0
     if args.cmd == "run":
@@ -1114,7 +1139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         only = set(args.only.split(",")) if args.only else None
         for kind in kinds:
             for s in suite["settings"]:
-                if (only and s["name"] not in only) or (args.half and s["half"] != args.half):
+                if (only and s["name"] not in only) or (args.half and s.get("half") != args.half):
                     continue
                 if not planned(s, kind):
                     continue

@@ -74,6 +74,8 @@ GRID_KEYS = {"pilot": "pilot_grid", "full10": "full_grid", "full30": "long_grid"
 def planned(s: dict, kind: str) -> bool:
     """Whether the suite plans grid ``kind`` for setting ``s``: every setting has a pilot and a 10 × B
     grid, only those with a ``long_grid`` a 30 × B one, and a ``longest_grid`` a 100 × B one."""
+    if s.get("replaced_by") and kind != "pilot":       # round 2's replacement rule: its pilot grid only
+        return False
     return kind in ("pilot", "full10") or bool(s.get(GRID_KEYS[kind]))
 
 
@@ -1062,10 +1064,10 @@ def extension_lines(suite: dict, rows: list[dict], ext_rows: dict[str, dict]) ->
     return out
 
 
-def _doc_tables(text: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"the doc has no {BEGIN} … {END} block")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+def _doc_tables(text: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in text or end not in text:
+        raise SystemExit(f"the doc has no {begin} … {end} block")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1097,6 +1099,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("--commit", required=True)
     a.add_argument("--command", required=True)
     a.add_argument("--wall-seconds", type=float, default=0.0)
+    fz = sub.add_parser("freeze", help="round 2: record the commits of the rule, drift model and probe scored")
+    for k in ("rule", "drift", "probe"):
+        fz.add_argument(f"--{k}", required=True)
     t = sub.add_parser("tables")
     t.add_argument("--check", default=None)
     t.add_argument("--write", default=None)
@@ -1106,6 +1111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     suite = load_suite(Path(args.suite))
     RUNS = Path(args.runs) if args.runs else (ROOT / suite["runs"] if suite.get("runs") else RUNS)
+    if getattr(args, "storage", None) and suite.get("storage_subdir") and "--storage" not in (argv or sys.argv):
+        args.storage = str(Path(args.storage) / suite["storage_subdir"])     # a round's own storage folder
     if args.cmd == "status":
         for s in suite["settings"]:
             have = [k for k in KINDS if data_path(s["name"], k).is_file()]
@@ -1156,19 +1163,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except SystemExit as e:
                     print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} failed: {e}", flush=True)
         return 0
-    text = tables(suite)
+    r2 = None
+    if suite.get("round") == 2:
+        sys.modules.setdefault("validation", sys.modules[__name__])   # one module (and RUNS) when run as a script
+        import validation_round2 as r2
+    if args.cmd == "freeze":
+        if r2 is None:
+            raise SystemExit("freeze: only a sealed suite (validation/round2.yaml) is frozen")
+        print(r2.freeze(Path(args.suite), rule=args.rule, drift=args.drift, probe=args.probe))
+        return 0
+    text = r2.tables(suite) if r2 else tables(suite)
+    begin, end = (r2.BEGIN, r2.END) if r2 else (BEGIN, END)
     if args.check:
-        doc = _doc_tables(Path(args.check).read_text())
+        doc = _doc_tables(Path(args.check).read_text(), begin, end)
         if doc != text:
-            sys.stderr.write(f"{args.check}: the tables differ from what validation/runs/ gives; "
-                             f"run: python scripts/validation.py tables --write {args.check}\n")
+            sys.stderr.write(f"{args.check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
+                             f"run: python scripts/validation.py --suite {args.suite} tables --write {args.check}\n")
             return 1
         return 0
     if args.write:
         path = Path(args.write)
         doc = path.read_text()
-        head, rest = doc.split(BEGIN, 1)
-        path.write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
+        head, rest = doc.split(begin, 1)
+        path.write_text(head + begin + "\n" + text + end + rest.split(end, 1)[1])
         return 0
     sys.stdout.write(text)
     return 0

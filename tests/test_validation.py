@@ -22,6 +22,12 @@ def test_the_docs_tables_are_recomputed_from_the_committed_data_in_under_a_minut
     assert time.monotonic() - t0 < 60
 
 
+def test_the_second_rounds_tables_are_recomputed_from_its_committed_data():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(ROOT / "validation" / "round2.yaml"), "tables",
+                          "--check", str(ROOT / "docs" / "validation.md")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
 def test_the_suite_is_split_and_sized_as_the_issue_asks():
     sys.path.insert(0, str(ROOT / "scripts"))
     import validation
@@ -153,3 +159,71 @@ def test_the_targets_table_says_met_or_missed_against_the_issue_goals():
     assert rows[5].endswith("| met |") and "4/5 = 80%" in rows[5]           # exactly the goal
     assert rows[6].endswith("| met |") and "0.31 pooled SEs (97% 0.01 … 3.87)" in rows[6]
     assert validation.target_lines(None) == ["The issue's targets, on the held-out half: no held-out setting complete yet."]
+
+
+def _round2_suite(tmp_path: Path, freeze: str = "null") -> Path:
+    suite = tmp_path / "round2.yaml"
+    suite.write_text("round: 2\nsealed: [full10, full30, full100]\nfreeze: " + freeze + "\n"
+                     "seeds: {pilot: 3, full10: 3}\nsettings:\n  - name: default\n    base: default\n"
+                     "    pilot_budget: 6e11\n    pilot_grid: [0.5, 0.62, 0.74, 0.85]\n"
+                     "    full_grid: [0.42, 0.5, 0.62, 0.74, 0.85]\n    on_policy: 0.74\n")
+    runs = tmp_path / "runs" / "default"
+    runs.mkdir(parents=True, exist_ok=True)
+    for kind in ("pilot", "full10"):
+        (runs / f"{kind}.json.gz").write_bytes((ROOT / "validation" / "runs" / "default" / f"{kind}.json.gz").read_bytes())
+    return suite
+
+
+def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path):
+    """A sealed grid shows only its run count: changing every value in it changes no output; the
+    open pilot grid is read. freeze records the commits once, refuses a second time, and unseals."""
+    suite = _round2_suite(tmp_path)
+    common = [sys.executable, str(SCRIPT), "--suite", str(suite), "--runs", str(tmp_path / "runs")]
+    first = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    assert "| default | 6e+11 | 12/12 runs (" in first.stdout and "15/15 runs (8c990d4), sealed" in first.stdout
+    assert "search-heavy ρ ≤ 0.59, 0.94" in first.stdout        # the open pilot grid: round 1's verdict
+    path = tmp_path / "runs" / "default" / "full10.json.gz"
+    with gzip.open(path, "rt") as fh:
+        rec = json.load(fh)
+    for p in rec["pilots"]:                                    # every full-run value changed
+        p["evals"] = {k: [1.0 - x for x in v] for k, v in p["evals"].items()}
+    with gzip.open(path, "wt") as fh:
+        json.dump(rec, fh)
+    second = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
+    assert second.stdout == first.stdout
+    status = subprocess.run(common + ["status"], capture_output=True, text=True, cwd=ROOT)
+    assert "done: pilot, full10" in status.stdout
+    bad = subprocess.run(common + ["freeze", "--rule", "HEAD", "--drift", "abc1234", "--probe", "abc1234"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "--rule 'HEAD' is not a commit" in bad.stderr
+    ok = subprocess.run(common + ["freeze", "--rule", "abc1234", "--drift", "def5678", "--probe", "0123abc"],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert "freeze: {rule: 'abc1234', drift: 'def5678', probe: '0123abc', date: '" in suite.read_text()
+    again = subprocess.run(common + ["freeze", "--rule", "abc1234", "--drift", "def5678", "--probe", "0123abc"],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode != 0 and "already frozen" in again.stderr
+    frozen = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
+    assert "Frozen on" in frozen.stdout and ", sealed" not in frozen.stdout
+
+
+def test_round2_replacement_rule_by_hand():
+    """learned: some point's mean gain over the base (paired by seed, checkpoint prompts) above both
+    2 seed SEs and 0.01."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation_round2 as r2
+
+    def pilot(rho, base, final):
+        return {"rho_target": rho, "status": "complete", "evals": {"reward": final + [0.0] * 5},
+                "checkpoints": [{"fraction": 0.0, "evals": {"reward": base}}]}
+
+    # gains at 0.5: 0.25, 0.5, 0.25 → mean 1/3, SE 0.0833: learned; at 0.8 nothing
+    rec = {"pilots": [pilot(0.5, [0.0, 0.5], [0.5, 0.5]), pilot(0.5, [0.0, 0.0], [0.5, 0.5]),
+                      pilot(0.5, [0.5, 0.5], [1.0, 0.5]), pilot(0.8, [0.5, 0.5], [0.5, 0.5])]}
+    assert r2.gains(rec) == {0.5: [0.25, 0.5, 0.25], 0.8: [0.0]}
+    ok, gain, se = r2.learned(rec)
+    assert ok and abs(gain - 1 / 3) < 1e-12 and abs(se - (0.0208333 ** 0.5) / 3 ** 0.5) < 1e-6
+    # a gain of 0.005 with no spread is under the 0.01 floor: not learned
+    tiny = {"pilots": [pilot(0.5, [0.0] * 200, [1.0] + [0.0] * 199) for _ in range(3)]}
+    assert r2.learned(tiny)[0] is False

@@ -137,6 +137,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     from race import flops as F
     from race.report import fmt_flops
     from race.checkpoints import long_run_note
+    from race.drift import init_line
     from race.grid import CostModel, lora_spec, plan_grid, policy_arch, reward_spec
 
     cfg = config_from_dict(raw)
@@ -167,6 +168,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
                     f"{full_steps:,} in the full run")
     head.append(f"  grid: {fmt_flops(plan.grid_flops)} FLOPs = {plan.grid_flops / cfg.full_run_budget:.1%} of the "
                 "full run")
+    head.append(init_line(cfg.budget, cfg.full_run_budget))
     long_run = long_run_note(cfg.learning_rate.schedule, cfg.full_run_budget, cfg.budget)
     head += [f"NOTE: {long_run}"] if long_run else []
     head += [f"WARNING: {w}" for w in plan.warnings]

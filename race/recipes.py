@@ -206,7 +206,24 @@ def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, flo
     plan = results.plan or {}
     P = float(plan.get("prompt_len") or cfg.prompt_len)
     C = float(plan.get("completion_len") or cfg.completion_len)
-    return cfg, r, P, C, label, results.diagnosis
+    return cfg, r, P, C, label, results
+
+
+def _range_at_f(results: Any, cfg: GridConfig, full: float) -> dict[str, Any] | None:
+    """The budget-drift model's range at ``full`` for these results (race.drift), {"refused": why}, or
+    None when the pilots' budget is unknown."""
+    from race.drift import DriftError, range_for_pilots
+
+    pilot_budget = float(cfg.budget or 0.0)
+    if not pilot_budget > 0:
+        return None
+    v = results.diagnosis.primary
+    try:
+        return range_for_pilots(results.pilots, target=results.diagnosis.primary_target, pilot_budget=pilot_budget,
+                                full_run_budget=full, rho_range=tuple(v.rho_range), recommended_rho=v.recommended_rho,
+                                constant_rate=cfg.learning_rate.schedule == "constant").to_dict()
+    except DriftError as e:
+        return {"refused": str(e)}
 
 
 def _check_rho(rho: Any) -> float:
@@ -252,12 +269,19 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     key = str(trainer).lower() if trainer is not None else ""
     if key not in TRAINERS:
         raise RaceError(f"trainer {trainer!r} is unknown: expected one of {', '.join(TRAINERS)}")
-    cfg, r, P, C, label, _ = _load_source(source, rho)
+    cfg, r, P, C, label, results = _load_source(source, rho)
     raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
     if raw_full is None:
         raise RaceError("no full-run budget: give --full-run F (FLOPs of the full run, e.g. 1e20) or "
                         "full_run_budget in the config")
     full = parse_flops(raw_full, "--full-run" if full_run_budget is not None else "full_run_budget")
+    # which ρ: the user's, else the range at F (race.drift) where the drift model gives one, else the
+    # verdict's at B; the recipe says which
+    rho_source, at_f = ("given", None) if results is None or rho is not None else ("range at B", None)
+    if rho_source == "range at B":
+        at_f = _range_at_f(results, cfg, full)
+        if at_f is not None and "refused" not in at_f:
+            r, rho_source = round(float(at_f["recommended_rho"]), 4), "range at F"
     arch = policy_arch(cfg)
     lora = lora_spec(cfg, arch)
     reward = reward_spec(cfg)
@@ -301,6 +325,11 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "
                      "configured")
+    if rho_source != "given":
+        notes.insert(0, f"ρ={r:g} is the recommended ρ of the {rho_source}"
+                     + (f": {at_f['line']}" if rho_source == "range at F" else
+                        f" ({results.diagnosis.primary.range_text()}); no range at F: {at_f['refused']}"
+                        if at_f and "refused" in at_f else ""))
     return Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
                   settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
                   planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),

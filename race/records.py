@@ -540,6 +540,9 @@ class Forecast:
     settings: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     open_side: str | None = None        # as TargetVerdict.open_side
+    # the recommended range at F from the budget-drift model (race.drift.RangeAtBudget.to_dict), or
+    # {"refused": the one-line reason}; a second statement beside the verdict at B, with its own evidence
+    range_at_budget: Mapping[str, Any] | None = None
 
     @property
     def predicts(self) -> bool:
@@ -556,7 +559,8 @@ class Forecast:
                 "open_side": self.open_side,
                 "confidence": self.confidence, "pilot_regime": self.pilot_regime.value,
                 "pilot_best_rho": self.pilot_best_rho, "differs": self.differs, "budgets": list(self.budgets),
-                "settings": dict(self.settings), "warnings": list(self.warnings)}
+                "settings": dict(self.settings), "warnings": list(self.warnings),
+                "range_at_budget": dict(self.range_at_budget) if self.range_at_budget is not None else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Forecast":
@@ -572,7 +576,8 @@ class Forecast:
             confidence=opt("confidence"), pilot_regime=Regime(d["pilot_regime"]),
             pilot_best_rho=float(d["pilot_best_rho"]), differs=bool(d["differs"]),
             budgets=tuple(float(b) for b in d.get("budgets") or ()), settings=dict(d.get("settings") or {}),
-            warnings=tuple(d.get("warnings") or ()), open_side=d.get("open_side"))
+            warnings=tuple(d.get("warnings") or ()), open_side=d.get("open_side"),
+            range_at_budget=dict(d["range_at_budget"]) if isinstance(d.get("range_at_budget"), Mapping) else None)
 
 
 @dataclass(frozen=True)

@@ -261,8 +261,11 @@ def _params_cell(model: str | None, params: Mapping[str, float]) -> str:
 
 
 def forecast_lines(fc: Forecast) -> list[str]:
-    """The forecast's lines beside its tables: the one-line summary or refusal first."""
-    out = [fc.message]
+    """The forecast's lines beside its tables: the range at F from the budget-drift model first
+    (race.drift, a second statement beside the verdict at B), then the forecast's one-line summary
+    or refusal."""
+    out = [range_at_budget_line(fc.range_at_budget)] if fc.range_at_budget else []
+    out.append(fc.message)
     if not fc.predicts:
         return out + [f"warning: {w}" for w in fc.warnings]
     if fc.model == "sigmoid":
@@ -282,6 +285,11 @@ def forecast_lines(fc: Forecast) -> list[str]:
                    f"(CIs: {fc.settings.get('confidence_level', 0.9):.0%}, {fc.settings.get('n_boot')} bootstrap "
                    "refits over seeds and checkpoint prompts; they do not include the backtest error)")
     return out + [f"warning: {w}" for w in fc.warnings]
+
+
+def range_at_budget_line(r: Mapping[str, Any]) -> str:
+    """The one line of a stored range at F (race.drift.RangeAtBudget.to_dict) or of its refusal."""
+    return f"no range at F: {r['refused']}" if "refused" in r else str(r.get("line", ""))
 
 
 def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) -> list[str]:

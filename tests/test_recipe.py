@@ -219,11 +219,16 @@ def test_keep_is_inexpressible_one_line_and_the_nearest_recipe(trainer):
 def test_results_use_the_recommended_rho():
     from race.results import load_results
 
-    d = load_results(RESULTS).diagnosis
-    rec = recipe(RESULTS, trainer="trl", full_run_budget=1e13)
-    # a closed range (this file's verdict): its centre; an open one would give its grid-edge point
+    res = load_results(RESULTS)
+    d = res.diagnosis
+    # a full run of one pilot budget: nothing moves, the verdict's ρ at B. A closed range (this
+    # file's verdict): its centre; an open one would give its grid-edge point
+    rec = recipe(RESULTS, trainer="trl", full_run_budget=res.config["budget"])
     assert d.open_side is None and rec.rho == pytest.approx(round(sum(d.rho_range) / 2, 4))
     assert rec.rho == pytest.approx(round(d.recommended_rho, 4))
+    # longer: the range at F (race.drift), said in the first note
+    far = recipe(RESULTS, trainer="trl", full_run_budget=1e13)
+    assert far.rho != rec.rho and far.notes[0].startswith(f"ρ={far.rho:g} is the recommended ρ of the range at F")
     assert rec.prompt_len == 6.0 and rec.completion_len == pytest.approx(21.50390625)   # calibrated lengths
     assert recipe(os.path.dirname(RESULTS) + "/tiny-steps-sparse.results.json", trainer="verl",
                   full_run_budget=1e13, rho=0.7).rho == 0.7

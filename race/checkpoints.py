@@ -118,21 +118,43 @@ def find_instability(checkpoints: Sequence[Checkpoint], target: str) -> dict[str
     return None
 
 
-# A full run at least this many pilot budgets long with a constant learning rate carries a risk the
-# pilots cannot show: the validation study's full runs collapsed late where none of their pilots
-# had fallen back (docs/validation.md, "What the failures teach", item 3).
+# A full run at least this many pilot budgets long can collapse where none of its pilots fell back:
+# the validation study's full runs did (docs/validation.md, "What the failures teach", item 3), so the
+# pilots cannot vouch for a run that long.
 LONG_RUN = 10.0
 
 
-def long_run_note(schedule: str, full_run_budget: float, pilot_budget: float) -> str | None:
-    """The one-line note for a full run ≥ ``LONG_RUN`` pilot budgets at a constant learning rate
-    (``race recipe`` and the forecast both give it); None for a shorter run or a decaying rate."""
-    if schedule != "constant" or not pilot_budget > 0 or full_run_budget < LONG_RUN * pilot_budget:
-        return None
-    return (f"learning_rate.schedule is constant over a full run {full_run_budget / pilot_budget:.3g}× a pilot's "
-            "budget: a rate stable in every pilot can collapse over a run this long (RACE's validation study: "
-            "tiny-reasoner at 10×, 2 of 15 full runs, none of 12 pilots; tiny-arith at 30×, 1 of 9, none of 15 "
-            "at 10×; docs/validation.md): watch held-out reward during the run and keep its checkpoints")
+def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
+                 ran: bool = True) -> dict[str, str]:
+    """The stability line at the full-run budget: ``{"status", "line"}``, status one of ``stable``
+    (no pilot fell back, and the run is under LONG_RUN pilots long), ``at risk`` (some pilot fell
+    back: the evidence is named) or ``not tested`` (no checkpoints, or a run too long for the pilots
+    to vouch for; ``ran`` False: no pilot has run yet). The evidence quoted is the first validation round's (docs/validation.md): the
+    settings whose pilots fell back were the ones whose full runs collapsed."""
+    factor = full_run_budget / pilot_budget if pilot_budget > 0 else float("nan")
+    head = f"stability at F ({factor:.3g} × B): "
+    watch = "watch the full run's held-out reward (race.watch) and keep its best checkpoint"
+    if not ran:
+        return {"status": "not tested", "line": head + f"not tested: no pilot has run yet (race pilot tests the rate "
+                                                       f"at B); {watch}"}
+    if st is None:
+        return {"status": "not tested", "line": head + "not tested: the pilots have no held-out checkpoints "
+                                                       f"(eval.checkpoints off); {watch}"}
+    if st.unstable:
+        where = ", ".join(f"ρ {p.rho_target:.2f}: {p.unstable} of {p.pilots}" for p in st.points if p.unstable)
+        return {"status": "at risk",
+                "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
+                               f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
+                               "back were those whose full runs collapsed (η × 3: 30 of 30; steps-prm: 1 of 15), and "
+                               f"no setting whose pilots all held lost a third of its full runs: lower η, and {watch}"}
+    if factor < LONG_RUN:
+        return {"status": "stable", "line": head + f"stable: none of {st.pilots} pilots fell back, and the full run "
+                                                   f"is under {LONG_RUN:g} × a pilot's length"}
+    return {"status": "not tested",
+            "line": head + f"not tested at this length: none of {st.pilots} pilots fell back, but the full run is "
+                           f"{factor:.3g} × a pilot's length, which pilots cannot vouch for (RACE's validation "
+                           "study: tiny-reasoner lost 3 of 15 full runs at 10 ×, tiny-arith 1 of 9 at 30 ×, none of "
+                           f"their pilots fell back); {watch}"}
 
 
 def eval_flops(pilot: PilotResult) -> float:

@@ -46,9 +46,9 @@ regime at F is race.regime's rule on the predicted scores and their replicates
 budget. Deterministic in (pilots, F, n_boot, seed); pilots in any order.
 
 **Stability is not forecast.** The curves assume each run keeps rising; a run that collapses
-late (none of its pilots fell back) is outside what checkpoints can extrapolate. So a forecast
-for a full run ≥ ``race.checkpoints.LONG_RUN`` pilot budgets at a constant learning rate carries
-``long_run_note`` among its warnings, whatever its status.
+late (none of its pilots fell back) is outside what checkpoints can extrapolate. So every
+forecast carries the stability line at F (``race.checkpoints.stability_at``: stable, at risk with
+its evidence, or not tested), whatever its status, beside the range at F (``race.drift``).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from race.checkpoints import long_run_note
+from race.checkpoints import stability, stability_at
 from race.errors import RaceError
 from race.records import Backtest, Forecast, ForecastPoint, PilotResult, Regime
 
@@ -691,10 +691,10 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
                   reward_share_threshold=float(settings.get("reward_share_threshold", 0.2)))
     lr = (results.config or {}).get("learning_rate")
     schedule = lr.get("schedule", LearningRate.schedule) if isinstance(lr, Mapping) else LearningRate.schedule
-    note = long_run_note(schedule, F, results_budget(results))
-    if note:
-        fc = replace(fc, warnings=(*fc.warnings, note))
-    return replace(diag, forecast=replace(fc, range_at_budget=budget_range(results, diag, F, schedule)))
+    st = diag.stability if diag.stability is not None else stability(results.pilots, diag.primary_target)
+    at_f = stability_at(st, full_run_budget=F, pilot_budget=results_budget(results))
+    return replace(diag, forecast=replace(fc, range_at_budget=budget_range(results, diag, F, schedule),
+                                          stability_at_budget=at_f))
 
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:

@@ -136,7 +136,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     from race.version import __version__
     from race import flops as F
     from race.report import fmt_flops
-    from race.checkpoints import long_run_note
+    from race.checkpoints import stability_at
     from race.drift import init_line
     from race.grid import CostModel, lora_spec, plan_grid, policy_arch, reward_spec
 
@@ -169,8 +169,8 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     head.append(f"  grid: {fmt_flops(plan.grid_flops)} FLOPs = {plan.grid_flops / cfg.full_run_budget:.1%} of the "
                 "full run")
     head.append(init_line(cfg.budget, cfg.full_run_budget))
-    long_run = long_run_note(cfg.learning_rate.schedule, cfg.full_run_budget, cfg.budget)
-    head += [f"NOTE: {long_run}"] if long_run else []
+    head.append(stability_at(None, full_run_budget=cfg.full_run_budget, pilot_budget=cfg.budget, ran=False)["line"]
+                .replace("stability at F", "Stability at F", 1))
     head += [f"WARNING: {w}" for w in plan.warnings]
     return "\n".join(f"# {line}".rstrip() for line in head) + "\n" + _yaml(raw)
 

@@ -25,10 +25,10 @@ Invariants:
   learning-rate schedule it lacks; the per-dataset healthy recipe) is one line in ``notes``; for the
   subset the recipe is the nearest expressible one (every generated rollout trained, the (n, μ) whose
   ρ as RACE's pilots count it is nearest the target), with both ρ stated.
-- **A long run at a constant rate is flagged.** A full run ≥ ``race.checkpoints.LONG_RUN`` pilot
-  budgets with ``learning_rate.schedule: constant`` gets one note (``race.checkpoints.long_run_note``,
-  which the forecast and ``race init`` give as well): a rate every pilot survived can collapse over
-  such a run (measured in docs/validation.md). The settings still carry the configured schedule.
+- **The stability line at F** is one note (``race.checkpoints.stability_at``, as the forecast and
+  ``race init`` give it): stable, at risk with the pilots that fell back, or not tested (a run too
+  long for the pilots to vouch for, measured in docs/validation.md). The settings still carry the
+  configured schedule.
 - Bad input (unknown trainer, ρ outside (0, 1), no full-run budget, a results file without a
   diagnosis, a budget below one step) raises ``RaceError`` with one line naming the value.
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from race import flops as F
-from race.checkpoints import long_run_note
+from race.checkpoints import stability, stability_at
 from race.config import GridConfig, config_from_dict, parse_flops
 from race.errors import RaceError
 from race.records import FlopBreakdown, Schedule
@@ -171,7 +171,7 @@ def trainer_step_cost(run: TrainerRun, arch: F.ArchSpec, lora: F.LoRASpec, rewar
 # ----------------------------------------------------------------------------- inputs
 
 def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, float, float, str, Any]:
-    """(config, ρ, prompt_len, completion_len, source label, diagnosis or None)."""
+    """(config, ρ, prompt_len, completion_len, source label, results or None)."""
     from race.results import Results, load_results
 
     if isinstance(source, GridConfig):
@@ -181,15 +181,15 @@ def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, flo
     elif isinstance(source, Mapping):
         cfg, results, label = config_from_dict(source), None, "config"
     elif isinstance(source, str):
-        if os.path.isdir(source) or source.lower().endswith(".json"):
+        if os.path.isdir(source) or source.lower().endswith((".json", ".json.gz")):
             results, label = load_results(source), source
         elif source.lower().endswith((".yaml", ".yml")):
             from race.config import load_config
 
             cfg, results, label = load_config(source), None, source
         else:
-            raise RaceError(f"source {source!r} is neither a results file (.json or its folder) nor a "
-                            "config (.yaml): expected RESULTS.json, DIR or CONFIG.yaml")
+            raise RaceError(f"source {source!r} is neither a results file (.json, .json.gz or its folder) nor a "
+                            "config (.yaml): expected RESULTS.json, RESULTS.json.gz, DIR or CONFIG.yaml")
     else:
         raise RaceError(f"source {type(source).__name__} is not a results file, folder or config")
     if results is None:
@@ -318,9 +318,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                         flops=planned.scaled(steps))
     settings, model, more = _SETTINGS[key](cfg, schedule, P)
     notes += more
-    long_run = long_run_note(cfg.learning_rate.schedule, full, cfg.budget)
-    if long_run:
-        notes.append(long_run)
+    st = stability(results.pilots, results.diagnosis.primary_target) if results is not None else None
+    notes.append(stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None)["line"])
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "

@@ -543,6 +543,8 @@ class Forecast:
     # the recommended range at F from the budget-drift model (race.drift.RangeAtBudget.to_dict), or
     # {"refused": the one-line reason}; a second statement beside the verdict at B, with its own evidence
     range_at_budget: Mapping[str, Any] | None = None
+    # the stability line at F (race.checkpoints.stability_at): {"status", "line"}
+    stability_at_budget: Mapping[str, str] | None = None
 
     @property
     def predicts(self) -> bool:
@@ -560,7 +562,8 @@ class Forecast:
                 "confidence": self.confidence, "pilot_regime": self.pilot_regime.value,
                 "pilot_best_rho": self.pilot_best_rho, "differs": self.differs, "budgets": list(self.budgets),
                 "settings": dict(self.settings), "warnings": list(self.warnings),
-                "range_at_budget": dict(self.range_at_budget) if self.range_at_budget is not None else None}
+                "range_at_budget": dict(self.range_at_budget) if self.range_at_budget is not None else None,
+                "stability_at_budget": dict(self.stability_at_budget) if self.stability_at_budget else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Forecast":
@@ -577,7 +580,9 @@ class Forecast:
             pilot_best_rho=float(d["pilot_best_rho"]), differs=bool(d["differs"]),
             budgets=tuple(float(b) for b in d.get("budgets") or ()), settings=dict(d.get("settings") or {}),
             warnings=tuple(d.get("warnings") or ()), open_side=d.get("open_side"),
-            range_at_budget=dict(d["range_at_budget"]) if isinstance(d.get("range_at_budget"), Mapping) else None)
+            range_at_budget=dict(d["range_at_budget"]) if isinstance(d.get("range_at_budget"), Mapping) else None,
+            stability_at_budget=dict(d["stability_at_budget"]) if isinstance(d.get("stability_at_budget"), Mapping)
+            else None)
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,8 @@ def forecast_lines(fc: Forecast) -> list[str]:
     (race.drift, a second statement beside the verdict at B), then the forecast's one-line summary
     or refusal."""
     out = [range_at_budget_line(fc.range_at_budget)] if fc.range_at_budget else []
+    if fc.stability_at_budget:
+        out.append(str(fc.stability_at_budget.get("line", "")))
     out.append(fc.message)
     if not fc.predicts:
         return out + [f"warning: {w}" for w in fc.warnings]

@@ -74,7 +74,7 @@ GRID_KEYS = {"pilot": "pilot_grid", "full10": "full_grid", "full30": "long_grid"
 def planned(s: dict, kind: str) -> bool:
     """Whether the suite plans grid ``kind`` for setting ``s``: every setting has a pilot and a 10 × B
     grid, only those with a ``long_grid`` a 30 × B one, and a ``longest_grid`` a 100 × B one."""
-    if s.get("replaced_by") and kind != "pilot":       # round 2's replacement rule: its pilot grid only
+    if (s.get("replaced_by") or s.get("dropped")) and kind != "pilot":   # round 2's replacement rule: pilots only
         return False
     return kind in ("pilot", "full10") or bool(s.get(GRID_KEYS[kind]))
 

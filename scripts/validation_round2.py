@@ -107,7 +107,9 @@ def progress_lines(suite: dict) -> list[str]:
         cells = []
         for k in kinds:
             if not v.planned(s, k):
-                cells.append(f"replaced by {s['replaced_by']}" if s.get("replaced_by") and k == "full10" else "—")
+                gone = (f"replaced by {s['replaced_by']}" if s.get("replaced_by") else
+                        f"dropped: {s['dropped']}" if s.get("dropped") else "—")
+                cells.append(gone if k == "full10" else "—")
                 continue
             want = planned_runs(suite, s, k)
             done_path, part_path = v.data_path(s["name"], k), v.data_path(s["name"], k, partial=True)

@@ -268,3 +268,19 @@ def test_a_pilot_is_bit_identical_with_and_without_checkpoints(fast_path, torch_
     assert b.extra["eval_flops"]["final"] > cps[0].eval_flops.total            # 60 prompts against 40
     assert b.wall_seconds["checkpoints"] == pytest.approx(sum(c.seconds for c in cps))
     assert not math.isnan(cps[0].score("reward"))
+
+
+def test_the_stability_line_at_f_by_status():
+    from race.checkpoints import LONG_RUN, stability_at
+    from race.records import Stability, StabilityPoint
+
+    pts = tuple(StabilityPoint(rho_target=r, pilots=3, unstable=0, checkpoints=9, prompts=100, eval_flops=1.0)
+                for r in (0.5, 0.7))
+    held = Stability(target="reward", rule={}, points=pts, unstable=())
+    short = stability_at(held, full_run_budget=5e12, pilot_budget=1e12)
+    assert short == {"status": "stable", "line": "stability at F (5 × B): stable: none of 6 pilots fell back, and "
+                                                 f"the full run is under {LONG_RUN:g} × a pilot's length"}
+    long = stability_at(held, full_run_budget=3e13, pilot_budget=1e12)
+    assert long["status"] == "not tested" and "the full run is 30 × a pilot's length" in long["line"]
+    assert stability_at(None, full_run_budget=1e12, pilot_budget=1e12)["status"] == "not tested"
+    assert "no pilot has run yet" in stability_at(None, full_run_budget=1e13, pilot_budget=1e12, ran=False)["line"]

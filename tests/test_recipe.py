@@ -57,7 +57,7 @@ def test_trl_grpo_config_derives_what_race_planned():
 
     cfg, rec = tiny_recipe(steps=3)
     s = rec.schedule
-    assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and not rec.notes
+    assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and [n[:14] for n in rec.notes] == ["stability at F"]
     args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
                       **rec.settings)
     assert args.num_generations == 4
@@ -161,25 +161,28 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
     assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
     assert len(r.notes) == 2 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
-    assert "constant over a full run 10× a pilot's budget" in r.notes[1]    # 1e13 against the pilots' 1e12
+    assert r.notes[1].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
 
 
-def test_a_long_run_at_a_constant_rate_gets_one_note_and_a_decaying_one_none():
-    """The validation study's full runs at 10× collapsed under a constant rate their pilots survived:
-    a recipe ≥ LONG_RUN pilot budgets long at a constant rate says so; shorter, or decaying, it does not."""
+def test_every_recipe_carries_one_stability_line_at_f():
+    """A config: not tested (no pilot ran). Results whose pilots all held: stable under LONG_RUN
+    pilot budgets, not tested at or past it; results with a fallen pilot: at risk, naming it."""
+    from dataclasses import replace
+
     from race.checkpoints import LONG_RUN
+    from race.results import load_results
 
     cfg = tiny_config()
     rho = on_policy_rho(cfg)
-    long = recipe(cfg, trainer="trl", rho=rho, full_run_budget=LONG_RUN * cfg.budget)
-    assert [n for n in long.notes if "constant" in n] == [long.notes[-1]]
-    assert "docs/validation.md" in long.notes[-1] and "\n" not in long.notes[-1]
-    assert long.settings["lr_scheduler_type"] == "constant"                  # the configured schedule, unchanged
-    short = recipe(cfg, trainer="trl", rho=rho, full_run_budget=0.99 * LONG_RUN * cfg.budget)
-    assert not any("constant" in n for n in short.notes)
-    decay = config_from_dict({**cfg.to_dict(), "learning_rate": {**cfg.to_dict()["learning_rate"], "schedule": "cosine"}})
-    cos = recipe(decay, trainer="trl", rho=rho, full_run_budget=LONG_RUN * cfg.budget)
-    assert not any("constant" in n for n in cos.notes) and cos.settings["lr_scheduler_type"] == "cosine"
+    lines = [n for n in recipe(cfg, trainer="trl", rho=rho, full_run_budget=LONG_RUN * cfg.budget).notes
+             if n.startswith("stability at F")]
+    assert len(lines) == 1 and "no pilot has run yet" in lines[0]
+    src = os.path.join(os.path.dirname(RESULTS), "tiny-reasoner.results.json.gz")     # .json.gz is read too
+    b = float(load_results(src).config["budget"])
+    lines = [n for n in recipe(src, trainer="trl", full_run_budget=2 * b).notes if n.startswith("stability at F")]
+    assert len(lines) == 1 and lines[0].startswith("stability at F (2 × B): AT RISK: 1 of 12 pilots fell back on "
+                                                   "their held-out checkpoints (ρ 0.40: 1 of 3)")
+    assert "lower η" in lines[0] and "race.watch" in lines[0]
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)

@@ -1,0 +1,216 @@
+"""Watching the full run: RACE's instability rule on held-out checkpoints while the user's run trains.
+
+A learning rate that held for every pilot can still collapse late in a full run (docs/validation.md),
+and the pilots cannot see that. The watch applies the pilots' own rule (race.checkpoints:
+``find_instability``) to the full run as it trains:
+
+- ``Watch``: framework-free. Give it the run's optimizer-step count; ``due(step)`` says when a
+  held-out evaluation is due (the base policy at step 0, then log-spaced fractions 1/64 … 1, as the
+  pilots' checkpoints); ``record(step, scores)`` takes the per-prompt scores on the same held-out
+  prompts each time and returns the fall once the rule finds one.
+- ``check_scores``: the same rule over a run's logged validation scores, for verl and OpenRLHF
+  users (log per-prompt scores of a fixed validation set, the base policy's first).
+- ``trl_callback``: a ``transformers.TrainerCallback`` for TRL's ``GRPOTrainer``. At each due step
+  it samples completions for the held-out prompts, scores them with the task's checker (any
+  callable with TRL's reward-function signature), and on a fall logs the evidence, stops the run
+  (``stop=True``) and puts back the adapter weights of the best checkpoint (``keep_best=True``).
+  It saves and restores torch's random state around each evaluation, so training draws the same
+  samples as without it.
+
+Invariants: ``import race.watch`` imports no torch or transformers (they load inside
+``trl_callback``); the rule is race.checkpoints', unchanged; scores are never model text run as code.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from race.checkpoints import DEFAULT_CHECKPOINTS, checkpoint_fractions, find_instability
+from race.errors import RaceError
+from race.records import Checkpoint, FlopBreakdown
+
+
+class WatchError(RaceError):
+    """Bad input to the watch (no prompts, a score that is not a finite number, steps out of order)."""
+
+
+def _scores(scores: Sequence[Any], where: str) -> tuple[float, ...]:
+    out = []
+    for i, s in enumerate(scores):
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(float(s)):
+            raise WatchError(f"{where}: score {i} is {str(s)[:60]!r}: expected a finite number")
+        out.append(float(s))
+    if not out:
+        raise WatchError(f"{where}: no scores: expected one per held-out prompt")
+    return tuple(out)
+
+
+@dataclass
+class Watch:
+    """The instability rule over one run's held-out evaluations (see the module docstring)."""
+
+    total_steps: int
+    checkpoints: int | Sequence[float] = DEFAULT_CHECKPOINTS
+    target: str = "reward"
+    history: list[Checkpoint] = field(default_factory=list)
+    fall: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps < 1:
+            raise WatchError(f"total_steps {self.total_steps!r} must be a whole number ≥ 1 (the run's optimizer steps)")
+        fr = checkpoint_fractions(self.checkpoints)
+        # the fractions before the end (1/64 … 0.55 with 8 checkpoints), then the end itself
+        self._due = sorted({max(1, math.ceil(f * self.total_steps - 1e-9)) for f in fr} | {self.total_steps})
+
+    @property
+    def steps(self) -> list[int]:
+        """The steps at which an evaluation is due after the base one (step 0)."""
+        return list(self._due)
+
+    def due(self, step: int) -> bool:
+        """Whether an evaluation is due at ``step``: the base at 0, then once a due step is reached."""
+        if not self.history:
+            return step == 0
+        last = self.history[-1].step
+        pending = [d for d in self._due if d > last]
+        return bool(pending) and step >= pending[0]
+
+    def record(self, step: int, scores: Sequence[Any]) -> dict[str, Any] | None:
+        """Add the per-prompt scores at ``step`` (the same prompts, in the same order, every time);
+        return the fall (race.checkpoints.find_instability's record, with ``step``) once there is one."""
+        vals = _scores(scores, f"step {step}")
+        if self.history:
+            if step <= self.history[-1].step:
+                raise WatchError(f"step {step} is not after the last evaluation's ({self.history[-1].step})")
+            if len(vals) != len(self.history[0].evals[self.target]):
+                raise WatchError(f"step {step}: {len(vals)} scores, the base had "
+                                 f"{len(self.history[0].evals[self.target])}: evaluate the same held-out prompts")
+        elif step != 0:
+            raise WatchError(f"the first evaluation is at step {step}: expected the base policy's, at step 0")
+        self.history.append(Checkpoint(fraction=step / self.total_steps, step=step, flops=FlopBreakdown(),
+                                       evals={self.target: vals}))
+        if self.fall is None:
+            self.fall = find_instability(self.history, self.target)
+        return self.fall
+
+    @property
+    def best_step(self) -> int | None:
+        """The step whose evaluation scored highest so far (the earliest of ties)."""
+        if not self.history:
+            return None
+        means = [sum(c.evals[self.target]) / len(c.evals[self.target]) for c in self.history]
+        return self.history[max(range(len(means)), key=lambda i: (means[i], -i))].step
+
+    def line(self) -> str:
+        """One line: the fall with its evidence, or that none was seen."""
+        n = len(self.history)
+        if self.fall is None:
+            return f"race.watch: no fall in {n} held-out evaluations"
+        f = self.fall
+        return (f"race.watch: held-out {self.target} fell to {f['value']:.3f} at step {f['step']} from {f['best']:.3f} "
+                f"(base {f['base']:.3f}; drop {f['best'] - f['value']:.3f}, paired SE {f['drop_se']:.3f}): the run "
+                "collapsed by the pilots' rule (race.checkpoints)")
+
+
+def check_scores(history: Sequence[tuple[int, Sequence[Any]]], *, target: str = "reward") -> dict[str, Any] | None:
+    """The rule over a run's logged validation scores: ``[(step, per-prompt scores), …]``, the base
+    policy's (step 0) first, the same prompts each time. Returns the first fall, or None."""
+    if not history:
+        raise WatchError("no validation scores: expected [(step, per-prompt scores), …], the base policy's first")
+    steps = [int(s) for s, _ in history]
+    w = Watch(total_steps=max(1, max(steps)), target=target)
+    for s, scores in history:
+        w.record(int(s), scores)
+    return w.fall
+
+
+def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[float]], *,
+                 columns: Mapping[str, Sequence[Any]] | None = None, samples: int = 1, max_new_tokens: int = 64,
+                 temperature: float = 1.0, checkpoints: int | Sequence[float] = DEFAULT_CHECKPOINTS,
+                 stop: bool = True, keep_best: bool = True, batch_size: int = 64, log: Callable[[str], None] = print):
+    """A ``transformers.TrainerCallback`` watching a TRL run (see the module docstring).
+
+    ``prompts``: held-out prompts (never trained on); ``reward_func``: TRL's reward-function
+    signature, ``f(prompts=…, completions=…, **columns) -> scores``; ``columns``: its extra
+    per-prompt columns (e.g. ``{"answer": [...]}``); ``samples`` per prompt, averaged per prompt.
+    The callback's ``watch`` attribute holds the Watch (its history, fall and line)."""
+    from transformers import TrainerCallback
+
+    prompts = list(prompts)
+    if not prompts:
+        raise WatchError("no held-out prompts to watch with")
+    cols = {k: list(v) for k, v in (columns or {}).items()}
+    for k, v in cols.items():
+        if len(v) != len(prompts):
+            raise WatchError(f"column {k!r} has {len(v)} rows, prompts {len(prompts)}: expected one per prompt")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise WatchError(f"samples {samples!r} must be a whole number ≥ 1")
+
+    def evaluate(model, tok) -> list[float]:
+        import torch
+
+        state = torch.random.get_rng_state()
+        was_training = model.training
+        model.eval()
+        side = tok.padding_side
+        tok.padding_side = "left"
+        try:
+            per = [0.0] * len(prompts)
+            for s in range(samples):
+                torch.manual_seed(1_000_003 + s)         # the same draws at every evaluation
+                texts = []
+                for i in range(0, len(prompts), batch_size):
+                    chunk = prompts[i:i + batch_size]
+                    enc = tok(chunk, return_tensors="pt", padding=True).to(model.device)
+                    with torch.no_grad():
+                        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0,
+                                             max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+                    texts += tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                scores = _scores(reward_func(prompts=prompts, completions=texts, **cols), "reward_func")
+                if len(scores) != len(prompts):
+                    raise WatchError(f"reward_func gave {len(scores)} scores for {len(prompts)} prompts")
+                per = [a + b / samples for a, b in zip(per, scores)]
+            return per
+        finally:
+            tok.padding_side = side
+            model.train(was_training)
+            torch.random.set_rng_state(state)
+
+    class RaceWatch(TrainerCallback):
+        def __init__(self):
+            self.watch: Watch | None = None
+            self.best: dict[str, Any] | None = None
+
+        def _check(self, step: int, model, tok, control) -> None:
+            scores = evaluate(model, tok)
+            fall = self.watch.record(step, scores)
+            if keep_best and self.watch.best_step == step:
+                self.best = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+            if fall is not None and stop and not control.should_training_stop:
+                log(self.watch.line())
+                control.should_training_stop = True
+
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+            self.watch = Watch(total_steps=max(1, int(state.max_steps)), checkpoints=checkpoints)
+            self._check(0, model, processing_class, control)
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+            if self.watch is not None and self.watch.fall is None and self.watch.due(state.global_step):
+                self._check(state.global_step, model, processing_class, control)
+
+        def on_train_end(self, args, state, control, model=None, processing_class=None, **kw):
+            if self.watch is None:
+                return
+            if self.watch.fall is None and self.watch.history[-1].step < state.global_step:
+                self._check(state.global_step, model, processing_class, control)
+            if self.watch.fall is not None and keep_best and self.best is not None:
+                import torch
+
+                with torch.no_grad():
+                    for k, v in model.named_parameters():
+                        if k in self.best:
+                            v.copy_(self.best[k])
+                log(f"race.watch: restored the adapter of step {self.watch.best_step}, the best held-out checkpoint")
+
+    return RaceWatch()

@@ -14,6 +14,9 @@ One figure, three panels (four with a forecast), for a paper or a planning note 
 4. **forecast** (only when the diagnosis has one, race.forecast): held-out score against FLOPs per
    ρ, the checkpoints (mean over seeds) and the fitted model, solid up to the pilot budget and
    dashed to the full-run budget, the prediction there with its CI, both budgets marked.
+5. **drift** (with a range at F, race.drift): ρ*(C), the best grid point's measured ρ at each
+   checkpoint budget (the pilots' own IsoFLOP grids, 1/64 … 1 of B), the range at B, the shrunk
+   drift extrapolated to F with its 90 % band, and the range at F.
 
 matplotlib is optional (``pip install "race-rl[plot]"``) and imported only here. The figure is a
 bare ``matplotlib.figure.Figure`` (no pyplot, no backend switch), so a headless node needs no
@@ -123,13 +126,19 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
     v = diag.verdicts[name]
     done = [p for p in res.pilots if p.status == "complete"]
     fc = diag.forecast if diag.forecast is not None and diag.forecast.target == name else None
+    rab = fc.range_at_budget if fc is not None and fc.range_at_budget and "refused" not in fc.range_at_budget else None
     if fc is None:
         fig = _figure_class()(figsize=(14, 4.2), layout="constrained")
         ax_r, ax_s, ax_c = fig.subplots(1, 3, width_ratios=[1.35, 1, 1.35])
-    else:
+    elif rab is None:
         fig = _figure_class()(figsize=(19, 4.2), layout="constrained")
         ax_r, ax_s, ax_c, ax_f = fig.subplots(1, 4, width_ratios=[1.35, 1, 1.35, 1.5])
         _forecast(ax_f, fc)
+    else:
+        fig = _figure_class()(figsize=(23, 4.2), layout="constrained")
+        ax_r, ax_s, ax_c, ax_f, ax_d = fig.subplots(1, 5, width_ratios=[1.35, 1, 1.35, 1.5, 1.3])
+        _forecast(ax_f, fc)
+        _drift(ax_d, rab, done, name)
     _response(ax_r, v, done)
     _split(ax_s, v)
     _curves(ax_c, v, done)
@@ -140,6 +149,42 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.savefig(path, dpi=150)
     return fig
+
+
+def drift_points(pilots: Sequence[PilotResult], pilot_budget: float, target: str) -> list[tuple[float, float]]:
+    """(budget / B, ρ of the best grid point) at each checkpoint budget of the pilots (race.drift's data)."""
+    from race.drift import observations_from_pilots
+
+    by: dict[int, list] = {}
+    for o in observations_from_pilots(pilots, pilot_budget, target):
+        by.setdefault(o.level, []).append(o)
+    return [(10 ** os_[0].x, max(os_, key=lambda o: o.y).rho) for _, os_ in sorted(by.items()) if len(os_) > 1]
+
+
+def _drift(ax: Any, r: Any, pilots: Sequence[PilotResult], target: str) -> None:
+    """ρ*(C) across the pilots' checkpoint budgets, the ranges at B and at F, the drift between."""
+    B, F = float(r["pilot_budget"]), float(r["full_run_budget"])
+    pts = drift_points(pilots, B, target)
+    if pts:
+        ax.plot([B * x for x, _ in pts], [y for _, y in pts], "o", color="0.45", ms=4,
+                label="best grid point at each checkpoint budget")
+    lo_b, hi_b = r["range_at_b"] or (r["recommended_rho"], r["recommended_rho"])
+    lo_f, hi_f = r["rho_range"]
+    cs = np.geomspace(B, F, 40)
+    dx = np.log10(cs / B)
+    centre = (lo_b + hi_b) / 2 + r["drift"] * dx
+    half = 1.6449 * r["drift_se"] * dx
+    ax.fill_between(cs, centre - half, centre + half, color="C0", alpha=0.15, label="drift, 90% band")
+    ax.plot(cs, centre, color="C0", lw=1.5)
+    ax.vlines([B], lo_b, hi_b, color="C2", lw=6, alpha=0.7, label=f"range at B [{lo_b:.2f}, {hi_b:.2f}]")
+    ax.vlines([F], lo_f, hi_f, color="C3", lw=6, alpha=0.7, label=f"range at F [{lo_f:.2f}, {hi_f:.2f}]")
+    ax.set_xscale("log")
+    ax.set_xlabel("FLOPs per run")
+    ax.set_ylabel("ρ")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"ρ*(C): {r['drift']:+.3f} per decade" + ("" if r.get("validated", True) else " (PAST validated)"),
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
 
 
 def _response(ax: Any, v: TargetVerdict, pilots: Sequence[PilotResult]) -> None:

@@ -162,3 +162,22 @@ def test_stored_diagnosis_and_refit_draw_the_same_verdict(tmp_path):
     a = plot_results(loaded).axes[0].get_title()
     b = plot_results(loaded, refit=True).axes[0].get_title()
     assert a == b and math.isfinite(res.diagnosis.primary.confidence)
+
+
+def test_a_range_at_f_adds_the_drift_panel(tmp_path):
+    """With a full-run budget the figure gets a fifth panel: ρ*(C) at the pilots' checkpoint budgets,
+    the ranges at B and at F and the drift between (race.drift)."""
+    from pathlib import Path
+
+    from race.forecast import with_forecast
+    from race.plot import drift_points, plot_results
+    from race.results import load_results
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "tiny-reasoner.results.json.gz"
+    res = load_results(str(src))
+    res = type(res)(**{**res.__dict__, "diagnosis": with_forecast(res, full_run_budget=5e13, n_boot=20)})
+    pts = drift_points(res.pilots, float(res.config["budget"]), "reward")
+    assert len(pts) == 8 and all(0 < r < 1 for _, r in pts) and pts[-1][0] == pytest.approx(1.0, rel=0.05)
+    fig = plot_results(res, str(tmp_path / "f.png"))
+    assert len(fig.axes) == 5 and fig.axes[4].get_title().startswith("ρ*(C): ")
+    assert (tmp_path / "f.png").stat().st_size > 10_000

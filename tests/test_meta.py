@@ -11,3 +11,22 @@ def test_ci_runs_the_readme_test_command():
     cmds = re.findall(r"^(python -m pytest .*)$", readme, flags=re.M)
     assert len(cmds) == 1, cmds
     assert cmds[0] in ci.splitlines()
+
+
+def test_the_readme_is_short_shows_the_real_report_and_indexes_every_docs_page():
+    import glob
+
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert len(readme.splitlines()) <= 150
+    block = readme.split("<!-- readme:report:begin -->", 1)[1].split("<!-- readme:report:end -->", 1)[0]
+    shown = block.strip().removeprefix("```").removesuffix("```").strip("\n")
+    out = CliRunner().invoke(main, ["report", os.path.join(ROOT, "docs", "runs", "default.results.json.gz")])
+    assert out.exit_code == 0, out.output
+    assert shown.splitlines() == out.output.splitlines()[:len(shown.splitlines())] and len(shown.splitlines()) >= 10
+    for page in glob.glob(os.path.join(ROOT, "docs", "*.md")):
+        assert f"(docs/{os.path.basename(page)})" in readme, page
+    assert 'if __name__ == "__main__":' in readme

@@ -1,6 +1,15 @@
 """Stability candidates read from a pilot grid, scored on the first round's full runs (issue 33).
 
-    python scripts/stability.py        # the table of docs/stability.md, with run-level rates
+    python scripts/stability.py                    # the table of docs/stability.md, with run-level rates
+    python scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
+    python scripts/stability.py probes             # every probe of the first round not yet committed
+
+**The length probe** (a candidate, written down before any probe ran): one run at the full run's
+budget F's optimizer-step count, at the pilot verdict's recommended ρ, with 1 prompt per step
+instead of the grid's B_p and the same η and rollouts per prompt, so it costs F / B_p. Capped at
+PROBE_SHARE of the pilot grid's compute (then it covers that share of the full run's steps). It
+flags the setting when it falls back on its held-out checkpoints (race.checkpoints' rule).
+Data: validation/probes/SETTING-KIND.json.gz (compact, as the study's grids).
 
 A candidate flags a setting from its pilot grid alone. Setting level: flagged among the settings
 with ≥ 1/3 of their full runs collapsed (detection) and among those with none (false alarm).
@@ -21,6 +30,9 @@ for p in (ROOT, ROOT / "scripts"):
 
 import validation as V  # noqa: E402
 
+PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
+PROBES = ROOT / "validation" / "probes"
+
 
 def fell(p) -> bool:
     from race.checkpoints import find_instability
@@ -37,8 +49,85 @@ CANDIDATES = {"some pilot fell back (the rule of race/checkpoints.py)": fell,
               "some pilot's last checkpoint ≥ 0.03 below its best": dipped}
 
 
+def probe_config(s: dict, kind: str) -> dict:
+    """The length probe's config for setting ``s`` and its full-run grid ``kind`` (see the docstring)."""
+    pilot = V.load_run(s["name"], "pilot")
+    pv = V.verdict(pilot)
+    cfg = V.grid_config(s, kind, 1)
+    F = float(s["pilot_budget"]) * V.KINDS[kind]
+    bp = int((cfg.get("schedule") or {}).get("prompts_per_step", 8))
+    grid_cost = sum(p.flops.total for p in V.pilots_of(pilot))
+    budget = min(F / bp, PROBE_SHARE * grid_cost)
+    cfg.update(name=f"probe-{s['name']}-{kind}", budget=budget, grid=[round(pv.recommended_rho, 3)], seeds=1)
+    cfg["schedule"] = {**(cfg.get("schedule") or {}), "prompts_per_step": 1}
+    return cfg
+
+
+def run_probe(s: dict, kind: str, storage: Path) -> Path:
+    import json
+    import os
+    import subprocess
+    import time
+
+    import yaml
+
+    cfg = probe_config(s, kind)
+    out = storage / f"{s['name']}-{kind}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cmd = [sys.executable, "-m", "race.cli", "pilot", str(out / "config.yaml"), "--out", str(out), "--quiet",
+           "--format", "json", "--engine", "solo", "--workers", "1"]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=str(ROOT), env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"probe {s['name']} {kind}: race pilot exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    results = json.loads((out / "results.json").read_text())
+    rec = V.make_record(s, kind, {"seeds": 1}, results, commit=V._commit(ROOT), command=" ".join(["race", *cmd[3:]]),
+                        wall_seconds=time.time() - t0)
+    rec["probe"] = {"share_cap": PROBE_SHARE, "budget": cfg["budget"], "rho": cfg["grid"][0]}
+    PROBES.mkdir(parents=True, exist_ok=True)
+    path = PROBES / f"{s['name']}-{kind}.json.gz"
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(rec, fh, separators=(",", ":"))
+    return path
+
+
+def load_probe(name: str, kind: str) -> dict | None:
+    import gzip
+    import json
+
+    path = PROBES / f"{name}-{kind}.json.gz"
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cmd", nargs="?", default="table", choices=["table", "probe", "probes"])
+    ap.add_argument("setting", nargs="?")
+    ap.add_argument("kind", nargs="?", default="full10")
+    ap.add_argument("--storage", default="/work/validation-runs/probes")
+    args = ap.parse_args()
     suite = V.load_suite()
+    if args.cmd == "probe":
+        print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
+        return 0
+    if args.cmd == "probes":
+        for s in suite["settings"]:
+            for kind in ("full10", "full30"):
+                if V.load_run(s["name"], kind) is not None and load_probe(s["name"], kind) is None:
+                    try:
+                        print(run_probe(s, kind, Path(args.storage)), flush=True)
+                    except SystemExit as e:
+                        print(e, flush=True)
+        return 0
     rows = []
     for s in suite["settings"]:
         pilots = V.pilots_of(V.load_run(s["name"], "pilot"))

@@ -82,22 +82,31 @@ class _OneLineGroup(click.Group):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
-            click.echo(f"Error: {_one_line(e.format_message())}", err=True)
+            _echo(f"Error: {_one_line(e.format_message())}", err=True)
             sys.exit(e.exit_code)
         except click.Abort:
-            click.echo("Aborted!", err=True)
+            _echo("Aborted!", err=True)
             sys.exit(1)
         except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
             path = _save_traceback(argv)
             what = _redacted(_one_line(f"{type(e).__name__}: {e}"), argv)
-            click.echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
+            _echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0] if lines else "error"
+    line = lines[0] if lines else "error"
+    return line if len(line) <= 600 else f"{line[:600]}… (cut at 600 characters)"
+
+
+def _echo(message: Any = None, **kw: Any) -> None:
+    """click.echo with every control character shown as an escape (race.safeio.terminal_safe): text
+    from results files, configs and models never drives the terminal."""
+    from race.safeio import terminal_safe
+
+    click.echo(terminal_safe(message) if isinstance(message, str) else message, **kw)
 
 
 @click.group(cls=_OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -146,14 +155,14 @@ def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, 
     summary["model_type"] = arch.model_type
     summary["warnings"] = warnings
     for w in warnings:
-        click.echo(f"warning: {w}", err=True)
+        _echo(f"warning: {w}", err=True)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        _echo(json.dumps(summary, indent=2))
         return
     from tabulate import tabulate
 
     rows = [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in _flatten(summary)]
-    click.echo(tabulate(rows, headers=["quantity", "value"], tablefmt="simple", disable_numparse=True))
+    _echo(tabulate(rows, headers=["quantity", "value"], tablefmt="simple", disable_numparse=True))
 
 
 def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
@@ -211,11 +220,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                               allow_approximate=allow_approximate))
     text = render_init(raw, share=share, task_note=note)
     if not out_path:
-        click.echo(text, nl=False)
+        _echo(text, nl=False)
         return
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(text)
-    click.echo(f"wrote {out_path}: check it with `race plan {out_path}`, run it with `race pilot {out_path}`", err=True)
+    _echo(f"wrote {out_path}: check it with `race plan {out_path}`, run it with `race pilot {out_path}`", err=True)
 
 
 @main.command()
@@ -247,12 +256,12 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
         if fmt == "json":
             from race.report import SCHEMA_VERSION
 
-            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "models-plan",
+            _echo(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "models-plan",
                                    "parts": {k: json.loads(v) for k, v in parts}}, indent=2))
         else:
-            click.echo("\n".join(f"{_heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
+            _echo("\n".join(f"{_heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
         return
-    click.echo(render_plan(plan_grid(cfg), fmt), nl=False)
+    _echo(render_plan(plan_grid(cfg), fmt), nl=False)
 
 
 @main.command()
@@ -342,7 +351,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
         return
     def announce() -> None:              # after the checks: a refusal stays one line
         if not quiet:
-            click.echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
+            _echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                        f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
 
     run_kw = dict(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
@@ -354,7 +363,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
             from race.api import save_forecast
 
             results = save_forecast(results, out_dir, full_run_budget=full, force=force_forecast)
-        click.echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
+        _echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:
             _plot(results, plot_path, quiet)
     failed = failure_message(results)
@@ -375,16 +384,16 @@ def _pilot_models(cfg: Any, *, out_dir: str, full: float | None, import_pilots: 
         raise click.UsageError("--import-pilots takes one policy's results: import into a part with "
                                "race pilot --out DIR/LABEL, then re-run the grid over models")
     if not quiet:
-        click.echo(f"RACE grid over models {cfg.name}: {len(cfg.models)} policies × {len(cfg.grid)} points × "
+        _echo(f"RACE grid over models {cfg.name}: {len(cfg.models)} policies × {len(cfg.grid)} points × "
                    f"{cfg.seeds} seeds, {cfg.budget:.3g} FLOPs per pilot → {out_dir}/models.json", err=True)
     view = run_models(cfg, out_dir=out_dir, quiet=quiet, **run_kw)
-    click.echo(render_joint(view, "json" if as_json else fmt), nl=False)
+    _echo(render_joint(view, "json" if as_json else fmt), nl=False)
     if plot_path:
         from race.plot import plot_models
 
         plot_models(out_dir, plot_path)
         if not quiet:
-            click.echo(f"figure → {plot_path}", err=True)
+            _echo(f"figure → {plot_path}", err=True)
 
 
 def _full_run(full_run: str | None, force: bool, configured: float | None) -> float | None:
@@ -404,7 +413,7 @@ def _plot(results: Any, path: str, quiet: bool) -> None:
 
     plot_results(results, path)
     if not quiet:
-        click.echo(f"figure → {path}", err=True)
+        _echo(f"figure → {path}", err=True)
 
 
 class _Failed(click.ClickException):
@@ -436,7 +445,7 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
 
     done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait,
                       engine=engine)
-    click.echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
+    _echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
                f"for study {done['study']!r} in {done['storage']}")
 
 
@@ -486,7 +495,7 @@ def report(results_path: str | None, fmt: str, refit: bool, storage: str | None,
     full = parse_flops(full_run, "--full-run") if full_run is not None else None
     others = [load_results(p) for p in pool]
     diagnosis = with_forecast(results, full_run_budget=full, force=force_forecast, pool=others, refit=refit)
-    click.echo(render_diagnosis(diagnosis, fmt), nl=False)
+    _echo(render_diagnosis(diagnosis, fmt), nl=False)
     if plot_path:
         from dataclasses import replace
 
@@ -505,12 +514,12 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
     parts = load_parts(path)
     if refit:
         parts = [(label, replace(r, diagnosis=diagnose_results(r, refit=True))) for label, r in parts]
-    click.echo(render_joint(joint_view(parts), fmt), nl=False)
+    _echo(render_joint(joint_view(parts), fmt), nl=False)
     if plot_path:
         from race.plot import plot_models
 
         plot_models(path, plot_path)
-        click.echo(f"figure → {plot_path}", err=True)
+        _echo(f"figure → {plot_path}", err=True)
 
 
 @main.command()
@@ -535,7 +544,7 @@ def recipe(source: str, trainer: str, full_run: str | None, rho: str | None, fmt
     from race.recipes import render_recipe
 
     rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho)
-    click.echo(render_recipe(rec, fmt), nl=False)
+    _echo(render_recipe(rec, fmt), nl=False)
 
 
 @main.command()
@@ -549,7 +558,7 @@ def compare(paths: tuple[str, ...], target: str | None, fmt: str) -> None:
     budgets, whether the response to ρ moves with budget."""
     from race.compare import load_runs, render_comparison
 
-    click.echo(render_comparison(load_runs(paths, target=target), fmt), nl=False)
+    _echo(render_comparison(load_runs(paths, target=target), fmt), nl=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

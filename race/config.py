@@ -604,11 +604,16 @@ def load_config(path: str) -> GridConfig:
     """Read a YAML pilot-grid config; errors are one-line ``ConfigError``s."""
     import yaml
 
+    from race.safeio import MAX_CONFIG_BYTES, UnsafeInput, load_yaml, read_capped
+
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist: expected a YAML pilot-grid config")
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+        raw = load_yaml(read_capped(path, limit=MAX_CONFIG_BYTES, what="config file"), what=f"config file {path!r}")
+    except UnsafeInput as e:
+        raise ConfigError(str(e)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path!r} is not UTF-8 text: expected a YAML pilot-grid config") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -77,11 +78,13 @@ def load_results(path: str) -> Results:
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):
         raise ResultsError(f"results file {path!r} does not exist: expected DIR/results.json from race pilot")
-    with open(path, "rb") as fh:
-        zipped = fh.read(2) == b"\x1f\x8b"
+    from race.safeio import MAX_RESULTS_BYTES, UnsafeInput, loads_json, read_capped
+
     try:
-        with (gzip.open(path, "rt", encoding="utf-8") if zipped else open(path, encoding="utf-8")) as fh:
-            raw = json.load(fh)
+        raw = loads_json(read_capped(path, limit=MAX_RESULTS_BYTES, what="results file"),
+                         what=f"results file {path!r}")
+    except UnsafeInput as e:
+        raise ResultsError(str(e)) from None
     except json.JSONDecodeError as e:
         raise ResultsError(f"results file {path!r} is not valid JSON (line {e.lineno}): {e.msg}") from None
     except (UnicodeDecodeError, OSError, EOFError) as e:
@@ -89,18 +92,55 @@ def load_results(path: str) -> Results:
                            f"{type(e).__name__}: {e}") from None
     if not isinstance(raw, dict) or "schema_version" not in raw:
         raise ResultsError(f"results file {path!r} has no schema_version: expected a RACE results file")
-    if raw["schema_version"] != SCHEMA_VERSION:
-        raise ResultsError(f"results file {path!r} has schema_version {raw['schema_version']!r}: "
-                           f"this RACE reads {SCHEMA_VERSION}")
+    if isinstance(raw["schema_version"], bool) or raw["schema_version"] != SCHEMA_VERSION:
+        v = raw["schema_version"]
+        from race.safeio import quote
+
+        raise ResultsError(f"results file {path!r} has schema_version {quote(v, 40)}"
+                           + (" (a string)" if isinstance(v, str) else "") + f": this RACE reads the number {SCHEMA_VERSION}")
     try:
         pilots = tuple(PilotResult.from_dict(p) for p in raw.get("pilots", []))
         diag = Diagnosis.from_dict(raw["diagnosis"]) if raw.get("diagnosis") else None
-    except (KeyError, TypeError, ValueError) as e:
-        raise ResultsError(f"results file {path!r} is malformed: {type(e).__name__}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ResultsError(f"results file {path!r} is malformed: {type(e).__name__}: {str(e)[:200]}") from None
+    budget = (raw.get("config") or {}).get("budget") if isinstance(raw.get("config"), dict) else None
+    check_numbers(pilots, diag, path, budget=budget)
     meta = {k: v for k, v in raw.items()
             if k not in ("pilots", "diagnosis", "config", "plan", "classify", "schema_version", "kind")}
     return Results(pilots=pilots, diagnosis=diag, config=raw.get("config") or {}, plan=raw.get("plan") or {},
                    classify=raw.get("classify") or {}, meta=meta)
+
+
+def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, path: str, *, budget: Any = None) -> None:
+    """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
+    C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered."""
+    def bad(what: str) -> ResultsError:
+        return ResultsError(f"results file {path!r}: {what}")
+
+    for p in pilots:
+        f = p.flops
+        parts = (f.search, f.learning, f.reward, f.total)
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in parts):
+            raise bad(f"pilot ρ={p.rho_target!r} seed {p.seed!r} has FLOPs {[x for x in parts]!r}: expected finite "
+                      "numbers ≥ 0")
+        if f.total > 0 and abs(f.search + f.learning + f.reward - f.total) > 1e-3 * f.total:
+            raise bad(f"pilot ρ={p.rho_target!r} seed {p.seed!r}: C_search + C_learning + C_reward ≠ C_total")
+        if not (isinstance(p.rho_target, (int, float)) and 0 < p.rho_target < 1):
+            raise bad(f"pilot ρ target {p.rho_target!r} is outside (0, 1)")
+    try:
+        b = float(budget if budget is not None else (diag.meta.get("budget_per_pilot") if diag else 0) or 0)
+    except (TypeError, ValueError):
+        b = 0.0
+    far = [p.flops.total for p in pilots if b > 0 and p.status == "complete" and not b / 10 <= p.flops.total <= 10 * b]
+    if far:
+        raise bad(f"a pilot spent {far[0]:.3g} FLOPs against the grid's {b:.3g} per pilot: expected each pilot "
+                  "within its budget")
+    if diag is None:
+        return
+    for name, v in diag.verdicts.items():
+        lo, hi = v.rho_range
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and 0 < x < 1 for x in (lo, hi)) or lo > hi:
+            raise bad(f"target {name!r} has rho_range {[lo, hi]!r}: expected two numbers in (0, 1), low ≤ high")
 
 
 def software_line(pilots: Sequence[PilotResult]) -> str:

@@ -64,32 +64,33 @@ def probe_config(s: dict, kind: str) -> dict:
 
 
 def run_probe(s: dict, kind: str, storage: Path) -> Path:
+    """One length probe, run in this process (one thread): planned by race.grid at the probe's
+    budget, run by race.pilot.run_pilot (a single pilot: no grid, no verdict)."""
+    import gzip
     import json
-    import os
-    import subprocess
     import time
 
-    import yaml
+    import torch
 
-    cfg = probe_config(s, kind)
-    out = storage / f"{s['name']}-{kind}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    cmd = [sys.executable, "-m", "race.cli", "pilot", str(out / "config.yaml"), "--out", str(out), "--quiet",
-           "--format", "json", "--engine", "solo", "--workers", "1"]
+    from race.config import config_from_dict
+    from race.grid import plan_grid
+    from race.pilot import run_pilot
+
+    torch.set_num_threads(1)
+    raw = probe_config(s, kind)
+    rho = raw["grid"][0]
+    raw["grid"] = [rho, round(rho + 0.05, 3), round(rho + 0.1, 3)]     # the config's 3-point minimum; only ρ runs
+    cfg = config_from_dict(raw)
+    sched = next(x for x in plan_grid(cfg).schedules if x.rho_target == rho)
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=str(ROOT), env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"probe {s['name']} {kind}: race pilot exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    results = json.loads((out / "results.json").read_text())
-    rec = V.make_record(s, kind, {"seeds": 1}, results, commit=V._commit(ROOT), command=" ".join(["race", *cmd[3:]]),
-                        wall_seconds=time.time() - t0)
-    rec["probe"] = {"share_cap": PROBE_SHARE, "budget": cfg["budget"], "rho": cfg["grid"][0]}
+    result = run_pilot(cfg, sched, 0)
+    rec = {"setting": s["name"], "kind": kind, "probe": {"share_cap": PROBE_SHARE, "budget": raw["budget"], "rho": rho,
+                                                         "prompts_per_step": sched.prompts_per_step,
+                                                         "steps": sched.steps, "mu": sched.mu},
+           "commit": V._commit(ROOT), "wall_seconds": round(time.time() - t0, 1), "config": raw,
+           "pilots": [V.compact_pilot(result.to_dict())]}
     PROBES.mkdir(parents=True, exist_ok=True)
     path = PROBES / f"{s['name']}-{kind}.json.gz"
-    import gzip
-
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump(rec, fh, separators=(",", ":"))
     return path

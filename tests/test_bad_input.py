@@ -312,3 +312,85 @@ def test_reward_errors_in_training_and_evaluation_reach_the_report(workdir):
     notes = " ".join(classify(pilots, primary_target="pass@1", n_boot=50).warnings)
     assert "the reward failed" in notes and "target 'reward' failed 120 times in held-out evaluation" in notes
     assert "RuntimeError: boom on purpose" in notes
+
+
+# ---------------------------------------------------------------- hostile files (the third round)
+
+def _default_results() -> dict:
+    import gzip
+    import json
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with gzip.open(os.path.join(here, "..", "docs", "runs", "default.results.json.gz"), "rt") as fh:
+        return json.load(fh)
+
+
+def _report(*args):
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    return CliRunner().invoke(main, ["report", *args])
+
+
+def test_hostile_results_files_end_in_one_line(tmp_path):
+    import gzip
+    import json
+
+    bomb = tmp_path / "bomb.json.gz"                   # 1 MB on disk, 300 MiB of spaces inside
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        for _ in range(300):
+            fh.write(b" " * 2 ** 20)
+        fh.write(b'{"schema_version": 1}')
+    r = _report(str(bomb))
+    assert r.exit_code == 2 and "decompresses past 268,435,456 bytes" in r.output and len(r.output.splitlines()) == 1
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    r = _report(str(deep))
+    assert r.exit_code == 2 and "nests JSON too deeply" in r.output
+    raw = _default_results()
+    raw["diagnosis"]["verdicts"]["reward"]["rho_range"] = [float("nan"), float("nan")]
+    (tmp_path / "nan.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "nan.json"))
+    assert r.exit_code == 2 and "rho_range [nan, nan]: expected two numbers in (0, 1)" in r.output
+    raw = _default_results()
+    raw["pilots"][0]["flops"] = {**raw["pilots"][0]["flops"], "learning": 1e30, "total": 1e30 + 3e11}
+    (tmp_path / "huge.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "huge.json"))
+    assert r.exit_code == 2 and "a pilot spent 1e+30 FLOPs against the grid's 6e+11 per pilot" in r.output
+    (tmp_path / "v.json").write_text('{"schema_version": "1"}')
+    r = _report(str(tmp_path / "v.json"))
+    assert r.exit_code == 2 and "schema_version '1' (a string): this RACE reads the number 1" in r.output
+
+
+def test_escape_sequences_in_a_results_file_never_reach_the_terminal(tmp_path):
+    import json
+
+    raw = _default_results()
+    raw["diagnosis"]["verdicts"]["reward"]["warnings"] = ["\x1b[2J\x1b]0;owned\x07 cleared"]
+    (tmp_path / "esc.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "esc.json"))
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x07" not in r.output and "\\x1b[2J\\x1b]0;owned\\x07 cleared" in r.output
+
+
+def test_hostile_configs_and_storages_end_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    alias = tmp_path / "alias.yaml"
+    alias.write_text("a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\nmodel: race/tiny-arith\nbudget: 1e11\n")
+    r = CliRunner().invoke(main, ["plan", str(alias)])
+    assert r.exit_code == 2 and "uses a YAML alias (*a) at line 2" in r.output
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("model: race/tiny-arith\nbudget: 1e11\nbudget: 2e11\n")
+    r = CliRunner().invoke(main, ["plan", str(dup)])
+    assert r.exit_code == 2 and "repeats the key 'budget' at line 3" in r.output
+    big = tmp_path / "big.yaml"
+    big.write_text("model: race/tiny-arith\n# " + "x" * (2 ** 20) + "\n")
+    r = CliRunner().invoke(main, ["plan", str(big)])
+    assert r.exit_code == 2 and "the limit is 1,048,576" in r.output
+    r = CliRunner().invoke(main, ["report", "--storage", "journal:/dev/zero", "--study", "s"])
+    assert r.exit_code == 2 and "is a character device: expected a regular file" in r.output

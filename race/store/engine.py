@@ -98,6 +98,13 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
         if path is not None:
             from optuna.storages.journal import JournalFileBackend
 
+            from race.safeio import UnsafeInput, check_regular
+
+            try:
+                check_regular(path, "journal storage")     # /dev/zero, /dev/full, a FIFO: never opened
+            except UnsafeInput as e:
+                raise StoreError(str(e)) from None
+
             os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
             return _JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
         scheme = url.split(":", 1)[0].split("+", 1)[0].lower()

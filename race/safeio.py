@@ -1,0 +1,123 @@
+"""Reading untrusted files and printing untrusted text: bounds before work. Pure (no third-party imports
+at import time).
+
+- ``read_capped``: a regular file's text, refused when it is a character device, FIFO or socket,
+  or larger than the cap; a gzip stream is decompressed in chunks and refused once the decompressed
+  text passes the cap, so a small bomb never reaches memory.
+- ``loads_json``: ``json.loads`` whose nesting too deep for the parser is one-line error, not a
+  RecursionError.
+- ``load_yaml``: ``yaml.safe_load`` that refuses aliases (the "billion laughs" expansion) and
+  duplicate keys (YAML silently keeps the second).
+- ``terminal_safe``: text with every control character but newline, tab and carriage return
+  written as a visible escape (``\\x1b``), so a file or a model cannot drive the terminal.
+- ``quote``: a bad value for an error message, at most ``QUOTE_CHARS`` characters of it.
+
+Every refusal is a ``RaceError`` subclass with one line naming the file and the limit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+from race.errors import RaceError
+
+MAX_RESULTS_BYTES = 256 * 2 ** 20      # a results file, decompressed (a 10 000-pilot grid is ~0.2 GiB)
+MAX_CONFIG_BYTES = 1 * 2 ** 20         # a YAML config
+QUOTE_CHARS = 200
+
+
+class UnsafeInput(RaceError):
+    """A file or value past RACE's bounds (size, depth, aliases, device files)."""
+
+
+def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters with the count of the rest."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def check_regular(path: str, what: str) -> None:
+    """Refuse a path that is not a regular file (a character device such as /dev/zero, a FIFO)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return                                   # the caller's own "does not exist" message
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+                else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise UnsafeInput(f"{what} {path!r} is {kind}: expected a regular file")
+
+
+def read_capped(path: str, *, limit: int, what: str) -> str:
+    """The text of ``path`` (UTF-8; gzip-compressed when its first bytes say so), refused past
+    ``limit`` bytes of text."""
+    import gzip
+
+    check_regular(path, what)
+    with open(path, "rb") as fh:
+        zipped = fh.read(2) == b"\x1f\x8b"
+    if not zipped and os.path.getsize(path) > limit:
+        raise UnsafeInput(f"{what} {path!r} is {os.path.getsize(path):,} bytes: the limit is {limit:,}")
+    chunks, size = [], 0
+    with (gzip.open(path, "rb") if zipped else open(path, "rb")) as fh:
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                break
+            size += len(block)
+            if size > limit:
+                raise UnsafeInput(f"{what} {path!r} decompresses past {limit:,} bytes: the limit (a compressed "
+                                  "file this large is refused before it fills memory)")
+            chunks.append(block)
+    return b"".join(chunks).decode("utf-8")
+
+
+def loads_json(text: str, *, what: str) -> Any:
+    """``json.loads``; nesting deeper than the parser takes is a one-line UnsafeInput."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UnsafeInput(f"{what} nests JSON too deeply: expected a RACE file, not nesting past Python's "
+                          "recursion limit") from None
+
+
+def load_yaml(text: str, *, what: str) -> Any:
+    """``yaml.safe_load`` without aliases and without duplicate keys."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def compose_node(self, parent, index):  # noqa: ANN001
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise UnsafeInput(f"{what} uses a YAML alias (*{event.anchor}) at line {event.start_mark.line + 1}: RACE "
+                              "configs take no anchors or aliases (their expansion is unbounded)")
+        return yaml.SafeLoader.compose_node(self, parent, index)
+
+    def mapping(loader, node, deep=False):  # noqa: ANN001
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise UnsafeInput(f"{what} repeats the key {quote(key, 60)} at line {key_node.start_mark.line + 1}: "
+                                  "YAML would keep only the second value")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    _Loader.compose_node = compose_node                # type: ignore[method-assign]
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=_Loader)         # noqa: S506 — a SafeLoader subclass
+    except RecursionError:
+        raise UnsafeInput(f"{what} nests YAML too deeply") from None
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 32), 127, *range(128, 160)) if c not in (9, 10, 13)}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters (ESC, BEL, backspace, C1 …) written as visible escapes."""
+    return text.translate(_CONTROL)

@@ -90,6 +90,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
     if force_forecast and full is None:
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256):
+        raise RaceError(f"workers {str(workers)[:40]}: expected a whole number from 0 (coordinate only) to 256")
     extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)

@@ -31,20 +31,29 @@ PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.rewards.prm.AGGRE
 LR_SCHEDULES = ("constant", "linear", "cosine", "wsd")   # race.grid.lr_factor
 
 
-def parse_flops(value: Any, what: str = "budget") -> float:
-    """Parse a FLOP count given as a number or a string such as ``"2e17"``.
+def parse_flops(value: Any, what: str = "budget", *, noun: str = "FLOP count", example: str = "2e17") -> float:
+    """Parse a FLOP count (or, with ``noun``, another positive number) given as a number or a
+    string such as ``"2e17"``.
 
     PyYAML reads ``2e17`` (no dot) as a *string*, so strings are accepted.
     """
+    shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "…"
     if isinstance(value, bool):
-        raise ConfigError(f"{what} {value!r} is not a FLOP count: expected a positive number like 2e17")
+        raise ConfigError(f"{what} {shown} is not a {noun}: expected a positive number like {example}")
     try:
         x = float(str(value).strip().replace("_", "")) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} {value!r} is not a FLOP count: expected a positive number like 2e17") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{what} {shown} is not a {noun}: expected a positive number like {example}") from None
     if not math.isfinite(x) or x <= 0:
-        raise ConfigError(f"{what} {value!r} must be a positive finite FLOP count, e.g. 2e17")
+        raise ConfigError(f"{what} {shown} must be a positive finite {noun}, e.g. {example}")
     return x
+
+
+# Upper bounds a grid may not pass, each with its reason (a typo such as seeds: 1000000 would
+# otherwise go on writing the study for hours before anything fails)
+MAX_SEEDS = 64            # the rule's seeds-needed advice tops out far below this
+MAX_GRID_POINTS = 32      # an IsoFLOP grid is 3–8 points; race pilot --extend adds a few
+MAX_MODELS = 16           # a grid over policies runs one full grid per model
 
 
 def parse_grid(value: Any) -> tuple[float, ...]:
@@ -287,6 +296,13 @@ def _validate(c: GridConfig) -> None:
         raise ConfigError(f"name {c.name!r} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
                           "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
     _positive_int("seeds", c.seeds)
+    if c.seeds > MAX_SEEDS:
+        raise ConfigError(f"seeds {c.seeds} is more than {MAX_SEEDS}: the rule's seeds-needed advice stays far below "
+                          f"it, and {c.seeds} × {len(c.grid)} pilots would run for days")
+    if len(c.grid) > MAX_GRID_POINTS:
+        raise ConfigError(f"grid has {len(c.grid)} points, more than {MAX_GRID_POINTS}: an IsoFLOP grid needs 3–8")
+    if c.models and len(c.models) > MAX_MODELS:
+        raise ConfigError(f"models lists {len(c.models)} policies, more than {MAX_MODELS}: each runs a whole grid")
     for name in ("prompt_len", "completion_len"):
         v = getattr(c, name)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
@@ -496,7 +512,7 @@ def _section(cls: type, name: str, raw: Any) -> dict[str, Any]:
     kw = dict(raw)
     for k in ("ref",):
         if cls is LearningRate and k in kw:
-            kw[k] = float(parse_flops(kw[k], f"{name}.{k}"))
+            kw[k] = float(parse_flops(kw[k], f"{name}.{k}", noun="learning rate", example="1e-3"))
     for k in ("warmup", "decay"):
         if cls is LearningRate and isinstance(kw.get(k), str):      # YAML reads 5e-2 as a string
             try:

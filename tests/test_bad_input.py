@@ -394,3 +394,21 @@ def test_hostile_configs_and_storages_end_in_one_line(tmp_path):
     assert r.exit_code == 2 and "the limit is 1,048,576" in r.output
     r = CliRunner().invoke(main, ["report", "--storage", "journal:/dev/zero", "--study", "s"])
     assert r.exit_code == 2 and "is a character device: expected a regular file" in r.output
+
+
+def test_runaway_sizes_and_misnamed_numbers_are_refused_before_work():
+    import race
+    from race.config import ConfigError, config_from_dict
+    from race.errors import RaceError
+
+    base = {"model": "race/tiny-arith", "budget": 1e11}
+    with pytest.raises(ConfigError, match="seeds 1000000 is more than 64"):
+        config_from_dict({**base, "seeds": 1_000_000})
+    with pytest.raises(ConfigError, match="grid has 40 points, more than 32"):
+        config_from_dict({**base, "grid": [round(0.02 + 0.02 * i, 2) for i in range(40)]})
+    with pytest.raises(ConfigError, match="learning_rate.ref 'fast' is not a learning rate: expected a positive number like 1e-3"):
+        config_from_dict({**base, "learning_rate": {"ref": "fast"}})
+    with pytest.raises(ConfigError, match=r"budget 'x{199}… is not a FLOP count"):
+        config_from_dict({**base, "budget": "x" * 10_000})
+    with pytest.raises(RaceError, match="workers -1: expected a whole number from 0"):
+        race.diagnose(workers=-1, budget=1e10)

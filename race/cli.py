@@ -79,12 +79,17 @@ class _OneLineGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
+        _on_sigterm()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:
             _echo(f"Error: {_one_line(e.format_message())}", err=True)
             sys.exit(e.exit_code)
-        except click.Abort:
+        except click.Abort as e:
+            if isinstance(e.__cause__, _Terminated) or isinstance(e.__context__, _Terminated):
+                _echo("Error: terminated (SIGTERM); finished pilots stay in the storage: the same command resumes",
+                      err=True)
+                sys.exit(143)
             _echo("Aborted!", err=True)
             sys.exit(1)
         except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
@@ -93,6 +98,26 @@ class _OneLineGroup(click.Group):
             _echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken the way Ctrl-C is (the storage keeps every finished pilot), then named."""
+
+
+def _on_sigterm() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):  # noqa: ANN001, ARG001
+        raise _Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        pass
 
 
 def _one_line(text: str) -> str:
@@ -222,8 +247,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     if not out_path:
         _echo(text, nl=False)
         return
-    with open(out_path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    try:
+        with open(out_path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise click.UsageError(f"cannot write {out_path!r}: {e.strerror or e}: choose a writable --out") from None
     _echo(f"wrote {out_path}: check it with `race plan {out_path}`, run it with `race pilot {out_path}`", err=True)
 
 

@@ -412,3 +412,29 @@ def test_runaway_sizes_and_misnamed_numbers_are_refused_before_work():
         config_from_dict({**base, "budget": "x" * 10_000})
     with pytest.raises(RaceError, match="workers -1: expected a whole number from 0"):
         race.diagnose(workers=-1, budget=1e10)
+
+
+def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_one_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "race.cli", "pilot", "--budget", "1e10", "--out", str(tmp_path / "g")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-500:]
+    assert err.strip().splitlines()[-1].startswith("Error: terminated (SIGTERM); finished pilots stay in the storage")
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    target = tmp_path / "ro"
+    target.mkdir()
+    os.chmod(target, 0o500)
+    r = CliRunner().invoke(main, ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy", "--full-run", "6e14",
+                                  "--out", "/proc/race-cannot-write.yaml"])
+    assert r.exit_code == 2 and "cannot write '/proc/race-cannot-write.yaml'" in r.output

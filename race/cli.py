@@ -462,9 +462,12 @@ class _Failed(click.ClickException):
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
               help=ENGINE_HELP)
+@click.option("--trust-reward", "trust_reward", is_flag=True,
+              help="Run the study's custom reward even when its file here differs from the one the coordinator "
+                   "recorded (by sha256), or is missing.")
 @_user_errors
 def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
-           quiet: bool, engine: str) -> None:
+           quiet: bool, engine: str, trust_reward: bool) -> None:
     """Join a study (from any machine) and run the pilots no other worker holds.
 
     Stops when the study needs no more pilots; a pilot whose worker died is taken over
@@ -472,7 +475,7 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
     from race.scheduler import run_worker
 
     done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait,
-                      engine=engine)
+                      engine=engine, trust_reward=trust_reward)
     _echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "
                f"for study {done['study']!r} in {done['storage']}")
 

@@ -420,6 +420,12 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
         reward = config.reward.kind + (f" ({config.reward.function})" if config.reward.kind == "custom" else "")
         meta = {"model": config.model, "reward": reward, "backend": backend, "task": config.task,
                 "budget_per_pilot": config.budget, "seeds": config.seeds}
+        if config.reward.kind == "custom":     # what a worker must have, byte for byte, before it runs it
+            from race.rewards.base import reward_source, source_digest
+
+            src = reward_source(config.reward.function)
+            if src:
+                meta["reward_source"] = {"function": config.reward.function, "file": src, "sha256": source_digest(src)}
         if plan.warnings:
             meta["flop_warnings"] = list(plan.warnings)
         for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning())):
@@ -658,8 +664,36 @@ def check_eval_tasks(config: Any) -> None:
             raise ConfigError(f"eval.tasks {t.label!r}: {e}") from None
 
 
+def check_reward_consent(info: Any, *, trust_reward: bool = False, quiet: bool = False) -> None:
+    """A worker runs a custom reward named by the study's storage only by consent: the file it
+    would import here must have the sha256 the coordinator recorded, or the user passes
+    ``trust_reward`` (``race worker --trust-reward``). Whoever can write the storage otherwise
+    chooses code that every worker runs. The file and its hash are named either way."""
+    rc = info.run_config.get("reward") or {}
+    if rc.get("kind") != "custom":
+        return
+    from race.errors import RaceError
+    from race.rewards.base import reward_source, source_digest
+
+    function = str(rc.get("function"))
+    recorded = (info.meta or {}).get("reward_source") or {}
+    here = reward_source(function)
+    digest = source_digest(here) if here else None
+    line = (f"the study's reward is custom {function!r}: here {here or 'no such file'}"
+            + (f" (sha256 {digest[:16]}…)" if digest else "")
+            + (f"; the coordinator recorded sha256 {str(recorded.get('sha256'))[:16]}…" if recorded.get("sha256")
+               else "; the coordinator recorded no hash"))
+    if not quiet:
+        print(f"race worker: {line}", file=sys.stderr, flush=True)
+    if trust_reward:
+        return
+    if not here or not recorded.get("sha256") or digest != recorded.get("sha256"):
+        raise RaceError(f"{line}: a worker runs a reward from storage only when the same file is here, byte for "
+                        "byte; copy it, or pass --trust-reward to run it anyway")
+
+
 def run_worker(storage: str, study: str, *, workers: int | None = None, device: str = "cpu", quiet: bool = False,
-               retries: int = 1, wait: float = 30.0, engine: str = "auto") -> dict[str, Any]:
+               retries: int = 1, wait: float = 30.0, engine: str = "auto", trust_reward: bool = False) -> dict[str, Any]:
     """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
     (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
     from race import store as S
@@ -669,6 +703,7 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     check_device(device)
     st = S.Store(storage, study)
     info = st.load()
+    check_reward_consent(info, trust_reward=trust_reward, quiet=quiet)
     first_number = len(st.trials())
     from race.lockstep import group_size_for
 

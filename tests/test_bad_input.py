@@ -438,3 +438,29 @@ def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_on
     r = CliRunner().invoke(main, ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy", "--full-run", "6e14",
                                   "--out", "/proc/race-cannot-write.yaml"])
     assert r.exit_code == 2 and "cannot write '/proc/race-cannot-write.yaml'" in r.output
+
+
+def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from race.errors import RaceError
+    from race.rewards.base import reward_source, source_digest
+    from race.scheduler import check_reward_consent
+
+    rw = tmp_path / "myreward.py"
+    rw.write_text("open(__file__ + '.imported', 'w').close()\ndef score(p, c, r):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    assert reward_source("myreward:score") == str(rw) and reward_source(f"{rw}:score") == str(rw)
+    assert not (tmp_path / "myreward.py.imported").exists()          # found, never imported
+    info = SimpleNamespace(run_config={"reward": {"kind": "custom", "function": "myreward:score"}},
+                           meta={"reward_source": {"function": "myreward:score", "file": str(rw),
+                                                   "sha256": source_digest(str(rw))}})
+    check_reward_consent(info)                                       # the same file: runs, and says which
+    assert f"here {rw} (sha256 {source_digest(str(rw))[:16]}" in capsys.readouterr().err
+    rw.write_text("import os\ndef score(p, c, r):\n    return 0.0\n")  # storage and file now disagree
+    with pytest.raises(RaceError, match="byte for byte; copy it, or pass --trust-reward"):
+        check_reward_consent(info, quiet=True)
+    check_reward_consent(info, trust_reward=True, quiet=True)
+    with pytest.raises(RaceError, match="the coordinator recorded no hash"):
+        check_reward_consent(SimpleNamespace(run_config=info.run_config, meta={}), quiet=True)
+    check_reward_consent(SimpleNamespace(run_config={"reward": {"kind": "sparse"}}, meta={}), quiet=True)

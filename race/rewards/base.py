@@ -75,6 +75,32 @@ def get_reward(name_or_callable: Union[str, RewardFn]) -> RewardFn:
     return fn
 
 
+def reward_source(spec: str) -> str | None:
+    """The file a custom reward ``spec`` ("path.py:fn" or "module:fn") would be imported from, found
+    without importing anything (no parent package's code runs); None when it cannot be found here."""
+    from importlib.machinery import PathFinder
+
+    module_name = spec.rsplit(":", 1)[0]
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        return path if os.path.isfile(path) else None
+    search = [*sys.path, os.getcwd()]
+    found = None
+    for part in module_name.split("."):
+        found = PathFinder.find_spec(part, search)
+        if found is None:
+            return None
+        search = list(found.submodule_search_locations or [])
+    origin = getattr(found, "origin", None)
+    return origin if origin and os.path.isfile(origin) else None
+
+
+def source_digest(path: str) -> str:
+    """The sha256 of a reward's source file."""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 def _import_reward_module(spec: str, module_name: str) -> object:
     """The module of a custom reward: a ``.py`` file path, or a module name importable as is or
     from the current directory. A ``race`` console script does not put the current directory

@@ -722,6 +722,11 @@ class Calibration:
                 f"{ex['reference']!r}; check the reward on such text")
 
 
+# a reward that fails (raises, or gives no finite number within ±1e6) on more than this share of the
+# calibration samples stops the grid before any pilot runs
+REWARD_FAIL_SHARE = 0.5
+
+
 def healthy_recipe(pass_rate: float) -> dict | None:
     if pass_rate <= 0.0625:
         return dict(HEALTHY_HARD)
@@ -749,9 +754,15 @@ def calibrate(config: GridConfig, *, prompts: int = 64, samples: int = 4, seed: 
     correct = [float(check(p.prompt, t, p.answer)) == 1.0 for p, grp in zip(problems, batch.texts) for t in grp]
     pass_rate = sum(correct) / len(correct)
     backend.close()
+    rc = reward_check(config, problems, batch.texts)
+    if rc and rc.get("errors", 0) > REWARD_FAIL_SHARE * rc["samples"]:
+        from race.rewards.base import RewardError
+
+        raise RewardError(f"the reward failed on {rc['errors']} of {rc['samples']} calibration samples of the base "
+                          f"policy (more than {REWARD_FAIL_SHARE:.0%}; first: {str(rc.get('first_error'))[:200]}): "
+                          "fix it before any pilot budget is spent")
     return Calibration(prompt_len, sum(lens) / len(lens), pass_rate, len(lens), time.perf_counter() - t0,
-                       healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None,
-                       reward_check(config, problems, batch.texts), dropped)
+                       healthy_recipe(pass_rate) if config.grpo.healthy_recipe else None, rc, dropped)
 
 
 def policy_prompts(config: GridConfig, problems: list, tok) -> list:

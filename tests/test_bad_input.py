@@ -464,3 +464,19 @@ def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypat
     with pytest.raises(RaceError, match="the coordinator recorded no hash"):
         check_reward_consent(SimpleNamespace(run_config=info.run_config, meta={}), quiet=True)
     check_reward_consent(SimpleNamespace(run_config={"reward": {"kind": "sparse"}}, meta={}), quiet=True)
+
+
+@pytest.mark.parametrize("body", ["raise RuntimeError('boom')", "return None", "return 1e308", "return 'x'",
+                                  "return float('nan')"])
+def test_a_reward_broken_on_every_call_stops_at_calibration(tmp_path, body):
+    from race.config import config_from_dict
+    from race.pilot import calibrate
+    from race.rewards.base import RewardError
+
+    rw = tmp_path / "broken.py"
+    rw.write_text(f"def score(prompt, completion, reference):\n    {body}\n")
+    cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "task": "arithmetic-easy",
+                            "reward": {"kind": "custom", "function": f"{rw}:score"},
+                            "grpo": {"max_completion_len": 6}})
+    with pytest.raises(RewardError, match=r"the reward failed on 64 of 64 calibration samples .* before any pilot"):
+        calibrate(cfg, prompts=16)

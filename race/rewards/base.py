@@ -141,18 +141,26 @@ def _import_reward_module(spec: str, module_name: str) -> object:
                           f"({type(e).__name__}: {e})") from None
 
 
+MAX_ABS_REWARD = 1e6       # a reward beyond ± this is an error (±1e308 overflows GRPO's advantages)
+
+
 def score_each(reward: RewardFn, prompts: Sequence[str], completions: Sequence[str],
                references: Sequence[str]) -> RewardBatch:
-    """Call ``reward`` sample by sample: an ``Exception`` or a non-finite value scores 0 and
-    is counted; anything else (``SystemExit``…) propagates."""
+    """Call ``reward`` sample by sample: an ``Exception``, a non-number, a non-finite value or one
+    beyond ±MAX_ABS_REWARD scores 0 and is counted; anything else (``SystemExit``…) propagates."""
     scores: list[float] = []
     errors, first_error = 0, None
     start = time.process_time()
     for prompt, completion, reference in zip(prompts, completions, references):
         try:
-            value = float(reward(prompt, completion, reference))
+            raw = reward(prompt, completion, reference)
+            if raw is None or isinstance(raw, (bool, str, bytes)):
+                raise TypeError(f"the reward returned {type(raw).__name__} {str(raw)[:60]!r}, not a number")
+            value = float(raw)                       # numpy / torch scalars convert; a list raises TypeError
             if not math.isfinite(value):
                 raise ValueError(f"non-finite reward {value}")
+            if abs(value) > MAX_ABS_REWARD:
+                raise ValueError(f"reward {value:g} is beyond ±{MAX_ABS_REWARD:g}")
         except Exception as e:  # a user reward must never kill a pilot
             errors += 1
             first_error = first_error or f"{type(e).__name__}: {e}"

@@ -157,6 +157,35 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                            f"their pilots fell back); {watch}"}
 
 
+LEARN_FLOOR = 0.01       # the smallest gain in held-out score over the base policy that counts as learning
+
+
+def learned(pilots: Sequence[PilotResult], target: str) -> tuple[bool, float, float] | None:
+    """Whether a grid learned anything: some grid point's mean gain over the base policy (its
+    final checkpoint against its step-0 one, on the same checkpoint prompts, paired by seed)
+    above both 2 of its seed SEs and LEARN_FLOOR. Returns (learned, the best point's mean gain, its
+    SE), or None when the pilots have no base checkpoint of ``target``."""
+    by: dict[float, list[float]] = {}
+    for p in pilots:
+        if p.status != "complete" or not p.checkpoints:
+            continue
+        cps = sorted(p.checkpoints, key=lambda c: c.fraction)
+        base, end = cps[0], cps[-1]
+        if base.fraction != 0.0 or end is base or not base.evals.get(target) or not end.evals.get(target):
+            continue
+        by.setdefault(p.rho_target, []).append(_mean(end.evals[target]) - _mean(base.evals[target]))
+    if not by:
+        return None
+    best = (False, -math.inf, math.nan)
+    for _, g in sorted(by.items()):
+        m = _mean(g)
+        se = math.sqrt(sum((x - m) ** 2 for x in g) / (len(g) - 1) / len(g)) if len(g) > 1 else math.inf
+        ok = m > max(2 * se, LEARN_FLOOR)
+        if (ok, m) > best[:2]:
+            best = (ok, m, se)
+    return best
+
+
 def eval_flops(pilot: PilotResult) -> float:
     """FLOPs of a pilot's held-out evaluations (final + checkpoints), outside its budget."""
     cost = pilot.extra.get("eval_flops") or {}

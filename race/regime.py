@@ -35,13 +35,13 @@ scores and replicates from elsewhere (race.forecast: rewards predicted at a full
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from race.checkpoints import stability
+from race.checkpoints import learned, stability
 from race.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
                       percentile_ci, quadratic_argmax, t_quantile)
 from race.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict
@@ -132,6 +132,14 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
         notes.append(f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
                      "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
                      "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)")
+    got = learned(complete, primary_target)
+    if got is not None and not got[0]:
+        line = (f"nothing learned: no grid point's held-out {primary_target} rose above the base policy's (best gain "
+                f"{got[1]:+.4f}, seed SE {got[2]:.4f}): the grid says nothing about allocation; give each pilot more "
+                "budget, a larger learning rate or an easier task (more seeds will not help)")
+        notes.append(line)
+        v = verdicts[primary_target]
+        verdicts[primary_target] = replace(v, fits={**dict(v.fits), "learned": False})
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),

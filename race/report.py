@@ -221,7 +221,10 @@ def _verdict_lines(v: TargetVerdict) -> list[str]:
            f"slope d{v.target}/dlog ρ = {v.slope:+.4f} (CI {v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"]
     if v.argmax_ci:
         out.append(f"concave fit: argmax ρ CI {v.argmax_ci[0]:.2f} … {v.argmax_ci[1]:.2f}")
-    out.append("advice: " + _ADVICE[v.regime])
+    out.append("advice: " + ("nothing was learned: no grid point beat the base policy on held-out prompts, so this "
+                             "grid says nothing about allocation; more budget per pilot, a larger learning rate or an "
+                             "easier task first (more seeds will not help)"
+                             if v.fits.get("learned") is False else _ADVICE[v.regime]))
     timing = time_line(v)
     if timing:
         out.append(timing)

@@ -13,9 +13,9 @@ snapshots); this module holds what differs:
   of every table and printout while the suite's ``freeze`` is unset: ``load_visible`` returns None
   for it, and the progress table shows only how many of its runs are done. Pilot grids are open:
   they are what RACE sees before a full run.
-- **The replacement rule** (``learned``): a pilot grid learned something when some point's mean
-  gain over the base policy (held-out reward on the checkpoint prompts, final against step 0,
-  paired by seed) exceeds both 2 of its seed SEs and ``LEARN_FLOOR``.
+- **The replacement rule** (``learned``, race.checkpoints.learned): a pilot grid learned something
+  when some point's mean gain over the base policy (held-out reward on the checkpoint prompts, final
+  against step 0, paired by seed) exceeds both 2 of its seed SEs and 0.01.
 - **The freeze** (``freeze``): records, once, the commits of the rule, the budget-drift model and
   the stability probe to be scored; only then are the sealed grids read.
 
@@ -34,7 +34,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-LEARN_FLOOR = 0.01          # the smallest gain in held-out reward that counts as learning
 BEGIN, END = "<!-- validation:round2:begin -->", "<!-- validation:round2:end -->"
 
 
@@ -68,33 +67,12 @@ def planned_runs(suite: dict, s: dict, kind: str) -> int:
     return len(s[v.GRID_KEYS[kind]]) * v.seeds_of(suite, kind)
 
 
-def gains(record: dict) -> dict[float, list[float]]:
-    """Per ρ target: each seed's gain in held-out reward over the base policy, on the checkpoint
-    prompts (the first prompts of the held-out set, evaluated at step 0 and at the end)."""
-    out: dict[float, list[float]] = {}
-    for p in record["pilots"]:
-        if p.get("status") != "complete" or not p.get("checkpoints"):
-            continue
-        base = p["checkpoints"][0]
-        if base.get("fraction") != 0.0 or "reward" not in base.get("evals", {}):
-            continue
-        b = base["evals"]["reward"]
-        final = p["evals"]["reward"][:len(b)]
-        out.setdefault(float(p["rho_target"]), []).append(statistics.fmean(final) - statistics.fmean(b))
-    return out
-
-
 def learned(record: dict) -> tuple[bool, float, float]:
-    """(learned?, the best point's mean gain, its seed SE): learned when some point's mean gain
-    exceeds both 2 seed SEs and LEARN_FLOOR (the replacement rule of validation/round2.yaml)."""
-    best = (False, -math.inf, math.nan)
-    for rho, g in sorted(gains(record).items()):
-        mean = statistics.fmean(g)
-        se = statistics.stdev(g) / math.sqrt(len(g)) if len(g) > 1 else math.inf
-        ok = mean > max(2 * se, LEARN_FLOOR)
-        if (ok, mean) > best[:2]:
-            best = (ok, mean, se)
-    return best
+    """(learned?, the best point's mean gain, its seed SE): race.checkpoints.learned, the rule the
+    report's "nothing learned" advice uses (the replacement rule of validation/round2.yaml)."""
+    from race.checkpoints import learned as grid_learned
+
+    return grid_learned(_v().pilots_of(record), "reward") or (False, float("nan"), float("nan"))
 
 
 def progress_lines(suite: dict) -> list[str]:

@@ -208,22 +208,41 @@ def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path)
     assert "Frozen on" in frozen.stdout and ", sealed" not in frozen.stdout
 
 
-def test_round2_replacement_rule_by_hand():
-    """learned: some point's mean gain over the base (paired by seed, checkpoint prompts) above both
-    2 seed SEs and 0.01."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import validation_round2 as r2
+def test_the_learned_rule_by_hand():
+    """race.checkpoints.learned (round 2's replacement rule, the report's "nothing learned"): some
+    point's mean gain over the base (paired by seed, checkpoint prompts) above both 2 seed SEs and 0.01."""
+    from race.checkpoints import learned
+    from race.records import Checkpoint, FlopBreakdown, PilotResult
 
-    def pilot(rho, base, final):
-        return {"rho_target": rho, "status": "complete", "evals": {"reward": final + [0.0] * 5},
-                "checkpoints": [{"fraction": 0.0, "evals": {"reward": base}}]}
+    def pilot(rho, seed, base, final):
+        cps = (Checkpoint(0.0, 0, FlopBreakdown(), {"reward": tuple(base)}),
+               Checkpoint(1.0, 9, FlopBreakdown(1.0), {"reward": tuple(final)}))
+        return PilotResult(rho_target=rho, seed=seed, flops=FlopBreakdown(1.0), evals={"reward": tuple(final)},
+                           checkpoints=cps)
 
-    # gains at 0.5: 0.25, 0.5, 0.25 → mean 1/3, SE 0.0833: learned; at 0.8 nothing
-    rec = {"pilots": [pilot(0.5, [0.0, 0.5], [0.5, 0.5]), pilot(0.5, [0.0, 0.0], [0.5, 0.5]),
-                      pilot(0.5, [0.5, 0.5], [1.0, 0.5]), pilot(0.8, [0.5, 0.5], [0.5, 0.5])]}
-    assert r2.gains(rec) == {0.5: [0.25, 0.5, 0.25], 0.8: [0.0]}
-    ok, gain, se = r2.learned(rec)
+    # gains at 0.5: 0.25, 0.5, 0.25 → mean 1/3, SE 0.0833: learned
+    grid = [pilot(0.5, 0, [0.0, 0.5], [0.5, 0.5]), pilot(0.5, 1, [0.0, 0.0], [0.5, 0.5]),
+            pilot(0.5, 2, [0.5, 0.5], [1.0, 0.5]), pilot(0.8, 0, [0.5, 0.5], [0.5, 0.5])]
+    ok, gain, se = learned(grid, "reward")
     assert ok and abs(gain - 1 / 3) < 1e-12 and abs(se - (0.0208333 ** 0.5) / 3 ** 0.5) < 1e-6
     # a gain of 0.005 with no spread is under the 0.01 floor: not learned
-    tiny = {"pilots": [pilot(0.5, [0.0] * 200, [1.0] + [0.0] * 199) for _ in range(3)]}
-    assert r2.learned(tiny)[0] is False
+    tiny = [pilot(0.5, s, [0.0] * 200, [1.0] + [0.0] * 199) for s in range(3)]
+    assert learned(tiny, "reward")[0] is False
+    assert learned([pilot(0.5, 0, [], [])], "reward") is None
+
+
+def test_a_grid_that_learned_nothing_is_advised_so_not_told_to_add_seeds():
+    """The first round's `hard` pilot grid (reward 0.001–0.004 against a base of the same): the
+    report's advice says nothing was learned; `default`'s grid keeps its regime's advice."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import validation
+
+    from race.regime import classify
+    from race.report import render_diagnosis
+
+    hard = classify(validation.pilots_of(validation.load_run("hard", "pilot")), n_boot=100)
+    text = render_diagnosis(hard)
+    assert "advice: nothing was learned: no grid point beat the base policy" in text and "add seeds" not in text
+    assert any(w.startswith("nothing learned: no grid point's held-out reward rose above") for w in hard.warnings)
+    default = classify(validation.pilots_of(validation.load_run("default", "pilot")), n_boot=100)
+    assert "advice: reward falls as ρ rises" in render_diagnosis(default)

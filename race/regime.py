@@ -138,8 +138,10 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
                 f"{got[1]:+.4f}, seed SE {got[2]:.4f}): the grid says nothing about allocation; give each pilot more "
                 "budget, a larger learning rate or an easier task (more seeds will not help)")
         notes.append(line)
-        v = verdicts[primary_target]
-        verdicts[primary_target] = replace(v, fits={**dict(v.fits), "learned": False})
+        v = verdicts[primary_target]          # seeds cannot resolve a change that did not happen
+        verdicts[primary_target] = replace(v, fits={**dict(v.fits), "learned": False},
+                                           warnings=tuple(w for w in v.warnings
+                                                          if not w.startswith("noise dominates: add seeds")))
     settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
                 "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
     return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),

@@ -115,14 +115,18 @@ def main() -> int:
     ap.add_argument("setting", nargs="?")
     ap.add_argument("kind", nargs="?", default="full10")
     ap.add_argument("--storage", default="/work/validation-runs/probes")
+    ap.add_argument("--only", default=None, help="probes: SETTING:KIND,… in this order (default: all, suite order)")
     args = ap.parse_args()
     suite = V.load_suite()
     if args.cmd == "probe":
         print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
         return 0
     if args.cmd == "probes":
-        for s in suite["settings"]:
-            for kind in ("full10", "full30"):
+        todo = ([tuple(x.split(":")) for x in args.only.split(",")] if args.only else
+                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30")])
+        for name, kind in todo:
+            s = V.setting(suite, name)
+            if True:
                 if V.load_run(s["name"], kind) is not None and load_probe(s["name"], kind) is None:
                     try:
                         print(run_probe(s, kind, Path(args.storage)), flush=True)

@@ -283,3 +283,16 @@ def init_line(pilot_budget: float, full_run_budget: float) -> str:
         tail += (f"; past the validated factor the range is widened, an extrapolation (pilots of "
                  f"≥ {full_run_budget / VALIDATED_FACTOR:.3g} FLOPs each, a larger --share, keep it validated)")
     return head + tail
+
+
+def range_record(pilots: Sequence[PilotResult], diagnosis, *, pilot_budget: float, full_run_budget: float,
+                 constant_rate: bool = True) -> dict:
+    """``range_for_pilots`` on a diagnosis' primary verdict, as a record: ``RangeAtBudget.to_dict()``,
+    or ``{"refused": the one-line reason}`` (what the forecast and race recipe both store)."""
+    v = diagnosis.primary
+    try:
+        return range_for_pilots(pilots, target=diagnosis.primary_target, pilot_budget=pilot_budget,
+                                full_run_budget=full_run_budget, rho_range=tuple(v.rho_range),
+                                recommended_rho=v.recommended_rho, constant_rate=constant_rate).to_dict()
+    except DriftError as e:
+        return {"refused": str(e)}

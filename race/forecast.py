@@ -699,12 +699,7 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:
     """The budget-drift model's range at F for these results (race.drift), or ``{"refused": why}``."""
-    from race.drift import DriftError, range_for_pilots
+    from race.drift import range_record
 
-    v = diag.primary
-    try:
-        return range_for_pilots(results.pilots, target=diag.primary_target, pilot_budget=results_budget(results),
-                                full_run_budget=full_run_budget, rho_range=tuple(v.rho_range),
-                                recommended_rho=v.recommended_rho, constant_rate=schedule == "constant").to_dict()
-    except DriftError as e:
-        return {"refused": str(e)}
+    return range_record(results.pilots, diag, pilot_budget=results_budget(results), full_run_budget=full_run_budget,
+                        constant_rate=schedule == "constant")

@@ -212,18 +212,13 @@ def _load_source(source: Any, rho: float | None) -> tuple[GridConfig, float, flo
 def _range_at_f(results: Any, cfg: GridConfig, full: float) -> dict[str, Any] | None:
     """The budget-drift model's range at ``full`` for these results (race.drift), {"refused": why}, or
     None when the pilots' budget is unknown."""
-    from race.drift import DriftError, range_for_pilots
+    from race.drift import range_record
 
     pilot_budget = float(cfg.budget or 0.0)
     if not pilot_budget > 0:
         return None
-    v = results.diagnosis.primary
-    try:
-        return range_for_pilots(results.pilots, target=results.diagnosis.primary_target, pilot_budget=pilot_budget,
-                                full_run_budget=full, rho_range=tuple(v.rho_range), recommended_rho=v.recommended_rho,
-                                constant_rate=cfg.learning_rate.schedule == "constant").to_dict()
-    except DriftError as e:
-        return {"refused": str(e)}
+    return range_record(results.pilots, results.diagnosis, pilot_budget=pilot_budget, full_run_budget=full,
+                        constant_rate=cfg.learning_rate.schedule == "constant")
 
 
 def _check_rho(rho: Any) -> float:

@@ -274,15 +274,18 @@ def test_a_reward_that_fails_mid_grid_fails_its_pilot_alone(workdir, action, rea
 
 
 def test_a_reward_that_raises_or_returns_text_is_reported_with_its_first_error(workdir):
-    """Not fatal: each such sample scores 0, and the report says how often and why."""
+    """Failing on every calibration sample stops before any pilot budget, naming how often and the
+    first error (a reward failing on fewer than half the samples goes on: see the training test below)."""
     from race.config import config_from_dict
     from race.pilot import calibrate
+    from race.rewards.base import RewardError
 
-    for fn, why in (("boom", "RuntimeError: boom on purpose"), ("text", "ValueError")):
+    for fn, why in (("boom", "RuntimeError: boom on purpose"), ("text", "TypeError: the reward returned str")):
         cfg = config_from_dict({"model": "race/tiny-arith", "budget": 2e10,
                                 "reward": {"kind": "custom", "function": f"rewards.py:{fn}"}}, base_dir=str(workdir))
-        warning = calibrate(cfg, prompts=4, samples=2).reward_warning()
-        assert warning and "failed on 8 of 8 calibration samples" in warning and why in warning, warning
+        with pytest.raises(RewardError) as err:
+            calibrate(cfg, prompts=4, samples=2)
+        assert "failed on 8 of 8 calibration samples" in str(err.value) and why in str(err.value), err.value
 
 
 def test_reward_errors_in_training_and_evaluation_reach_the_report(workdir):

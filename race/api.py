@@ -125,6 +125,38 @@ def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: 
     return out
 
 
+def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None, lr: float | None = None,
+              device: str = "cpu", out: str | None = None, announce: Any = None, force: bool = False) -> Any:
+    """Run the length probe (race.probe) for ``results`` (race.results.Results, or a results path)
+    at ``full_run_budget`` and return the results with its record stored under ``probes`` and the
+    forecast at F redone (so the stability line and the rate read it); written to ``out``
+    (a folder or a .json file) when given. ``announce(plan_line)`` is called before it runs."""
+    from dataclasses import replace
+
+    from race.forecast import with_forecast
+    from race.pilot import check_device, run_pilot
+    from race.probe import plan_probe, probe_record, with_probe
+    from race.results import load_results, save_results
+
+    import time
+
+    if isinstance(results, str):
+        results = load_results(results)
+    device = check_device(device)
+    plan = plan_probe(results, full_run_budget, rho=rho, lr=lr)     # one line before any compute
+    if announce:
+        announce(plan.line())
+    target = results.diagnosis.primary_target if results.diagnosis is not None else "reward"
+    t0 = time.time()
+    pilot = run_pilot(plan.config, plan.schedule, 0, device=device)
+    out_results = with_probe(results, probe_record(plan, pilot, target=target, wall_seconds=time.time() - t0))
+    out_results = replace(out_results, diagnosis=with_forecast(out_results, full_run_budget=plan.full_run_budget,
+                                                                    force=force))
+    if out:
+        save_results(out, out_results)
+    return out_results
+
+
 def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
                workers: int | None = None, device: str = "cpu", quiet: bool = False, adaptive: bool | str = False,
                adaptive_share: float | None = None, retries: int = 1, heartbeat: int | None = None,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from race.records import Checkpoint, Instability, PilotResult, Stability, StabilityPoint
 
@@ -118,6 +118,32 @@ def find_instability(checkpoints: Sequence[Checkpoint], target: str) -> dict[str
     return None
 
 
+# The length probe's rule (race.probe): the probe ends below its base policy. Its held-out mean at the
+# end is at least MIN_DROP and END_SE paired SEs under the base's, on the same checkpoint prompts. One
+# comparison (base against end), so 2 SEs, not DROP_SE. Chosen on the first round's 15 probes
+# (docs/stability.md): a fall the probe recovers from (cosine decay's) is not a flag.
+END_SE = 2.0
+
+
+def probe_fall(checkpoints: Sequence[Checkpoint], target: str) -> dict[str, Any] | None:
+    """Whether a length probe ended below its base policy, by the rule above: ``{"base", "final",
+    "drop", "drop_se", "step"}`` (the end's step), or None (it held, or fewer than two checkpoints
+    of ``target`` on the same prompts)."""
+    cps = [c for c in sorted(checkpoints, key=lambda c: (c.flops.total, c.fraction)) if c.evals.get(target)]
+    if len(cps) < 2:
+        return None
+    base, end = cps[0].evals[target], cps[-1].evals[target]
+    if len(base) != len(end):
+        return None
+    diffs = [x - y for x, y in zip(base, end)]
+    drop = _mean(diffs)
+    k = len(diffs)
+    se = math.sqrt(sum((d - drop) ** 2 for d in diffs) / (k - 1) / k) if k > 1 else 0.0
+    if drop >= MIN_DROP and drop >= END_SE * se:
+        return {"base": _mean(base), "final": _mean(end), "drop": drop, "drop_se": se, "step": cps[-1].step}
+    return None
+
+
 # A full run at least this many pilot budgets long can collapse where none of its pilots fell back:
 # the validation study's full runs did (docs/validation.md, "What the failures teach", item 3), so the
 # pilots cannot vouch for a run that long.
@@ -125,28 +151,49 @@ LONG_RUN = 10.0
 
 
 def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
-                 ran: bool = True) -> dict[str, str]:
-    """The stability line at the full-run budget: ``{"status", "line"}``, status one of ``stable``
-    (no pilot fell back, and the run is under LONG_RUN pilots long), ``at risk`` (some pilot fell
-    back: the evidence is named) or ``not tested`` (no checkpoints, or a run too long for the pilots
-    to vouch for; ``ran`` False: no pilot has run yet). The evidence quoted is the first validation round's (docs/validation.md): the
-    settings whose pilots fell back were the ones whose full runs collapsed."""
+                 ran: bool = True, probe: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The stability line at the full-run budget: ``{"status", "line"}``, status one of ``stable``,
+    ``at risk`` or ``not tested``. The rule (frozen for the second validation round, docs/stability.md):
+
+    1. some pilot fell back (``find_instability``): **at risk**, the pilots named;
+    2. else a length probe at F (race.probe; ``probe`` its record): **at risk** when it ended below
+       its base policy (``probe_fall``), **stable** when it held;
+    3. else **stable** when the run is under LONG_RUN pilot budgets long, **not tested** otherwise
+       (and when the pilots have no checkpoints; ``ran`` False: no pilot has run yet).
+
+    The evidence quoted is the first validation round's (docs/validation.md, docs/stability.md)."""
     factor = full_run_budget / pilot_budget if pilot_budget > 0 else float("nan")
     head = f"stability at F ({factor:.3g} × B): "
     watch = "watch the full run's held-out reward (race.watch) and keep its best checkpoint"
     if not ran:
         return {"status": "not tested", "line": head + f"not tested: no pilot has run yet (race pilot tests the rate "
-                                                       f"at B); {watch}"}
-    if st is None:
-        return {"status": "not tested", "line": head + "not tested: the pilots have no held-out checkpoints "
-                                                       f"(eval.checkpoints off); {watch}"}
-    if st.unstable:
+                                                       f"at B, race probe at F); {watch}"}
+    if st is not None and st.unstable:
         where = ", ".join(f"ρ {p.rho_target:.2f}: {p.unstable} of {p.pilots}" for p in st.points if p.unstable)
         return {"status": "at risk",
                 "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
                                f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
                                "back were those whose full runs collapsed (η × 3: 30 of 30; steps-prm: 1 of 15), and "
                                f"no setting whose pilots all held lost a third of its full runs: lower η, and {watch}"}
+    if probe is not None and probe.get("status") in ("fell", "held"):
+        run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "
+               f"{float(probe['covers']):.0%} of the full run's)")
+        curve = probe.get("curve") or [{}]
+        if probe["status"] == "fell":
+            f = probe.get("fall") or {}
+            return {"status": "at risk",
+                    "line": head + f"AT RISK: {run} ended at {f.get('final', float('nan')):.3f}, below its base "
+                                   f"policy's {f.get('base', float('nan')):.3f} (drop {f.get('drop', float('nan')):.3f}, "
+                                   f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
+                                   "the probe ended below its base in every setting that lost a full run: lower η "
+                                   f"(race recipe gives a rate), and {watch}"}
+        return {"status": "stable",
+                "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "
+                               f"{curve[-1].get('mean', float('nan')):.3f} at its end); in the first validation round "
+                               f"no setting whose probe held lost a full run; {watch}"}
+    if st is None:
+        return {"status": "not tested", "line": head + "not tested: the pilots have no held-out checkpoints "
+                                                       f"(eval.checkpoints off); {watch}"}
     if factor < LONG_RUN:
         return {"status": "stable", "line": head + f"stable: none of {st.pilots} pilots fell back, and the full run "
                                                    f"is under {LONG_RUN:g} × a pilot's length"}
@@ -154,7 +201,8 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
             "line": head + f"not tested at this length: none of {st.pilots} pilots fell back, but the full run is "
                            f"{factor:.3g} × a pilot's length, which pilots cannot vouch for (RACE's validation "
                            "study: tiny-reasoner lost 3 of 15 full runs at 10 ×, tiny-arith 1 of 9 at 30 ×, none of "
-                           f"their pilots fell back); {watch}"}
+                           f"their pilots fell back); race probe DIR --full-run F tests η at that length for at most "
+                           f"a quarter of the grid's compute; {watch}"}
 
 
 LEARN_FLOOR = 0.01       # the smallest gain in held-out score over the base policy that counts as learning

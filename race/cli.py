@@ -334,6 +334,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
                    "the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
+@click.option("--probe", "probe_f", is_flag=True,
+              help="With --full-run F: after the grid, test η at F's length (race probe; at most a quarter of the "
+                   "grid's compute).")
 @click.option("--extend", type=click.IntRange(min=0, max=5), default=0, show_default=True, metavar="N",
               help="When the best point is the grid's lowest (highest) ρ, add the next point past that edge and run "
                    "only its seeds, up to N times (race/extend.py; each round is its own study, earlier rounds' "
@@ -344,7 +347,7 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
           models: str | None, backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
           quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
           adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
-          import_pilots: str | None, full_run: str | None, force_forecast: bool,
+          import_pilots: str | None, full_run: str | None, force_forecast: bool, probe_f: bool,
           allow_approximate: bool, engine: str, extend: int) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
@@ -368,6 +371,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
                        grid=grid, models=models, backend=backend, allow_approximate_flops=allow_approximate or None)
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
+    if probe_f and not full:
+        raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
     out_dir = out_dir or os.path.join("runs", cfg.name)
     check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
                  models=cfg.models)
@@ -391,6 +396,11 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
             from race.api import save_forecast
 
             results = save_forecast(results, out_dir, full_run_budget=full, force=force_forecast)
+            if probe_f:
+                from race.api import run_probe
+
+                results = run_probe(results, full_run_budget=full, device=device, out=out_dir, force=force_forecast,
+                                    announce=None if quiet else (lambda line: _echo(line, err=True)))
         _echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:
             _plot(results, plot_path, quiet)
@@ -576,6 +586,49 @@ def recipe(source: str, trainer: str, full_run: str | None, rho: str | None, fmt
 
     rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho)
     _echo(render_recipe(rec, fmt), nl=False)
+
+
+@main.command()
+@click.argument("results_path", metavar="RESULTS.json|DIR")
+@click.option("--full-run", "full_run", required=True, metavar="F", help="FLOPs of the full run whose length is tested.")
+@click.option("--rho", default=None, metavar="R", help="The ρ to probe (default: the grid's recommended ρ).")
+@click.option("--lr", default=None, metavar="ETA", help="The learning rate to probe (default: the full run's at F).")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--quiet", is_flag=True, help="No plan line on stderr.")
+@_user_errors
+def probe(results_path: str, full_run: str, rho: str | None, lr: str | None, device: str, fmt: str,
+          quiet: bool) -> None:
+    """Test the learning rate at the full run's length: one run at the recommended ρ with the full
+    run's optimizer-step count at 1 prompt per step, capped at a quarter of the pilot grid's compute
+    (race/probe.py). Its record goes into RESULTS.json; prints the report with the stability line
+    and the rate for F."""
+    import os
+
+    from race.api import run_probe
+    from race.config import parse_flops
+    from race.report import render_diagnosis
+
+    F = parse_flops(full_run, "--full-run")
+    r = _float_in(rho, "--rho", "a ρ in (0, 1)") if rho is not None else None
+    eta = _float_in(lr, "--lr", "a learning rate in (0, 1)") if lr is not None else None
+    if results_path.endswith(".gz"):
+        raise click.UsageError(f"{results_path!r} is compressed: race probe stores its record in the results "
+                               "file, so give an uncompressed results.json (or its folder)")
+    out = results_path if results_path.endswith(".json") else os.path.join(results_path, "results.json")
+    results = run_probe(results_path, full_run_budget=F, rho=r, lr=eta, device=device, out=out,
+                        announce=None if quiet else (lambda line: _echo(line, err=True)))
+    _echo(render_diagnosis(results.diagnosis, fmt), nl=False)
+
+
+def _float_in(raw: str, name: str, expected: str) -> float:
+    try:
+        x = float(raw)
+    except ValueError:
+        raise click.UsageError(f"{name} {raw!r} is not a number: expected {expected}") from None
+    if not 0.0 < x < 1.0:
+        raise click.UsageError(f"{name} {raw!r} is out of range: expected {expected}")
+    return x
 
 
 @main.command()

@@ -692,9 +692,24 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
     lr = (results.config or {}).get("learning_rate")
     schedule = lr.get("schedule", LearningRate.schedule) if isinstance(lr, Mapping) else LearningRate.schedule
     st = diag.stability if diag.stability is not None else stability(results.pilots, diag.primary_target)
-    at_f = stability_at(st, full_run_budget=F, pilot_budget=results_budget(results))
+    at_f = stability_at_with_rate(results, st, F)
     return replace(diag, forecast=replace(fc, range_at_budget=budget_range(results, diag, F, schedule),
                                           stability_at_budget=at_f))
+
+
+def stability_at_with_rate(results: Any, st: Any, full_run_budget: float) -> dict[str, Any]:
+    """The stability line at F (with the length probe at F, if one is stored) and the rate RACE
+    recommends for F (race.rate): ``{"status", "line", "rate"}``."""
+    from race.probe import probe_for
+    from race.rate import configured_lr, full_run_rate
+
+    budget = results_budget(results)
+    probe = probe_for(results, full_run_budget)
+    at_f = stability_at(st, full_run_budget=full_run_budget, pilot_budget=budget, probe=probe)
+    lr, full_lr = configured_lr(results.config or {})
+    rate = full_run_rate(lr, status=at_f["status"], factor=full_run_budget / budget if budget else float("inf"),
+                         full_lr=full_lr, probe=probe)
+    return {**at_f, "rate": rate["line"]}
 
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:

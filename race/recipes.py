@@ -36,13 +36,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from race import flops as F
 from race.checkpoints import stability, stability_at
 from race.config import GridConfig, config_from_dict, parse_flops
 from race.errors import RaceError
+from race.probe import probe_for
+from race.rate import apply_rate, full_run_rate
 from race.records import FlopBreakdown, Schedule
 
 TRAINERS = ("trl", "verl", "openrlhf")
@@ -306,6 +308,15 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     if steps < 1:
         raise RaceError(f"full-run budget {full:.3g} FLOPs is below one {name} step at ρ={r:g}: a step of "
                         f"{bp} prompts × {n} rollouts costs {per_step.total:.3g} FLOPs")
+    # the rate for F (race.rate): the stability line at F (with a stored length probe) decides it
+    st = stability(results.pilots, results.diagnosis.primary_target) if results is not None else None
+    probe = probe_for(results, full) if results is not None else None
+    at_risk = stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None,
+                           probe=probe)
+    rate = full_run_rate(cfg.learning_rate, status=at_risk["status"], factor=full / float(cfg.budget),
+                         full_lr=learning_rate(cfg, bp * n), probe=probe)
+    if rate["rule"] != 4:
+        cfg = replace(cfg, learning_rate=apply_rate(cfg.learning_rate, rate))
     lr = learning_rate(cfg, bp * n)
     planned = cm.cost(n, mu, n).per_prompt.scaled(bp)
     schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
@@ -313,8 +324,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                         flops=planned.scaled(steps))
     settings, model, more = _SETTINGS[key](cfg, schedule, P)
     notes += more
-    st = stability(results.pilots, results.diagnosis.primary_target) if results is not None else None
-    notes.append(stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None)["line"])
+    notes.append(at_risk["line"])
+    notes.append(rate["line"] + ("; the recipe uses it" if rate["rule"] != 4 else ""))
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "

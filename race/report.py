@@ -270,6 +270,8 @@ def forecast_lines(fc: Forecast) -> list[str]:
     out = [range_at_budget_line(fc.range_at_budget)] if fc.range_at_budget else []
     if fc.stability_at_budget:
         out.append(str(fc.stability_at_budget.get("line", "")))
+        if fc.stability_at_budget.get("rate"):
+            out.append(str(fc.stability_at_budget["rate"]))
     out.append(fc.message)
     if not fc.predicts:
         return out + [f"warning: {w}" for w in fc.warnings]

@@ -3,13 +3,19 @@
     python scripts/stability.py                    # the table of docs/stability.md, with run-level rates
     python scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
     python scripts/stability.py probes             # every probe of the first round not yet committed
+    python scripts/stability.py --suite validation/round2.yaml probes   # round 2's (race.probe; sealed-safe)
 
-**The length probe** (a candidate, written down before any probe ran): one run at the full run's
+**The length probe** (a candidate, written down before any probe ran; round 1's probes ran with
+this script's own planner, round 2's with race.probe, the same design at the grid's recommended ρ): one run at the full run's
 budget F's optimizer-step count, at the pilot verdict's recommended ρ, with 1 prompt per step
 instead of the grid's B_p and the same η and rollouts per prompt, so it costs F / B_p. Capped at
 PROBE_SHARE of the pilot grid's compute (then it covers that share of the full run's steps). It
 flags the setting when it falls back on its held-out checkpoints (race.checkpoints' rule).
-Data: validation/probes/SETTING-KIND.json.gz (compact, as the study's grids).
+Data: validation/probes/SETTING-KIND.json.gz (round 2: validation/round2/probes/), compact as the
+study's grids. Two readings of a probe were scored (docs/stability.md): it fell back by the pilots'
+rule (find_instability, the pre-registered one), or it ended below its base policy
+(race.checkpoints.probe_fall, chosen on these data); the rule frozen for round 2 flags a setting when
+some pilot fell back or its probe ended below its base (race.checkpoints.stability_at).
 
 A candidate flags a setting from its pilot grid alone. Setting level: flagged among the settings
 with ≥ 1/3 of their full runs collapsed (detection) and among those with none (false alarm).
@@ -45,8 +51,29 @@ def dipped(p, by: float = 0.03) -> bool:
     return len(m) > 1 and max(m[1:]) - m[-1] >= by
 
 
-CANDIDATES = {"some pilot fell back (the rule of race/checkpoints.py)": fell,
-              "some pilot's last checkpoint ≥ 0.03 below its best": dipped}
+def probe_below_base(p) -> bool:
+    from race.checkpoints import probe_fall
+
+    return probe_fall(p.checkpoints, "reward") is not None
+
+
+# candidate → (reads the pilot grid, reads the probe): each a predicate of one pilot, or None
+CANDIDATES = {"some pilot fell back (the rule of race/checkpoints.py)": (fell, None),
+              "some pilot's last checkpoint ≥ 0.03 below its best": (dipped, None),
+              "the length probe fell back (pilots' rule; pre-registered)": (None, fell),
+              "the length probe ended below its base (race.checkpoints.probe_fall)": (None, probe_below_base),
+              "**frozen:** some pilot fell back, or the probe ended below its base": (fell, probe_below_base)}
+
+
+def flagged(candidate: tuple, pilots: list, probe) -> bool | None:
+    """Whether a candidate flags a grid; None when it needs a probe that did not run."""
+    on_pilots, on_probe = candidate
+    hit = bool(on_pilots and any(on_pilots(p) for p in pilots))
+    if on_probe is None:
+        return hit
+    if probe is None:
+        return None if not hit else True
+    return hit or on_probe(V.pilots_of(probe)[0])
 
 
 def probe_config(s: dict, kind: str) -> dict:
@@ -96,6 +123,82 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
     return path
 
 
+# Item 2 of issue 33: full runs at the rate race.rate recommends, on settings that collapsed at their
+# constant rate. lr-x3 at 10 × B needs none: its recommended rate (η ÷ 3, cosine, 5 % warm-up) is
+# default-cosine's config exactly, whose 15 committed full runs at 10 × B answer it.
+RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
+RATE_SEEDS = (0, 1, 2)
+RATES = ROOT / "validation" / "rates"
+
+
+def probe_as_record(rec: dict) -> dict:
+    """A committed probe file as race.probe's record (what race.checkpoints.stability_at reads)."""
+    from race.checkpoints import probe_fall
+
+    p = V.pilots_of(rec)[0]
+    cps = sorted((c for c in p.checkpoints if c.evals.get("reward")), key=lambda c: c.fraction)
+    fall = probe_fall(p.checkpoints, "reward")
+    return {"status": "fell" if fall else "held", "fall": fall, "learning_rate": p.schedule.learning_rate,
+            "steps": p.schedule.steps * p.schedule.mu, "covers": (rec.get("probe") or {}).get("covers", 1.0),
+            "curve": [{"fraction": c.fraction, "step": c.step, "mean": statistics.fmean(c.evals["reward"])}
+                      for c in cps]}
+
+
+def rate_plan(s: dict, kind: str) -> dict:
+    """What race recipe would run for setting ``s`` at F = B × the kind's factor: ρ (the range at F's
+    recommended ρ, else the verdict's) and the rate (race.rate, from the frozen stability rule)."""
+    from race.checkpoints import stability, stability_at
+    from race.drift import range_record
+    from race.rate import configured_lr, full_run_rate
+
+    pilot = V.load_run(s["name"], "pilot")
+    pilots, diag = V.pilots_of(pilot), V.diagnosis(pilot)
+    B = float(s["pilot_budget"])
+    F = B * V.KINDS[kind]
+    raw = V.grid_config(s, kind, 1)
+    lr, full_lr = configured_lr(raw)
+    rng = range_record(pilots, diag, pilot_budget=B, full_run_budget=F, constant_rate=lr.schedule == "constant")
+    rho = float(rng["recommended_rho"]) if "refused" not in rng else float(diag.primary.recommended_rho)
+    probe = load_probe(s["name"], kind)
+    probe = probe_as_record(probe) if probe else None
+    at_f = stability_at(stability(pilots, "reward"), full_run_budget=F, pilot_budget=B, probe=probe)
+    rate = full_run_rate(lr, status=at_f["status"], factor=F / B, full_lr=full_lr, probe=probe)
+    raw["learning_rate"] = {**(raw.get("learning_rate") or {}), "ref": lr.ref * rate["scale"],
+                            "schedule": rate["schedule"], "warmup": rate["warmup"]}
+    return {"rho": round(rho, 3), "F": F, "stability": at_f, "rate": rate, "config": raw}
+
+
+def run_rate(s: dict, kind: str, seed: int) -> Path:
+    """One full run at the recommended rate and ρ (race.pilot.run_pilot in this process, one thread)."""
+    import gzip
+    import json
+    import time
+
+    import torch
+
+    from race.config import config_from_dict
+    from race.grid import plan_grid
+
+    torch.set_num_threads(1)
+    plan = rate_plan(s, kind)
+    raw, rho = dict(plan["config"]), plan["rho"]
+    raw.update(name=f"rate-{s['name']}-{kind}", grid=[rho, round(rho + 0.05, 3), round(rho + 0.1, 3)], seeds=1)
+    cfg = config_from_dict(raw)
+    sched = next(x for x in plan_grid(cfg).schedules if x.rho_target == rho)   # the config's 3-point minimum
+    from race.pilot import run_pilot
+
+    t0 = time.time()
+    result = run_pilot(cfg, sched, seed)
+    rec = {"setting": s["name"], "kind": kind, "seed": seed, "rho": rho, "stability": plan["stability"],
+           "rate": plan["rate"], "commit": V._commit(ROOT), "wall_seconds": round(time.time() - t0, 1),
+           "config": raw, "pilots": [V.compact_pilot(result.to_dict())]}
+    RATES.mkdir(parents=True, exist_ok=True)
+    path = RATES / f"{s['name']}-{kind}-s{seed}.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(rec, fh, separators=(",", ":"))
+    return path
+
+
 def load_probe(name: str, kind: str) -> dict | None:
     import gzip
     import json
@@ -111,7 +214,8 @@ def main() -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", nargs="?", default="table", choices=["table", "probe", "probes"])
+    ap.add_argument("cmd", nargs="?", default="table", choices=["table", "probe", "probes", "rate-plan", "rate"])
+    ap.add_argument("--seeds", default=",".join(map(str, RATE_SEEDS)))
     ap.add_argument("setting", nargs="?")
     ap.add_argument("kind", nargs="?", default="full10")
     ap.add_argument("--storage", default="/work/validation-runs/probes")
@@ -120,6 +224,17 @@ def main() -> int:
     suite = V.load_suite()
     if args.cmd == "probe":
         print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
+        return 0
+    if args.cmd == "rate-plan":
+        for name, kind in RATE_RUNS:
+            plan = rate_plan(V.setting(suite, name), kind)
+            print(f"{name} {kind}: ρ {plan['rho']}, {plan['stability']['status']}; {plan['rate']['line']}")
+        return 0
+    if args.cmd == "rate":
+        for seed in map(int, args.seeds.split(",")):
+            for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
+                if not (RATES / f"{name}-{kind}-s{seed}.json.gz").is_file():
+                    print(run_rate(V.setting(suite, name), kind, seed), flush=True)
         return 0
     if args.cmd == "probes":
         todo = ([tuple(x.split(":")) for x in args.only.split(",")] if args.only else
@@ -133,24 +248,48 @@ def main() -> int:
                     except SystemExit as e:
                         print(e, flush=True)
         return 0
-    rows = []
+    rows = []            # (setting, kind, pilots, probe, collapsed, runs)
     for s in suite["settings"]:
         pilots = V.pilots_of(V.load_run(s["name"], "pilot"))
-        full = [p for k in ("full10", "full30") if V.load_run(s["name"], k) for p in V.pilots_of(V.load_run(s["name"], k))]
-        rows.append((s["name"], pilots, sum(fell(p) for p in full), len(full)))
+        for k in ("full10", "full30"):
+            if V.load_run(s["name"], k):
+                full = V.pilots_of(V.load_run(s["name"], k))
+                rows.append((s["name"], k, pilots, load_probe(s["name"], k), sum(fell(p) for p in full), len(full)))
+    names = sorted({r[0] for r in rows}, key=[s["name"] for s in suite["settings"]].index)
+    coll = {n: (sum(r[4] for r in rows if r[0] == n), sum(r[5] for r in rows if r[0] == n)) for n in names}
+    risky = [n for n in names if coll[n][0] and coll[n][0] * 3 >= coll[n][1]]
+    clean = [n for n in names if coll[n][0] == 0]
+    ci = lambda k, n: "{:.2f} … {:.2f}".format(*V.wilson(k, n))  # noqa: E731
     print("| candidate | settings ≥ 1/3 collapsed, flagged (95 % CI) | settings with no collapse, flagged | "
-          "collapsed full runs in flagged settings | stable full runs in flagged settings |")
-    print("|---|---|---|---|---|")
-    for name, rule in CANDIDATES.items():
-        flags = {n: any(rule(p) for p in ps) for n, ps, _, _ in rows}
-        risky = [n for n, _, c, t in rows if c * 3 >= t and c]
-        clean = [n for n, _, c, _ in rows if c == 0]
-        det, fa = sum(flags[n] for n in risky), sum(flags[n] for n in clean)
-        cr = sum(c for n, _, c, _ in rows if flags[n]), sum(c for _, _, c, _ in rows)
-        sr = sum(t - c for n, _, c, t in rows if flags[n]), sum(t - c for _, _, c, t in rows)
-        ci = lambda k, n: "{:.2f} … {:.2f}".format(*V.wilson(k, n))  # noqa: E731
+          "grids with a collapse, flagged | collapsed full runs in flagged grids | stable full runs in flagged grids |")
+    print("|---|---|---|---|---|---|")
+    for name, cand in CANDIDATES.items():
+        flag = {(r[0], r[1]): flagged(cand, r[2], r[3]) for r in rows}
+        if any(v is None for v in flag.values()):
+            print(f"| {name} | (a probe is missing: {', '.join(f'{a}:{b}' for (a, b), v in flag.items() if v is None)}) "
+                  "| | | | |")
+            continue
+        by = {n: any(flag[(r[0], r[1])] for r in rows if r[0] == n) for n in names}
+        det, fa = sum(by[n] for n in risky), sum(by[n] for n in clean)
+        hit = [r for r in rows if r[4]]
+        gh = sum(flag[(r[0], r[1])] for r in hit)
+        cr = sum(r[4] for r in rows if flag[(r[0], r[1])]), sum(r[4] for r in rows)
+        sr = sum(r[5] - r[4] for r in rows if flag[(r[0], r[1])]), sum(r[5] - r[4] for r in rows)
         print(f"| {name} | {det}/{len(risky)} ({ci(det, len(risky))}) | {fa}/{len(clean)} ({ci(fa, len(clean))}) | "
-              f"{cr[0]}/{cr[1]} ({ci(*cr)}) | {sr[0]}/{sr[1]} ({ci(*sr)}) |")
+              f"{gh}/{len(hit)} ({ci(gh, len(hit))}) | {cr[0]}/{cr[1]} ({ci(*cr)}) | {sr[0]}/{sr[1]} ({ci(*sr)}) |")
+    print()
+    print("| setting | grid | collapsed full runs | pilots fell back | probe: base → end | probe fell back | "
+          "probe below base | probe steps (share of the full run's) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, k, pilots, probe, c, t in rows:
+        pp = V.pilots_of(probe)[0] if probe else None
+        cur = [statistics.fmean(c_.evals["reward"]) for c_ in sorted(pp.checkpoints, key=lambda c_: c_.fraction)
+               if c_.evals.get("reward")] if pp else []
+        steps = (probe.get("probe") or {}).get("steps") if probe else None
+        cov = (probe.get("probe") or {}).get("covers") if probe else None
+        print(f"| {n} | {k} | {c}/{t} | {sum(fell(p) for p in pilots)}/{len(pilots)} | "
+              + (f"{cur[0]:.3f} → {cur[-1]:.3f} | {'yes' if fell(pp) else 'no'} | {'yes' if probe_below_base(pp) else 'no'} | "
+                 f"{steps}" + (f" ({cov:.0%})" if cov is not None else "") if pp else "— | — | — | —") + " |")
     return 0
 
 

@@ -1,0 +1,142 @@
+"""The length probe: the learning rate tested at the full run's length, before the full run.
+
+A pilot grid tests η over a pilot's few hundred steps; a full run 10 × or 100 × longer can still
+collapse (RACE's validation study, docs/stability.md). The probe runs η for the full run's number
+of optimizer steps, cheaply:
+
+- one run of the policy at the pilot verdict's recommended ρ (or ``rho``), with the full run's
+  knobs at F (n_gen, n_train, μ) and its η held fixed (``lr`` overrides it), but **1 prompt per
+  step** instead of the full plan's B_p, so it costs F / B_p FLOPs for the same step count;
+- capped at ``PROBE_SHARE`` of the pilot grid's compute; a capped probe covers that share of the
+  full run's steps, and its record says how much (``covers``);
+- held-out checkpoints on (race.checkpoints), as every pilot; its verdict is
+  ``race.checkpoints.probe_fall``: it *fell* when it ends below its base policy.
+
+``race.api.run_probe`` runs it (race.pilot.run_pilot, seed 0); ``race probe DIR --full-run F``
+and ``race pilot --full-run F --probe`` call that. The record (``probe_record``) is a plain mapping stored in the results file under ``probes``
+(one per full-run budget and η, a newer one replacing an older); the forecast, the report and
+``race recipe`` read it through ``race.checkpoints.stability_at``.
+
+Invariants: ``plan_probe`` is pure and refuses, as one line before any compute, what it cannot
+probe (no complete pilots, no recommended ρ, F not above the pilot budget); the probe never
+changes the pilots or the verdict of the results it is stored in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from race.checkpoints import probe_fall
+from race.errors import RaceError
+
+PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
+PROBE_PROMPTS = 1           # prompts per step of the probe (the full run's B_p otherwise)
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    full_run_budget: float
+    rho: float
+    learning_rate: float       # η, held fixed over the probe (the full run's at F, or the one asked for)
+    schedule: Any              # race.records.Schedule of the probe
+    full_steps: int            # optimizer steps of the full run at F (its plan at ρ)
+    full_prompts_per_step: int
+    grid_flops: float          # the pilot grid's compute
+    config: Any                # race.config.GridConfig the probe runs with
+
+    @property
+    def budget(self) -> float:
+        return self.schedule.flops.total
+
+    @property
+    def covers(self) -> float:
+        """Share of the full run's optimizer steps the probe makes (1 unless capped)."""
+        return min(1.0, self.schedule.steps * self.schedule.mu / max(1, self.full_steps))
+
+    @property
+    def share(self) -> float:
+        """The probe's cost as a share of the pilot grid's."""
+        return self.budget / self.grid_flops if self.grid_flops else float("nan")
+
+    def line(self) -> str:
+        return (f"length probe at F = {self.full_run_budget:.3g}: ρ {self.rho:.2f}, η {self.learning_rate:.3g}, "
+                f"{self.schedule.steps} steps of {self.schedule.prompts_per_step} prompt × {self.schedule.n_gen} "
+                f"rollouts ({self.covers:.0%} of the full run's {self.full_steps} steps), {self.budget:.3g} FLOPs "
+                f"= {self.share:.0%} of the pilot grid's compute")
+
+
+def plan_probe(results: Any, full_run_budget: float, *, rho: float | None = None, lr: float | None = None,
+               base_dir: str | None = None) -> ProbePlan:
+    """The probe for ``results`` (race.results.Results of a finished grid) at ``full_run_budget``."""
+    from race.config import config_from_dict
+    from race.grid import CostModel, plan_schedule
+    from race.specs import policy_arch, reward_spec
+
+    done = [p for p in results.pilots if p.status == "complete"]
+    if not done:
+        raise RaceError("the length probe needs a finished pilot grid: these results have no complete pilot")
+    raw = dict(results.config or {})
+    if not raw:
+        raise RaceError("the length probe needs the run config stored in the results file; this one has none")
+    budget = float(raw.get("budget") or 0.0)
+    F = float(full_run_budget)
+    if not F > budget:
+        raise RaceError(f"full-run budget {F:.3g} is not above the pilot budget {budget:.3g}: the pilots already "
+                        "ran that long; the probe is for longer runs")
+    if rho is None:
+        if results.diagnosis is None:
+            raise RaceError("the length probe needs the grid's verdict (its recommended ρ), or --rho")
+        rho = float(results.diagnosis.recommended_rho)
+    if not 0.0 < rho < 1.0:
+        raise RaceError(f"ρ {rho!r} is not in (0, 1)")
+    if lr is not None and not (0.0 < lr < 1.0):
+        raise RaceError(f"learning rate {lr!r} is not in (0, 1)")
+    cfg = config_from_dict(raw, base_dir=base_dir)
+    plan = results.plan or {}
+    P = float(plan.get("prompt_len") or cfg.prompt_len)
+    C = float(plan.get("completion_len") or cfg.completion_len)
+    arch, rspec = policy_arch(cfg), reward_spec(cfg)
+    full = plan_schedule(CostModel(replace(cfg, budget=F), arch, rspec, P, C), rho)
+    eta = float(lr) if lr is not None else full.learning_rate
+    grid_flops = sum(p.flops.total for p in done)
+    probe_budget = min(F / full.prompts_per_step, PROBE_SHARE * grid_flops)
+    pcfg = replace(cfg, budget=probe_budget, grid=(rho,), seeds=1, full_run_budget=None,
+                   schedule=replace(cfg.schedule, prompts_per_step=PROBE_PROMPTS),
+                   learning_rate=replace(cfg.learning_rate, ref=eta, fixed=True))
+    sched = plan_schedule(CostModel(pcfg, arch, rspec, P, C), rho)
+    return ProbePlan(full_run_budget=F, rho=rho, learning_rate=eta, schedule=sched,
+                     full_steps=full.steps * full.mu, full_prompts_per_step=full.prompts_per_step,
+                     grid_flops=grid_flops, config=pcfg)
+
+
+def probe_record(plan: ProbePlan, pilot: Any, *, target: str, wall_seconds: float) -> dict[str, Any]:
+    """The stored record of a probe that ran: its plan, its held-out curve and its verdict."""
+    cps = sorted(pilot.checkpoints, key=lambda c: (c.flops.total, c.fraction))
+    curve = [{"fraction": c.fraction, "step": c.step, "mean": sum(c.evals[target]) / len(c.evals[target])}
+             for c in cps if c.evals.get(target)]
+    fall = probe_fall(pilot.checkpoints, target)
+    return {"full_run_budget": plan.full_run_budget, "rho": plan.rho, "learning_rate": plan.learning_rate,
+            "schedule_kind": plan.config.learning_rate.schedule, "steps": plan.schedule.steps * plan.schedule.mu,
+            "prompts_per_step": plan.schedule.prompts_per_step, "n_gen": plan.schedule.n_gen,
+            "full_steps": plan.full_steps, "covers": plan.covers, "budget": plan.budget, "share": plan.share,
+            "target": target, "curve": curve, "status": "fell" if fall else "held", "fall": fall,
+            "pilot_status": pilot.status, "wall_seconds": round(wall_seconds, 1)}
+
+
+def probe_for(results_or_meta: Any, full_run_budget: float) -> Mapping[str, Any] | None:
+    """The stored probe at ``full_run_budget`` (the latest one; None if none ran at that budget)."""
+    meta = getattr(results_or_meta, "meta", results_or_meta) or {}
+    probes = meta.get("probes") or []
+    hits = [p for p in probes if isinstance(p, Mapping)
+            and abs(float(p.get("full_run_budget") or 0.0) - full_run_budget) <= 1e-9 * full_run_budget]
+    return hits[-1] if hits else None
+
+
+def with_probe(results: Any, record: Mapping[str, Any]) -> Any:
+    """``results`` with ``record`` stored under ``probes`` (replacing one at the same F and η)."""
+    meta = dict(results.meta or {})
+    keep = [p for p in meta.get("probes") or [] if not (
+        isinstance(p, Mapping) and p.get("full_run_budget") == record["full_run_budget"]
+        and p.get("learning_rate") == record["learning_rate"])]
+    meta["probes"] = keep + [dict(record)]
+    return replace(results, meta=meta)

@@ -1,0 +1,75 @@
+"""The learning rate and schedule RACE recommends for the full run's length. Pure.
+
+From the stability line at F (race.checkpoints.stability_at) and, when one ran, the length probe
+(race.probe), in this order:
+
+1. a length probe at F that **held at a lower η** than the full run's: that η (the probe is the
+   evidence), on the run's schedule;
+2. **at risk** (pilots fell back, or the probe ended below its base): η ÷ RATE_CUT, cosine decay to
+   0 with LONG_WARMUP warm-up. First round (docs/stability.md): η × 3 lost all 15 full runs at
+   10 × B at a constant rate and all 15 with cosine decay; at η (÷ 3) with cosine decay it lost
+   none of 15, and its reward was the highest of the three;
+3. a run of LONG_RUN or more pilot budgets on a **constant** rate: the same η, cosine decay to 0
+   with LONG_WARMUP warm-up. First round at 10 × B: cosine decay beat the constant rate at every
+   one of 5 ρ (0.76–0.86 against 0.69–0.82 mean held-out reward, 3 seeds each), with no collapse;
+4. otherwise the configured rate and schedule.
+
+``full_run_rate`` returns a record: ``scale`` (the factor on η_ref), ``schedule``, ``warmup``,
+``rule`` (1–4) and ``line``; ``apply_rate`` turns it into the ``LearningRate`` a recipe uses.
+Invariant: the recommendation never raises η.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from race.checkpoints import LONG_RUN
+from race.config import LearningRate, ScheduleKnobs
+
+RATE_CUT = 3.0          # at risk: η divided by this
+LONG_WARMUP = 0.05      # warm-up share of the decayed schedules recommended
+
+
+def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: float,
+                  probe: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The recommendation (see the module docstring). ``status``: the stability line's; ``factor``:
+    F over the pilot budget; ``full_lr``: η of the full run at F by the config (√B rule or fixed)."""
+    plr = float(probe["learning_rate"]) if probe and probe.get("learning_rate") else None
+    if probe and probe.get("status") == "held" and plr is not None and plr < full_lr * (1 - 1e-6):
+        scale = plr / full_lr
+        return {"rule": 1, "scale": scale, "schedule": lr.schedule, "warmup": lr.warmup,
+                "line": f"rate for F: η × {scale:.3g} = {plr:.3g}, {lr.schedule} (the length probe held at that η)"}
+    if status == "at risk":
+        return {"rule": 2, "scale": 1 / RATE_CUT, "schedule": "cosine", "warmup": LONG_WARMUP,
+                "line": f"rate for F: η ÷ {RATE_CUT:g} = {full_lr / RATE_CUT:.3g}, cosine decay to 0 with "
+                        f"{LONG_WARMUP:.0%} warm-up (at risk; first validation round: η × 3 lost 30 of 30 full runs "
+                        "at 10 × B, constant or cosine; η ÷ 3 with cosine lost 0 of 15). race probe DIR --full-run F "
+                        "--lr X tests a rate at F"}
+    if factor >= LONG_RUN and lr.schedule == "constant":
+        return {"rule": 3, "scale": 1.0, "schedule": "cosine", "warmup": LONG_WARMUP,
+                "line": f"rate for F: η {full_lr:.3g}, cosine decay to 0 with {LONG_WARMUP:.0%} warm-up instead of "
+                        f"a constant rate (a run {factor:.3g} × B long; first validation round at 10 × B: cosine "
+                        "beat the constant rate at all 5 ρ, no collapse)"}
+    return {"rule": 4, "scale": 1.0, "schedule": lr.schedule, "warmup": lr.warmup,
+            "line": f"rate for F: η {full_lr:.3g}, {lr.schedule} as configured"}
+
+
+def configured_lr(raw: Mapping[str, Any]) -> tuple[LearningRate, float]:
+    """The ``LearningRate`` of a stored run config (a mapping) and η at its configured batch
+    (B_p × n_train; the √B rule unless fixed): the rate a full run would use."""
+    import math
+    from dataclasses import fields
+
+    given = raw.get("learning_rate") if isinstance(raw.get("learning_rate"), Mapping) else {}
+    kinds = {"ref": float, "ref_batch": int, "fixed": bool, "schedule": str, "warmup": float, "decay": float}
+    lr = LearningRate(**{f.name: kinds[f.name](given[f.name]) for f in fields(LearningRate) if f.name in given})
+    sched = raw.get("schedule") if isinstance(raw.get("schedule"), Mapping) else {}
+    batch = int(sched.get("prompts_per_step", ScheduleKnobs.prompts_per_step)) * int(
+        sched.get("n_train", ScheduleKnobs.n_train))
+    return lr, (float(lr.ref) if lr.fixed else float(lr.ref) * math.sqrt(batch / float(lr.ref_batch)))
+
+
+def apply_rate(lr: LearningRate, rate: Mapping[str, Any]) -> LearningRate:
+    """The ``LearningRate`` of the recommendation (η_ref scaled; schedule and warm-up set)."""
+    return replace(lr, ref=lr.ref * float(rate["scale"]), schedule=str(rate["schedule"]),
+                   warmup=float(rate["warmup"]))

@@ -325,7 +325,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     settings, model, more = _SETTINGS[key](cfg, schedule, P)
     notes += more
     notes.append(at_risk["line"])
-    notes.append(rate["line"] + ("; the recipe uses it" if rate["rule"] != 4 else ""))
+    if rate["rule"] != 4:
+        notes.append(rate["line"] + "; the recipe uses it")
     if cfg.grpo.healthy_recipe:
         notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
                      f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "

@@ -199,6 +199,40 @@ def run_rate(s: dict, kind: str, seed: int) -> Path:
     return path
 
 
+def run_product_probe(suite: dict, s: dict, kind: str) -> Path:
+    """Round 2's probe of a setting's full-run budget: race.probe planned on the committed pilot grid
+    (its verdict's recommended ρ, F = B × the kind's factor), run in this process on one thread; the
+    record holds race.probe's record and the compact run. Written to the suite's ``probes`` folder."""
+    import gzip
+    import json
+    import time
+
+    import torch
+
+    from race.pilot import run_pilot
+    from race.probe import plan_probe, probe_record
+    from race.results import Results
+
+    torch.set_num_threads(1)
+    pilot = V.load_run(s["name"], "pilot")
+    res = Results(pilots=tuple(V.pilots_of(pilot)), diagnosis=V.diagnosis(pilot), config=pilot["config"], plan={})
+    plan = plan_probe(res, float(s["pilot_budget"]) * V.KINDS[kind])
+    t0 = time.time()
+    result = run_pilot(plan.config, plan.schedule, 0)
+    wall = time.time() - t0
+    rec = {"setting": s["name"], "kind": kind, "commit": V._commit(ROOT), "wall_seconds": round(wall, 1),
+           "plan": plan.line(), "probe": probe_record(plan, result, target="reward", wall_seconds=wall),
+           "pilots": [V.compact_pilot(result.to_dict())]}
+    folder = ROOT / suite["probes"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{s['name']}-{kind}.json.gz"
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        json.dump(rec, fh, separators=(",", ":"))
+    tmp.replace(path)
+    return path
+
+
 def load_probe(name: str, kind: str) -> dict | None:
     import gzip
     import json
@@ -220,8 +254,20 @@ def main() -> int:
     ap.add_argument("kind", nargs="?", default="full10")
     ap.add_argument("--storage", default="/work/validation-runs/probes")
     ap.add_argument("--only", default=None, help="probes: SETTING:KIND,… in this order (default: all, suite order)")
+    ap.add_argument("--suite", default=str(V.SUITE))
     args = ap.parse_args()
-    suite = V.load_suite()
+    suite = V.load_suite(Path(args.suite))
+    if suite.get("round") == 2:         # round 2: only its probes; its full runs are scored by validation.py
+        if args.cmd != "probes":
+            raise SystemExit("round 2: only `probes` here (its scores: scripts/validation.py --suite "
+                             "validation/round2.yaml tables, after the freeze)")
+        V.RUNS = ROOT / suite["runs"]
+        for s in suite["settings"]:
+            for kind in ("full10", "full30", "full100"):
+                done = (ROOT / suite["probes"] / f"{s['name']}-{kind}.json.gz").is_file()
+                if V.planned(s, kind) and not done and (not args.only or s["name"] in args.only.split(",")):
+                    print(run_product_probe(suite, s, kind), flush=True)
+        return 0
     if args.cmd == "probe":
         print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
         return 0

@@ -541,7 +541,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     pilot_flops = sum(p.flops.total for p in pilots_of(pilot))
     full_pilots = pilots_of(full)
     one_full = max(p.flops.total for p in full_pilots)
-    return {"setting": s["name"], "half": s["half"], "pilot": grid_class(pd), "pilot_regime": pv.regime.value,
+    return {"setting": s["name"], "half": s.get("half"), "pilot": grid_class(pd), "pilot_regime": pv.regime.value,
             "full_regime": fv.regime.value, "pilot_best_rho": pv.best_rho, "pilot_range": (lo, hi),
             # best ρ, range and regret mean nothing on a grid of collapsed runs: such settings are not scored on them
             "scored": grid_class(fd) != "unstable",

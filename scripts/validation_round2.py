@@ -131,12 +131,140 @@ def tables(suite: dict) -> str:
     if suite.get("freeze"):
         f = suite["freeze"]
         lines += ["### Round 2: frozen", "", f"Frozen on {f['date']} at rule {f['rule'][:7]}, drift model "
-                  f"{f['drift'][:7]}, stability probe {f['probe'][:7]}.", ""]
+                  f"{f['drift'][:7]}, stability probe {f['probe'][:7]}.", "",
+                  "### Round 2: the scores", "", *score_lines(suite)]
     else:
         lines += ["The full-run grids are **sealed**: their results enter no table until the rule, the "
                   "budget-drift model and the stability probe to be scored are frozen "
                   "(`scripts/validation.py --suite validation/round2.yaml freeze`).", ""]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the scores (written before the freeze)
+
+FULL_KINDS = ("full10", "full30", "full100")
+
+
+def probe_record(suite: dict, name: str, kind: str) -> dict | None:
+    """The length probe of a setting's full-run budget, as race.probe's record (round 2:
+    validation/round2/probes/, run by race.probe; round 1: validation/probes/, read the same way)."""
+    import stability as S            # scripts/stability.py
+
+    folder = Path(_v().ROOT) / (suite.get("probes") or "validation/probes")
+    path = folder / f"{name}-{kind}.json.gz"
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        rec = json.load(fh)
+    return S.probe_as_record(rec)
+
+
+def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[str, Any]:
+    """One setting's scores at one full-run budget F = B × the kind's factor: the rule as it is
+    today (the pilot verdict at B: range, recommended ρ), the frozen rule (the range at F from
+    race.drift, and the stability line at F from race.checkpoints.stability_at with the probe), and
+    on-policy. Regrets are in pooled full-run SEs (scripts/validation.py setting_row)."""
+    from race.checkpoints import stability, stability_at
+    from race.drift import range_record
+
+    v = _v()
+    row = v.setting_row(s, pilot, full)                 # today's rule, the full runs' regime, costs
+    pilots, diag = v.pilots_of(pilot), v.diagnosis(pilot)
+    B = float(s["pilot_budget"])
+    F = B * v.KINDS[kind]
+    lr = (pilot.get("config") or {}).get("learning_rate") or {}
+    rr = range_record(pilots, diag, pilot_budget=B, full_run_budget=F,
+                      constant_rate=(lr.get("schedule") or "constant") == "constant")
+    means = v.point_means(full)
+    meas = v.measured_rho(full)
+    on_axis = {meas[t]: x for t, x in means.items()}
+    if "refused" in rr:                                  # no range at F: the frozen rule falls back to B's
+        lo_f, hi_f = diag.primary.bounds
+        rec_f = diag.primary.recommended_rho
+    else:
+        (lo_f, hi_f), rec_f = rr["rho_range"], rr["recommended_rho"]
+    regret_f = row["best_mean"] - v.interpolate(on_axis, rec_f)
+    on_policy = s.get("on_policy")
+    on_mean = statistics.fmean(means[on_policy]) if on_policy in means else float("nan")
+    _, gain_ci_f = v.regret_gain_ci(full, rec_f, on_policy)
+    probe = probe_record(suite, s["name"], kind)
+    at_f = stability_at(stability(pilots, "reward"), full_run_budget=F, pilot_budget=B, probe=probe)
+    runs = len(v.pilots_of(full))
+    fell = sum(row["collapses"].values())
+    return {**row, "kind": kind, "F": F, "range_f": (lo_f, hi_f), "rec_f": rec_f, "range_f_refused": "refused" in rr,
+            "in_range_f": v._within(row["best_measured"], lo_f, hi_f), "regret_f": regret_f,
+            "regret_f_pse": v._in_se(regret_f, row["pse"]),
+            "gain_f": v.interpolate(on_axis, rec_f) - on_mean, "gain_f_ci": gain_ci_f,
+            "flag": at_f["status"], "probe": probe["status"] if probe else None,
+            "runs": runs, "collapsed": fell, "pilot_cost_f": sum(p.flops.total for p in pilots) / F}
+
+
+def score_rows(suite: dict) -> list[dict[str, Any]]:
+    """Every (setting, full-run budget) with both grids committed and visible."""
+    out = []
+    for s in suite["settings"]:
+        pilot = load_visible(suite, s["name"], "pilot")
+        if pilot is None:
+            continue
+        for kind in FULL_KINDS:
+            full = load_visible(suite, s["name"], kind)
+            if full is not None and _v().planned(s, kind):
+                out.append(score_row(suite, s, kind, pilot, full))
+    return out
+
+
+def _rate(k: int, n: int) -> str:
+    lo, hi = _v().wilson(k, n)
+    return f"{k}/{n} ({lo:.2f} … {hi:.2f})" if n else "—"
+
+
+def _median(xs: list[float]) -> str:
+    xs = [x for x in xs if x == x]
+    if not xs:
+        return "—"
+    lo, hi, cover = _v().median_ci(xs)
+    return f"{statistics.median(xs):.2f} ({lo:.2f} … {hi:.2f}, {cover:.0%})"
+
+
+def score_lines(suite: dict) -> list[str]:
+    """The scores, per setting and over the batch, at each full-run budget (the targets of issue 31)."""
+    rows = score_rows(suite)
+    f = lambda x, d=2: "—" if x is None or x != x else f"{x:.{d}f}"  # noqa: E731
+    out = ["| setting | F | pilot → full regime | full-run best ρ | today: range at B, in? | regret (pooled SEs) | "
+           "frozen: range at F, in? | regret (pooled SEs) | gain over on-policy (95 % CI) | collapsed runs | "
+           "flag at F (probe) | pilots' cost / one full run |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lo, hi = r["bounds"]
+        lf, hf = r["range_f"]
+        out.append(f"| {r['setting']} | {r['kind'][4:]}×B | {r['pilot']} → {r['full']} | {r['best_measured']:.2f} | "
+                   f"[{f(lo)}, {f(hi)}] {'yes' if r['in_range'] else 'no'} | {f(r['regret_pse'])} | "
+                   f"[{f(lf)}, {f(hf)}]{' (B)' if r['range_f_refused'] else ''} {'yes' if r['in_range_f'] else 'no'} | "
+                   f"{f(r['regret_f_pse'])} | {f(r['gain_f'], 3)} ({f(r['gain_f_ci'][0], 3)} … {f(r['gain_f_ci'][1], 3)}) | "
+                   f"{r['collapsed']}/{r['runs']} | {r['flag']} ({r['probe'] or 'no probe'}) | {r['pilot_cost_f']:.3f} |")
+    out.append("")
+    for kind in FULL_KINDS:
+        sel = [r for r in rows if r["kind"] == kind]
+        if not sel:
+            continue
+        scored = [r for r in sel if r["scored"]]
+        firm = [r for r in sel if r["full"] != "inconclusive"]
+        sep = [r for r in scored if r["gain_f_ci"][0] > 0 or r["gain_f_ci"][1] < 0]
+        risky = [r for r in sel if r["collapsed"] and 3 * r["collapsed"] >= r["runs"]]
+        clean = [r for r in sel if not r["collapsed"]]
+        at_risk = lambda r: r["flag"] == "at risk"  # noqa: E731
+        out += [f"**{kind[4:]} × B** ({len(sel)} settings; targets of issue 31 in brackets):", "",
+                f"- full-run best ρ in the range: today's rule (at B) {_rate(sum(r['in_range'] for r in scored), len(scored))}; "
+                f"frozen (at F) {_rate(sum(r['in_range_f'] for r in scored), len(scored))} [≥ 80 %]",
+                f"- median regret in pooled SEs: today {_median([r['regret_pse'] for r in scored])}; "
+                f"frozen {_median([r['regret_f_pse'] for r in scored])} [≤ 0.5]",
+                f"- same regime where the full runs are conclusive: {_rate(sum(r['pilot_regime'] == r['full_regime'] for r in firm), len(firm))} [≥ 0.9]",
+                f"- following the frozen rule beats on-policy where the full runs separate them: "
+                f"{_rate(sum(r['gain_f'] > 0 for r in sep), len(sep))} [≥ 80 %]",
+                f"- settings with ≥ 1/3 collapsed runs flagged at risk: {_rate(sum(map(at_risk, risky)), len(risky))} [all]; "
+                f"settings without collapses flagged: {_rate(sum(map(at_risk, clean)), len(clean))} [≤ 20 %]",
+                f"- the pilot grid's cost as a share of one full run: median {statistics.median(r['pilot_cost_f'] for r in sel):.3f}",
+                ""]
+    return out
 
 
 def freeze(suite_path: Path, *, rule: str, drift: str, probe: str, date: str | None = None) -> dict:

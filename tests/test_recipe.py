@@ -160,8 +160,12 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert f["--train.batch_size"] == f["--rollout.batch_size"] * f["--rollout.n_samples_per_prompt"]
     assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
     assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
-    assert len(r.notes) == 2 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
+    assert len(r.notes) == 3 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
     assert r.notes[1].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
+    # a constant rate over 10 pilot budgets: the rate for F is cosine decay (race.rate, rule 3), used
+    assert r.notes[2].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[2]
+    assert f["--actor.lr_scheduler"] == "cosine" and f["--actor.lr_warmup_ratio"] == 0.05
+    assert o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine"
 
 
 def test_every_recipe_carries_one_stability_line_at_f():

@@ -229,6 +229,8 @@ def _median(xs: list[float]) -> str:
 def score_lines(suite: dict) -> list[str]:
     """The scores, per setting and over the batch, at each full-run budget (the targets of issue 31)."""
     rows = score_rows(suite)
+    v = _v()
+    want = sum(v.planned(s, k) for s in suite["settings"] for k in FULL_KINDS)
     f = lambda x, d=2: "—" if x is None or x != x else f"{x:.{d}f}"  # noqa: E731
     out = ["| setting | F | pilot → full regime | full-run best ρ | today: range at B, in? | regret (pooled SEs) | "
            "frozen: range at F, in? | regret (pooled SEs) | gain over on-policy (95 % CI) | collapsed runs | "
@@ -241,7 +243,8 @@ def score_lines(suite: dict) -> list[str]:
                    f"[{f(lf)}, {f(hf)}]{' (B)' if r['range_f_refused'] else ''} {'yes' if r['in_range_f'] else 'no'} | "
                    f"{f(r['regret_f_pse'])} | {f(r['gain_f'], 3)} ({f(r['gain_f_ci'][0], 3)} … {f(r['gain_f_ci'][1], 3)}) | "
                    f"{r['collapsed']}/{r['runs']} | {r['flag']} ({r['probe'] or 'no probe'}) | {r['pilot_cost_f']:.3f} |")
-    out.append("")
+    out += ["", f"{len(rows)} of {want} planned full-run grids are in; the scores below cover those, and change "
+            "as the rest land. A grid's stability flag counts once its length probe has run.", ""]
     for kind in FULL_KINDS:
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:
@@ -249,8 +252,10 @@ def score_lines(suite: dict) -> list[str]:
         scored = [r for r in sel if r["scored"]]
         firm = [r for r in sel if r["full"] != "inconclusive"]
         sep = [r for r in scored if r["gain_f_ci"][0] > 0 or r["gain_f_ci"][1] < 0]
-        risky = [r for r in sel if r["collapsed"] and 3 * r["collapsed"] >= r["runs"]]
-        clean = [r for r in sel if not r["collapsed"]]
+        # a grid's flag counts once its probe ran (or its pilots already fell back: at risk without one)
+        tested = [r for r in sel if r["probe"] or r["flag"] == "at risk"]
+        risky = [r for r in tested if r["collapsed"] and 3 * r["collapsed"] >= r["runs"]]
+        clean = [r for r in tested if not r["collapsed"]]
         at_risk = lambda r: r["flag"] == "at risk"  # noqa: E731
         out += [f"**{kind[4:]} × B** ({len(sel)} settings; targets of issue 31 in brackets):", "",
                 f"- full-run best ρ in the range: today's rule (at B) {_rate(sum(r['in_range'] for r in scored), len(scored))}; "

@@ -352,6 +352,14 @@ def _warmup_steps(cfg: GridConfig, optimizer_steps: int) -> int:
     return int(round(cfg.learning_rate.warmup * optimizer_steps))
 
 
+WATCH_EVALS = 20        # validations over a full run that the recipe asks verl / OpenRLHF for (race.watch)
+
+
+def _watch_every(steps: int) -> int:
+    """Steps between validations: WATCH_EVALS over the run (at least every step)."""
+    return max(1, round(steps / WATCH_EVALS))
+
+
 def _alpha(cfg: GridConfig) -> int | float:
     a = cfg.lora.alpha
     return int(a) if float(a).is_integer() else a
@@ -390,7 +398,9 @@ def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]
                                            "decay_type": "linear"}
     model = {"model_name_or_path": cfg.model, "use_peft": True, "lora_r": cfg.lora.rank,
              "lora_alpha": _alpha(cfg), "lora_target_modules": list(cfg.lora.targets)}
-    return settings, model, []
+    return settings, model, ["the watch: pass race.watch.trl_callback(held-out prompts, your checker) in "
+                             "GRPOTrainer(callbacks=[…]): it stops a collapsing run and restores its best adapter "
+                             "(docs/stability.md)"]
 
 
 def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
@@ -434,7 +444,15 @@ def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]
         "actor_rollout_ref.model.target_modules": list(cfg.lora.targets),
         "actor_rollout_ref.model.enable_gradient_checkpointing": g.grad_checkpointing,
         "trainer.total_training_steps": s.steps,
+        # the watch (race.watch): the base policy, then every test_freq steps, samples dumped per step
+        "trainer.val_before_train": True,
+        "trainer.test_freq": _watch_every(s.steps),
+        "trainer.validation_data_dir": "race_watch_val",
     }
+    notes.append("the watch: with a fixed held-out set as data.val_files, verl validates every "
+                 f"{_watch_every(s.steps)} steps and dumps each sample's score to race_watch_val/STEP.jsonl; "
+                 "race.watch.check_scores(race.watch.verl_history('race_watch_val')) applies the pilots' "
+                 "instability rule (docs/stability.md); validation FLOPs are outside this recipe's count")
     if g.loss_agg == "dr_grpo":
         ov["actor_rollout_ref.actor.loss_scale_factor"] = g.max_completion_len
     if lr.schedule != "constant" or lr.warmup:
@@ -488,6 +506,12 @@ def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[
         flags["--algo.kl.estimator"] = "k3"
     if g.grad_checkpointing:
         flags["--actor.gradient_checkpointing_enable"] = True
+    flags["--eval.steps"] = _watch_every(s.steps)       # the watch (race.watch): a validation every K steps
+    notes.append(f"the watch: add --eval.dataset HELD_OUT (a fixed held-out set); OpenRLHF validates every "
+                 f"{_watch_every(s.steps)} steps and logs the mean (eval_*_pass1), and "
+                 "race.watch.check_means([(0, base mean), (step, mean), …], prompts=N) applies the pilots' "
+                 "instability rule to those means (docs/stability.md); validation FLOPs are outside this "
+                 "recipe's count")
     return flags, {}, notes
 
 

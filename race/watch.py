@@ -8,8 +8,9 @@ and the pilots cannot see that. The watch applies the pilots' own rule (race.che
   held-out evaluation is due (the base policy at step 0, then log-spaced fractions 1/64 … 1, as the
   pilots' checkpoints); ``record(step, scores)`` takes the per-prompt scores on the same held-out
   prompts each time and returns the fall once the rule finds one.
-- ``check_scores``: the same rule over a run's logged validation scores, for verl and OpenRLHF
-  users (log per-prompt scores of a fixed validation set, the base policy's first).
+- ``check_scores``: the same rule over a run's logged per-prompt validation scores (verl:
+  ``verl_history`` reads ``trainer.validation_data_dir``); ``check_means`` over logged means
+  (OpenRLHF logs only those), with the unpaired SE, so it flags no more often.
 - ``trl_callback``: a ``transformers.TrainerCallback`` for TRL's ``GRPOTrainer``. At each due step
   it samples completions for the held-out prompts, scores them with the task's checker (any
   callable with TRL's reward-function signature), and on a fall logs the evidence, stops the run
@@ -123,6 +124,77 @@ def check_scores(history: Sequence[tuple[int, Sequence[Any]]], *, target: str = 
     for s, scores in history:
         w.record(int(s), scores)
     return w.fall
+
+
+def check_means(history: Sequence[tuple[int, Any]], *, prompts: int) -> dict[str, Any] | None:
+    """The rule over logged validation **means** in [0, 1] (a pass rate; OpenRLHF logs only
+    those): ``[(step, mean), …]``, the base policy's (step 0) first, each the mean over the same
+    ``prompts`` held-out prompts. Without per-prompt scores the drop's SE is the unpaired one,
+    √((p_b(1 − p_b) + p_j(1 − p_j)) / prompts), an upper bound on the paired SE when the per-prompt
+    means lie in [0, 1]: the rule flags no more often than with per-prompt scores. Returns the first
+    fall (``find_instability``'s fields), or None."""
+    from race.checkpoints import COLLAPSE_KEEP, DROP_SE, MIN_DROP
+
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 2:
+        raise WatchError(f"prompts {prompts!r} must be a whole number ≥ 2 (the validation set's size)")
+    if not history:
+        raise WatchError("no validation means: expected [(step, mean), …], the base policy's first")
+    steps, means = [], []
+    for i, (step, m) in enumerate(history):
+        (m,) = _scores([m], f"step {step}")
+        if not 0.0 <= m <= 1.0:
+            raise WatchError(f"step {step}: mean {m!r} is outside [0, 1]: check_means takes pass rates; "
+                             "give per-prompt scores to check_scores instead")
+        if (i == 0 and int(step) != 0) or (i and int(step) <= steps[-1]):
+            raise WatchError(f"step {step}: expected the base policy's at step 0 first, then increasing steps")
+        steps.append(int(step))
+        means.append(m)
+    base = means[0]
+    for j in range(1, len(means)):
+        b = max(range(j), key=lambda i: (means[i], -i))
+        drop = means[b] - means[j]
+        if means[j] > base + COLLAPSE_KEEP * (means[b] - base) or drop < MIN_DROP:
+            continue
+        se = math.sqrt((means[b] * (1 - means[b]) + means[j] * (1 - means[j])) / prompts)
+        if drop >= DROP_SE * se:
+            return {"fraction": steps[j] / steps[-1], "step": steps[j], "value": means[j], "best": means[b],
+                    "best_fraction": steps[b] / steps[-1], "base": base, "drop_se": se, "final": means[-1]}
+    return None
+
+
+def verl_history(dump_dir: str, *, max_bytes: int = 256 * 2**20) -> list[tuple[int, tuple[float, ...]]]:
+    """Per-prompt validation scores from verl's ``trainer.validation_data_dir`` (one ``STEP.jsonl``
+    per validation, a line per sample with its ``input`` and ``score``), as ``check_scores`` takes
+    them: samples of one input averaged, prompts in the base file's order. Files are read as
+    untrusted (size-capped, JSON only)."""
+    import json
+    import os
+
+    from race.safeio import read_capped
+
+    files = sorted((int(f[:-6]), f) for f in os.listdir(dump_dir) if f.endswith(".jsonl") and f[:-6].isdigit())
+    if not files:
+        raise WatchError(f"{dump_dir!r} holds no STEP.jsonl files: run verl with trainer.validation_data_dir set")
+    history, order = [], None
+    for step, name in files:
+        by: dict[str, list[float]] = {}
+        text = read_capped(os.path.join(dump_dir, name), limit=max_bytes, what="verl validation dump")
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                key, score = str(row["input"]), row["score"]
+            except (ValueError, KeyError, TypeError):
+                raise WatchError(f"{name} line {n}: expected a JSON object with 'input' and 'score'") from None
+            by.setdefault(key, []).append(_scores([score], f"{name} line {n}")[0])
+        order = order or list(by)
+        missing = [k for k in order if k not in by]
+        if missing:
+            raise WatchError(f"{name}: {len(missing)} of the base's validation prompts are missing: "
+                             "validate on the same set each time")
+        history.append((step, tuple(sum(by[k]) / len(by[k]) for k in order)))
+    return history
 
 
 def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[float]], *,

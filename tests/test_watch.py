@@ -97,3 +97,49 @@ def test_the_trl_watch_catches_an_injected_collapse_and_leaves_a_stable_run_alon
     assert broken.state.global_step < 24                    # stopped at the fall
     f = w.watch.fall
     assert f["value"] < f["base"] - 0.05 and w.best is not None
+
+
+def test_check_means_uses_the_unpaired_se_by_hand():
+    """OpenRLHF logs means only: 0.3 → 0.6 → 0.2 on 100 prompts falls (drop 0.4 ≥ 3.5 × √((0.24 +
+    0.16) / 100) = 0.221); on 10 prompts the SE is 0.2 and 0.4 < 0.7 does not."""
+    import math
+
+    from race.watch import WatchError, check_means
+
+    fall = check_means([(0, 0.3), (10, 0.6), (20, 0.2)], prompts=100)
+    assert fall["step"] == 20 and fall["best"] == 0.6 and fall["value"] == 0.2 and fall["base"] == 0.3
+    assert fall["drop_se"] == pytest.approx(math.sqrt(0.004))
+    assert check_means([(0, 0.3), (10, 0.6), (20, 0.2)], prompts=10) is None
+    assert check_means([(0, 0.3), (10, 0.6), (20, 0.5)], prompts=10_000) is None     # kept over half the gain
+    for bad, msg in (([(0, 0.3), (5, 1.5)], "outside \\[0, 1\\]"), ([(3, 0.3)], "base policy's at step 0"),
+                     ([(0, 0.3), (5, "x")], "expected a finite number")):
+        with pytest.raises(WatchError, match=msg):
+            check_means(bad, prompts=100)
+    with pytest.raises(WatchError, match="prompts 1 must be"):
+        check_means([(0, 0.3)], prompts=1)
+
+
+def test_verl_history_reads_validation_dumps_per_prompt(tmp_path):
+    """verl's trainer.validation_data_dir: STEP.jsonl, one line per sample; samples of one input
+    are averaged, in the base file's prompt order, and check_scores takes the result."""
+    import json
+
+    from race.watch import WatchError, check_scores, verl_history
+
+    def dump(step, scores):               # 40 prompts × 2 samples
+        rows = [{"input": f"q{i}", "output": "…", "score": s} for i, pair in enumerate(scores) for s in pair]
+        (tmp_path / f"{step}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    dump(0, [(1.0, 0.0)] * 20 + [(0.0, 0.0)] * 20)           # 0.25
+    dump(10, [(1.0, 1.0)] * 30 + [(0.0, 0.0)] * 10)          # 0.75
+    dump(20, [(0.0, 0.0)] * 40)                              # 0.0: a collapse
+    hist = verl_history(str(tmp_path))
+    assert [s for s, _ in hist] == [0, 10, 20] and hist[0][1][:2] == (0.5, 0.5) and hist[1][1][35] == 0.0
+    fall = check_scores(hist)
+    assert fall["step"] == 20 and fall["best"] == 0.75 and fall["value"] == 0.0
+    (tmp_path / "30.jsonl").write_text(json.dumps({"input": "q0", "score": 1.0}) + "\n")
+    with pytest.raises(WatchError, match="30.jsonl: 39 of the base's validation prompts are missing"):
+        verl_history(str(tmp_path))
+    (tmp_path / "30.jsonl").write_text("not json\n")
+    with pytest.raises(WatchError, match="30.jsonl line 1: expected a JSON object"):
+        verl_history(str(tmp_path))

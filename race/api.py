@@ -44,7 +44,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
              adaptive: bool | str = False, adaptive_share: float | None = None,
              allow_approximate: bool = False, full_run_budget: float | str | None = None,
-             force_forecast: bool = False, engine: str = "auto", extend: int = 0) -> Diagnosis:
+             force_forecast: bool = False, engine: str = "auto", extend: int = 0, probe: bool = False) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -71,6 +71,9 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
             batch in one process: race.lockstep) or ``solo`` (one pilot per process).
         extend: up to this many rounds that add the next ρ past the edge where the best point lies,
             running only the new point's seeds (race.extend; 0: the grid as given).
+        probe: with a full-run budget, then run the length probe (race.probe: η for the full run's
+            step count at 1 prompt per step, ≤ 25 % of the grid's compute); the stability line at F
+            and the rate for F read it.
 
     Raises ``race.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
@@ -90,6 +93,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
     if force_forecast and full is None:
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
+    if probe and full is None:
+        raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256):
         raise RaceError(f"workers {str(workers)[:40]}: expected a whole number from 0 (coordinate only) to 256")
     extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
@@ -109,6 +114,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
                         f"(results.json there lists what ran)")
     if full:
         results = save_forecast(results, out, full_run_budget=full, force=force_forecast)
+        if probe:
+            results = run_probe(results, full_run_budget=full, device=device, out=out, force=force_forecast)
     return results.diagnosis
 
 

@@ -278,7 +278,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
     fmt = "json" if as_json else fmt
     if cfg.models:                       # a grid over policies: one plan per policy, same budget per pilot
         from race.policies import part_configs
-        from race.report import _heading
+        from race.report import heading
 
         parts = [(label, render_plan(plan_grid(part), fmt)) for label, part in part_configs(cfg)]
         if fmt == "json":
@@ -287,7 +287,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
             _echo(json.dumps({"schema_version": SCHEMA_VERSION, "kind": "models-plan",
                                    "parts": {k: json.loads(v) for k, v in parts}}, indent=2))
         else:
-            _echo("\n".join(f"{_heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
+            _echo("\n".join(f"{heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
         return
     _echo(render_plan(plan_grid(cfg), fmt), nl=False)
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from race.records import BUDGET_PHASES, TargetVerdict, format_rho_range
-from race.report import SCHEMA_VERSION, _check_fmt, _heading, _lines, _table, fmt_flops
+from race.report import SCHEMA_VERSION, check_format, heading, render_lines, render_table, fmt_flops
 from race.results import Results, diagnose_results, load_results
 
 
@@ -127,7 +127,7 @@ def budget_trends(runs: Sequence[RunSummary]) -> list[str]:
 
 def render_comparison(runs: Sequence[RunSummary], fmt: str = "text") -> str:
     """The runs as one table (text, md, latex) or JSON, then the budget lines."""
-    _check_fmt(fmt)
+    check_format(fmt)
     trends = budget_trends(runs)
     if fmt == "json":
         return json.dumps({"schema_version": SCHEMA_VERSION, "kind": "comparison",
@@ -142,7 +142,7 @@ def render_comparison(runs: Sequence[RunSummary], fmt: str = "text") -> str:
                      f"{100 * r.reward_share:.1f}%", wall])
     headers = ["run", "model", "reward", "FLOPs/pilot", "points×seeds", "target", "verdict", "ρ range",
                "confidence", "best ρ (score)", "slope per log ρ (CI)", "C_reward at best", "wall s/pilot"]
-    parts = [_heading("RACE comparison", fmt), _table(rows, headers, fmt)]
+    parts = [heading("RACE comparison", fmt), render_table(rows, headers, fmt)]
     if trends:
-        parts.append(_lines(trends, fmt))
+        parts.append(render_lines(trends, fmt))
     return "\n\n".join(parts) + "\n"

@@ -108,14 +108,14 @@ class RewardSettings:
 @dataclass(frozen=True)
 class GRPOSettings:
     temperature: float = 1.0      # sampling temperature of rollouts
-    top_p: float = 1.0
+    top_p: float = 1.0            # nucleus sampling of rollouts
     max_completion_len: int = 1024  # new tokens per rollout (also the dr_grpo normaliser)
     clip_eps: float = 0.2         # PPO clip ε
     beta: float = 0.0             # KL-to-reference coefficient (0: no reference forward)
     entropy_coef: float = 0.0     # entropy bonus coefficient
     loss_agg: str = "dapo"        # dapo | grpo | dr_grpo token aggregation
     advantage: str = "grpo"       # grpo (std-scaled) | dr_grpo (unscaled)
-    grad_checkpointing: bool = False
+    grad_checkpointing: bool = False  # recompute activations in the update (memory for FLOPs; counted)
     healthy_recipe: bool = False  # KL+entropy on easy data, neither on hard (from the base pass rate)
     fast_path: bool = True        # lean forward + own LoRA for Llama-family models (race.backends.lean)
     micro_batch: int | None = None  # sequences per update forward/backward (whole prompt groups; None: all)
@@ -172,10 +172,10 @@ class EvalTask:
 class EvalSettings:
     prompts: int = 200            # held-out evaluation prompts
     samples: int = 4              # samples per prompt (pass@1, best@k, worst@k)
-    temperature: float = 1.0
+    temperature: float = 1.0      # sampling temperature of the held-out evaluation
     judge_model: str | None = None      # a step / outcome judge model (HF id or folder): adds the `judge` target
     judge_aggregation: str = "mean"     # its step scores → one score per sample: min | product | last | mean
-    judge_trust_remote_code: bool = False
+    judge_trust_remote_code: bool = False   # allow the judge model's own code (explicit opt-in)
     checkpoints: int | tuple[float, ...] = 8    # held-out evaluations during a pilot: a count of log-spaced
                                                 # budget fractions 1/64 … 1, or the fractions; 0: off (race.checkpoints)
     checkpoint_prompts: int | None = None       # held-out prompts evaluated at each checkpoint (the first ones;
@@ -193,22 +193,22 @@ class EvalSettings:
 class GridConfig:
     """Everything a pilot grid needs; see docs/interfaces.md for the YAML form."""
 
-    model: str
+    model: str                                    # the policy: an HF id, a local folder, or a shipped race/… policy
     budget: float                                 # FLOPs per pilot (every point × seed)
     grid: tuple[float, ...] = DEFAULT_GRID        # ρ targets
-    seeds: int = 2
-    name: str = "race"
+    seeds: int = 2                                # seeds per grid point
+    name: str = "race"                            # the grid's name (its default output folder runs/NAME)
     task: str = "arithmetic-easy"                 # built-in task or dataset path
     full_run_budget: float | None = None          # the user's planned full-run FLOPs
     prompt_len: float = 64.0                      # expected tokens (calibration replaces these)
-    completion_len: float = 256.0
+    completion_len: float = 256.0                 # expected completion tokens (calibration replaces it too)
     reward: RewardSettings = field(default_factory=RewardSettings)
     lora: LoRASettings = field(default_factory=LoRASettings)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     schedule: ScheduleKnobs = field(default_factory=ScheduleKnobs)
     learning_rate: LearningRate = field(default_factory=LearningRate)
     eval: EvalSettings = field(default_factory=EvalSettings)
-    backend: str = "auto"
+    backend: str = "auto"                         # rollout backend: auto | hf | vllm (auto: vllm where installed on a GPU)
     gpu_memory: float | None = None               # bytes of one GPU; `race plan` refuses schedules that exceed it
     vllm_sleep: str = "auto"                      # vLLM sleep mode during the update: auto | on | off (race.memory)
     allow_approximate_flops: bool = False         # count a model type outside race.architectures' table anyway

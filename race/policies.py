@@ -38,7 +38,7 @@ import numpy as np
 
 from race.config import GridConfig
 from race.records import PilotResult, format_rho_range, rho_bounds
-from race.report import SCHEMA_VERSION, _check_fmt, _heading, _lines, _table, fmt_flops
+from race.report import SCHEMA_VERSION, check_format, heading, render_lines, render_table, fmt_flops
 from race.results import Results, diagnose_results, load_results, write_json_atomic
 
 JOINT_FILE = "models.json"
@@ -358,7 +358,7 @@ def load_parts(path: str) -> list[tuple[str, Results]]:
 def render_joint(view: JointView, fmt: str = "text") -> str:
     """The joint view as text, Markdown, LaTeX or JSON: a row per policy, the cost table, the
     conclusions."""
-    _check_fmt(fmt)
+    check_format(fmt)
     if fmt == "json":
         return json.dumps(view.to_dict(), indent=2) + "\n"
     pct = int(round(100 * view.level))
@@ -376,7 +376,7 @@ def render_joint(view: JointView, fmt: str = "text") -> str:
     cost_rows = [[p.label, f"{c.rho_target:.2f}", f"{c.score:.4f}", f"{c.steps:.0f}", f"{c.updates:.0f}",
                   f"{c.rollouts:.0f}", f"{c.rollouts_per_1e12:.0f}"] for p in _by_size(view) for c in p.costs]
     cost_headers = ["policy", "ρ", view.target, "steps", "updates", "rollouts", "rollouts / 1e12 FLOPs"]
-    parts = [_heading(f"RACE grid over models: {len(view.policies)} policies at {fmt_flops(view.budget)} FLOPs "
+    parts = [heading(f"RACE grid over models: {len(view.policies)} policies at {fmt_flops(view.budget)} FLOPs "
                       f"per pilot ({view.target})", fmt),
-             _table(rows, headers, fmt), _table(cost_rows, cost_headers, fmt), _lines(list(view.lines), fmt)]
+             render_table(rows, headers, fmt), render_table(cost_rows, cost_headers, fmt), render_lines(list(view.lines), fmt)]
     return "\n\n".join(parts) + "\n"

@@ -53,7 +53,7 @@ def _escape(s: str, fmt: str) -> str:
     return s
 
 
-def _table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+def render_table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
     if fmt == "latex":  # booktabs, written here: tabulate's latex_booktabs would escape the math
         cells = [[_escape(str(c), fmt) for c in r] for r in [headers] + rows]
         lines = [r"\begin{tabular}{" + "l" * len(headers) + "}", r"\toprule",
@@ -74,7 +74,7 @@ def _breakdown_cells(f: FlopBreakdown) -> list[str]:
 _FLOP_HEADERS = ["C_search", "C_learning", "C_reward", "C_total", "shares S/L/R"]
 
 
-def _heading(text: str, fmt: str) -> str:
+def heading(text: str, fmt: str) -> str:
     if fmt == "md":
         return f"### {text}"
     if fmt == "latex":
@@ -82,7 +82,7 @@ def _heading(text: str, fmt: str) -> str:
     return text
 
 
-def _lines(lines: list[str], fmt: str) -> str:
+def render_lines(lines: list[str], fmt: str) -> str:
     if fmt == "md":
         return "\n".join(f"- {_escape(x, fmt)}" for x in lines)
     if fmt == "latex":
@@ -94,7 +94,7 @@ def _lines(lines: list[str], fmt: str) -> str:
 
 def render_plan(plan, fmt: str = "text") -> str:
     """The grid table of a ``race.grid.Plan``: per ρ the schedule and its FLOP breakdown."""
-    _check_fmt(fmt)
+    check_format(fmt)
     if fmt == "json":
         return json.dumps({"schema_version": SCHEMA_VERSION, "kind": "plan", **plan.to_dict()}, indent=2)
     c = plan.config
@@ -131,11 +131,11 @@ def render_plan(plan, fmt: str = "text") -> str:
     if c.full_run_budget:
         head.append(f"the grid costs {_pct(plan.grid_flops / c.full_run_budget)} of the full-run budget "
                     f"{fmt_flops(c.full_run_budget)}")
-    parts = [_heading("RACE plan", fmt), _lines(head, fmt), _table(rows, headers, fmt)]
+    parts = [heading("RACE plan", fmt), render_lines(head, fmt), render_table(rows, headers, fmt)]
     if plan.notes:
-        parts.append(_lines(list(plan.notes), fmt))
+        parts.append(render_lines(list(plan.notes), fmt))
     if getattr(plan, "warnings", ()):
-        parts.append(_lines([f"warning: {w}" for w in plan.warnings], fmt))
+        parts.append(render_lines([f"warning: {w}" for w in plan.warnings], fmt))
     return "\n\n".join(parts) + "\n"
 
 
@@ -153,7 +153,7 @@ def _points_table(v: TargetVerdict, fmt: str) -> str:
     if any(p.budget_seconds > 0 for p in v.points):   # diagnoses stored before 0.1.0's timing have none
         rows = [row + [f"{p.budget_seconds:.1f}"] for row, p in zip(rows, v.points)]
         headers.append("wall s")
-    return _table(rows, headers, fmt)
+    return render_table(rows, headers, fmt)
 
 
 _PHASE_OF = {"search": "rollout", "learning": "update", "reward": "reward"}
@@ -196,7 +196,7 @@ def _targets_table(verdicts: list[TargetVerdict], fmt: str) -> str:
         rows.append([v.target, v.regime.value, v.range_text(),
                      f"{v.confidence:.2f}", f"{v.best_rho:.2f}", f"{best.reward_mean:.4f}",
                      f"{v.slope:+.4f} ({v.slope_ci[0]:+.4f} … {v.slope_ci[1]:+.4f})"])
-    return _table(rows, ["target", "verdict", "ρ range", "confidence", "best ρ", "best score",
+    return render_table(rows, ["target", "verdict", "ρ range", "confidence", "best ρ", "best score",
                          "slope per log ρ (CI)"], fmt)
 
 
@@ -210,7 +210,7 @@ def _agreement_table(diag: Diagnosis, fmt: str) -> str:
              "—" if r["target"] == diag.primary_target else ("yes" if r["ranges_overlap"] else "NO"),
              f"{r['best_rho']:.2f}", "n/a" if r["rank_corr"] is None else f"{r['rank_corr']:+.2f}"]
             for r in target_agreement(diag)]
-    return _table(rows, ["target", "verdict", f"same as {diag.primary_target}", "ρ range", "ranges overlap",
+    return render_table(rows, ["target", "verdict", f"same as {diag.primary_target}", "ρ range", "ranges overlap",
                          "best ρ", "rank corr."], fmt)
 
 
@@ -240,7 +240,7 @@ def _stability_parts(st: Stability, v: TargetVerdict, fmt: str) -> list[str]:
              fmt_flops(p.eval_flops) + (f" ({_pct(p.eval_flops / spent[p.rho_target])} of C_total)"
                                         if spent.get(p.rho_target) else "")]
             for p in st.points]
-    table = _table(rows, ["ρ target", "pilots", "unstable", "checkpoints × prompts",
+    table = render_table(rows, ["ρ target", "pilots", "unstable", "checkpoints × prompts",
                           "eval FLOPs per pilot (not in C_total)"], fmt)
     lines = [f"unstable: ρ={u.rho_target:.2f} seed {u.seed}: {u.target} fell to {u.value:.3f} at "
              f"{_pct(u.fraction)} of the budget (step {u.step}, {fmt_flops(u.flops)} FLOPs) from {u.best:.3f} at "
@@ -252,7 +252,7 @@ def _stability_parts(st: Stability, v: TargetVerdict, fmt: str) -> list[str]:
     lines.append(f"rule: unstable when a checkpoint keeps ≤ {_pct(r['keep'])} of its best earlier gain over the "
                  f"base policy and falls ≥ {r['min_drop']:g} and ≥ {r['drop_se']:g} paired SEs below that best "
                  "(race/checkpoints.py)")
-    return [_heading(f"held-out checkpoints ({st.target})", fmt), table, _lines(lines, fmt)]
+    return [heading(f"held-out checkpoints ({st.target})", fmt), table, render_lines(lines, fmt)]
 
 
 def _params_cell(model: str | None, params: Mapping[str, float]) -> str:
@@ -303,14 +303,14 @@ def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) 
     """The forecast at the full-run budget: per ρ the pilots' end, the fit there and the prediction
     with its CI; the verdict at F beside the pilot verdict; the backtests. Refused: one line. With
     unstable pilots (``stability``), a line saying their curves are fitted as they fell."""
-    parts = [_heading(f"forecast at {fmt_flops(fc.full_run_budget)} FLOPs per run ({fc.target})", fmt)]
+    parts = [heading(f"forecast at {fmt_flops(fc.full_run_budget)} FLOPs per run ({fc.target})", fmt)]
     if fc.predicts:
         rows = [[f"{p.rho_target:.2f}", p.pilots, f"{p.pilot_score:.4f} at {fmt_flops(p.pilot_flops)}",
                  f"{p.fitted_end:.4f}",
                  f"{p.predicted:.4f} ({p.predicted_ci[0]:.4f} … {p.predicted_ci[1]:.4f})"
                  + (" FORCED" if fc.status == "forced" else ""),
                  _params_cell(fc.model, p.params)] for p in fc.points]
-        parts.append(_table(rows, ["ρ target", "pilots", "held-out at pilot end", "fit there",
+        parts.append(render_table(rows, ["ρ target", "pilots", "held-out at pilot end", "fit there",
                                    f"predicted at {fmt_flops(fc.full_run_budget)} (CI)", "fit"], fmt))
     lines = forecast_lines(fc)
     fell = [p for p in (stability.points if stability else ()) if p.unstable]
@@ -318,13 +318,13 @@ def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) 
         lines.append("collapses: " + ", ".join(f"ρ={p.rho_target:.2f} {p.unstable} of {p.pilots} pilots" for p in fell)
                      + " fell back towards the base policy (held-out checkpoints above); their curves are fitted as "
                        "they are, and no fit predicts a collapse: count it as a risk of that ρ at F")
-    parts.append(_lines(lines, fmt))
+    parts.append(render_lines(lines, fmt))
     if fc.backtests:
         rows = [[b.model, f"{b.cut_fraction:.3f}", f"{b.factor:.2f}×",
                  " ".join(f"{e:+.3f}" for e in b.errors), f"{b.mae:.4f}", f"{b.contrast_mae:.4f}",
                  f"{b.spread / 2:.4f}", "yes" if b.held else "no"]
                 for b in sorted(fc.backtests, key=lambda b: (b.model != fc.model, b.model, b.factor))]
-        parts.append(_table(rows, ["backtest model", "fit up to (of budget)", "factor",
+        parts.append(render_table(rows, ["backtest model", "fit up to (of budget)", "factor",
                                    "error per ρ (pred - obs)", "mae", "ρ-difference error", "half ρ spread", "held"],
                             fmt))
     return parts
@@ -332,7 +332,7 @@ def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) 
 
 def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     """Per grid point ρ, schedule, C_search / C_learning / C_reward and shares, reward ± CI; then verdicts."""
-    _check_fmt(fmt)
+    check_format(fmt)
     if fmt == "json":
         return json.dumps(diagnosis_json(diag), indent=2)
     meta = diag.meta
@@ -340,27 +340,27 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
             for k in ("model", "task", "reward", "backend", "engine", "budget_per_pilot", "seeds", "adaptive",
                       "software")
             if k in meta]
-    parts = [_heading("RACE diagnosis", fmt)]
+    parts = [heading("RACE diagnosis", fmt)]
     if head:
-        parts.append(_lines(head, fmt))
+        parts.append(render_lines(head, fmt))
     v = diag.primary
-    parts.append(_heading(f"primary target: {v.target}", fmt))
+    parts.append(heading(f"primary target: {v.target}", fmt))
     parts.append(_points_table(v, fmt))
-    parts.append(_lines(_verdict_lines(v), fmt))
+    parts.append(render_lines(_verdict_lines(v), fmt))
     if diag.stability is not None:
         parts += _stability_parts(diag.stability, v, fmt)
     if diag.forecast is not None:
         parts += _forecast_parts(diag.forecast, fmt, diag.stability)
     others = [diag.verdicts[t] for t in diag.verdicts if t != diag.primary_target]
     if others:
-        parts.append(_heading("other targets", fmt))
+        parts.append(heading("other targets", fmt))
         parts.append(_targets_table(others, fmt))
-        parts.append(_heading("agreement across targets", fmt))
+        parts.append(heading("agreement across targets", fmt))
         parts.append(_agreement_table(diag, fmt))
     notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning") if meta.get(k)] \
         + list(diag.warnings)
     if notes:
-        parts.append(_lines([f"warning: {w}" for w in notes], fmt))
+        parts.append(render_lines([f"warning: {w}" for w in notes], fmt))
     return "\n\n".join(parts) + "\n"
 
 
@@ -375,7 +375,7 @@ def diagnosis_json(diag: Diagnosis) -> dict[str, Any]:
     return out
 
 
-def _check_fmt(fmt: str) -> None:
+def check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r} is unknown: expected one of {', '.join(FORMATS)}")
 

@@ -556,10 +556,10 @@ def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, worke
 # ---------------------------------------------------------------- worker
 
 def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequence[str]) -> tuple | None:
-    from race.store.study import _first_difference, _norm
+    from race.store.study import first_difference, normalized
 
-    return _first_difference({k: v for k, v in _norm(dict(a)).items() if k not in skip},
-                             {k: v for k, v in _norm(dict(b)).items() if k not in skip})
+    return first_difference({k: v for k, v in normalized(dict(a)).items() if k not in skip},
+                             {k: v for k, v in normalized(dict(b)).items() if k not in skip})
 
 
 SCHEDULE_REL_TOL = 1e-5   # FLOP counts kept at 6 significant digits (compact records) are the same schedule
@@ -568,18 +568,18 @@ SCHEDULE_REL_TOL = 1e-5   # FLOP counts kept at 6 significant digits (compact re
 def _schedule_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple | None:
     """The first field where planned schedule ``a`` and a pilot's ``b`` differ: knobs (integers,
     strings) exactly, FLOP counts and ρ (floats) to ``SCHEDULE_REL_TOL``."""
-    from race.store.study import _first_difference
+    from race.store.study import first_difference
 
-    return _first_difference(a, b, rel_tol=SCHEDULE_REL_TOL)
+    return first_difference(a, b, rel_tol=SCHEDULE_REL_TOL)
 
 
 def _written_config(results: Any) -> dict:
     """A results file's config with the settings it lacks at their defaults: a setting added after
     the file was written ran at its default there (as a resumed study's, race.store)."""
     from race.config import default_settings
-    from race.store.study import _fill_missing, _norm
+    from race.store.study import fill_missing, normalized
 
-    return _fill_missing(_norm(dict(results.config)), _norm(default_settings()))
+    return fill_missing(normalized(dict(results.config)), normalized(default_settings()))
 
 
 def _import_error(path: str, diff: tuple) -> Exception:

@@ -73,3 +73,28 @@ def test_no_import_circles_lazy_imports_included():
         if m not in index:
             visit(m)
     assert not circles, circles
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name with a leading underscore stays inside its module: no ``from race.x import _y``, and
+    no ``x._y`` on an imported race module (issue 34; public helpers carry public names)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "race"
+    private = lambda n: n.startswith("_") and not n.startswith("__")  # noqa: E731
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = set()                      # local names bound to race modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "race":
+                found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if private(a.name)]
+                modules |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("race")}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in modules and node.value.id not in ("self", "cls")):
+                found.append(f"{path.name}: {node.value.id}.{node.attr}")
+    assert not found, found

@@ -27,6 +27,18 @@ def test_the_readme_is_short_shows_the_real_report_and_indexes_every_docs_page()
     out = CliRunner().invoke(main, ["report", os.path.join(ROOT, "docs", "runs", "default.results.json.gz")])
     assert out.exit_code == 0, out.output
     assert shown.splitlines() == out.output.splitlines()[:len(shown.splitlines())] and len(shown.splitlines()) >= 10
-    for page in glob.glob(os.path.join(ROOT, "docs", "*.md")):
-        assert f"(docs/{os.path.basename(page)})" in readme, page
+    for page in glob.glob(os.path.join(ROOT, "docs", "*.md")) + glob.glob(os.path.join(ROOT, "docs", "*", "*.md")):
+        rel = os.path.relpath(page, ROOT).replace(os.sep, "/")
+        assert f"({rel})" in readme, page
     assert 'if __name__ == "__main__":' in readme
+
+
+def test_the_generated_reference_pages_are_current():
+    """docs/reference/cli.md and config.md come from the click commands and the config dataclasses
+    (scripts/reference.py); a change to either without regenerating fails here."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reference.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

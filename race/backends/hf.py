@@ -19,7 +19,7 @@ import torch
 from race.backends.base import RolloutBatch, stop_token_ids
 
 
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return probs
     sorted_p, idx = probs.sort(dim=-1, descending=True)
@@ -68,7 +68,7 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         scaled = logits.float() / temperature
-        probs = _top_p_filter(torch.softmax(scaled, dim=-1), top_p)
+        probs = top_p_filter(torch.softmax(scaled, dim=-1), top_p)
         nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \

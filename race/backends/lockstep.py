@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from race.backends.base import RolloutBatch
-from race.backends.hf import COMPACT_MIN_LEFT, COMPACT_SHARE, _top_p_filter
+from race.backends.hf import COMPACT_MIN_LEFT, COMPACT_SHARE, top_p_filter
 from race.backends.lean import LeanLM
 
 
@@ -274,7 +274,7 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
             if not live[s]:
                 continue
             scaled = logits[s].index_select(0, own[s]).float() / temperature
-            probs = _top_p_filter(torch.softmax(scaled, dim=-1), top_p)
+            probs = top_p_filter(torch.softmax(scaled, dim=-1), top_p)
             nxt = torch.multinomial(probs, 1, generator=generators[s]).squeeze(1)
             nxt = torch.where(done[s], torch.full_like(nxt, pad_id), nxt)
             lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \

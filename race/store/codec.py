@@ -25,15 +25,15 @@ def decode_floats(text: str) -> tuple[float, ...]:
     return struct.unpack(f"<{len(raw) // 8}d", raw)
 
 
-def _json_blob(obj: Any) -> str:
+def json_blob(obj: Any) -> str:
     return "jz:" + base64.b64encode(zlib.compress(json.dumps(obj).encode(), 9)).decode("ascii")
 
 
-def _unjson_blob(text: str) -> Any:
+def unjson_blob(text: str) -> Any:
     return json.loads(zlib.decompress(base64.b64decode(text[3:])))
 
 
-def _put_chunked(setter: Callable[[str, Any], None], key: str, text: str) -> None:
+def put_chunked(setter: Callable[[str, Any], None], key: str, text: str) -> None:
     """Store a long string as ``key`` = {"chunks": n} plus ``key#0 …`` (each ≤ ATTR_LIMIT)."""
     if len(text) <= ATTR_LIMIT:
         setter(key, text)
@@ -44,7 +44,7 @@ def _put_chunked(setter: Callable[[str, Any], None], key: str, text: str) -> Non
     setter(key, {"chunks": len(parts)})
 
 
-def _get_chunked(attrs: Mapping[str, Any], key: str) -> str | None:
+def get_chunked(attrs: Mapping[str, Any], key: str) -> str | None:
     v = attrs.get(key)
     if isinstance(v, dict) and "chunks" in v:
         return "".join(attrs[f"{key}#{i}"] for i in range(int(v["chunks"])))

@@ -27,7 +27,7 @@ def default_url(out_dir: str) -> str:
     return "sqlite:///" + os.path.abspath(os.path.join(out_dir, "race.db"))
 
 
-class _JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
+class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
     """optuna's journal storage with optuna's heartbeat interface (RDB storages have it built in):
     the heartbeat is a system attr of the trial, so ``fail_stale_trials`` works the same way."""
 
@@ -106,7 +106,7 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
                 raise StoreError(str(e)) from None
 
             os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-            return _JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
+            return JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
         scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
         if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
                                               "mssql"):
@@ -147,12 +147,12 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
     except ImportError as e:
         cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
         raise StoreError(f"storage {masked!r} needs a Python driver that is not installed "
-                         f"({_first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
+                         f"({first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
                          "pymysql for MySQL") from None
     except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
-        raise StoreError(f"storage {masked!r} is unreachable: {_first_line(e, url)}") from None
+        raise StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
 
 
-def _first_line(e: BaseException, url: str = "") -> str:
+def first_line(e: BaseException, url: str = "") -> str:
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
     return urls.redact(msg[0] if msg else type(e).__name__, url)

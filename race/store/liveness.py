@@ -9,7 +9,7 @@ import socket
 from typing import Any, Mapping
 
 
-def _age_seconds(start) -> float | None:
+def age_seconds(start) -> float | None:
     """Seconds since optuna's ``datetime_start`` (naive local time of the claiming machine)."""
     if start is None:
         return None

@@ -52,10 +52,10 @@ from optuna.trial import FrozenTrial, TrialState
 from race import urls
 from race.records import Diagnosis, PilotResult
 from race.store.base import COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError
-from race.store.codec import _get_chunked, _json_blob, _put_chunked, _unjson_blob
-from race.store.engine import _JournalHeartbeatStorage, _first_line, open_storage
-from race.store.liveness import _age_seconds, owner_info, owner_is_dead
-from race.store.trials import Key, _downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
+from race.store.codec import get_chunked, json_blob, put_chunked, unjson_blob
+from race.store.engine import JournalHeartbeatStorage, first_line, open_storage
+from race.store.liveness import age_seconds, owner_info, owner_is_dead
+from race.store.trials import Key, downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
 
 
 @dataclass
@@ -92,24 +92,24 @@ class StudyInfo:
         return [(r, s) for r in self.grid for s in range(self.seeds)]
 
 
-def _norm(obj: Any) -> Any:
+def normalized(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
-def _fill_missing(stored: Any, defaults: Any) -> Any:
+def fill_missing(stored: Any, defaults: Any) -> Any:
     """``stored`` with the keys it lacks taken from ``defaults``, recursively (mappings only)."""
     if not isinstance(stored, dict) or not isinstance(defaults, dict):
         return stored
-    return {**defaults, **{k: _fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
+    return {**defaults, **{k: fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
 
 
-def _first_difference(a: Any, b: Any, path: str = "", *, rel_tol: float = 0.0) -> tuple[str, Any, Any] | None:
+def first_difference(a: Any, b: Any, path: str = "", *, rel_tol: float = 0.0) -> tuple[str, Any, Any] | None:
     """The first (dotted path, a's value, b's value) where ``a`` and ``b`` differ, mappings walked
     key by key; with ``rel_tol`` > 0 a float of ``a`` matches a number of ``b`` within that relative
     tolerance (everything else, and every value at 0, exactly)."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
-            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k, rel_tol=rel_tol)
+            d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k, rel_tol=rel_tol)
             if d:
                 return d
         return None
@@ -142,7 +142,7 @@ class Store:
         """Heartbeat interval (and grace = 3 intervals) of this process, from the study's setting."""
         self.heartbeat = max(1, int(seconds))
         grace = GRACE_FACTOR * self.heartbeat
-        if isinstance(self.storage, _JournalHeartbeatStorage):
+        if isinstance(self.storage, JournalHeartbeatStorage):
             self.storage._race_hb = (self.heartbeat, grace, self.storage._race_hb[2])
         else:
             self.storage.heartbeat_interval, self.storage.grace_period = self.heartbeat, grace
@@ -224,7 +224,7 @@ class Store:
         except KeyError:
             return False
         except Exception as e:  # noqa: BLE001
-            raise StoreError(f"storage {self.masked!r} failed: {_first_line(e, self.url)}") from None
+            raise StoreError(f"storage {self.masked!r} failed: {first_line(e, self.url)}") from None
 
     def load(self, *, wait: float = 60.0) -> StudyInfo:
         """Open an existing study (waiting up to ``wait`` s for its creator to finish setting it up)."""
@@ -250,7 +250,7 @@ class Store:
             raise StoreError(f"study {self.name!r} in {self.masked} has RACE storage schema "
                              f"{attrs.get('race:schema')!r}: this RACE reads {SCHEMA}")
         self.info = StudyInfo(config=attrs["race:config"], run_config=attrs["race:run_config"],
-                              plan=_unjson_blob(_get_chunked(attrs, "race:plan")), classify=attrs["race:classify"],
+                              plan=unjson_blob(get_chunked(attrs, "race:plan")), classify=attrs["race:classify"],
                               meta=attrs["race:meta"], adaptive=attrs.get("race:adaptive"),
                               curve_step_flops=float(attrs["race:curve_step_flops"]))
         return self.info
@@ -267,11 +267,11 @@ class Store:
         unit = 10.0 ** math.ceil(math.log10(budget)) / 1e8   # ≤ 1e8 steps: fits a 32-bit column
         s = self.study
         s.set_user_attr("race:schema", SCHEMA)
-        s.set_user_attr("race:config", _norm(config))
-        s.set_user_attr("race:run_config", _norm(run_config))
-        _put_chunked(s.set_user_attr, "race:plan", _json_blob(plan))
-        s.set_user_attr("race:classify", _norm(classify))
-        s.set_user_attr("race:meta", _norm(meta))
+        s.set_user_attr("race:config", normalized(config))
+        s.set_user_attr("race:run_config", normalized(run_config))
+        put_chunked(s.set_user_attr, "race:plan", json_blob(plan))
+        s.set_user_attr("race:classify", normalized(classify))
+        s.set_user_attr("race:meta", normalized(meta))
         s.set_user_attr("race:adaptive", adaptive)
         s.set_user_attr("race:curve_step_flops", unit)
         s.set_user_attr("race:heartbeat", self.heartbeat)
@@ -282,17 +282,17 @@ class Store:
     def check_compatible(self, config: dict) -> None:
         """Refuse to resume with a config other than the study's (one line naming the difference)."""
         assert self.info is not None
-        here = {k: v for k, v in _norm(config).items() if k != "name"}
+        here = {k: v for k, v in normalized(config).items() if k != "name"}
         from race.config import default_settings
 
         # a setting added after the study was created ran at its default there
-        there = {k: v for k, v in _fill_missing(self.info.config, _norm(default_settings())).items() if k != "name"}
+        there = {k: v for k, v in fill_missing(self.info.config, normalized(default_settings())).items() if k != "name"}
         if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
             raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
                              f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"
                              ": use the same grid, or another --study / --out (with --import-pilots "
                              "OLD/results.json a larger grid takes the finished pilots of this one)")
-        diff = _first_difference(there, here)
+        diff = first_difference(there, here)
         if diff:
             path, a, b = diff
             raise StoreError(f"study {self.name!r} in {self.masked} was created with another config: {path} is "
@@ -403,7 +403,7 @@ class Store:
                 try:
                     self.beat(list(claims()), force=True)
                 except Exception as e:  # noqa: BLE001 — a storage hiccup must not kill the grid
-                    print(f"race: heartbeat failed: {_first_line(e, self.url)}", file=sys.stderr, flush=True)
+                    print(f"race: heartbeat failed: {first_line(e, self.url)}", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=run, name="race-heartbeat", daemon=True)
         thread.start()
@@ -433,7 +433,7 @@ class Store:
             if owner is None:
                 # claimed (WAITING → RUNNING) by a process killed before it recorded itself or a
                 # heartbeat: nothing else would ever fail it, and a grid waiting for it would hang
-                age = _age_seconds(t.datetime_start)
+                age = age_seconds(t.datetime_start)
                 if age is None or age <= grace:
                     continue
                 why = (f"it was claimed {age:.0f} s ago by a process that died before recording itself "
@@ -505,11 +505,11 @@ class Store:
         attrs: dict[str, Any] = {}
         for k, v in pilot_attrs(result).items():
             if isinstance(v, str):
-                _put_chunked(attrs.__setitem__, k, v)
+                put_chunked(attrs.__setitem__, k, v)
             else:
                 attrs[k] = v
         unit, last, steps = self.info.curve_step_flops, -1, {}
-        for flops, reward in _downsample(result.curve, CURVE_POINTS):
+        for flops, reward in downsample(result.curve, CURVE_POINTS):
             step = int(round(flops / unit))
             if step > last and math.isfinite(reward):
                 steps[step] = float(reward)
@@ -575,17 +575,17 @@ class Store:
 
     def save_diagnosis(self, diagnosis: Diagnosis, pilots: Sequence[PilotResult]) -> None:
         assert self.study is not None
-        _put_chunked(self.study.set_user_attr, "race:diagnosis", _json_blob(diagnosis.to_dict()))
+        put_chunked(self.study.set_user_attr, "race:diagnosis", json_blob(diagnosis.to_dict()))
         self.study.set_user_attr("race:diagnosis_pilots", [[p.rho_target, p.seed] for p in pilots])
 
     def stored_diagnosis(self, pilots: Sequence[PilotResult]) -> Diagnosis | None:
         """The diagnosis stored with the study, if it was made from exactly ``pilots``."""
         assert self.study is not None
         attrs = self.study.user_attrs
-        text = _get_chunked(attrs, "race:diagnosis")
+        text = get_chunked(attrs, "race:diagnosis")
         if not text or attrs.get("race:diagnosis_pilots") != [[p.rho_target, p.seed] for p in pilots]:
             return None
-        return Diagnosis.from_dict(_unjson_blob(text))
+        return Diagnosis.from_dict(unjson_blob(text))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

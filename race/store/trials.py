@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 from optuna.trial import FrozenTrial
 
 from race.records import PilotResult
-from race.store.codec import ENCODED, _get_chunked, _json_blob, _unjson_blob, decode_floats, encode_floats
+from race.store.codec import ENCODED, get_chunked, json_blob, unjson_blob, decode_floats, encode_floats
 
 Key = tuple[float, int]
 
@@ -26,7 +26,7 @@ def is_pilot_failure(t: FrozenTrial) -> bool:
     return "error" in t.user_attrs and not t.user_attrs.get("stale")
 
 
-def _downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+def downsample(curve: Sequence[tuple[float, float]], n: int) -> list[tuple[float, float]]:
     if len(curve) <= n:
         return list(curve)
     idx = sorted({round(i * (len(curve) - 1) / (n - 1)) for i in range(n)})
@@ -44,15 +44,15 @@ def pilot_attrs(result: PilotResult) -> dict[str, Any]:
     for target, values in result.evals.items():
         attrs[f"evals:{target}"] = encode_floats(values)
     if d["checkpoints"]:
-        attrs["checkpoints"] = _json_blob(d["checkpoints"])
+        attrs["checkpoints"] = json_blob(d["checkpoints"])
     return attrs
 
 
 def pilot_from_attrs(attrs: Mapping[str, Any]) -> PilotResult:
     d = dict(attrs["result"])
-    flat = decode_floats(_get_chunked(attrs, "curve") or ENCODED)
+    flat = decode_floats(get_chunked(attrs, "curve") or ENCODED)
     d["curve"] = [flat[i:i + 2] for i in range(0, len(flat), 2)]
-    d["evals"] = {t: decode_floats(_get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
-    blob = _get_chunked(attrs, "checkpoints")
-    d["checkpoints"] = _unjson_blob(blob) if blob else []
+    d["evals"] = {t: decode_floats(get_chunked(attrs, f"evals:{t}")) for t in attrs.get("evals", [])}
+    blob = get_chunked(attrs, "checkpoints")
+    d["checkpoints"] = unjson_blob(blob) if blob else []
     return PilotResult.from_dict(d)

@@ -232,18 +232,22 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     RACE's arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.init import EVAL_PROMPTS, check_task, fit_memory, init_raw, render_init
+    from race.init import EVAL_PROMPTS, check_task, fit_grid, init_raw, render_init
 
     if out_path and os.path.exists(out_path) and not force:
         raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
     note, held = check_task(task)
-    raw = fit_memory(init_raw(model=model, task=task, full_run=full_run, reward=reward, reward_model=reward_model,
-                              share=share, grid=grid, seeds=seeds, prompt_len=prompt_len,
-                              completion_len=completion_len, max_completion_len=max_completion_len,
-                              gpu_memory=gpu_memory, lora_rank=lora_rank, name=name,
-                              eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
-                              allow_approximate=allow_approximate))
+    raw, fitted = fit_grid(init_raw(model=model, task=task, full_run=full_run, reward=reward,
+                                    reward_model=reward_model, share=share, grid=grid, seeds=seeds,
+                                    prompt_len=prompt_len, completion_len=completion_len,
+                                    max_completion_len=max_completion_len, gpu_memory=gpu_memory,
+                                    lora_rank=lora_rank, name=name,
+                                    eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
+                                    allow_approximate=allow_approximate), share=share)
+    note = "\n".join(x for x in (note, fitted) if x)
     text = render_init(raw, share=share, task_note=note)
+    if fitted:
+        _echo(fitted, err=True)
     if not out_path:
         _echo(text, nl=False)
         return

@@ -118,6 +118,70 @@ def fit_memory(raw: dict[str, Any]) -> dict[str, Any]:
     raise error
 
 
+MIN_FIT_POINTS = 3        # fit_grid drops low-ρ points down to this many, never fewer
+
+
+def _unfit(e: ConfigError) -> bool:
+    """Whether a planning error is the budget being too small for a grid point's steps."""
+    return "too small" in str(e) or "cannot be met" in str(e)
+
+
+def _sized(raw: dict[str, Any], grid: list[float], share: float, full: float) -> dict[str, Any]:
+    return {**raw, "grid": grid, "budget": float(f"{share * full / (len(grid) * raw['seeds']):.3g}")}
+
+
+def fit_grid(raw: dict[str, Any], *, share: float) -> tuple[dict[str, Any], str]:
+    """``raw`` planned as it is, or fitted to its budget: when some ρ point's steps do not fit a
+    pilot's budget (its prompts cost more than the budget, or whole steps cannot meet it within the
+    planner's tolerance), drop grid points from the low end (the most rollouts per prompt: the
+    costliest steps), keeping at least MIN_FIT_POINTS, each pilot then getting a larger share. Returns
+    (the config, a one-line note naming what changed and the smallest full run that keeps the
+    grid whole); when nothing fits, a one-line error naming that full run."""
+    try:
+        return fit_memory(raw), ""
+    except ConfigError as e:
+        if not _unfit(e):
+            raise
+        first = e
+    full = float(raw["full_run_budget"])
+    whole = smallest_full_run(raw, share=share)
+    keep = f"--full-run {whole:.2g} keeps all {len(raw['grid'])} points" if whole else ""
+    grid = list(raw["grid"])
+    while len(grid) > MIN_FIT_POINTS:
+        grid = grid[1:]
+        cand = _sized(raw, grid, share, full)
+        try:
+            fitted = fit_memory(cand)
+        except ConfigError as e:
+            if not _unfit(e):
+                raise
+            continue
+        dropped = ", ".join(f"{r:g}" for r in raw["grid"][:len(raw["grid"]) - len(grid)])
+        return fitted, (f"Fitted to the budget: ρ {dropped} dropped (their steps do not fit a pilot's "
+                        f"{raw['budget']:.3g} FLOPs within the planner's 2% tolerance); {len(grid)} points × "
+                        f"{raw['seeds']} seeds at {fitted['budget']:.3g} FLOPs each" + (f"; {keep}" if keep else ""))
+    raise ConfigError(f"{first}; no grid of {MIN_FIT_POINTS} or more points fits this full run"
+                      + (f": the smallest that fits is about --full-run {whole:.2g}" if whole else "")
+                      + ", or raise --share")
+
+
+def smallest_full_run(raw: dict[str, Any], *, share: float, steps: int = 40) -> float | None:
+    """The smallest full run (×1.25 steps, up to 1.25^steps × the given one) whose pilots plan the
+    whole grid; None when none up to there does."""
+    full = float(raw["full_run_budget"])
+    for k in range(1, steps + 1):
+        f = float(f"{full * 1.25 ** k:.2g}")          # the value the message names is the one checked
+        if f <= full:
+            continue
+        try:
+            _plan_or_hint({**_sized(raw, list(raw["grid"]), share, f), "full_run_budget": f})
+            return f
+        except ConfigError as e:
+            if not _unfit(e) and "GPU memory" not in str(e):
+                raise
+    return None
+
+
 def _plan_or_hint(raw: dict[str, Any]) -> None:
     """Plan ``raw``; a budget too small for one step says which init settings raise it."""
     from race.grid import plan_grid
@@ -171,6 +235,13 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     head.append(init_line(cfg.budget, cfg.full_run_budget))
     head.append(stability_at(None, full_run_budget=cfg.full_run_budget, pilot_budget=cfg.budget, ran=False)["line"]
                 .replace("stability at F", "Stability at F", 1))
+    from race.grid import learning_rate
+    from race.rate import full_run_rate
+
+    bp = cfg.schedule.prompts_per_step
+    head.append(full_run_rate(cfg.learning_rate, status="not tested", factor=cfg.full_run_budget / cfg.budget,
+                              full_lr=learning_rate(cfg, bp * cfg.schedule.n_train))["line"]
+                .replace("rate for F", "Rate for F", 1))
     head += [f"WARNING: {w}" for w in plan.warnings]
     return "\n".join(f"# {line}".rstrip() for line in head) + "\n" + _yaml(raw)
 

@@ -102,3 +102,23 @@ def test_default_names():
     assert [_reward_label(r) for r in ("sparse", "myreward:score", "/a/b/my_r.py:score", "pkg.mod:fn")] == [
         "sparse", "myreward", "my_r", "mod"]
     assert init_raw(model=QWEN, task="t", full_run=1e18)["name"] == "qwen2.5-1.5b-instruct-sparse"
+
+
+def test_init_fits_the_grid_to_the_budget_or_names_the_smallest_full_run():
+    """A full run whose pilots cannot plan the low-ρ points (too few prompt-steps to meet the
+    budget within 2 %) drops them from the low end, down to 3 points, and says so with the full run
+    that keeps them all; below that, the error names the smallest full run that fits."""
+    from race.init import fit_grid, smallest_full_run
+
+    raw = init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=1.5e14)
+    fitted, note = fit_grid(raw, share=0.1)
+    assert fitted["grid"] == [0.6, 0.72, 0.85] and fitted["budget"] == pytest.approx(2.5e12)
+    assert note.startswith("Fitted to the budget: ρ 0.3, 0.45 dropped") and "--full-run 1.9e+14 keeps all 5" in note
+    plan_grid(config_from_dict(fitted))                               # what it writes plans
+    whole = smallest_full_run(raw, share=0.1)
+    plan_grid(config_from_dict(init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=whole)))
+    with pytest.raises(ConfigError, match=r"no grid of 3 or more points fits this full run: the smallest that "
+                                          r"fits is about --full-run 1\.8e\+14"):
+        fit_grid(init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=6e13), share=0.1)
+    same = init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=6e14)
+    assert fit_grid(same, share=0.1) == (same, "")                     # fits as it is: unchanged

@@ -232,11 +232,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     RACE's arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.init import EVAL_PROMPTS, check_task, fit_grid, init_raw, render_init
+    from race.init import EVAL_PROMPTS, fit_grid, init_raw, render_init, set_warnings, task_sizes
 
     if out_path and os.path.exists(out_path) and not force:
         raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
-    note, held = check_task(task)
+    note, held, train = task_sizes(task)
     raw, fitted = fit_grid(init_raw(model=model, task=task, full_run=full_run, reward=reward,
                                     reward_model=reward_model, share=share, grid=grid, seeds=seeds,
                                     prompt_len=prompt_len, completion_len=completion_len,
@@ -244,10 +244,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                                     lora_rank=lora_rank, name=name,
                                     eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
                                     allow_approximate=allow_approximate), share=share)
-    note = "\n".join(x for x in (note, fitted) if x)
+    small = [f"WARNING: {w}" for w in set_warnings(raw, train=train, held=held)]
+    note = "\n".join(x for x in (note, fitted, *small) if x)
     text = render_init(raw, share=share, task_note=note)
-    if fitted:
-        _echo(fitted, err=True)
+    for line in ([fitted] if fitted else []) + small:
+        _echo(line, err=True)
     if not out_path:
         _echo(text, nl=False)
         return
@@ -273,6 +274,8 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
          as_json: bool, gpu_memory: str | None, allow_approximate: bool) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown."""
+    import os
+
     from race.config import load_config
     from race.grid import plan_grid
     from race.report import render_plan
@@ -294,6 +297,12 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
             _echo("\n".join(f"{heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
         return
     _echo(render_plan(plan_grid(cfg), fmt), nl=False)
+    from race.init import DATA_SUFFIXES, set_warnings, task_sizes
+
+    if cfg.task.endswith(DATA_SUFFIXES) and os.path.isfile(cfg.task):     # a local dataset: is it big enough?
+        _, held, train = task_sizes(cfg.task)
+        for line in set_warnings(cfg, train=train, held=min(held, cfg.eval.prompts) if held else held):
+            _echo(f"warning: {line}", err=True)
 
 
 @main.command()

@@ -301,6 +301,33 @@ def plan_schedule(cm: CostModel, rho: float) -> Schedule:
                     lora_rank=c.lora.rank, flops_per_step=per_step, flops=per_step.scaled(steps))
 
 
+EVAL_SHARE_WARN = 0.10      # plan_grid warns when held-out evaluation costs more than this share of a pilot
+
+
+def _eval_runs(config: GridConfig) -> int:
+    """Checkpoint evaluations before the final one: the base and each fraction < 1 (race.checkpoints)."""
+    from race.checkpoints import checkpoint_fractions, checkpoints_on
+
+    spec = config.eval.checkpoints
+    return 1 + len(checkpoint_fractions(spec)) if checkpoints_on(spec) else 0
+
+
+def _checkpoint_prompts(config: GridConfig) -> int:
+    from race.checkpoints import checkpoint_prompts
+
+    return checkpoint_prompts(config.eval.prompts, config.eval.checkpoint_prompts)
+
+
+def eval_share(config: GridConfig, arch: F.ArchSpec, prompt_len: float, completion_len: float) -> float:
+    """Estimated FLOPs of one pilot's held-out evaluations (the checkpoints and the final one, each
+    prompt sampled ``eval.samples`` times at the expected lengths; downstream sets not counted) over
+    its budget. An estimate for the warning: the evaluations are metered and reported apart."""
+    per_prompt = F.search_flops(arch, prompt_len=prompt_len, completion_len=completion_len, n=config.eval.samples,
+                                prefix_shared=config.schedule.prefix_shared, lora=lora_spec(config, arch))
+    prompts = _eval_runs(config) * _checkpoint_prompts(config) + config.eval.prompts
+    return per_prompt * prompts / config.budget
+
+
 def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
               completion_len: float | None = None, arch: F.ArchSpec | None = None) -> Plan:
     """One schedule per ρ target of ``config.grid``.
@@ -321,8 +348,14 @@ def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
         for s, est in zip(schedules, memory):
             check_fits(s.rho_target, est, config.gpu_memory)
     notes = []
+    share = eval_share(config, arch, P, C)
+    eval_warning = [] if share <= EVAL_SHARE_WARN else [
+        f"held-out evaluation costs about {share:.0%} of a pilot's budget (outside it: wall time, not ρ): "
+        f"{_eval_runs(config)} checkpoint evaluations of {_checkpoint_prompts(config)} prompts and the final one of "
+        f"{config.eval.prompts}, × {config.eval.samples} samples; lower eval.checkpoint_prompts, eval.checkpoints "
+        "or eval.samples"]
     if not config.learning_rate.fixed and len({s.learning_rate for s in schedules}) > 1:
         notes.append("learning rate follows the √B rule per point (set learning_rate.fixed to hold it)")
     return Plan(config=config, schedules=schedules, prompt_len=P, completion_len=C, notes=tuple(notes),
-                warnings=flop_warnings(config, prompt_len=P),
+                warnings=flop_warnings(config, prompt_len=P) + tuple(eval_warning),
                 extra={"memory": [{"rho_target": s.rho_target, **est.to_dict()} for s, est in zip(schedules, memory)]})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from race.config import RULE_REWARDS, ConfigError, config_from_dict, parse_flops, parse_grid
+from race.config import RULE_REWARDS, ConfigError, GridConfig, config_from_dict, parse_flops, parse_grid
 
 DEFAULT_SHARE = 0.10                       # share of the full run spent on the pilot grid
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
@@ -45,18 +45,58 @@ def _reward_label(reward: str) -> str:
     return module.split(".")[-1]
 
 
+RESOLVE_AT = 0.10          # the held-out set should resolve this difference in mean reward between two grid points
+
+
+def resolvable(prompts: int) -> float:
+    """The smallest difference in mean held-out reward between two grid points that ``prompts``
+    prompts resolve at 2 SEs, in the worst case (per-prompt scores in [0, 1], variance ≤ 1/4):
+    2 · √2 · ½ / √prompts = √(2 / prompts). 200 prompts resolve 0.10."""
+    return (2.0 / prompts) ** 0.5
+
+
+def set_warnings(raw: dict[str, Any] | GridConfig, *, train: int | None, held: int | None) -> list[str]:
+    """Warnings on a local dataset too small for the grid: a held-out set that cannot resolve
+    RESOLVE_AT between grid points, and training problems each pilot would repeat more than 4 times."""
+    out = []
+    if held is not None:
+        need = int(-(-2.0 // RESOLVE_AT ** 2))                # √(2/P) ≤ 0.1 → P ≥ 200
+        if held < need:
+            out.append(f"the held-out set has {held} problems: it resolves only differences of "
+                       f"{resolvable(max(held, 1)):.2f} in mean reward between grid points (2 SEs, worst case); "
+                       f"{need} resolve {RESOLVE_AT:.2f}: add held-out problems")
+    if train is not None:
+        from race.grid import plan_grid
+
+        try:
+            cfg = raw if isinstance(raw, GridConfig) else config_from_dict(raw)
+            use = max(s.steps * s.prompts_per_step for s in plan_grid(cfg).schedules)
+        except ConfigError:
+            use = 0
+        if train < 1 or use > 4 * train:
+            out.append(f"the training set has {train} problems and a pilot draws {use} prompts: each is seen about "
+                       f"{use / max(train, 1):.0f} times; add training problems")
+    return out
+
+
 def check_task(task: str) -> tuple[str, int | None]:
     """(a note on the task for the header, held-out problems of a local dataset or None); a
     dataset file that does not exist is an error."""
+    note, held, _ = task_sizes(task)
+    return note, held
+
+
+def task_sizes(task: str) -> tuple[str, int | None, int | None]:
+    """``check_task``, with the training problems too (None for a built-in or hub task)."""
     if not task.endswith(DATA_SUFFIXES):
-        return f"task {task}", None
+        return f"task {task}", None, None
     if not os.path.isfile(task):
         raise ConfigError(f"task file {task!r} does not exist: expected a .jsonl / .parquet file with "
                           "prompt and answer fields, a built-in task or a Hugging Face dataset name")
     from race.tasks import load_task
 
     train, held = (len(load_task(task, split=s)) for s in ("train", "eval"))
-    return f"task {task}: {train:,} training problems, {held:,} held out for evaluation", held
+    return f"task {task}: {train:,} training problems, {held:,} held out for evaluation", held, train
 
 
 def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "sparse",
@@ -222,7 +262,7 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
         f"{cfg.completion_len:g} completion tokens expected; calibration measures them):",
         f"  search {fmt_flops(on_policy.search)} + learning {fmt_flops(on_policy.learning)} + reward "
         f"{fmt_flops(on_policy.reward)} FLOPs → ρ = {on_policy.rho:.2f}",
-        *([task_note] if task_note else []),
+        *task_note.splitlines(),
         "The plan (`race plan FILE` prints it in full, with estimated GPU memory):",
     ]
     for sch in plan.schedules:

@@ -137,3 +137,30 @@ def test_keep_mode_unreachable_and_bad_values():
     with pytest.raises(ConfigError, match=r"min_n_train \(9\) must be ≤ the group size"):
         config_from_dict({"model": TINY_MODEL, "budget": 1e12,
                           "schedule": {"lower_rho_by": "keep", "min_n_train": 9}})
+
+
+def test_held_out_evaluation_above_a_tenth_of_the_budget_is_a_warning_with_its_knobs():
+    """(8 checkpoint evaluations × 100 prompts + the final 500) × 4 samples of the default grid's
+    task: under 10 % of its 6e11 pilots, 56 % of a 6e10 one; off with fewer checkpoint prompts."""
+    from race import flops as F
+    from race import presets
+    from race.config import config_from_dict
+    from race.grid import EVAL_SHARE_WARN, eval_share, plan_grid
+    from race.specs import lora_spec, policy_arch
+
+    cfg = config_from_dict(presets.DEFAULT)
+    arch = policy_arch(cfg)
+    one = F.search_flops(arch, prompt_len=cfg.prompt_len, completion_len=cfg.completion_len, n=4,
+                         prefix_shared=True, lora=lora_spec(cfg, arch))
+    assert (cfg.eval.prompts, cfg.eval.samples) == (500, 4)
+    assert eval_share(cfg, arch, cfg.prompt_len, cfg.completion_len) == pytest.approx(one * 1300 / 6e11)
+    assert not [w for w in plan_grid(cfg).warnings if "held-out evaluation" in w]
+    small = config_from_dict({**presets.DEFAULT, "budget": 6e10})
+    (w,) = [w for w in plan_grid(small).warnings if "held-out evaluation" in w]
+    share = eval_share(small, arch, small.prompt_len, small.completion_len)
+    assert share > EVAL_SHARE_WARN and f"costs about {share:.0%} of a pilot's budget" in w
+    assert "8 checkpoint evaluations of 100 prompts and the final one of 500, × 4 samples" in w
+    assert "lower eval.checkpoint_prompts, eval.checkpoints or eval.samples" in w
+    quiet = config_from_dict({**presets.DEFAULT, "budget": 6e10,
+                              "eval": {**presets.DEFAULT.get("eval", {}), "checkpoints": 0, "prompts": 40}})
+    assert not [w for w in plan_grid(quiet).warnings if "held-out evaluation" in w]

@@ -122,3 +122,23 @@ def test_init_fits_the_grid_to_the_budget_or_names_the_smallest_full_run():
         fit_grid(init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=6e13), share=0.1)
     same = init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=6e14)
     assert fit_grid(same, share=0.1) == (same, "")                     # fits as it is: unchanged
+
+
+def test_small_datasets_are_named_by_init_and_plan(tmp_path):
+    """30 rows: 3 held out resolve only √(2/3) = 0.82 between grid points (200 resolve 0.10), and a
+    pilot draws each training problem several times: init's header and race plan both say so."""
+    from race.init import resolvable
+
+    assert resolvable(200) == pytest.approx(0.1) and resolvable(3) == pytest.approx(0.8165, abs=1e-4)
+    data = tmp_path / "t30.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(30)))
+    out = tmp_path / "grid.yaml"
+    r = CliRunner().invoke(main, ["init", "--model", "race/tiny-arith", "--task", str(data), "--full-run", "6e14",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "# WARNING: the held-out set has 3 problems: it resolves only differences of 0.82" in text
+    assert re.search(r"# WARNING: the training set has 27 problems and a pilot draws \d+ prompts", text)
+    load_config(str(out))                                   # every header line is a comment: still valid YAML
+    p = CliRunner().invoke(main, ["plan", str(out)])
+    assert p.exit_code == 0 and "warning: the held-out set has 3 problems" in p.stderr

@@ -483,3 +483,55 @@ def test_a_reward_broken_on_every_call_stops_at_calibration(tmp_path, body):
                             "grpo": {"max_completion_len": 6}})
     with pytest.raises(RewardError, match=r"the reward failed on 64 of 64 calibration samples .* before any pilot"):
         calibrate(cfg, prompts=16)
+
+
+def test_a_full_disk_is_named_not_hidden_behind_the_storage_wrapper():
+    """optuna wraps a failed commit in StorageInternalError ("… e.g. exceeding max length"); the
+    driver's cause in its chain (sqlite: database or disk is full) is what the one line names."""
+    import sqlite3
+
+    from optuna.exceptions import StorageInternalError
+
+    from race.store.engine import first_line
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as cause:
+            raise StorageInternalError("An exception is raised during the commit. This typically happens due to "
+                                       "invalid data in the commit, e.g. exceeding max length.") from cause
+    except StorageInternalError as e:
+        assert first_line(e, "sqlite:///x.db") == "database or disk is full"
+    plain = ValueError("postgresql://u:secret@h/db refused")
+    assert "secret" not in first_line(plain, "postgresql://u:secret@h/db")
+
+
+def test_a_reward_timeout_kills_the_rewards_setsid_children_too(tmp_path):
+    """A reward that starts a child in its own session, then hangs: the timeout's one line, and the
+    child is gone with it (race.rewards.isolated.kill_tree), not left running after race."""
+    from race.rewards.isolated import IsolatedReward, RewardFailed
+
+    pidfile = tmp_path / "child.pid"
+    rw = tmp_path / "spawner.py"
+    rw.write_text("import subprocess, sys, time\n"
+                  "def score(prompt, completion, reference):\n"
+                  "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1000)'], "
+                  "start_new_session=True)\n"
+                  f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+                  "    time.sleep(60)\n")
+    r = IsolatedReward(f"{rw}:score", timeout=3).start()
+    with pytest.raises(RewardFailed, match="did not return within 3 s"):
+        r.score_batch(["p"], ["c"], ["r"])
+    pid = int(pidfile.read_text())
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError(f"the reward's setsid child {pid} outlived it")

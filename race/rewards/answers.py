@@ -500,8 +500,11 @@ def serve() -> None:  # pragma: no cover — runs in the worker process (tests d
     sys.stdout = sys.stderr
 
     def send(obj: dict) -> None:
-        out.write((json.dumps(obj) + "\n").encode())
-        out.flush()
+        try:
+            out.write((json.dumps(obj) + "\n").encode())
+            out.flush()
+        except (BrokenPipeError, OSError):     # the parent is gone (killed on a timeout): leave quietly
+            os._exit(0)
 
     try:
         import resource

@@ -6,7 +6,8 @@ one for calibration), started with ``subprocess`` (pilot processes are daemonic 
 fork multiprocessing children), and talks to it over JSON lines on a pipe that user ``print``
 cannot reach (the child's fd 1 is pointed at stderr). Invariants:
 
-- a batch that does not come back within ``timeout`` seconds kills the child and raises
+- a batch that does not come back within ``timeout`` seconds kills the child, with everything it
+  started (``kill_tree``: descendants by /proc parent links, ``setsid`` ones too, then its group), and raises
   ``RewardFailed`` naming the reward and the limit; so does a child that exits (``sys.exit``,
   ``os._exit``, a crash) or whose reward raises a ``BaseException`` that is not an
   ``Exception``: the pilot fails with that one line, never the coordinator;
@@ -42,6 +43,53 @@ def _encode(obj) -> bytes:
     return (json.dumps(obj, allow_nan=False) + "\n").encode()
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` by parent links in /proc (Linux; elsewhere none), children
+    that started their own session (``setsid``) included, as long as their parent lives."""
+    kids: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Kill a reward process and everything it started: its descendants first (found while it is
+    alive to parent them, so a ``setsid`` child does not outlive it), then its process group, then it."""
+    import signal
+
+    for pid in _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)       # its own group (start_new_session): any child left in it
+    except OSError:
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    proc.wait()
+
+
 class IsolatedReward:
     """``fn(prompt, completion, reference)`` of ``spec`` ("module:fn" or "file.py:fn") in a child
     process; ``score_batch`` scores many samples in one round trip."""
@@ -61,7 +109,8 @@ class IsolatedReward:
             return self
         env = dict(os.environ)
         self._proc = subprocess.Popen([sys.executable, "-c", "from race.rewards.isolated import serve; serve()"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd())
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd(),
+                                      start_new_session=True)       # its own group: kill_tree ends it whole
         self._buffer = b""
         reply = self._ask({"op": "init", "spec": self.spec, "path": list(sys.path)}, what="importing it")
         if reply.get("error"):
@@ -81,8 +130,7 @@ class IsolatedReward:
                 try:
                     proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                    kill_tree(proc)
         except OSError:
             pass
 
@@ -95,8 +143,7 @@ class IsolatedReward:
     def _fail(self, why: str) -> RewardFailed:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            kill_tree(proc)
         return RewardFailed(f"reward {self.spec!r} {why}")
 
     def _ask(self, message: dict, *, what: str) -> dict:
@@ -151,8 +198,11 @@ def serve() -> None:
     sys.stdout = sys.stderr
 
     def send(obj: dict) -> None:
-        out.write(_encode(obj))
-        out.flush()
+        try:
+            out.write(_encode(obj))
+            out.flush()
+        except (BrokenPipeError, OSError):     # the parent is gone (killed on a timeout): leave quietly
+            os._exit(0)
 
     reward = None
     for raw in sys.stdin.buffer:

@@ -153,6 +153,24 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
         raise StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
 
 
+# words of a driver's own message that say what went wrong with the machine, not the data: when a
+# wrapper (optuna's StorageInternalError: "… e.g. exceeding max length") hides one, it is named instead
+_SYSTEM_WORDS = ("disk", "full", "i/o", "no space", "read-only", "readonly", "locked", "permission")
+
+
 def first_line(e: BaseException, url: str = "") -> str:
+    """One line for a storage error, credentials masked: the driver's message (``orig``), or, when a
+    wrapper hides a system cause in its chain (a full disk, an I/O error, a locked or read-only
+    database), that cause's."""
+    chain, seen = [], set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    for c in chain[1:]:
+        text = str(getattr(c, "orig", None) or c).strip()
+        if any(w in text.lower() for w in _SYSTEM_WORDS):
+            return urls.redact(text.splitlines()[0], url)
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
     return urls.redact(msg[0] if msg else type(e).__name__, url)

@@ -602,9 +602,39 @@ def check_importable(config: GridConfig, path: str) -> None:
     switch the healthy recipe on)."""
     from race.results import load_results
 
-    diff = _config_difference(config.to_dict(), _written_config(load_results(path)), (*GRID_SHAPE, "grpo"))
+    results = load_results(path)
+    written = _written_config(results)
+    diff = _config_difference(config.to_dict(), written, (*GRID_SHAPE, "grpo"))
     if diff:
         raise _import_error(path, diff)
+    # each pilot's schedule against the plan its own config and calibrated lengths give: a schedule
+    # edited in the file is refused here, before calibration and before any study is written
+    P, C = (results.plan or {}).get("prompt_len"), (results.plan or {}).get("completion_len")
+    if P and C:
+        from race.config import config_from_dict
+        from race.grid import plan_grid
+
+        try:
+            planned = {s.rho_target: s.to_dict() for s in plan_grid(config_from_dict(written), prompt_len=float(P),
+                                                                      completion_len=float(C)).schedules}
+        except ValueError:            # its own config no longer plans (another RACE): left to import_finished
+            return
+        _check_schedules(path, planned, results.pilots)
+
+
+def _check_schedules(path: str, planned: Mapping[float, Any], pilots: Any) -> None:
+    """Every complete pilot with a planned ρ ran exactly that schedule (``_schedule_difference``)."""
+    from race.store import StoreError
+
+    for p in pilots:
+        rho = float(p.rho_target)
+        if p.status != "complete" or rho not in planned:
+            continue
+        d = _schedule_difference(planned[rho], p.schedule.to_dict() if p.schedule else {})
+        if d:
+            raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
+                             f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "
+                             "imported")
 
 
 def import_finished(st: Any, path: str) -> int:
@@ -612,7 +642,6 @@ def import_finished(st: Any, path: str) -> int:
     complete there yet); their run config must be the study's up to the grid's shape, and each one's
     schedule the one this study planned for its ρ. Returns how many were added."""
     from race.results import load_results
-    from race.store import StoreError
 
     results = load_results(path)
     diff = _config_difference(st.info.run_config, _written_config(results), GRID_SHAPE)
@@ -621,12 +650,7 @@ def import_finished(st: Any, path: str) -> int:
     planned = {float(s["rho_target"]): s for s in st.info.plan.get("schedules", [])}
     keys = set(st.info.keys())
     pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
-    for p in pilots:                         # all checked before any is added: a refusal imports nothing
-        d = _schedule_difference(planned[float(p.rho_target)], p.schedule.to_dict() if p.schedule else {})
-        if d:
-            raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
-                             f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "
-                             "imported")
+    _check_schedules(path, planned, pilots)   # all checked before any is added: a refusal imports nothing
     primary = st.info.classify.get("primary_target", "reward")
     return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in pilots)
 

@@ -111,6 +111,8 @@ CONFIGS = [
     ("dataset-gsm8k-without-hashes", "task: ./rows_gsm8k_plain.jsonl\n", (), "field 'prompt' is missing"),
     ("dataset-gsm8k-empty-answer", "task: ./rows_gsm8k_empty.jsonl\n", (), "nothing after its last '####'"),
     ("dataset-math-no-boxed", "task: ./rows_math_unboxed.jsonl\n", (), "has no \\boxed{...} final answer"),
+    ("dataset-not-utf8", "task: ./rows_latin1.jsonl\n", (), "rows_latin1.jsonl line 2: not UTF-8 text (byte 0xe9"),
+    ("dataset-parquet-not-parquet", "task: ./rows_fake.parquet\n", (), "rows_fake.parquet' is not a readable Parquet"),
     # storage URLs
     ("storage-two-ats", "", ("--storage", "postgresql://race:pa@ss@127.0.0.1:1/race"), "percent-encode"),
     ("storage-not-a-url", "", ("--storage", "foo://x"), "not an optuna storage URL"),
@@ -145,6 +147,8 @@ def workdir(tmp_path, monkeypatch):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in content))
     (tmp_path / "rows_badjson.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n{oops\n')
     (tmp_path / "rows_empty.jsonl").write_text("\n")
+    (tmp_path / "rows_latin1.jsonl").write_bytes(b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "caf\xe9", "answer": "3"}\n')
+    (tmp_path / "rows_fake.parquet").write_text("prompt,answer\n1+1=,2\n")
     (tmp_path / "falconish").mkdir()
     (tmp_path / "falconish" / "config.json").write_text(json.dumps({
         "model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,

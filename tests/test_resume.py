@@ -196,6 +196,7 @@ def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp
     (tmp_path / "tampered.json").write_text(json.dumps(tampered))
     odd = race("pilot", str(bigger), "--out", "f", "--import-pilots", "tampered.json", "--quiet")
     assert odd.returncode == 2 and "ρ=0.74 seed 0" in odd.stderr and "ran another schedule (steps" in odd.stderr
+    assert not (tmp_path / "f").exists()           # refused before calibration: no study, no folder written
     grown = race("pilot", str(bigger), "--out", "e", "--import-pilots", "a/results.json", "--format", "json")
     assert grown.returncode == 0, grown.stderr[-2000:]
     assert "imported 3 finished pilot(s)" in grown.stderr and "3 pilots to run" in grown.stderr

@@ -202,9 +202,16 @@ def drop_overlong(problems: list[Problem], count_tokens: Callable[[str], int], l
     return kept, dropped
 
 
+MAX_DATASET_BYTES = 4 << 30     # a dataset file larger than this is refused before it is read
+
+
 def _existing_file(path: str) -> None:
     if not os.path.isfile(path):
         raise TaskError(f"dataset file {path!r} does not exist: expected a readable .jsonl or .parquet file")
+    size = os.path.getsize(path)
+    if size > MAX_DATASET_BYTES:
+        raise TaskError(f"dataset file {path!r} is {size / 2**30:.1f} GiB, over RACE's {MAX_DATASET_BYTES >> 30} GiB "
+                        "limit: pilots need a few thousand problems; give a sample of it")
 
 
 def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:
@@ -217,11 +224,16 @@ def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "
     _existing_file(path)
     out: list[Problem] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path} line {lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TaskError(f"{where}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}): "
+                                "save the file as UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{path} line {lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -247,7 +259,11 @@ def load_parquet(path: str, *, prompt_field: str = "prompt", answer_field: str =
         import pyarrow.parquet as pq
     except ImportError:
         raise TaskError(f"reading {path!r} needs pyarrow: pip install pyarrow") from None
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as e:       # pyarrow.ArrowInvalid is a ValueError
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TaskError(f"dataset file {path!r} is not a readable Parquet file: {first[:200]}") from None
     fmt = _worked_format(table.column_names, prompt_field, answer_field)
     if fmt:
         wanted = [*WORKED_FORMATS[fmt], *(["answer"] if fmt == "math" and "answer" in table.column_names else [])]

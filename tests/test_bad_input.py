@@ -539,3 +539,42 @@ def test_a_reward_timeout_kills_the_rewards_setsid_children_too(tmp_path):
     else:
         os.kill(pid, 9)
         raise AssertionError(f"the reward's setsid child {pid} outlived it")
+
+
+def _limited(*args, cwd, seconds=60):
+    """``race ARGS`` in a child under ``ulimit -v 2000000`` (RLIMIT_AS ≈ 1.9 GiB), as issue 36 asks."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2_000_000 * 1024, 2_000_000 * 1024))
+
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=seconds, preexec_fn=cap, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_memory_bombs_end_in_one_line_under_a_memory_limit(tmp_path):
+    """The memory cases of issue 36, each in a process capped at 2,000,000 KiB of address space: one
+    `Error:` line, exit 2, within a minute (none grows until the cap kills it)."""
+    import gzip
+
+    bomb = tmp_path / "bomb.json.gz"                      # 1 GiB of spaces inside, ~1 MB on disk
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        for _ in range(1024):
+            fh.write(b" " * 2 ** 20)
+        fh.write(b'{"schema_version": 1}')
+    nest = "a0: &a0 [race/tiny-arith, race/tiny-arith]\n" + "".join(
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n"
+        for i in range(1, 9))
+    (tmp_path / "models.yaml").write_text(nest + "model: race/tiny-arith\nbudget: 1e11\nmodels: *a8\n")
+    (tmp_path / "seeds.yaml").write_text("model: race/tiny-arith\nbudget: 1e11\nseeds: 1000000\n")
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    cases = [(("report", str(bomb)), "decompresses past"),
+             (("report", "--storage", "journal:/dev/zero", "--study", "s"), "character device"),
+             (("report", "--storage", "journal:/dev/full", "--study", "s"), "character device"),
+             (("plan", "models.yaml"), "YAML alias"),
+             (("plan", "seeds.yaml"), "seeds 1000000 is more than 64"),
+             (("report", "deep.json"), "nests JSON too deeply")]
+    for args, message in cases:
+        r = _limited(*args, cwd=tmp_path)
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0] and len(lines[0]) < 1000, (args, r.stderr[-500:])

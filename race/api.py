@@ -141,7 +141,8 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
     from dataclasses import replace
 
     from race.forecast import with_forecast
-    from race.pilot import check_device, run_pilot
+    from race.loading import check_device
+    from race.pilot import run_pilot
     from race.probe import plan_probe, probe_record, with_probe
     from race.results import load_results, save_results
 

@@ -77,7 +77,7 @@ def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | 
     if not extend:
         return results
     from race.grid import plan_grid
-    from race.pilot import Calibration
+    from race.calibration import Calibration
 
     name = study or config.name
     run_kw = {k: v for k, v in run_kw.items() if k not in ("import_pilots", "announce")}

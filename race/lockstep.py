@@ -23,9 +23,12 @@ from types import SimpleNamespace
 from typing import Callable
 
 from race.config import GridConfig
-from race.pilot import (FlopMeter, HeldOutCheckpoints, PilotData, PilotLoop, StepRecord, answer_check,
-                        check_sync, close_reward, finish_pilot, lr_scheduler, model_load_kwargs, pack_kept,
-                        rollout_search, score_rollouts, seed_everything, task_problems)
+from race.evaluation import HeldOutCheckpoints, close_reward
+from race.loading import model_load_kwargs, seed_everything
+from race.meter import FlopMeter
+from race.pilot import (PilotData, PilotLoop, StepRecord, check_sync, finish_pilot, lr_scheduler, pack_kept,
+                        rollout_search, score_rollouts)
+from race.taskdata import answer_check, task_problems
 from race.records import FlopBreakdown, PilotResult, Schedule
 
 SeedProgressFn = Callable[[int, int, float], None]       # (seed, steps done, FLOPs spent)

@@ -330,7 +330,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 
         raise ConfigError(f"config names models {list(config.models)}: run a grid over policies with "
                           "race.api.run_models (race pilot does), one study per policy")
-    from race.pilot import check_device
+    from race.loading import check_device
 
     check_device(device)
     from race.regime import MIN_GRID_POINTS
@@ -364,7 +364,7 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
         from race.models import check_loadable
 
         check_loadable(config.eval.judge_model, "eval.judge_model")
-    from race.pilot import check_host_memory
+    from race.loading import check_host_memory
 
     check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
     from race.lockstep import group_size_for
@@ -411,7 +411,7 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
             st.update_heartbeat(heartbeat)
     else:
         from race.grid import plan_grid
-        from race.pilot import calibrate
+        from race.calibration import calibrate
 
         cal = calibration or calibrate(config, device=device)
         run_cfg = replace(config, grpo=replace(config.grpo, **cal.healthy)) if cal.healthy is not None else config
@@ -721,7 +721,7 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     """Join ``study`` in ``storage`` and run the pilots no one holds until the study needs none
     (heartbeat interval: the study's). Returns what this worker did: pilots run, complete, failed."""
     from race import store as S
-    from race.pilot import check_device
+    from race.loading import check_device
     from race.runner import default_workers
 
     check_device(device)

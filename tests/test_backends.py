@@ -335,3 +335,40 @@ def test_sampling_stops_at_any_stop_token():
     for c in out[0]:
         assert c[-1] in stops and not set(c[:-1]) & set(stops)
     assert any(c[-1] == semi for c in out[0])
+
+
+def test_every_rollout_backend_has_what_the_protocol_names():
+    """race.backends.base.RolloutBackend is what the engine, evaluation and calibration call: the
+    HF backend, a lockstep seed's view, and (by their class attributes and methods) both vLLM
+    backends have all of it, so no caller probes with hasattr."""
+    import inspect
+
+    from race.backends.base import RolloutBackend
+    from race.backends.hf import HFBackend
+    from race.backends.lockstep import SeedView
+    from race.config import config_from_dict
+    from race.loading import load_policy
+
+    tok, policy, path = load_policy(config_from_dict({"model": "race/tiny-arith", "budget": 1e10}))
+    hf = HFBackend(policy, tok, model_path=path)
+    assert isinstance(hf, RolloutBackend) and hf.sleep is False
+
+    from types import SimpleNamespace
+
+    group = SimpleNamespace(tok=tok, device=hf.device, pad_id=0, name="hf", sampling_uses_adapter=False,
+                            sleep=False)      # a group backend's surface, as LockstepBackend and the vLLM one have
+    assert isinstance(SeedView(group, 0), RolloutBackend)
+    wanted = {m for m in dir(RolloutBackend) if not m.startswith("_")}
+    import ast
+
+    src = inspect.getsource(__import__("race.backends.vllm", fromlist=["x"]))
+    tree = ast.parse(src)
+    for cls in ("VLLMBackend",):
+        node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+        have = {f.name for f in node.body if isinstance(f, ast.FunctionDef)} | {
+            t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)} | {
+            t.attr for n in ast.walk(node) if isinstance(n, ast.Assign) for t in n.targets
+            if isinstance(t, ast.Attribute)} | {
+            e.attr for n in ast.walk(node) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Tuple)
+            for e in t.elts if isinstance(e, ast.Attribute)}
+        assert wanted <= have, (cls, wanted - have)

@@ -1,8 +1,12 @@
-"""The rollout-backend interface: three methods, like lm-evaluation-harness's LM."""
+"""The rollout-backend interface (``RolloutBackend``, a ``typing.Protocol``), its batch type and stop tokens.
+
+Every backend (race.backends.hf, .lockstep, .vllm) has the attributes and methods the Protocol
+names, so callers use them directly, without ``hasattr`` probing (tests/test_backends.py checks
+each backend against it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass
@@ -38,13 +42,20 @@ def stop_token_ids(tokenizer, model=None) -> list[int]:
     return sorted(int(i) for i in ids)
 
 
+@runtime_checkable
 class RolloutBackend(Protocol):
-    name: str
+    """What the pilot engine, evaluation and calibration call on a rollout backend."""
+
+    name: str                     # "hf" or "vllm": the report names it
     sampling_uses_adapter: bool   # True: sampling runs the unmerged adapter (its FLOPs count in C_search)
+    sleep: bool                   # True: the engine sleeps during the update (vLLM sleep mode)
+    tok: Any                      # the tokenizer prompts are encoded with
+    device: Any                   # the torch.device sampling runs on
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int | None = None) -> RolloutBatch:
-        """Sample ``n`` completions per prompt with the current policy."""
+                 top_p: float = 1.0, seed: int | None = None, generator: Any = None) -> RolloutBatch:
+        """Sample ``n`` completions per prompt with the current policy (from ``generator``, or a
+        generator seeded with ``seed``)."""
 
     def sync(self) -> float:
         """Make the policy's latest adapter weights the ones sampled from; returns FLOPs spent doing it."""

@@ -151,6 +151,7 @@ class HFBackend:
     """Rollouts from a Transformers model (the policy being trained), on CPU or CUDA."""
 
     name = "hf"
+    sleep = False                 # nothing sleeps: the sampling copy stays where it is
 
     def __init__(self, policy, tokenizer, *, model_path: str | None = None, merge_for_sampling: bool = True,
                  device: str = "cpu"):

@@ -340,6 +340,7 @@ class LockstepBackend:
 
     name = "hf"
     sampling_uses_adapter = False       # merged weights, as the solo lean sampler
+    sleep = False
 
     def __init__(self, policy: LockstepLM, tokenizer, *, device: str = "cpu"):
         from race.backends.base import stop_token_ids
@@ -380,7 +381,20 @@ class SeedView:
     def __init__(self, group, seed: int):
         self.group, self.seed = group, seed
         self.tok, self.device, self.pad_id, self.name = group.tok, group.device, group.pad_id, group.name
-        self.sampling_uses_adapter = group.sampling_uses_adapter
+        self.sampling_uses_adapter, self.sleep = group.sampling_uses_adapter, group.sleep
+
+    # the group syncs, pauses and closes its engine for every seed at once: a view's are no-ops
+    def sync(self) -> float:
+        return 0.0
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int | None = None, generator: torch.Generator | None = None) -> RolloutBatch:

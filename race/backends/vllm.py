@@ -347,6 +347,7 @@ class VLLMLockstepBackend:
 
     name = "vllm"
     sampling_uses_adapter = True
+    sleep = False                 # the multi-LoRA engine does not sleep
 
     def __init__(self, policy, tokenizer, *, model_path: str, device: str = "cpu", llm=None,
                  max_model_len: int | None = None, gpu_memory_utilization: float | None = None,

@@ -577,7 +577,7 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
 
 
 @main.command()
-@click.argument("source", metavar="RESULTS.json|DIR|CONFIG.yaml")
+@click.argument("source", metavar="[RESULTS.json|DIR|CONFIG.yaml]", required=False)
 @click.option("--for", "trainer", required=True, metavar="TRAINER",
               help="The trainer of the full run: trl, verl or openrlhf.")
 @click.option("--full-run", "full_run", default=None, metavar="F",
@@ -585,19 +585,35 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
 @click.option("--rho", default=None, metavar="R",
               help="The ρ to run at, in (0, 1) (default for results: the recommended range's centre; "
                    "required for a CONFIG).")
+@click.option("--gpus", type=click.IntRange(1, 4096), default=None,
+              help="GPUs per node the full run has: every count and batch of the recipe divides on them "
+                   "(default: 8 for verl and OpenRLHF, as theirs; 1 process for TRL).")
+@click.option("--nodes", type=click.IntRange(1, 4096), default=1, show_default=True, help="Nodes of the full run.")
+@click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
+@click.option("--study", default=None, help="Study name in --storage.")
 @click.option("--format", "fmt", type=click.Choice(("text", "yaml", "json")), default="text", show_default=True,
               help="text: configuration and FLOP statement; yaml: the trainer's configuration (TRL: for "
-                   "`trl grpo --config`); json: everything.")
+                   "`trl grpo --config`; verl: the overrides nested; not OpenRLHF, which reads flags only); "
+                   "json: everything.")
 @_user_errors
-def recipe(source: str, trainer: str, full_run: str | None, rho: str | None, fmt: str) -> None:
+def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | None, gpus: int | None, nodes: int,
+           storage: str | None, study: str | None, fmt: str) -> None:
     """The full-run configuration for TRL, verl or OpenRLHF at the recommended ρ (or --rho): prompts
     per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
-    from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature; with RACE's
-    FLOP count of it as that trainer runs it (docs/recipes.md)."""
+    from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature, sized for
+    --gpus × --nodes; with RACE's FLOP count of it as that trainer runs it (docs/recipes.md)."""
     from race.recipes import recipe as make_recipe
     from race.recipes import render_recipe
 
-    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho)
+    if storage or study:
+        if not (storage and study) or source:
+            raise click.UsageError("a recipe from storage takes --storage URL and --study NAME (and no SOURCE)")
+        from race.store import load_results as load_stored
+
+        source = load_stored(storage, study)
+    elif not source:
+        raise click.UsageError("give RESULTS.json (or its folder) or CONFIG.yaml, or --storage URL --study NAME")
+    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho, gpus=gpus, nodes=nodes)
     _echo(render_recipe(rec, fmt), nl=False)
 
 

@@ -252,13 +252,43 @@ def _nearest_expressible(cm: Any, rho: float, sched: Schedule, min_n: int) -> tu
     return n, mu
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The hardware a recipe is sized for: ``gpus`` per node × ``nodes`` (verl / OpenRLHF: every
+    count and batch divides on it; TRL: data-parallel processes)."""
+
+    gpus: int = 8
+    nodes: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.gpus * self.nodes
+
+    def check(self) -> "Shape":
+        for name, v in (("gpus", self.gpus), ("nodes", self.nodes)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
+                raise RaceError(f"{name} {v!r} is not a whole number from 1 to 4096 (the hardware the recipe is for)")
+        return self
+
+
+def _fit_prompts(bp: int, n: int, world: int) -> int:
+    """The smallest B_p' ≥ B_p whose B_p'·n sequences split evenly over ``world`` GPUs (B_p is not a
+    knob of ρ: the step count absorbs it, the FLOPs stay the budget's)."""
+    k = bp
+    while (k * n) % world:
+        k += 1
+    return k
+
+
 def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = None,
-           rho: float | None = None) -> Recipe:
+           rho: float | None = None, gpus: int | None = None, nodes: int = 1) -> Recipe:
     """The full-run configuration of ``trainer`` (trl | verl | openrlhf) at ρ.
 
     ``source``: a results file or its folder (ρ: the diagnosis' recommended range centre unless
     ``rho``), or a pilot-grid config (path, mapping or GridConfig; ``rho`` required).
     ``full_run_budget``: FLOPs of the full run (default: the config's ``full_run_budget``).
+    ``gpus`` per node × ``nodes``: the hardware it is sized for (``Shape``; default gpus: 8 for verl
+    and OpenRLHF, whose own default is 8, and 1 process for TRL).
     """
     from race.grid import CostModel, choose_knobs, learning_rate
     from race.specs import lora_spec, policy_arch, reward_spec
@@ -266,6 +296,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     key = str(trainer).lower() if trainer is not None else ""
     if key not in TRAINERS:
         raise RaceError(f"trainer {trainer!r} is unknown: expected one of {', '.join(TRAINERS)}")
+    key_ = str(trainer).lower() if trainer is not None else ""
+    shape = Shape(gpus if gpus is not None else (1 if key_ == "trl" else 8), nodes).check()
     cfg, r, P, C, label, results = _load_source(source, rho)
     raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
     if raw_full is None:
@@ -301,6 +333,12 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                      f"rollout: the recipe is the nearest expressible one, {n} generated and trained per prompt "
                      f"with μ={mu} (ρ={near:.3f} as RACE's pilots count it, {knobs.per_prompt.rho:.3f} asked)")
     run = RUNS[key]
+    fitted = _fit_prompts(bp, n, shape.world)
+    if fitted != bp:
+        notes.append(f"prompts per step {bp} → {fitted}: {fitted} × {n} sequences split evenly over "
+                     f"{shape.world} GPUs ({shape.gpus} × {shape.nodes}); B_p is not a knob of ρ, the step count "
+                     "absorbs it")
+        bp = fitted
     per_prompt = trainer_step_cost(run, arch, lora, reward, prompt_len=P, completion_len=C, n=n, mu=mu,
                                    beta=cfg.grpo.beta, grad_checkpointing=cfg.grpo.grad_checkpointing)
     per_step = per_prompt.scaled(bp)
@@ -322,7 +360,7 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
                         learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
                         flops=planned.scaled(steps))
-    settings, model, more = _SETTINGS[key](cfg, schedule, P)
+    settings, model, more = _SETTINGS[key](cfg, schedule, P, shape)
     notes += more
     notes.append(at_risk["line"])
     if rate["rule"] != 4:
@@ -339,7 +377,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     return Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
                   settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
                   planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),
-                  asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None)
+                  asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None,
+                  extra={"gpus": shape.gpus, "nodes": shape.nodes})
 
 
 # ----------------------------------------------------------------------------- the trainers' names
@@ -365,9 +404,9 @@ def _alpha(cfg: GridConfig) -> int | float:
     return int(a) if float(a).is_integer() else a
 
 
-def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+def _trl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
     g, total = cfg.grpo, s.prompts_per_step * s.n_gen
-    micro = _micro(cfg, total)
+    micro = _micro(cfg, total // shape.world)          # per process: the batch splits over the processes
     opt_steps = s.steps * s.mu
     lr = cfg.learning_rate
     sched = {"constant": "constant_with_warmup" if lr.warmup else "constant",
@@ -375,8 +414,8 @@ def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]
     settings = {
         "num_generations": s.n_gen,
         "per_device_train_batch_size": micro,            # completions, not prompts
-        "gradient_accumulation_steps": total // micro,
-        "steps_per_generation": total // micro,          # generation batch = B_p · n_gen completions
+        "gradient_accumulation_steps": total // (micro * shape.world),
+        "steps_per_generation": total // (micro * shape.world),   # generation batch = B_p · n_gen completions
         "num_iterations": s.mu,
         "max_steps": opt_steps,                          # optimizer steps: μ per generation batch
         "learning_rate": s.learning_rate,
@@ -398,14 +437,19 @@ def _trl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]
                                            "decay_type": "linear"}
     model = {"model_name_or_path": cfg.model, "use_peft": True, "lora_r": cfg.lora.rank,
              "lora_alpha": _alpha(cfg), "lora_target_modules": list(cfg.lora.targets)}
-    return settings, model, ["the watch: pass race.watch.trl_callback(held-out prompts, your checker) in "
-                             "GRPOTrainer(callbacks=[…]): it stops a collapsing run and restores its best adapter "
-                             "(docs/stability.md)"]
+    notes = ["the watch: pass race.watch.trl_callback(held-out prompts, your checker) in "
+             "GRPOTrainer(callbacks=[…]): it stops a collapsing run and restores its best adapter (docs/stability.md)"]
+    if shape.world > 1:
+        notes.append(f"launch on {shape.world} processes (accelerate launch --num_processes {shape.world}"
+                     + (f" --num_machines {shape.nodes}" if shape.nodes > 1 else "") + "): the per-device batch and "
+                     "accumulation above assume it")
+    return settings, model, notes
 
 
-def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+def _verl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
     g, lr = cfg.grpo, cfg.learning_rate
-    micro = _micro(cfg, s.prompts_per_step * s.n_gen)
+    # verl splits a mini-batch of B_p · n sequences over the data-parallel GPUs, then into micro-batches
+    micro = _micro(cfg, s.prompts_per_step * s.n_gen // shape.world)
     notes = []
     sched = lr.schedule
     if sched in ("linear", "wsd"):
@@ -421,6 +465,9 @@ def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]
         "data.max_prompt_length": _max_prompt(P),
         "data.max_response_length": g.max_completion_len,
         "actor_rollout_ref.rollout.n": s.n_gen,
+        # mandatory in verl's ppo_trainer.yaml (`???`); vLLM and safetensors as its LoRA page requires
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.load_format": "safetensors",
         "actor_rollout_ref.rollout.temperature": g.temperature,
         "actor_rollout_ref.rollout.top_p": g.top_p,
         "actor_rollout_ref.rollout.enable_prefix_caching": True,
@@ -444,6 +491,10 @@ def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]
         "actor_rollout_ref.model.target_modules": list(cfg.lora.targets),
         "actor_rollout_ref.model.enable_gradient_checkpointing": g.grad_checkpointing,
         "trainer.total_training_steps": s.steps,
+        # total_training_steps ends the run; enough epochs that a dataset of ≥ B_p prompts never ends it first
+        "trainer.total_epochs": s.steps,
+        "trainer.n_gpus_per_node": shape.gpus,
+        "trainer.nnodes": shape.nodes,
         # the watch (race.watch): the base policy, then every test_freq steps, samples dumped per step
         "trainer.val_before_train": True,
         "trainer.test_freq": _watch_every(s.steps),
@@ -461,11 +512,20 @@ def _verl(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]
     return ov, {}, notes
 
 
-def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[str]]:
+def _openrlhf(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
     g, lr = cfg.grpo, cfg.learning_rate
     total = s.prompts_per_step * s.n_gen
-    micro = _micro(cfg, total)
+    micro = _micro(cfg, total // shape.world)          # per GPU; accumulation = total / (micro · GPUs)
     notes = []
+    alpha = _alpha(cfg)
+    if not float(alpha).is_integer():                  # OpenRLHF parses --ds.lora.alpha as an int
+        notes.append(f"lora.alpha {alpha:g}: OpenRLHF 0.11 takes a whole number; the recipe uses "
+                     f"{round(alpha)} (LoRA scale {round(alpha) / cfg.lora.rank:g} instead of {alpha / cfg.lora.rank:g})")
+        alpha = int(round(alpha))
+    notes.append("OpenRLHF 0.11.0 sends LoRA weights to vLLM under their adapter-wrapped names, unmerged: its open "
+                 "issue #1349 reports LoRA + vLLM weight sync failing at this version. Until it is fixed the nearest "
+                 "working recipe is race recipe --for verl (LoRA through vLLM), or this one with --ds.lora.rank 0 "
+                 "(full fine-tuning: another FLOP count)")
     if g.loss_agg != "dapo":
         notes.append(f"grpo.loss_agg {g.loss_agg}: OpenRLHF 0.11's PPO loss is token-level (token sum / token "
                      "count of the optimizer step: RACE's dapo) and has no switch for it; the recipe uses that, "
@@ -490,7 +550,7 @@ def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[
         "--actor.lr_scheduler": sched,
         "--actor.lr_warmup_ratio": lr.warmup,
         "--ds.lora.rank": cfg.lora.rank,
-        "--ds.lora.alpha": _alpha(cfg),
+        "--ds.lora.alpha": alpha,
         "--ds.lora.target_modules": list(cfg.lora.targets),
         "--rollout.max_new_tokens": g.max_completion_len,
         "--data.max_len": _max_prompt(P) + g.max_completion_len,
@@ -500,7 +560,17 @@ def _openrlhf(cfg: GridConfig, s: Schedule, P: float) -> tuple[dict, dict, list[
         "--actor.entropy_coef": g.entropy_coef,
         "--algo.kl.init_coef": g.beta,
         "--vllm.enable_prefix_caching": True,
+        # generation runs only through vLLM: one engine per GPU, colocated with training (OpenRLHF's
+        # hybrid engine), vLLM asleep during the update
+        "--vllm.num_engines": shape.world,
+        "--vllm.tensor_parallel_size": 1,
+        "--train.colocate_all": True,
+        "--vllm.enable_sleep": True,
+        "--actor.num_nodes": shape.nodes,
+        "--actor.num_gpus_per_node": shape.gpus,
     }
+    if g.beta > 0:                                     # the reference model on the same GPUs
+        flags.update({"--ref.num_nodes": shape.nodes, "--ref.num_gpus_per_node": shape.gpus})
     if g.beta > 0:
         flags["--algo.kl.use_loss"] = True
         flags["--algo.kl.estimator"] = "k3"
@@ -587,7 +657,8 @@ def flop_lines(rec: Recipe) -> list[str]:
 
 def render_recipe(rec: Recipe, fmt: str = "text") -> str:
     """``text`` (header, configuration, FLOP statement, notes), ``yaml`` (the trainer's configuration:
-    for TRL a file for ``trl grpo --config``; the accounting as comments) or ``json`` (everything)."""
+    for TRL a file for ``trl grpo --config``, for verl the overrides nested; the accounting as
+    comments; refused for OpenRLHF, whose trainer reads flags only) or ``json`` (everything)."""
     if fmt not in FORMATS:
         raise RaceError(f"format {fmt!r} is unknown: expected one of {', '.join(FORMATS)}")
     if fmt == "json":
@@ -607,7 +678,8 @@ def render_recipe(rec: Recipe, fmt: str = "text") -> str:
         if rec.trainer == "verl":
             body = _nest(rec.settings)
         elif rec.trainer == "openrlhf":
-            body = _nest({k.lstrip("-"): v for k, v in rec.settings.items()})
+            raise RaceError("OpenRLHF 0.11's train_ppo_ray.py takes command-line flags only (it has no --config): "
+                            "use --format text for the command, or --format json")
         comments = head + flop_lines(rec) + notes
         if rec.trainer == "trl":
             comments.append("for `trl grpo --config FILE`: add dataset_name and reward_funcs")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -160,14 +161,15 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert f["--train.batch_size"] == f["--rollout.batch_size"] * f["--rollout.n_samples_per_prompt"]
     assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
     assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
-    assert len(r.notes) == 4 and "token-level" in r.notes[0] and "\n" not in r.notes[0]   # no per-sequence mean
+    assert len(r.notes) == 5 and "token-level" in r.notes[1] and "\n" not in r.notes[1]   # no per-sequence mean
+    assert "issue #1349" in r.notes[0] and "race recipe --for verl" in r.notes[0]   # LoRA + vLLM at 0.11.0
     # the watch: a validation every K steps (20 over the run), and the function for the means it logs
-    assert f["--eval.steps"] == max(1, round(s.steps / 20)) and "race.watch.check_means(" in r.notes[1]
+    assert f["--eval.steps"] == max(1, round(s.steps / 20)) and "race.watch.check_means(" in r.notes[2]
     assert o["trainer.test_freq"] == max(1, round(v.schedule.steps / 20)) and o["trainer.val_before_train"] is True
     assert o["trainer.validation_data_dir"] == "race_watch_val" and "race.watch.verl_history(" in " ".join(v.notes)
-    assert r.notes[2].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
+    assert r.notes[3].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
     # a constant rate over 10 pilot budgets: the rate for F is cosine decay (race.rate, rule 3), used
-    assert r.notes[3].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[3]
+    assert r.notes[4].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[4]
     assert f["--actor.lr_scheduler"] == "cosine" and f["--actor.lr_warmup_ratio"] == 0.05
     assert o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine"
 
@@ -256,8 +258,11 @@ def test_cli_text_yaml_json(tmp_path):
     assert d["settings"]["algorithm.adv_estimator"] == "grpo" and d["flops"]["total"] <= 1e13
     import yaml
 
-    y = run("recipe", RESULTS, "--for", "openrlhf", "--full-run", "1e13", "--format", "yaml")
-    assert yaml.safe_load(y.output)["rollout"]["n_samples_per_prompt"] == d["schedule"]["n_gen"]
+    y = run("recipe", RESULTS, "--for", "verl", "--full-run", "1e13", "--format", "yaml")
+    assert yaml.safe_load(y.output)["actor_rollout_ref"]["rollout"]["n"] == d["schedule"]["n_gen"]
+    # OpenRLHF's trainer reads flags only: a YAML of them could not be loaded, so it is refused
+    o = run("recipe", RESULTS, "--for", "openrlhf", "--full-run", "1e13", "--format", "yaml")
+    assert o.exit_code == 2 and "takes command-line flags only (it has no --config)" in o.output
 
 
 def test_cli_config_needs_rho_and_uses_its_full_run_budget(tmp_path):
@@ -329,3 +334,36 @@ def test_a_warmup_stable_decay_rate_is_trl_native_and_the_nearest_decay_elsewher
         flat = r.settings
         assert flat[key] == "cosine"
         assert any("wsd" in n and "cosine" in n for n in r.notes)
+
+
+def test_every_recipe_is_sized_for_its_gpus_with_the_trainers_mandatory_fields():
+    """--gpus × --nodes: verl and OpenRLHF batches split evenly over the GPUs (prompts per step raised
+    to the next count that does, the steps absorbing it), verl's mandatory rollout name and LoRA load
+    format, its GPU and node counts and enough epochs; OpenRLHF's vLLM engines and actor GPUs, its
+    integer LoRA alpha; TRL's accumulation over its processes."""
+    cfg = tiny_config(mu=1, micro=None)
+    rho = on_policy_rho(cfg, mu=1)
+    for gpus, nodes in ((8, 1), (3, 2), (1, 1)):
+        world = gpus * nodes
+        v = recipe(cfg, trainer="verl", rho=rho, full_run_budget=1e13, gpus=gpus, nodes=nodes)
+        o, s = v.settings, v.schedule
+        assert o["actor_rollout_ref.rollout.name"] == "vllm" and o["actor_rollout_ref.rollout.load_format"] == "safetensors"
+        assert (o["trainer.n_gpus_per_node"], o["trainer.nnodes"]) == (gpus, nodes)
+        assert o["trainer.total_epochs"] >= o["trainer.total_training_steps"] == s.steps
+        per_gpu = s.prompts_per_step * s.n_gen // world
+        assert (s.prompts_per_step * s.n_gen) % world == 0 and per_gpu % o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 0
+        r = recipe(cfg, trainer="openrlhf", rho=rho, full_run_budget=1e13, gpus=gpus, nodes=nodes)
+        f, s = r.settings, r.schedule
+        assert f["--vllm.num_engines"] == world and (f["--actor.num_gpus_per_node"], f["--actor.num_nodes"]) == (gpus, nodes)
+        assert f["--train.batch_size"] % (f["--train.micro_batch_size"] * world) == 0
+        assert isinstance(f["--ds.lora.alpha"], int)
+        t = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e13, gpus=gpus, nodes=nodes).settings
+        assert t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * world == s.prompts_per_step * s.n_gen
+    odd = recipe(cfg, trainer="verl", rho=rho, full_run_budget=1e13, gpus=7)
+    assert (odd.schedule.prompts_per_step * odd.schedule.n_gen) % 7 == 0
+    assert any(n.startswith(f"prompts per step {cfg.schedule.prompts_per_step} → ") for n in odd.notes)
+    assert odd.flops.total <= 1e13
+    half = recipe(replace(cfg, lora=replace(cfg.lora, alpha=8.5)), trainer="openrlhf", rho=rho, full_run_budget=1e13)
+    assert half.settings["--ds.lora.alpha"] == 8 and any("lora.alpha 8.5" in n for n in half.notes)
+    with pytest.raises(RaceError, match="gpus 0 is not a whole number"):
+        recipe(cfg, trainer="verl", rho=rho, full_run_budget=1e13, gpus=0)

@@ -50,7 +50,7 @@ from race.records import FlopBreakdown, Schedule
 TRAINERS = ("trl", "verl", "openrlhf")
 FORMATS = ("text", "yaml", "json")
 # where each trainer's parameter names and behaviour were read (docs/recipes.md)
-VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.8.0.dev (main at b178a3c, 2026-01-29)",
+VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.8.0",
             "openrlhf": "OpenRLHF 0.11.0"}
 DEFAULT_MICRO_BATCH = 8     # sequences per forward/backward when the config sets no grpo.micro_batch
 

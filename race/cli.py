@@ -591,13 +591,16 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
 @click.option("--nodes", type=click.IntRange(1, 4096), default=1, show_default=True, help="Nodes of the full run.")
 @click.option("--storage", default=None, metavar="URL", help="Read the pilots from this optuna storage instead.")
 @click.option("--study", default=None, help="Study name in --storage.")
+@click.option("--emit", "emit_dir", default=None, metavar="DIR",
+              help="Write the task's splits and RACE's reward module in DIR, as the trainer reads them, and point "
+                   "the recipe at them (without it: placeholders the trainer refuses).")
 @click.option("--format", "fmt", type=click.Choice(("text", "yaml", "json")), default="text", show_default=True,
               help="text: configuration and FLOP statement; yaml: the trainer's configuration (TRL: for "
                    "`trl grpo --config`; verl: the overrides nested; not OpenRLHF, which reads flags only); "
                    "json: everything.")
 @_user_errors
 def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | None, gpus: int | None, nodes: int,
-           storage: str | None, study: str | None, fmt: str) -> None:
+           storage: str | None, study: str | None, emit_dir: str | None, fmt: str) -> None:
     """The full-run configuration for TRL, verl or OpenRLHF at the recommended ρ (or --rho): prompts
     per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
     from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature, sized for
@@ -613,7 +616,10 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
         source = load_stored(storage, study)
     elif not source:
         raise click.UsageError("give RESULTS.json (or its folder) or CONFIG.yaml, or --storage URL --study NAME")
-    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho, gpus=gpus, nodes=nodes)
+    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho, gpus=gpus, nodes=nodes,
+                      emit_dir=emit_dir)
+    if emit_dir:
+        _echo(f"wrote the task's splits and race_reward.py in {emit_dir} for {rec.version}", err=True)
     _echo(render_recipe(rec, fmt), nl=False)
 
 

@@ -281,14 +281,16 @@ def _fit_prompts(bp: int, n: int, world: int) -> int:
 
 
 def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = None,
-           rho: float | None = None, gpus: int | None = None, nodes: int = 1) -> Recipe:
+           rho: float | None = None, gpus: int | None = None, nodes: int = 1, emit_dir: str | None = None) -> Recipe:
     """The full-run configuration of ``trainer`` (trl | verl | openrlhf) at ρ.
 
     ``source``: a results file or its folder (ρ: the diagnosis' recommended range centre unless
     ``rho``), or a pilot-grid config (path, mapping or GridConfig; ``rho`` required).
     ``full_run_budget``: FLOPs of the full run (default: the config's ``full_run_budget``).
     ``gpus`` per node × ``nodes``: the hardware it is sized for (``Shape``; default gpus: 8 for verl
-    and OpenRLHF, whose own default is 8, and 1 process for TRL).
+    and OpenRLHF, whose own default is 8, and 1 process for TRL). ``emit_dir``: write the task's
+    splits and RACE's reward module there for the trainer (race.emit), and point the recipe at them;
+    without it the recipe names placeholders the trainer refuses.
     """
     from race.grid import CostModel, choose_knobs, learning_rate
     from race.specs import lora_spec, policy_arch, reward_spec
@@ -361,6 +363,15 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                         learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
                         flops=planned.scaled(steps))
     settings, model, more = _SETTINGS[key](cfg, schedule, P, shape)
+    notes += more
+    from race.emit import data_settings, emit
+
+    rows = emit(cfg, key, emit_dir)["rows"] if emit_dir else None
+    data, more = data_settings(key, emit_dir, steps=steps, prompts_per_step=bp, rows=rows)
+    if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
+        model = {**model, **data}
+    else:
+        settings = {**settings, **data}
     notes += more
     notes.append(at_risk["line"])
     if rate["rule"] != 4:

@@ -367,3 +367,57 @@ def test_every_recipe_is_sized_for_its_gpus_with_the_trainers_mandatory_fields()
     assert half.settings["--ds.lora.alpha"] == 8 and any("lora.alpha 8.5" in n for n in half.notes)
     with pytest.raises(RaceError, match="gpus 0 is not a whole number"):
         recipe(cfg, trainer="verl", rho=rho, full_run_budget=1e13, gpus=0)
+
+
+def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path):
+    """race recipe --emit DIR: the training and held-out splits RACE's pilots use, in the trainer's
+    format, and race_reward.py under the trainer's three signatures giving RACE's reward; the recipe
+    points at them and sets the passes over the data the step count needs. Without --emit: placeholders
+    that do not exist, and the note naming --emit; a reward model is refused."""
+    import importlib.util
+
+    import pyarrow.parquet as pq
+
+    from race.emit import epochs
+    from race.tasks import load_task
+
+    from race.results import load_results
+
+    task = load_results(RESULTS).config["task"]
+    train, held = load_task(task, split="train"), load_task(task, split="eval")
+    for trainer in TRAINERS:
+        out = tmp_path / trainer
+        rec = recipe(RESULTS, trainer=trainer, full_run_budget=6e12, emit_dir=str(out))
+        s = rec.schedule
+        if trainer == "verl":
+            rows = pq.read_table(out / "data" / "train.parquet").to_pylist()
+            assert rows[0]["prompt"] == [{"role": "user", "content": train[0].prompt}]
+            assert rows[0]["reward_model"]["ground_truth"] == train[0].answer and len(rows) == len(train)
+            assert pq.read_table(out / "data" / "test.parquet").num_rows == len(held)
+            assert rec.settings["trainer.total_epochs"] == epochs(s.steps, s.prompts_per_step, len(train))
+            assert rec.settings["custom_reward_function.path"] == str(out / "race_reward.py")
+        else:
+            lines = (out / "data" / "train.jsonl").read_text().splitlines()
+            assert len(lines) == len(train) and json.loads(lines[0]) == {"prompt": train[0].prompt,
+                                                                         "answer": train[0].answer}
+        if trainer == "openrlhf":
+            f = rec.settings
+            assert f["--data.max_samples"] * f["--train.num_episodes"] >= s.steps * s.prompts_per_step
+            assert f["--reward.remote_url"] == str(out / "race_reward.py")
+        if trainer == "trl":
+            assert rec.model["dataset_name"] == str(out / "data") and rec.model["reward_funcs"] == ["race_reward.reward"]
+        assert any(f"the training split holds {len(train):,}" in n for n in rec.notes)
+        spec = importlib.util.spec_from_file_location(f"race_reward_{trainer}", out / "race_reward.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        p = train[0]
+        assert mod.compute_score("race", p.answer, p.answer) == 1.0 and mod.compute_score("race", "x", p.answer) == 0.0
+        assert mod.reward([p.answer, "x"], [p.answer, p.answer]) == [1.0, 0.0]
+        assert mod.reward_func([p.prompt + p.answer], [p.prompt], [p.answer])["rewards"].tolist() == [1.0]
+    bare = recipe(RESULTS, trainer="verl", full_run_budget=6e12)
+    assert bare.settings["data.train_files"].startswith("RACE_EMIT_DIR/") and not os.path.exists("RACE_EMIT_DIR")
+    assert any("race recipe … --emit DIR" in n for n in bare.notes)
+    prm = config_from_dict({**presets.DEFAULT, "reward": {"kind": "prm", "model": "race/tiny-prm-s"}})
+    with pytest.raises(RaceError, match="reward.kind 'prm' is a reward model"):
+        recipe(prm, trainer="verl", rho=0.6, full_run_budget=6e12, emit_dir=str(tmp_path / "prm"))
+    assert not (tmp_path / "prm").exists()

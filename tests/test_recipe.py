@@ -58,7 +58,8 @@ def test_trl_grpo_config_derives_what_race_planned():
 
     cfg, rec = tiny_recipe(steps=3)
     s = rec.schedule
-    assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and [n[:14] for n in rec.notes] == ["the watch: pas", "stability at F"]
+    assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and [n[:14] for n in rec.notes] == [
+        "the watch: pas", "data and rewar", "run `trl grpo`", "stability at F"]
     args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
                       **rec.settings)
     assert args.num_generations == 4
@@ -161,15 +162,16 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert f["--train.batch_size"] == f["--rollout.batch_size"] * f["--rollout.n_samples_per_prompt"]
     assert f["--train.max_epochs"] == 3 and f["--data.max_samples"] == s.steps * s.prompts_per_step
     assert f["--algo.advantage.estimator"] == "group_norm" and f["--algo.kl.init_coef"] == 0.01
-    assert len(r.notes) == 5 and "token-level" in r.notes[1] and "\n" not in r.notes[1]   # no per-sequence mean
+    assert len(r.notes) == 6 and "token-level" in r.notes[1] and "\n" not in r.notes[1]   # no per-sequence mean
     assert "issue #1349" in r.notes[0] and "race recipe --for verl" in r.notes[0]   # LoRA + vLLM at 0.11.0
     # the watch: a validation every K steps (20 over the run), and the function for the means it logs
     assert f["--eval.steps"] == max(1, round(s.steps / 20)) and "race.watch.check_means(" in r.notes[2]
     assert o["trainer.test_freq"] == max(1, round(v.schedule.steps / 20)) and o["trainer.val_before_train"] is True
     assert o["trainer.validation_data_dir"] == "race_watch_val" and "race.watch.verl_history(" in " ".join(v.notes)
-    assert r.notes[3].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
+    assert r.notes[3].startswith("data and reward: the paths under RACE_EMIT_DIR are placeholders")
+    assert r.notes[4].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
     # a constant rate over 10 pilot budgets: the rate for F is cosine decay (race.rate, rule 3), used
-    assert r.notes[4].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[4]
+    assert r.notes[5].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[5]
     assert f["--actor.lr_scheduler"] == "cosine" and f["--actor.lr_warmup_ratio"] == 0.05
     assert o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine"
 

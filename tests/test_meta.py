@@ -34,8 +34,8 @@ def test_the_readme_is_short_shows_the_real_report_and_indexes_every_docs_page()
 
 
 def test_the_generated_reference_pages_are_current():
-    """docs/reference/cli.md and config.md come from the click commands and the config dataclasses
-    (scripts/reference.py); a change to either without regenerating fails here."""
+    """docs/reference/cli.md, config.md and api.md come from the click commands, the config
+    dataclasses and the public names (scripts/reference.py); a change without regenerating fails here."""
     import subprocess
     import sys
 

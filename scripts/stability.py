@@ -233,6 +233,46 @@ def run_product_probe(suite: dict, s: dict, kind: str) -> Path:
     return path
 
 
+def rate_lines() -> list[str]:
+    """The validation of the rate for F (issue 33, item 2): per setting, the full runs at the
+    recommended rate and ρ that are in (validation/rates/), their collapses and final held-out
+    reward, against the constant rate's stable full runs at the nearest ρ of the committed grid."""
+    import gzip
+    import json
+
+    out = ["| setting | F | rate (rule) | ρ | runs in | collapsed | final reward, mean (seeds) | constant rate's "
+           "stable runs at the nearest ρ |", "|---|---|---|---|---|---|---|---|"]
+    rows = [("lr-x3", "full10", None)] + [(n, k, None) for n, k in RATE_RUNS]
+    for name, kind, _ in rows:
+        if name == "lr-x3":      # η ÷ 3 with cosine is default-cosine's config: its committed runs answer it
+            runs = V.pilots_of(V.load_run("default-cosine", kind))
+            rate, rho = "η ÷ 3, cosine (2): default-cosine's runs", "all 5"
+        else:
+            recs = []
+            for path in sorted(RATES.glob(f"{name}-{kind}-s*.json.gz")):
+                with gzip.open(path, "rt", encoding="utf-8") as fh:
+                    recs.append(json.load(fh))
+            if not recs:
+                out.append(f"| {name} | {kind[4:]}×B | — | — | 0/{len(RATE_SEEDS)} | | | |")
+                continue
+            runs = [V.pilots_of(r)[0] for r in recs]
+            rate = f"{recs[0]['rate']['line'].split('(')[0].removeprefix('rate for F: ').strip()} ({recs[0]['rate']['rule']})"
+            rho = f"{recs[0]['rho']:.3f}"
+        finals = [statistics.fmean(p.evals["reward"]) for p in runs]
+        base = V.pilots_of(V.load_run(name, kind))
+        target = runs[0].rho_target if name != "lr-x3" else None
+        near = (base if target is None else
+                [p for p in base if p.rho_target == min({q.rho_target for q in base}, key=lambda r: abs(r - target))])
+        stable = [statistics.fmean(p.evals["reward"]) for p in near if not fell(p)]
+        sd = f" ± {statistics.stdev(finals):.3f}" if len(finals) > 1 else ""
+        ref = (f"{statistics.fmean(stable):.3f} ({len(stable)} of {len(near)} held)" if stable
+               else f"none held ({len(near)} collapsed)")
+        out.append(f"| {name} | {kind[4:]}×B | {rate} | {rho} | {len(runs)}"
+                   + (f"/{len(RATE_SEEDS)}" if name != "lr-x3" else "") + f" | {sum(fell(p) for p in runs)} | "
+                   f"{statistics.fmean(finals):.3f}{sd} ({len(finals)}) | {ref} |")
+    return out
+
+
 def load_probe(name: str, kind: str) -> dict | None:
     import gzip
     import json
@@ -248,7 +288,9 @@ def main() -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", nargs="?", default="table", choices=["table", "probe", "probes", "rate-plan", "rate"])
+    ap.add_argument("cmd", nargs="?", default="table",
+                    choices=["table", "probe", "probes", "rate-plan", "rate", "rates"])
+    ap.add_argument("--write", default=None, help="rates: write the table between the stability:rates markers")
     ap.add_argument("--seeds", default=",".join(map(str, RATE_SEEDS)))
     ap.add_argument("setting", nargs="?")
     ap.add_argument("kind", nargs="?", default="full10")
@@ -275,6 +317,15 @@ def main() -> int:
         for name, kind in RATE_RUNS:
             plan = rate_plan(V.setting(suite, name), kind)
             print(f"{name} {kind}: ρ {plan['rho']}, {plan['stability']['status']}; {plan['rate']['line']}")
+        return 0
+    if args.cmd == "rates":
+        text = "\n".join(rate_lines())
+        if args.write:
+            doc = Path(args.write)
+            body = doc.read_text(encoding="utf-8")
+            a, b = "<!-- stability:rates:begin -->", "<!-- stability:rates:end -->"
+            doc.write_text(body.split(a)[0] + a + "\n" + text + "\n" + b + body.split(b)[1], encoding="utf-8")
+        print(text)
         return 0
     if args.cmd == "rate":
         for seed in map(int, args.seeds.split(",")):

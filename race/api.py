@@ -100,8 +100,11 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
-    results = run_extended(cfg, out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
-                           adaptive=adaptive, adaptive_share=adaptive_share, engine=engine)   # extend 0: run_grid
+    from race.options import RunOptions
+
+    results = run_extended(cfg, RunOptions(out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
+                                           adaptive=adaptive, adaptive_share=adaptive_share,
+                                           engine=engine))                                   # extend 0: run_grid
     import race.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.errors import PilotsFailed, RaceError
     from race.results import failure_message

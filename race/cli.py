@@ -100,6 +100,39 @@ class _OneLineGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+class _Sectioned(click.Command):
+    """A command whose ``--help`` lists its options under headings (``SECTIONS``: heading → option
+    names), the rest under "Other options"."""
+
+    SECTIONS: dict[str, tuple[str, ...]] = {}
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx) if isinstance(p, click.Option)}
+        seen: set[str] = set()
+        for heading, names in self.SECTIONS.items():
+            records = [rows[n] for n in names if rows.get(n)]
+            seen.update(names)
+            if records:
+                with formatter.section(heading):
+                    formatter.write_dl(records)
+        rest = [r for n, r in rows.items() if r and n not in seen]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
+
+
+class _PilotCommand(_Sectioned):
+    SECTIONS = {
+        "Grid": ("budget", "seeds", "grid", "models", "thorough", "extend", "allow_approximate"),
+        "Engine": ("backend", "workers", "device", "engine", "retries", "heartbeat"),
+        "Storage": ("storage", "study", "import_pilots"),
+        "Adaptive grid (one concept: --adaptive, its policy and its share)": ("adaptive", "adaptive_policy",
+                                                                                "adaptive_share"),
+        "Full run": ("full_run", "force_forecast", "probe_f"),
+        "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path"),
+    }
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, taken the way Ctrl-C is (the storage keeps every finished pilot), then named."""
 
@@ -305,7 +338,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
             _echo(f"warning: {line}", err=True)
 
 
-@main.command()
+@main.command(cls=_PilotCommand)
 @click.argument("config_path", metavar="[CONFIG.yaml]", required=False)
 @click.option("--out", "out_dir", default=None, help="Output folder for results.json (default: runs/<name>).")
 @click.option("--budget", default=None, help="FLOPs per pilot, e.g. 1.5e12.")
@@ -322,7 +355,7 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help=ENGINE_HELP)
 @click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--json", "as_json", is_flag=True, help="Deprecated: use --format json (kept for one release).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--storage", default=None, metavar="URL",
               help="optuna storage of the study: sqlite:///FILE, postgresql://…, mysql://…, journal:FILE "
@@ -375,6 +408,8 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     from race.extend import check_extend, run_extended
     from race.results import failure_message
 
+    if as_json and not quiet:            # a deprecated alias, kept one release (docs/reference/cli.md)
+        _echo("warning: --json is deprecated: use --format json", err=True)
     if thorough and config_path:
         raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
     if plot_path:
@@ -400,10 +435,12 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
             _echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
                        f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
 
-    run_kw = dict(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
-                  adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                  adaptive_share=adaptive_share, import_pilots=import_pilots, announce=announce, engine=engine)
-    results = run_extended(cfg, extend=extend, **run_kw)      # extend 0: run_grid itself
+    from race.options import RunOptions
+
+    options = RunOptions(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
+                         adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
+                         adaptive_share=adaptive_share, import_pilots=import_pilots, engine=engine, extend=extend)
+    results = run_extended(cfg, options, announce=announce)      # extend 0: run_grid itself
     if results.diagnosis is not None:
         if full and not failure_message(results):
             from race.api import save_forecast

@@ -26,6 +26,7 @@ from typing import Any
 from race import scheduler          # scheduler.run_grid read at call time (tests replace it there)
 from race.config import GridConfig
 from race.errors import ConfigError, RaceError
+from race.options import RunOptions
 from race.records import TargetVerdict
 from race.regime import edge_point
 from race.results import Results, failure_message
@@ -66,23 +67,24 @@ def next_grid(config: GridConfig, results: Results) -> tuple[float, str] | None:
     return (point, side) if point is not None and side is not None else None
 
 
-def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | None = None,
-                 quiet: bool = False, **run_kw: Any) -> Results:
-    """Run ``config``'s grid, then up to ``extend`` rounds past its best edge (module docstring);
-    ``extend`` 0 is race.scheduler.run_grid itself. ``run_kw``: what run_grid takes (storage,
-    workers, device, engine, …)."""
-    check_extend(extend, adaptive=run_kw.get("adaptive"), adaptive_share=run_kw.get("adaptive_share"),
-                 workers=run_kw.get("workers"), models=config.models)
-    results = scheduler.run_grid(config, out_dir=out_dir, study=study, quiet=quiet, **run_kw)
-    if not extend:
+def run_extended(config: GridConfig, options: RunOptions | None = None, *, announce: Any = None,
+                 **kw: Any) -> Results:
+    """Run ``config``'s grid, then up to ``options.extend`` rounds past its best edge (module
+    docstring); ``extend`` 0 is race.scheduler.run_grid itself. ``options``: race.options.RunOptions
+    (or its fields as keyword arguments, as before); ``announce``: the CLI's banner, called once the
+    first grid's checks pass."""
+    o = (options if options is not None else RunOptions.from_kwargs(**kw)).check()
+    check_extend(o.extend, adaptive=o.adaptive, adaptive_share=o.adaptive_share, workers=o.workers,
+                 models=config.models)
+    results = scheduler.run_grid(config, o, announce=announce)
+    if not o.extend:
         return results
     from race.grid import plan_grid
     from race.calibration import Calibration
 
-    name = study or config.name
-    run_kw = {k: v for k, v in run_kw.items() if k not in ("import_pilots", "announce")}
+    name = o.study or config.name
     cal = Calibration(**results.plan["calibration"]) if results.plan.get("calibration") else None
-    for k in range(1, extend + 1):
+    for k in range(1, o.extend + 1):
         step = next_grid(config, results)
         if step is None:
             break
@@ -92,14 +94,13 @@ def run_extended(config: GridConfig, *, out_dir: str, extend: int, study: str | 
             try:                         # an unreachable ρ ends the extension, not the run
                 plan_grid(wider, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
             except ConfigError as e:
-                _say(quiet, f"grid not extended {side} ρ={min(config.grid) if side == 'below' else max(config.grid):g}: {e}")
+                _say(o.quiet, f"grid not extended {side} ρ={min(config.grid) if side == 'below' else max(config.grid):g}: {e}")
                 break
-        kept = os.path.join(out_dir, f"results-x{k - 1}.json")
-        _copy(os.path.join(out_dir, "results.json"), kept)
-        _say(quiet, f"best point at the grid's {'lowest' if side == 'below' else 'highest'} ρ: extending the grid "
-                    f"to ρ={point:g} (round {k} of {extend}; study {name}-x{k}; the grid so far → {kept})")
-        results = scheduler.run_grid(wider, out_dir=out_dir, study=f"{name}-x{k}", quiet=quiet,
-                                     import_pilots=kept, calibration=cal, **run_kw)
+        kept = os.path.join(o.out_dir, f"results-x{k - 1}.json")
+        _copy(os.path.join(o.out_dir, "results.json"), kept)
+        _say(o.quiet, f"best point at the grid's {'lowest' if side == 'below' else 'highest'} ρ: extending the grid "
+                      f"to ρ={point:g} (round {k} of {o.extend}; study {name}-x{k}; the grid so far → {kept})")
+        results = scheduler.run_grid(wider, o.with_(study=f"{name}-x{k}", import_pilots=kept), calibration=cal)
         config = wider
     return results
 

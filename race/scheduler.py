@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from race.config import GridConfig, config_from_dict
+from race.options import RunOptions
 from race.records import PilotResult, Schedule
 from race.results import Results, pilots_meta, save_results
 
@@ -300,13 +301,13 @@ def _busy_keys(store: Any) -> set[Key]:
 
 # ---------------------------------------------------------------- coordinator
 
-def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
-              workers: int | None = None, device: str = "cpu", calibration: Any = None, quiet: bool = False,
-              classify_kw: dict | None = None, adaptive: bool | str = False, retries: int = 1,
-              heartbeat: int | None = None, adaptive_share: float | None = None,
-              import_pilots: str | None = None, announce: Callable[[], None] | None = None,
-              engine: str = "auto") -> Results:
+def run_study(config: GridConfig, options: RunOptions | None = None, *, calibration: Any = None,
+              classify_kw: dict | None = None, announce: Callable[[], None] | None = None, **kw: Any) -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
+
+    ``options``: how it runs (race.options.RunOptions: out_dir, storage, study, workers, device,
+    quiet, adaptive, adaptive_share, retries, heartbeat, import_pilots, engine), checked once and
+    passed down whole; or those as keyword arguments (``**kw``), as before.
 
     ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
     same run config (a lost storage, another machine), are recorded in the study before any pilot
@@ -321,6 +322,10 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     from race import store as S
     from race.backends import BACKENDS, resolve_backend
 
+    o = (options if options is not None else RunOptions.from_kwargs(**kw)).check()
+    out_dir, storage, study, device = o.out_dir, o.storage, o.study, o.device
+    adaptive, adaptive_share, heartbeat, import_pilots, engine = (o.adaptive, o.adaptive_share, o.heartbeat,
+                                                                  o.import_pilots, o.engine)
     # before anything is written: a run that cannot start leaves no storage behind
     policy = resolve_adaptive(adaptive if adaptive_share is None else (adaptive or True))
     if adaptive_share is not None:
@@ -376,10 +381,8 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
     if announce is not None:             # every check before compute has passed, the storage is open
         announce()
     try:
-        return _start(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
-                      adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, backend=backend,
-                      calibration=calibration, classify_kw=classify_kw, heartbeat=heartbeat,
-                      import_pilots=import_pilots, engine=engine)
+        return _start(st, config, o, policy=policy, backend=backend, calibration=calibration,
+                      classify_kw=classify_kw)
     except BaseException:
         if fresh and not st.exists():          # a refusal or a failed calibration leaves nothing behind
             st.close()
@@ -397,11 +400,10 @@ def run_study(config: GridConfig, *, out_dir: str, storage: str | None = None, s
 run_grid = run_study
 
 
-def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool, retries: int,
-           adaptive: bool | str, adaptive_share: float | None, policy: str | None, backend: str, calibration: Any,
-           classify_kw: dict | None, heartbeat: int | None, import_pilots: str | None = None,
-           engine: str = "auto") -> Results:
-    """Create or resume the study in ``st``, then coordinate it."""
+def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, backend: str, calibration: Any,
+           classify_kw: dict | None) -> Results:
+    """Create or resume the study in ``st``, then coordinate it (``o``: the run's options)."""
+    device, quiet, heartbeat, import_pilots = o.device, o.quiet, o.heartbeat, o.import_pilots
     user_cfg = config.to_dict()
     resumed = st.exists()
     if resumed:
@@ -450,17 +452,15 @@ def _start(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: i
         if not quiet:
             print(f"imported {n} finished pilot(s) from {import_pilots}", file=sys.stderr, flush=True)
     try:
-        return _coordinate(st, config, out_dir=out_dir, device=device, workers=workers, quiet=quiet, retries=retries,
-                           adaptive=adaptive, adaptive_share=adaptive_share, policy=policy, resumed=resumed,
-                           engine=engine)
+        return _coordinate(st, config, o, policy=policy, resumed=resumed)
     finally:
         st.release_coordination()
 
 
-def _coordinate(st: Any, config: GridConfig, *, out_dir: str, device: str, workers: int | None, quiet: bool,
-                retries: int, adaptive: bool | str, adaptive_share: float | None, policy: str | None,
-                resumed: bool, engine: str = "auto") -> Results:
+def _coordinate(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, resumed: bool) -> Results:
     """The coordinator's loop over a study it holds: enqueue, run, sweep, save, classify."""
+    out_dir, device, workers, quiet, retries = o.out_dir, o.device, o.workers, o.quiet, o.retries
+    adaptive, adaptive_share, engine = o.adaptive, o.adaptive_share, o.engine
     from race.runner import default_workers
 
     info = st.info

@@ -51,8 +51,10 @@ def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_
     calibration, and the round whose point is unreachable for the schedule is not run."""
     calls = []
 
-    def fake_run_grid(config, *, out_dir, study=None, quiet=False, import_pilots=None, calibration=None, **kw):
-        calls.append({"grid": tuple(config.grid), "study": study, "import": import_pilots, "cal": calibration})
+    def fake_run_grid(config, options, *, calibration=None, **kw):    # race.options.RunOptions, passed whole
+        out_dir = options.out_dir
+        calls.append({"grid": tuple(config.grid), "study": options.study, "import": options.import_pilots,
+                      "cal": calibration})
         pilots = synthetic_results(response=lambda r: -1.0 * r, n_seeds=2, seed_sd=0.002, grid=tuple(config.grid))
         res = Results(pilots=tuple(pilots), diagnosis=classify(pilots, n_boot=200), config=config.to_dict(),
                       plan={"calibration": CAL})
@@ -77,7 +79,7 @@ def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_
 def test_no_round_runs_when_the_best_is_inside_the_grid(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run_grid(config, *, out_dir, **kw):
+    def fake_run_grid(config, options, **kw):
         calls.append(tuple(config.grid))
         pilots = synthetic_results(response=lambda r: -(r - 0.62) ** 2 * 4, n_seeds=2, seed_sd=0.001,
                                    grid=tuple(config.grid))

@@ -303,7 +303,7 @@ def test_race_diagnose_and_race_pilot_add_the_forecast_and_store_it(tmp_path, mo
     import race
     import race.scheduler
 
-    monkeypatch.setattr(race.scheduler, "run_grid", lambda cfg, **kw: _tiny_with_diagnosis())
+    monkeypatch.setattr(race.scheduler, "run_grid", lambda cfg, *a, **kw: _tiny_with_diagnosis())
     diag = race.diagnose(full_run_budget="1e10", out_dir=str(tmp_path / "api"))
     assert diag.forecast.status == "predicted" and diag.forecast.factor == pytest.approx(0.5, rel=0.01)
     assert "interpolated inside the pilot budget" in diag.forecast.message

@@ -1,0 +1,38 @@
+"""race.options.RunOptions: one typed object for how a grid runs, checked once and passed down whole
+(issue 34); and race pilot --help grouped by concern."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from race.cli import main
+from race.errors import RaceError
+from race.options import RunOptions
+
+
+def test_run_options_are_checked_once_in_one_line():
+    ok = RunOptions(out_dir="runs/x", workers=2, adaptive="halving", adaptive_share=0.5).check()
+    assert ok.run_grid_kw()["workers"] == 2 and "extend" not in ok.run_grid_kw()
+    assert ok.with_(study="s-x1").study == "s-x1" and ok.study is None          # frozen: a round is a copy
+    for bad, msg in (({"workers": -1}, "workers -1: expected a whole number from 0 (coordinate only) to 256"),
+                     ({"workers": True}, "workers True"), ({"retries": -2}, "retries -2"),
+                     ({"engine": "turbo"}, "engine 'turbo' is unknown"),
+                     ({"adaptive_share": 1.5}, "adaptive share 1.5"), ({"heartbeat": 0}, "heartbeat 0"),
+                     ({"out_dir": ""}, "out_dir ''")):
+        with pytest.raises(RaceError, match=re.escape(msg)):
+            RunOptions(**{"out_dir": "runs/x", **bad}).check()
+    with pytest.raises(TypeError, match="unexpected run option"):
+        RunOptions.from_kwargs(out_dir="x", wokers=2)
+
+
+def test_race_pilot_help_groups_its_options_and_json_is_a_deprecated_alias(tmp_path):
+    out = CliRunner().invoke(main, ["pilot", "--help"]).output
+    heads = [line for line in out.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert heads[:6] == ["Grid:", "Engine:", "Storage:",
+                         "Adaptive grid (one concept: --adaptive, its policy and its share):", "Full run:", "Output:"]
+    assert out.index("--budget") < out.index("Engine:") < out.index("--workers") < out.index("Storage:")
+    assert "Deprecated: use --format json" in out
+    r = CliRunner().invoke(main, ["pilot", "--json", "--grid", "0.5,1.4,0.7"])
+    assert r.exit_code == 2 and "warning: --json is deprecated: use --format json" in r.stderr

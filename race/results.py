@@ -111,6 +111,10 @@ def load_results(path: str) -> Results:
                    classify=raw.get("classify") or {}, meta=meta)
 
 
+SPENT_TOLERANCE = 0.25      # a pilot's spent FLOPs may differ from the budget by this share (or 2 steps)
+RHO_TOLERANCE = 0.15        # measured ρ against the schedule's planned ρ (committed runs: ≤ 0.031)
+
+
 def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, path: str, *, budget: Any = None) -> None:
     """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
     C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered."""
@@ -135,6 +139,18 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, path: s
     if far:
         raise bad(f"a pilot spent {far[0]:.3g} FLOPs against the grid's {b:.3g} per pilot: expected each pilot "
                   "within its budget")
+    for p in pilots:                  # consistent with its own schedule: a pilot stops within a step of the budget
+        sched = p.schedule
+        if p.status != "complete" or sched is None or b <= 0 or p.flops.total <= 0:
+            continue
+        step = sched.flops_per_step.total
+        if abs(p.flops.total - b) > max(2 * step, SPENT_TOLERANCE * b):
+            raise bad(f"pilot ρ={p.rho_target:g} seed {p.seed} spent {p.flops.total:.3g} FLOPs: its schedule "
+                      f"({sched.steps} steps of {step:.3g}) stops within a step of the budget {b:.3g}")
+        if abs(p.flops.rho - sched.flops_per_step.rho) > RHO_TOLERANCE:
+            raise bad(f"pilot ρ={p.rho_target:g} seed {p.seed} measured ρ {p.flops.rho:.3f}, its schedule plans "
+                      f"{sched.flops_per_step.rho:.3f}: expected them within {RHO_TOLERANCE:g} (token lengths move "
+                      "it by a few hundredths)")
     if diag is None:
         return
     for name, v in diag.verdicts.items():

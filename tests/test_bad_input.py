@@ -366,6 +366,20 @@ def test_hostile_results_files_end_in_one_line(tmp_path):
     (tmp_path / "huge.json").write_text(json.dumps(raw))
     r = _report(str(tmp_path / "huge.json"))
     assert r.exit_code == 2 and "a pilot spent 1e+30 FLOPs against the grid's 6e+11 per pilot" in r.output
+    raw = _default_results()                  # FLOPs that no longer fit the pilot's own schedule
+    f = raw["pilots"][1]["flops"]
+    raw["pilots"][1]["flops"] = {**f, "search": f["search"] * 1.5, "learning": f["learning"] * 1.5,
+                                 "reward": f["reward"] * 1.5, "total": f["total"] * 1.5}
+    (tmp_path / "sched.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "sched.json"))
+    assert r.exit_code == 2 and "stops within a step of the budget 6e+11" in r.output, r.output
+    raw = _default_results()                  # the same total, its split moved: measured ρ off the plan
+    f = raw["pilots"][2]["flops"]
+    raw["pilots"][2]["flops"] = {**f, "search": f["search"] + 0.5 * f["learning"], "learning": 0.5 * f["learning"],
+                                 "rho": 0.5 * f["learning"] / f["total"]}
+    (tmp_path / "rho.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "rho.json"))
+    assert r.exit_code == 2 and "its schedule plans" in r.output and "expected them within 0.15" in r.output, r.output
     (tmp_path / "v.json").write_text('{"schema_version": "1"}')
     r = _report(str(tmp_path / "v.json"))
     assert r.exit_code == 2 and "schema_version '1' (a string): this RACE reads the number 1" in r.output

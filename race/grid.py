@@ -9,7 +9,7 @@ one optimizer step spends its FLOPs (per prompt of the batch):
 
 so ρ = C_learning / (C_search + C_learning + C_reward) depends only on
 (n_gen, n_train, μ) and the expected token lengths, not on B_p or the step
-count. Two knobs move it (DESIGN.md):
+count. Two knobs move it (docs/flops.md):
 
 - lower ρ: generate ``n_gen > n_train`` rollouts and train on the
   max-reward-variance ``n_train`` of them (PODS-style down-sampling);

@@ -1,7 +1,7 @@
 """The embedded pilot grids behind ``race pilot`` with no config.
 
-Sized from the noise measured on this setting (REFERENCES.md, "A ρ grid on the tiny
-model"): seed-to-seed SD ≈ 0.024 of held-out sampled accuracy; reuse (μ > 1) scored
+Sized from the noise measured on this setting before RACE's engine existed (a plain-torch LoRA
+GRPO grid on the tiny model, 500 held-out problems): seed-to-seed SD ≈ 0.024 of held-out sampled accuracy; reuse (μ > 1) scored
 0.04–0.06 below no reuse, a gap that 3 seeds resolve. The four points are that
 measurement's knobs — 8 rollouts per prompt, of which the max-reward-variance 2 (keep
 0.25), 4 (keep 0.5) or all 8 are trained, then μ = 2 — which RACE's accounting (prefill

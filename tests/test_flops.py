@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QWEN15 = ArchSpec("Qwen2.5-1.5B", hidden_size=1536, num_layers=28, num_heads=12, num_kv_heads=2,
                   head_dim=128, intermediate_size=8960, vocab_size=151936,
                   tie_word_embeddings=True, qkv_bias=True)
-# The 0.74 M arithmetic model of REFERENCES.md.
+# The 0.74 M arithmetic model RACE ships (race/tiny-arith, docs/tiny-models.md).
 TINY = ArchSpec("tiny", hidden_size=128, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=32,
                 intermediate_size=512, vocab_size=15, tie_word_embeddings=True, qkv_bias=True)
 

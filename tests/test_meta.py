@@ -42,3 +42,20 @@ def test_the_generated_reference_pages_are_current():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reference.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_nothing_points_outside_the_repository():
+    """Papers are cited by title and arXiv id; no file names a note that lives outside the repository
+    (the project's working references and design notes are not shipped)."""
+    import glob
+
+    outside = ("REFERENCES.md", "DESIGN.md", "../shared", "seeds/00")
+    hits = []
+    for ext in ("py", "md", "yaml", "cfg", "toml"):
+        for path in glob.glob(os.path.join(ROOT, "**", f"*.{ext}"), recursive=True):
+            rel = os.path.relpath(path, ROOT)
+            if rel.startswith(("CHANGELOG", ".ci" + os.sep + "cache", "tests" + os.sep + "test_meta.py")) or "egg-info" in rel:
+                continue
+            text = open(path, encoding="utf-8", errors="replace").read()
+            hits += [f"{rel}: {name}" for name in outside if name in text]
+    assert not hits, hits

@@ -38,7 +38,7 @@ def test_model_shape(tiny):
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
             cfg.head_dim, cfg.intermediate_size, cfg.max_position_embeddings) == (128, 3, 4, 2, 32, 512, 64)
     assert cfg.tie_word_embeddings and cfg.vocab_size == 23
-    # 740,864 with a 15-token vocabulary (REFERENCES.md) + 8 more tokens × 128
+    # 740,864 with a 15-token vocabulary (docs/tiny-models.md) + 8 more tokens × 128
     assert sum(p.numel() for p in model.parameters()) == 741_888
 
 

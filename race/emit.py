@@ -11,7 +11,8 @@
   race.rewards.build_reward), under each trainer's signature: ``reward`` for TRL's ``reward_funcs``,
   ``compute_score`` for verl's ``custom_reward_function``, ``reward_func`` for OpenRLHF's
   ``--reward.remote_url FILE.py``;
-- ``DIR/race_config.json``: the config the reward is built from.
+- ``DIR/race_config.json``: the config the reward is built from; ``DIR/recipe.json``: the recipe;
+- TRL: ``DIR/train_trl.py``, a runnable training script (``python train_trl.py [--max-steps N]``).
 
 It returns the settings that point the recipe at them (``data_settings``), and the epochs so that
 the dataset never ends the run before its step count: the step count assumes ``steps × B_p``
@@ -75,10 +76,68 @@ def reward_func(queries, prompts, labels):
 '''
 
 
+TRL_SCRIPT = '''"""The full run of this recipe with TRL (written by race recipe --for trl --emit): GRPOConfig from
+recipe.json, the task's training split from data/, RACE's reward from race_reward.py, LoRA as the
+recipe names it.
+
+    python train_trl.py                    # the whole run: the recipe's max_steps
+    python train_trl.py --max-steps 2      # a smoke test
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def build(max_steps=None, output_dir=None, **overrides):
+    """The GRPOTrainer of the recipe (``overrides``: more GRPOConfig keywords)."""
+    import torch
+    from datasets import load_dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    import race_reward
+    from race.models import resolve_model_path      # a shipped race/ policy; an HF id or folder passes through
+
+    with open(os.path.join(HERE, "recipe.json"), encoding="utf-8") as fh:
+        rec = json.load(fh)
+    settings, model = dict(rec["settings"]), rec["model"]
+    if max_steps:
+        settings["max_steps"] = int(max_steps)
+    cpu = not torch.cuda.is_available()
+    args = GRPOConfig(output_dir=output_dir or os.path.join(HERE, "out"), report_to="none", save_strategy="no",
+                      bf16=not cpu, use_cpu=cpu, **{**settings, **overrides})
+    data = load_dataset("json", data_files=os.path.join(HERE, "data", "train.jsonl"), split="train")
+    peft = LoraConfig(r=model["lora_r"], lora_alpha=model["lora_alpha"],
+                      target_modules=model["lora_target_modules"], task_type="CAUSAL_LM")
+    return GRPOTrainer(model=resolve_model_path(model["model_name_or_path"]), reward_funcs=race_reward.reward,
+                       args=args, train_dataset=data, peft_config=peft)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="The full run of this RACE recipe with TRL.")
+    ap.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
+    ap.add_argument("--output-dir", default=None)
+    a = ap.parse_args()
+    build(a.max_steps, a.output_dir).train()
+'''
+
+
 def _rows(config: GridConfig) -> tuple[list, list]:
     from race.tasks import load_task
 
     return load_task(config.task, split="train"), load_task(config.task, split="eval")
+
+
+def write_recipe(rec: Any, out_dir: str) -> str:
+    """``DIR/recipe.json``: the recipe as ``race recipe --format json`` prints it (the script reads it)."""
+    path = os.path.join(out_dir, "recipe.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(rec.to_dict(), fh, indent=2)
+    return path
 
 
 def emit(config: GridConfig, trainer: str, out_dir: str) -> dict[str, Any]:
@@ -119,6 +178,10 @@ def emit(config: GridConfig, trainer: str, out_dir: str) -> dict[str, Any]:
     with open(os.path.join(out_dir, "race_reward.py"), "w", encoding="utf-8") as fh:
         fh.write(REWARD_MODULE.format(kind=config.reward.kind))
     files += [os.path.join(out_dir, "race_config.json"), os.path.join(out_dir, "race_reward.py")]
+    if trainer == "trl":
+        with open(os.path.join(out_dir, "train_trl.py"), "w", encoding="utf-8") as fh:
+            fh.write(TRL_SCRIPT)
+        files.append(os.path.join(out_dir, "train_trl.py"))
     return {"rows": len(train), "held_out": len(held), "files": files}
 
 

@@ -385,11 +385,16 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
                      + (f": {at_f['line']}" if rho_source == "range at F" else
                         f" ({results.diagnosis.primary.range_text()}); no range at F: {at_f['refused']}"
                         if at_f and "refused" in at_f else ""))
-    return Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
-                  settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
-                  planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),
-                  asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None,
-                  extra={"gpus": shape.gpus, "nodes": shape.nodes})
+    rec = Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
+                 settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
+                 planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),
+                 asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None,
+                 extra={"gpus": shape.gpus, "nodes": shape.nodes})
+    if emit_dir:
+        from race.emit import write_recipe
+
+        write_recipe(rec, emit_dir)
+    return rec
 
 
 # ----------------------------------------------------------------------------- the trainers' names

@@ -20,6 +20,7 @@ from race.config import config_from_dict
 from race.errors import RaceError
 from race.grid import CostModel
 from race.recipes import TRAINERS, recipe, render_recipe
+from race.records import FlopBreakdown
 from race.specs import policy_arch, reward_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -423,3 +424,58 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
     with pytest.raises(RaceError, match="reward.kind 'prm' is a reward model"):
         recipe(prm, trainer="verl", rho=0.6, full_run_budget=6e12, emit_dir=str(tmp_path / "prm"))
     assert not (tmp_path / "prm").exists()
+
+
+def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_lengths_run(tmp_path):
+    """race recipe --for trl --emit DIR writes train_trl.py; two of its steps run here on the shipped
+    policy, completions of varying length (no forced length), under FlopCounterMode. Generation FLOPs
+    are search, the rest learning, and each matches RACE's statement for TRL (race.recipes.
+    trainer_step_cost) evaluated at each step's padded lengths, within 2 %: that checks the completion-
+    only logits and the LM-head recompute at more than one length."""
+    import importlib.util
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race import recipes as R
+    from race.specs import lora_spec
+
+    torch.manual_seed(0)
+    cfg = tiny_config(mu=2, micro=None)
+    rho = on_policy_rho(cfg, mu=2)
+    one = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e15).flops_per_step.total
+    out = tmp_path / "run"
+    rec = recipe(cfg, trainer="trl", rho=rho, full_run_budget=2.5 * one, emit_dir=str(out))
+    assert (out / "train_trl.py").is_file() and json.loads((out / "recipe.json").read_text())["trainer"] == "trl"
+    spec = importlib.util.spec_from_file_location("train_trl", out / "train_trl.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    trainer = script.build(output_dir=str(tmp_path / "out"), logging_steps=1, disable_tqdm=True, seed=0)
+    counter = FlopCounterMode(display=False)
+    calls = []
+    generate = trainer._generate_single_turn
+
+    def counted(prompt_ids, *a, **k):
+        before = counter.get_total_flops()
+        got = generate(prompt_ids, *a, **k)
+        calls.append({"flops": counter.get_total_flops() - before, "P": max(map(len, prompt_ids)),
+                      "C": max(len(c) for c in got[0]), "lengths": {len(c) for c in got[0]}})
+        return got
+
+    trainer._generate_single_turn = counted
+    with counter:
+        trainer.train()
+    s = rec.schedule
+    assert len(calls) == s.steps and trainer.state.global_step == s.steps * s.mu
+    assert len(set().union(*(c["lengths"] for c in calls))) > 1          # lengths did vary
+    arch = policy_arch(cfg)
+    lora = lora_spec(cfg, arch)
+    want = FlopBreakdown()
+    for c in calls:      # TRL pads a generation batch to its longest prompt and completion
+        want = want + R.trainer_step_cost(R.RUNS["trl"], arch, lora, None, prompt_len=c["P"], completion_len=c["C"],
+                                          n=s.n_gen, mu=s.mu, beta=cfg.grpo.beta,
+                                          grad_checkpointing=False).scaled(s.prompts_per_step)
+    search = float(sum(c["flops"] for c in calls))
+    learning = counter.get_total_flops() - search
+    assert search == pytest.approx(want.search, rel=0.02)
+    assert learning == pytest.approx(want.learning, rel=0.02)

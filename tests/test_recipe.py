@@ -426,12 +426,10 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
     assert not (tmp_path / "prm").exists()
 
 
-def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_lengths_run(tmp_path):
-    """race recipe --for trl --emit DIR writes train_trl.py; two of its steps run here on the shipped
-    policy, completions of varying length (no forced length), under FlopCounterMode. Generation FLOPs
-    are search, the rest learning, and each matches RACE's statement for TRL (race.recipes.
-    trainer_step_cost) evaluated at each step's padded lengths, within 2 %: that checks the completion-
-    only logits and the LM-head recompute at more than one length."""
+def _emitted_trl_split(tmp_path, cfg, rho, *, steps: float = 2.5):
+    """Emit the TRL recipe of ``cfg`` at ``rho`` for about ``steps`` steps, run its train_trl.py under
+    FlopCounterMode; return (recipe, generation calls [{flops, P, C, lengths}], search, learning, stated at
+    each step's padded lengths)."""
     import importlib.util
 
     import torch
@@ -441,11 +439,9 @@ def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_le
     from race.specs import lora_spec
 
     torch.manual_seed(0)
-    cfg = tiny_config(mu=2, micro=None)
-    rho = on_policy_rho(cfg, mu=2)
     one = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e15).flops_per_step.total
     out = tmp_path / "run"
-    rec = recipe(cfg, trainer="trl", rho=rho, full_run_budget=2.5 * one, emit_dir=str(out))
+    rec = recipe(cfg, trainer="trl", rho=rho, full_run_budget=steps * one, emit_dir=str(out))
     assert (out / "train_trl.py").is_file() and json.loads((out / "recipe.json").read_text())["trainer"] == "trl"
     spec = importlib.util.spec_from_file_location("train_trl", out / "train_trl.py")
     script = importlib.util.module_from_spec(spec)
@@ -467,15 +463,45 @@ def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_le
         trainer.train()
     s = rec.schedule
     assert len(calls) == s.steps and trainer.state.global_step == s.steps * s.mu
-    assert len(set().union(*(c["lengths"] for c in calls))) > 1          # lengths did vary
     arch = policy_arch(cfg)
-    lora = lora_spec(cfg, arch)
     want = FlopBreakdown()
     for c in calls:      # TRL pads a generation batch to its longest prompt and completion
-        want = want + R.trainer_step_cost(R.RUNS["trl"], arch, lora, None, prompt_len=c["P"], completion_len=c["C"],
-                                          n=s.n_gen, mu=s.mu, beta=cfg.grpo.beta,
+        want = want + R.trainer_step_cost(R.RUNS["trl"], arch, lora_spec(cfg, arch), None, prompt_len=c["P"],
+                                          completion_len=c["C"], n=s.n_gen, mu=s.mu, beta=cfg.grpo.beta,
                                           grad_checkpointing=False).scaled(s.prompts_per_step)
     search = float(sum(c["flops"] for c in calls))
-    learning = counter.get_total_flops() - search
+    return rec, calls, search, counter.get_total_flops() - search, want
+
+
+def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_lengths_run(tmp_path):
+    """race recipe --for trl --emit DIR writes train_trl.py; two of its steps run here on the shipped
+    policy, completions of the length the policy gives (no forced length), under FlopCounterMode.
+    Generation FLOPs are search, the rest learning, and each matches RACE's statement for TRL
+    (race.recipes.trainer_step_cost) at each step's padded lengths, within 2 %: that checks the
+    completion-only logits and the LM-head recompute at more than one length."""
+    cfg = tiny_config(mu=2, micro=None)
+    _, calls, search, learning, want = _emitted_trl_split(tmp_path, cfg, on_policy_rho(cfg, mu=2))
+    assert len(set().union(*(c["lengths"] for c in calls))) > 1          # lengths did vary
+    assert search == pytest.approx(want.search, rel=0.02)
+    assert learning == pytest.approx(want.learning, rel=0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a known gap (docs/recipes.md): with lengths varying inside a generation "
+                   "batch TRL spent 6-7 % less than the statement at the batch's padded lengths (measured "
+                   "2026-12-03: search -6.0 %, learning -7.0 %); how TRL pads is not yet modelled")
+def test_the_emitted_trl_script_on_the_reasoner_with_lengths_varying_within_a_batch(tmp_path):
+    """The same on race/tiny-reasoner (BPE vocabulary of 702, worked solutions up to 160 tokens whose
+    lengths differ within a generation batch, so padding is in play), μ = 2."""
+    import yaml
+
+    raw = yaml.safe_load(open(os.path.join(ROOT, "pilots", "tiny-reasoner.yaml")))
+    raw.update(budget=1e12, schedule={**raw["schedule"], "prompts_per_step": 2, "n_train": 4, "max_n_gen": 4,
+                                      "mu": 2}, eval={"prompts": 20, "samples": 1, "checkpoints": 0})
+    cfg = config_from_dict(raw)
+    rho = CostModel(cfg, policy_arch(cfg), reward_spec(cfg), cfg.prompt_len, cfg.completion_len).cost(4, 2, 4) \
+        .per_prompt.rho
+    _, calls, search, learning, want = _emitted_trl_split(tmp_path, cfg, rho)
+    assert any(len(c["lengths"]) > 1 for c in calls)                     # lengths varied inside a batch
     assert search == pytest.approx(want.search, rel=0.02)
     assert learning == pytest.approx(want.learning, rel=0.02)

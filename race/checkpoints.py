@@ -102,19 +102,36 @@ def find_instability(checkpoints: Sequence[Checkpoint], target: str) -> dict[str
     k = len(cps[0].evals[target])
     cps = [c for c in cps if len(c.evals[target]) == k]
     means = [_mean(c.evals[target]) for c in cps]
+
+    def paired_se(b: int, j: int) -> float:
+        drop = means[b] - means[j]
+        diffs = [x - y for x, y in zip(cps[b].evals[target], cps[j].evals[target])]
+        sd = math.sqrt(sum((d - drop) ** 2 for d in diffs) / (k - 1)) if k > 1 else 0.0
+        return sd / math.sqrt(k)
+
+    hit = first_fall(means, paired_se)
+    if hit is None:
+        return None
+    j, b, se = hit
+    return {"fraction": cps[j].fraction, "step": cps[j].step, "flops": cps[j].flops.total,
+            "value": means[j], "best": means[b], "best_fraction": cps[b].fraction, "base": means[0],
+            "drop_se": se, "final": means[-1]}
+
+
+def first_fall(means: Sequence[float], se: Any) -> tuple[int, int, float] | None:
+    """The rule over a curve of means (the base first): the first j that fell from its best earlier
+    b by the three conditions of the module docstring, ``se(b, j)`` the SE of that drop (paired over
+    prompts in ``find_instability``; race.watch.check_means passes an unpaired one). Returns (j, b,
+    the SE), or None."""
     base = means[0]
-    for j in range(1, len(cps)):
+    for j in range(1, len(means)):
         b = max(range(j), key=lambda i: (means[i], -i))
         drop = means[b] - means[j]
         if means[j] > base + COLLAPSE_KEEP * (means[b] - base) or drop < MIN_DROP:
             continue
-        diffs = [x - y for x, y in zip(cps[b].evals[target], cps[j].evals[target])]
-        sd = math.sqrt(sum((d - drop) ** 2 for d in diffs) / (k - 1)) if k > 1 else 0.0
-        se = sd / math.sqrt(k)
-        if drop >= DROP_SE * se:
-            return {"fraction": cps[j].fraction, "step": cps[j].step, "flops": cps[j].flops.total,
-                    "value": means[j], "best": means[b], "best_fraction": cps[b].fraction, "base": base,
-                    "drop_se": se, "final": means[-1]}
+        s = se(b, j)
+        if drop >= DROP_SE * s:
+            return j, b, s
     return None
 
 

@@ -133,7 +133,7 @@ def check_means(history: Sequence[tuple[int, Any]], *, prompts: int) -> dict[str
     √((p_b(1 − p_b) + p_j(1 − p_j)) / prompts), an upper bound on the paired SE when the per-prompt
     means lie in [0, 1]: the rule flags no more often than with per-prompt scores. Returns the first
     fall (``find_instability``'s fields), or None."""
-    from race.checkpoints import COLLAPSE_KEEP, DROP_SE, MIN_DROP
+    from race.checkpoints import first_fall
 
     if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 2:
         raise WatchError(f"prompts {prompts!r} must be a whole number ≥ 2 (the validation set's size)")
@@ -149,17 +149,15 @@ def check_means(history: Sequence[tuple[int, Any]], *, prompts: int) -> dict[str
             raise WatchError(f"step {step}: expected the base policy's at step 0 first, then increasing steps")
         steps.append(int(step))
         means.append(m)
-    base = means[0]
-    for j in range(1, len(means)):
-        b = max(range(j), key=lambda i: (means[i], -i))
-        drop = means[b] - means[j]
-        if means[j] > base + COLLAPSE_KEEP * (means[b] - base) or drop < MIN_DROP:
-            continue
-        se = math.sqrt((means[b] * (1 - means[b]) + means[j] * (1 - means[j])) / prompts)
-        if drop >= DROP_SE * se:
-            return {"fraction": steps[j] / steps[-1], "step": steps[j], "value": means[j], "best": means[b],
-                    "best_fraction": steps[b] / steps[-1], "base": base, "drop_se": se, "final": means[-1]}
-    return None
+    def unpaired_se(b: int, j: int) -> float:
+        return math.sqrt((means[b] * (1 - means[b]) + means[j] * (1 - means[j])) / prompts)
+
+    hit = first_fall(means, unpaired_se)
+    if hit is None:
+        return None
+    j, b, se = hit
+    return {"fraction": steps[j] / steps[-1], "step": steps[j], "value": means[j], "best": means[b],
+            "best_fraction": steps[b] / steps[-1], "base": means[0], "drop_se": se, "final": means[-1]}
 
 
 def verl_history(dump_dir: str, *, max_bytes: int = 256 * 2**20) -> list[tuple[int, tuple[float, ...]]]:

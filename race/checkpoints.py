@@ -162,7 +162,7 @@ def probe_fall(checkpoints: Sequence[Checkpoint], target: str) -> dict[str, Any]
 
 
 # A full run at least this many pilot budgets long can collapse where none of its pilots fell back:
-# the validation study's full runs did (docs/validation.md, "What the failures teach", item 3), so the
+# the validation study's full runs did (research/validation-log.md, "What the failures teach", item 3), so the
 # pilots cannot vouch for a run that long.
 LONG_RUN = 10.0
 

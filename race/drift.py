@@ -1,7 +1,7 @@
 """How the optimal update fraction moves with budget: the joint response surface and the range at F.
 
 A pilot grid locates the best ρ at its own budget B; a full run spends F = 10–1000 × B, and the
-validation study found the optimum lower there (docs/validation.md, "What the failures teach").
+validation study found the optimum lower there (research/validation-log.md, "What the failures teach").
 This module models that move:
 
 - ``fit_joint``: the held-out reward surface R(ρ, x), x = log10(C / B), fitted to every budget level
@@ -21,7 +21,7 @@ This module models that move:
 - ``range_for_pilots``: all of it from one pilot grid (its checkpoints → its own drift, shrunk).
 
 The population figures below are frozen from the first round's development data by
-``scripts/drift.py`` (its leave-one-setting-out backtest chose the model; docs/drift.md). Invariants:
+``research/scripts/drift.py`` (its leave-one-setting-out backtest chose the model; docs/drift.md). Invariants:
 nothing here runs a pilot or imports torch; ``range_at`` never returns a range outside (0, 1) and
 never a guess past the validated factor.
 """
@@ -35,7 +35,7 @@ from race.checkpoints import find_instability
 from race.errors import RaceError
 from race.records import PilotResult
 
-# Frozen from the first round (scripts/drift.py --freeze prints them): the population drift of the
+# Frozen from the first round (research/scripts/drift.py --freeze prints them): the population drift of the
 # optimal ρ per decade of budget, the between-setting SD of the per-setting drift, the number of
 # settings behind them, and the largest full-run / pilot budget factor the backtest scored.
 POPULATION_DRIFT = -0.055

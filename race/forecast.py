@@ -74,7 +74,7 @@ MID_SPAN = math.log(1000.0)  # C_mid within 1000× of the checkpoints' FLOPs
 # evaluations per parameter before a sigmoid fit stops (was 200 until 2026-12-02): on the validation
 # study's pilot grids every fit of a grid that gets a forecast converged within 74 evaluations in all;
 # only flat or collapsed grids (lr-x3, hard, reasoner: refused at either cap) ran past 600, 7–15 s
-# per forecast at 200 (bench/forecast_fit_cost.py)
+# per forecast at 200 (research/probes/forecast_fit_cost.py)
 MAX_NFEV_PER_PARAM = 50
 TIE = 1e-3                   # backtest errors closer than this are a tie (→ loglinear)
 _FRACTION_DIGITS = 6

@@ -72,7 +72,7 @@ def test_the_range_at_f_moves_widens_past_the_validated_factor_and_is_refused_pa
 
 
 def test_the_frozen_population_figures_are_what_the_first_rounds_data_give():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "drift.py"), "population"], capture_output=True,
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "scripts" / "drift.py"), "population"], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
@@ -95,6 +95,6 @@ def test_a_recipe_from_results_runs_at_the_range_at_f_and_says_so():
 
 
 def test_the_drift_docs_tables_are_recomputed_from_the_committed_data():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "drift.py"), "tables", "--check",
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "scripts" / "drift.py"), "tables", "--check",
                           str(ROOT / "docs" / "drift.md")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr

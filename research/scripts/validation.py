@@ -1,20 +1,20 @@
 """The validation study (issue 16): do pilot verdicts come true at the full budget?
 
-    python scripts/validation.py status                         # which grids are committed, which missing
-    python scripts/validation.py run SETTING KIND [--pin DIR]   # one grid: KIND = pilot | full10 | full30
-    python scripts/validation.py queue [--pin DIR] [--kinds pilot,full10] [--half development]
-    python scripts/validation.py snapshot                       # finished pilots of grids under way (commit them)
-    python scripts/validation.py tables                         # every table of docs/validation.md
-    python scripts/validation.py tables --check docs/validation.md    # exit 1 if the doc differs
-    python scripts/validation.py tables --write docs/validation.md    # rewrite the doc's tables
+    python research/scripts/validation.py status                         # which grids are committed, which missing
+    python research/scripts/validation.py run SETTING KIND [--pin DIR]   # one grid: KIND = pilot | full10 | full30
+    python research/scripts/validation.py queue [--pin DIR] [--kinds pilot,full10] [--half development]
+    python research/scripts/validation.py snapshot                       # finished pilots of grids under way (commit them)
+    python research/scripts/validation.py tables                         # every table of docs/validation.md
+    python research/scripts/validation.py tables --check docs/validation.md    # exit 1 if the doc differs
+    python research/scripts/validation.py tables --write docs/validation.md    # rewrite the doc's tables
 
 The suite (settings, their development / held-out split, pilot budgets and grids) is
-``validation/suite.yaml``. Every grid runs as ``race pilot`` from a pinned checkout (``--pin``: a
+``research/validation/suite.yaml``. Every grid runs as ``race pilot`` from a pinned checkout (``--pin``: a
 ``git worktree`` at a commit; default: this checkout) with its storage outside the work tree
 (``RACE_VALIDATION_RUNS``, default ``/work/validation-runs``), so it resumes after an
 interruption and keeps its finished pilots. When it ends, its compact data (config, schedules,
 FLOPs, per-prompt held-out scores of the reward and pass@1 targets, curves, checkpoints; not the
-SQLite file) goes to ``validation/runs/SETTING/KIND.json.gz`` with the pinned commit and the
+SQLite file) goes to ``research/validation/runs/SETTING/KIND.json.gz`` with the pinned commit and the
 command: that file is the record the study resumes from (a grid whose data is there never runs
 again). ``tables`` recomputes every table from those files alone, in well under a minute.
 """
@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SUITE = ROOT / "validation" / "suite.yaml"
-RUNS = ROOT / "validation" / "runs"          # scripts/validation.py --runs DIR changes it (tests)
+SUITE = ROOT / "research" / "validation" / "suite.yaml"
+RUNS = ROOT / "research" / "validation" / "runs"          # research/scripts/validation.py --runs DIR changes it (tests)
 KINDS = {"pilot": 1, "full10": 10, "full30": 30, "full100": 100}
 ROUND1_KINDS = ("pilot", "full10", "full30")   # the grids the first round's tables show
 EXTENDED = "pilot-x1"        # the pilot grid after race pilot --extend 1 (run_extension); budget factor 1
@@ -46,7 +46,9 @@ N_BOOT = 1000
 # (candidate_range, 2026-12-02): only the others judge it
 CANDIDATE_SEEN = frozenset({"default", "structured", "generate", "lr-x3", "default-cosine", "steps-sparse",
                             "dense", "hard", "lr-x0.3", "steps-prm", "steps-proxy-prm"})
-BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"
+BEGIN, END = "<!-- validation:tables:begin -->", "<!-- validation:tables:end -->"   # docs/validation.md: the summary tables
+DETAIL = ("<!-- validation:detail:begin -->", "<!-- validation:detail:end -->")      # research/validation-log.md: the rest
+DETAIL_FROM = "### The range open at a grid edge"   # the first table of the detail block
 
 
 # ---------------------------------------------------------------- the suite
@@ -87,7 +89,7 @@ def seeds_of(suite: dict, kind: str) -> int:
 
 def sealed(suite: dict, kind: str) -> bool:
     """Whether grid ``kind`` of this suite is sealed: listed under ``sealed`` while ``freeze`` is unset.
-    A sealed grid's results stay out of every table, summary and printout (scripts/validation_round2.py)."""
+    A sealed grid's results stay out of every table, summary and printout (research/scripts/validation_round2.py)."""
     return kind in (suite.get("sealed") or ()) and not suite.get("freeze")
 
 
@@ -375,7 +377,7 @@ def measured_rho(record: dict) -> dict[float, float]:
 
 # a full-run point is in a range when its measured ρ is, give or take this: the same schedule's
 # measured ρ differs between a pilot and a full run only by token-length noise (≤ 6e-4 in this suite's
-# scored settings; docs/validation.md, "A scoring fix")
+# scored settings; research/validation-log.md, "A scoring fix")
 RHO_TOL = 0.002
 
 
@@ -693,7 +695,7 @@ def _score_all(settings: list[dict]) -> list[dict | None]:
 
 
 def tables(suite: dict) -> str:
-    """The Markdown tables of docs/validation.md, from validation/runs/ alone."""
+    """The Markdown tables of docs/validation.md, from research/validation/runs/ alone."""
     import statistics
 
     lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
@@ -809,7 +811,7 @@ def tables(suite: dict) -> str:
                   "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point "
                   "(race.regime.open_side); before, every verdict named its closed range, read at the centre. "
                   "The last columns score the candidate low-side rule (not adopted; `candidate_range` in "
-                  "scripts/validation.py): the range's lower bound moved down to the pilot grid's next point, "
+                  "research/scripts/validation.py): the range's lower bound moved down to the pilot grid's next point, "
                   "read at the new centre. It was written down after eleven settings' full runs (ten scored) had been "
                   "looked at, so only the settings marked *unseen* judge it.", "",
                   "| setting | half | range before → after | full-run best ρ in range (before; after) "
@@ -1027,7 +1029,7 @@ def extension_lines(suite: dict, rows: list[dict], ext_rows: dict[str, dict]) ->
     ext = [(s, load_run(s["name"], EXTENDED)) for s in suite["settings"]]
     ext = [(s, rec) for s, rec in ext if rec is not None]
     if not ext:
-        return ["No pilot grid has been extended yet (`python scripts/validation.py extend SETTINGS`)."]
+        return ["No pilot grid has been extended yet (`python research/scripts/validation.py extend SETTINGS`)."]
     out = ["Pilot grids whose best point is an edge, run again with `--extend 1`: their pilots imported, the "
            "next point past the edge run (3 seeds); scored against the same full runs. Cells: pilot grid; "
            "extended grid.", "",
@@ -1064,6 +1066,14 @@ def extension_lines(suite: dict, rows: list[dict], ext_rows: dict[str, dict]) ->
     return out
 
 
+def split_tables(text: str) -> dict[tuple[str, str], str]:
+    """Round 1's tables as two blocks: the summary (progress, per setting, over the suite) for
+    docs/validation.md and the rest for research/validation-log.md: ``text`` cut before the
+    detail block's first heading, each block byte-identical to its part."""
+    cut = text.index("\n" + DETAIL_FROM) + 1
+    return {(BEGIN, END): text[:cut].rstrip("\n") + "\n", DETAIL: text[cut:]}
+
+
 def _doc_tables(text: str, begin: str = BEGIN, end: str = END) -> str:
     if begin not in text or end not in text:
         raise SystemExit(f"the doc has no {begin} … {end} block")
@@ -1092,7 +1102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     x.add_argument("settings", help="comma-separated settings")
     x.add_argument("--pin", default=str(ROOT), help="the pinned checkout the extension runs from")
     x.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
-    a = sub.add_parser("adopt", help="compact a grid already run (its results.json) into validation/runs/")
+    a = sub.add_parser("adopt", help="compact a grid already run (its results.json) into research/validation/runs/")
     a.add_argument("setting")
     a.add_argument("kind", choices=list(KINDS))
     a.add_argument("results")
@@ -1107,7 +1117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--write", default=None)
     ap.add_argument("--suite", default=str(SUITE))
     ap.add_argument("--runs", default=None, help="the committed data (default: the suite's `runs`, else "
-                    "validation/runs)")
+                    "research/validation/runs)")
     args = ap.parse_args(argv)
     suite = load_suite(Path(args.suite))
     RUNS = Path(args.runs) if args.runs else (ROOT / suite["runs"] if suite.get("runs") else RUNS)
@@ -1169,23 +1179,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         import validation_round2 as r2
     if args.cmd == "freeze":
         if r2 is None:
-            raise SystemExit("freeze: only a sealed suite (validation/round2.yaml) is frozen")
+            raise SystemExit("freeze: only a sealed suite (research/validation/round2.yaml) is frozen")
         print(r2.freeze(Path(args.suite), rule=args.rule, drift=args.drift, probe=args.probe))
         return 0
     text = r2.tables(suite) if r2 else tables(suite)
-    begin, end = (r2.BEGIN, r2.END) if r2 else (BEGIN, END)
+    blocks = {(r2.BEGIN, r2.END): text} if r2 else split_tables(text)
+    for target in (args.check, args.write):
+        if target and not any(b in Path(target).read_text() for b, _ in blocks):
+            raise SystemExit(f"{target}: no table block of this suite ({', '.join(b for b, _ in blocks)})")
     if args.check:
-        doc = _doc_tables(Path(args.check).read_text(), begin, end)
-        if doc != text:
-            sys.stderr.write(f"{args.check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
-                             f"run: python scripts/validation.py --suite {args.suite} tables --write {args.check}\n")
-            return 1
+        doc = Path(args.check).read_text()
+        for (begin, end), want in blocks.items():
+            if begin in doc and _doc_tables(doc, begin, end) != want:
+                sys.stderr.write(f"{args.check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
+                                 f"run: python research/scripts/validation.py --suite {args.suite} tables --write {args.check}\n")
+                return 1
         return 0
     if args.write:
         path = Path(args.write)
         doc = path.read_text()
-        head, rest = doc.split(begin, 1)
-        path.write_text(head + begin + "\n" + text + end + rest.split(end, 1)[1])
+        for (begin, end), want in blocks.items():
+            if begin in doc:
+                head, rest = doc.split(begin, 1)
+                doc = head + begin + "\n" + want + end + rest.split(end, 1)[1]
+        path.write_text(doc)
         return 0
     sys.stdout.write(text)
     return 0

@@ -8,9 +8,9 @@ verdicts agree. Each policy's verdict is recomputed from the stored pilots by re
 rung by rung (pilots are deterministic per seed, so a replayed subset is exactly what that policy
 would have run; the replay of ``--policy`` is checked against the pilots the adaptive run made).
 
-    python bench/adaptive_vs_full.py --out runs/adaptive-default                # the embedded default
-    python bench/adaptive_vs_full.py --thorough --out runs/adaptive-thorough    # the thorough preset
-    python bench/adaptive_vs_full.py --budget 2e11 --task arithmetic-hard --out runs/adaptive-hard
+    python research/probes/adaptive_vs_full.py --out runs/adaptive-default                # the embedded default
+    python research/probes/adaptive_vs_full.py --thorough --out runs/adaptive-thorough    # the thorough preset
+    python research/probes/adaptive_vs_full.py --budget 2e11 --task arithmetic-hard --out runs/adaptive-hard
 """
 from __future__ import annotations
 

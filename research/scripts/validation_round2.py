@@ -1,12 +1,12 @@
 """The second validation round (issue 31): its tables, its seal and its freeze.
 
-    python scripts/validation.py --suite validation/round2.yaml status
-    python scripts/validation.py --suite validation/round2.yaml queue --pin DIR --kinds pilot
-    python scripts/validation.py --suite validation/round2.yaml tables --check docs/validation.md
-    python scripts/validation.py --suite validation/round2.yaml freeze --rule C --drift C --probe C
+    python research/scripts/validation.py --suite research/validation/round2.yaml status
+    python research/scripts/validation.py --suite research/validation/round2.yaml queue --pin DIR --kinds pilot
+    python research/scripts/validation.py --suite research/validation/round2.yaml tables --check docs/validation.md
+    python research/scripts/validation.py --suite research/validation/round2.yaml freeze --rule C --drift C --probe C
 
-The batch (``validation/round2.yaml``) runs through the same machinery as the first round
-(scripts/validation.py: pinned checkout, storage outside the tree, compact records, partial
+The batch (``research/validation/round2.yaml``) runs through the same machinery as the first round
+(research/scripts/validation.py: pinned checkout, storage outside the tree, compact records, partial
 snapshots); this module holds what differs:
 
 - **The seal.** Every grid of a kind listed under the suite's ``sealed`` (the full runs) stays out
@@ -38,7 +38,7 @@ BEGIN, END = "<!-- validation:round2:begin -->", "<!-- validation:round2:end -->
 
 
 def _v():
-    import validation as v          # scripts/ is on sys.path when run as scripts/validation.py
+    import validation as v          # scripts/ is on sys.path when run as research/scripts/validation.py
 
     return v
 
@@ -69,7 +69,7 @@ def planned_runs(suite: dict, s: dict, kind: str) -> int:
 
 def learned(record: dict) -> tuple[bool, float, float]:
     """(learned?, the best point's mean gain, its seed SE): race.checkpoints.learned, the rule the
-    report's "nothing learned" advice uses (the replacement rule of validation/round2.yaml)."""
+    report's "nothing learned" advice uses (the replacement rule of research/validation/round2.yaml)."""
     from race.checkpoints import learned as grid_learned
 
     return grid_learned(_v().pilots_of(record), "reward") or (False, float("nan"), float("nan"))
@@ -136,7 +136,7 @@ def tables(suite: dict) -> str:
     else:
         lines += ["The full-run grids are **sealed**: their results enter no table until the rule, the "
                   "budget-drift model and the stability probe to be scored are frozen "
-                  "(`scripts/validation.py --suite validation/round2.yaml freeze`).", ""]
+                  "(`research/scripts/validation.py --suite research/validation/round2.yaml freeze`).", ""]
     return "\n".join(lines)
 
 
@@ -147,10 +147,10 @@ FULL_KINDS = ("full10", "full30", "full100")
 
 def probe_record(suite: dict, name: str, kind: str) -> dict | None:
     """The length probe of a setting's full-run budget, as race.probe's record (round 2:
-    validation/round2/probes/, run by race.probe; round 1: validation/probes/, read the same way)."""
-    import stability as S            # scripts/stability.py
+    research/validation/round2/probes/, run by race.probe; round 1: research/validation/probes/, read the same way)."""
+    import stability as S            # research/scripts/stability.py
 
-    folder = Path(_v().ROOT) / (suite.get("probes") or "validation/probes")
+    folder = Path(_v().ROOT) / (suite.get("probes") or "research/validation/probes")
     path = folder / f"{name}-{kind}.json.gz"
     if not path.is_file():
         return None
@@ -163,7 +163,7 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     """One setting's scores at one full-run budget F = B × the kind's factor: the rule as it is
     today (the pilot verdict at B: range, recommended ρ), the frozen rule (the range at F from
     race.drift, and the stability line at F from race.checkpoints.stability_at with the probe), and
-    on-policy. Regrets are in pooled full-run SEs (scripts/validation.py setting_row)."""
+    on-policy. Regrets are in pooled full-run SEs (research/scripts/validation.py setting_row)."""
     from race.checkpoints import stability, stability_at
     from race.drift import range_record
 

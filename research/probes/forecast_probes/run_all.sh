@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every number of docs/validation.md's "why the forecast misses the move" (docs/forecast.md too), from the
 # committed validation data of the development half only; ~30 s CPU in total. Run from anywhere with the
-# project's venv active: sh bench/forecast_probes/run_all.sh (writes *_out.txt beside the scripts).
+# project's venv active: sh research/probes/forecast_probes/run_all.sh (writes *_out.txt beside the scripts).
 cd "$(dirname "$0")"
 P="env OMP_NUM_THREADS=1 nice -n 15 python"
 $P q1_curves.py                   > q1_out.txt        # Q1 default structured default-cosine

@@ -1,6 +1,6 @@
 """Do the lockstep and solo engines give the same verdict, beyond seed noise? (issue 19, item 3)
 
-    PYTHONPATH=. python bench/lockstep_probes/engine_seeds.py LOCKSTEP/results.json SOLO/results.json
+    PYTHONPATH=. python research/probes/lockstep_probes/engine_seeds.py LOCKSTEP/results.json SOLO/results.json
 
 Reads two grids of the same config run with the two engines (e.g. `race pilot --thorough --seeds 8
 --engine lockstep` and `--engine solo`) and prints, per engine: the verdict on all seeds; the

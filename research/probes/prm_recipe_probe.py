@@ -1,7 +1,7 @@
 """Probe PRM training recipes: the experiments behind the "(probe)" rows of docs/prm.md.
 
-    python bench/prm_recipe_probe.py --pool 0.5 --init policy --steps 2400
-    python bench/prm_recipe_probe.py --pool 0.5 --init random --steps 2400
+    python research/probes/prm_recipe_probe.py --pool 0.5 --init policy --steps 2400
+    python research/probes/prm_recipe_probe.py --pool 0.5 --init random --steps 2400
 
 Trains a 4-layer tiny PRM with scripts/build_tiny_prm.py's data, losses and optimizer but a
 constant learning rate after warm-up (the recipe before the shipped one added cosine decay),
@@ -17,7 +17,7 @@ import random
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 
 

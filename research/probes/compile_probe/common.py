@@ -11,7 +11,7 @@ def engine(which, seed=0):
     if which == "arith":
         cfg = build_config(None); sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
     else:
-        cfg = build_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pilots", "tiny-reasoner.yaml")); sch = plan_grid(cfg).schedules[1]
+        cfg = build_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "pilots", "tiny-reasoner.yaml")); sch = plan_grid(cfg).schedules[1]
     e = PilotEngine(cfg, sch, seed)
     train = task_problems(cfg, e.backend.tok, split="train", seed=0)
     return cfg, sch, e, train

@@ -1,10 +1,10 @@
 """What the forecast's sigmoid fits cost on the validation study's pilot grids, and whether they converge.
 
-    python bench/forecast_fit_cost.py             # the cap as shipped (docs/validation.md, "How it is run")
-    python bench/forecast_fit_cost.py --cap 200   # the cap before 2026-12-02
+    python research/probes/forecast_fit_cost.py             # the cap as shipped (research/validation-log.md, "How it is run")
+    python research/probes/forecast_fit_cost.py --cap 200   # the cap before 2026-12-02
 
-For every committed pilot grid (and extended grid) of validation/runs/ with its 10 × B full runs,
-runs race.forecast at the full-run budget as scripts/validation.py does, counting every
+For every committed pilot grid (and extended grid) of research/validation/runs/ with its 10 × B full runs,
+runs race.forecast at the full-run budget as research/scripts/validation.py does, counting every
 scipy.optimize.least_squares call the sigmoid fits make: the forecast's wall time, its status,
 how many fits stopped at the evaluation cap (race.forecast.MAX_NFEV_PER_PARAM × parameters) and
 the most evaluations a fit took that stopped before it (a converged fit).
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "research" / "scripts")]
 
 
 def main() -> int:

@@ -1,10 +1,10 @@
 """The optimum against budget, and the choice of the drift model (issue 32), from the first round's data.
 
-    python scripts/drift.py table        # per setting and budget level: the best ρ with its bootstrap CI
-    python scripts/drift.py backtest     # leave-one-setting-out: each candidate's range at 10 × and 30 × B, scored
-    python scripts/drift.py population   # the population drift (all development settings), as race/drift.py freezes it
+    python research/scripts/drift.py table        # per setting and budget level: the best ρ with its bootstrap CI
+    python research/scripts/drift.py backtest     # leave-one-setting-out: each candidate's range at 10 × and 30 × B, scored
+    python research/scripts/drift.py population   # the population drift (all development settings), as race/drift.py freezes it
 
-Data: validation/runs/ (the first round, all of it development data now). Each constant-rate run's
+Data: research/validation/runs/ (the first round, all of it development data now). Each constant-rate run's
 held-out checkpoints (budget fractions 1/64 … 1, the same 100 checkpoint prompts throughout) are
 IsoFLOP points at that fraction of its budget: a constant-rate run stopped at f · C is the run
 planned at f · C (same knobs per step). A decaying schedule's early checkpoints are not (its rate has
@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "scripts"):
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT, ROOT / "research" / "scripts"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -351,8 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = tables(suite)
         if args.check:
             if V._doc_tables(Path(args.check).read_text(), BEGIN, END) != text:
-                sys.stderr.write(f"{args.check}: the drift tables differ from what validation/runs/ gives; run: "
-                                 f"python scripts/drift.py tables --write {args.check}\n")
+                sys.stderr.write(f"{args.check}: the drift tables differ from what research/validation/runs/ gives; run: "
+                                 f"python research/scripts/drift.py tables --write {args.check}\n")
                 return 1
         elif args.write:
             doc = Path(args.write).read_text()

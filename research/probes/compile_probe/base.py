@@ -6,7 +6,7 @@ which = sys.argv[1]
 if which == "arith":
     cfg = build_config(None); sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
 else:
-    cfg = build_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pilots", "tiny-reasoner.yaml")); sch = plan_grid(cfg).schedules[1]
+    cfg = build_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "pilots", "tiny-reasoner.yaml")); sch = plan_grid(cfg).schedules[1]
 print(sch)
 e = PilotEngine(cfg, sch, 0)
 train = task_problems(cfg, e.backend.tok, split="train", seed=0)

@@ -2,8 +2,8 @@
 import sys
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[2]          # the checkout: its scripts/validation.py and race/
-sys.path[:0] = [str(_ROOT / 'scripts'), str(_ROOT)]
+_ROOT = Path(__file__).resolve().parents[3]          # the checkout: its research/scripts/validation.py and race/
+sys.path[:0] = [str(_ROOT / "research" / "scripts"), str(_ROOT)]
 import numpy as np
 import validation as V
 

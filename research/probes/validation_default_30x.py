@@ -1,9 +1,9 @@
-"""The figures of docs/validation.md, "The second 30 × B grid: `default`", that the tables do not
-print, read from the committed data (validation/runs/default/full30.json.gz; nothing is run):
+"""The figures of research/validation-log.md, "The second 30 × B grid: `default`", that the tables do not
+print, read from the committed data (research/validation/runs/default/full30.json.gz; nothing is run):
 the per-seed held-out reward per ρ, the pooled seed SD with and without the collapsed run (the
 yardstick the regret is measured in), and the collapsed run's checkpoint curve.
 
-    python bench/validation_default_30x.py
+    python research/probes/validation_default_30x.py
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research" / "scripts"))
 import validation as v  # noqa: E402  (the study's own loader and per-seed means)
 
 

@@ -1,7 +1,7 @@
 """race.memory's update-phase plan against the memory a real update takes, on the CPU.
 
-    python bench/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 64
-    python bench/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 128
+    python research/probes/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 64
+    python research/probes/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 128
 
 Builds a randomly initialised model from a shipped config (fp32; a random model rarely emits
 its end token, so completions run to full length), runs two real ``PilotEngine`` steps (rollout,
@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 

@@ -1,8 +1,8 @@
 """What a step of the tiny reasoner costs on this CPU, for a few model sizes (issue 18's probe).
 
-    python bench/reasoner_cost.py                 # torch threads = 2, three sizes, markdown table
-    python bench/reasoner_cost.py --threads 1 --repeats 3
-    python bench/reasoner_cost.py --lean          # through race.backends.lean.LeanLM + LoRA r 8, as pilots run
+    python research/probes/reasoner_cost.py                 # torch threads = 2, three sizes, markdown table
+    python research/probes/reasoner_cost.py --threads 1 --repeats 3
+    python research/probes/reasoner_cost.py --lean          # through race.backends.lean.LeanLM + LoRA r 8, as pilots run
 
 For each size (Qwen2, random weights, the word-problem tokenizer of
 ``scripts/build_tiny_reasoner.py``): the seconds of
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 

@@ -1,9 +1,9 @@
 """Stability candidates read from a pilot grid, scored on the first round's full runs (issue 33).
 
-    python scripts/stability.py                    # the table of docs/stability.md, with run-level rates
-    python scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
-    python scripts/stability.py probes             # every probe of the first round not yet committed
-    python scripts/stability.py --suite validation/round2.yaml probes   # round 2's (race.probe; sealed-safe)
+    python research/scripts/stability.py                    # the table of docs/stability.md, with run-level rates
+    python research/scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
+    python research/scripts/stability.py probes             # every probe of the first round not yet committed
+    python research/scripts/stability.py --suite research/validation/round2.yaml probes   # round 2's (race.probe; sealed-safe)
 
 **The length probe** (a candidate, written down before any probe ran; round 1's probes ran with
 this script's own planner, round 2's with race.probe, the same design at the grid's recommended ρ): one run at the full run's
@@ -11,7 +11,7 @@ budget F's optimizer-step count, at the pilot verdict's recommended ρ, with 1 p
 instead of the grid's B_p and the same η and rollouts per prompt, so it costs F / B_p. Capped at
 PROBE_SHARE of the pilot grid's compute (then it covers that share of the full run's steps). It
 flags the setting when it falls back on its held-out checkpoints (race.checkpoints' rule).
-Data: validation/probes/SETTING-KIND.json.gz (round 2: validation/round2/probes/), compact as the
+Data: research/validation/probes/SETTING-KIND.json.gz (round 2: research/validation/round2/probes/), compact as the
 study's grids. Two readings of a probe were scored (docs/stability.md): it fell back by the pilots'
 rule (find_instability, the pre-registered one), or it ended below its base policy
 (race.checkpoints.probe_fall, chosen on these data); the rule frozen for round 2 flags a setting when
@@ -29,15 +29,15 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "scripts"):
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT, ROOT / "research" / "scripts"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 import validation as V  # noqa: E402
 
 PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
-PROBES = ROOT / "validation" / "probes"
+PROBES = ROOT / "research" / "validation" / "probes"
 
 
 def fell(p) -> bool:
@@ -128,7 +128,7 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
 # default-cosine's config exactly, whose 15 committed full runs at 10 × B answer it.
 RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
 RATE_SEEDS = (0, 1, 2)
-RATES = ROOT / "validation" / "rates"
+RATES = ROOT / "research" / "validation" / "rates"
 
 
 def probe_as_record(rec: dict) -> dict:
@@ -235,7 +235,7 @@ def run_product_probe(suite: dict, s: dict, kind: str) -> Path:
 
 def rate_lines() -> list[str]:
     """The validation of the rate for F (issue 33, item 2): per setting, the full runs at the
-    recommended rate and ρ that are in (validation/rates/), their collapses and final held-out
+    recommended rate and ρ that are in (research/validation/rates/), their collapses and final held-out
     reward, against the constant rate's stable full runs at the nearest ρ of the committed grid."""
     import gzip
     import json
@@ -301,8 +301,8 @@ def main() -> int:
     suite = V.load_suite(Path(args.suite))
     if suite.get("round") == 2:         # round 2: only its probes; its full runs are scored by validation.py
         if args.cmd != "probes":
-            raise SystemExit("round 2: only `probes` here (its scores: scripts/validation.py --suite "
-                             "validation/round2.yaml tables, after the freeze)")
+            raise SystemExit("round 2: only `probes` here (its scores: research/scripts/validation.py --suite "
+                             "research/validation/round2.yaml tables, after the freeze)")
         V.RUNS = ROOT / suite["runs"]
         for s in suite["settings"]:
             for kind in ("full10", "full30", "full100"):

@@ -308,7 +308,8 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
            loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
            max_grad_norm: float | None = 1.0, micro_batch: int | None = None, lr_scheduler=None,
            sample_logprobs: torch.Tensor | None = None) -> UpdateStats:
-    """μ clipped policy-gradient iterations on one batch, one optimizer step each.
+    """μ clipped policy-gradient iterations on one batch, one optimizer step each: ``update_seeds``
+    for one seed without a seed axis (the same code, so solo and lockstep pilots cannot drift apart).
 
     Iteration 1's log-probs, detached, are the old-policy log-probs (the policy has
     not moved yet); the reference log-probs (β > 0) come from the same model with
@@ -321,39 +322,10 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     aligned with ``batch.completion_mask``): the rollout backend's log-prob of each sampled token;
     the result's ``sync`` compares them with iteration 1's (``sync_gap``), at no extra cost.
     """
-    chunks = micro_batches(batch, micro_batch)
-    weights = [_chunk_weight(c, batch, loss_agg) for c in chunks]
-    refs: list[torch.Tensor | None] = [None] * len(chunks)
-    if beta > 0:
-        with torch.no_grad(), policy.disable_adapter():
-            refs = [completion_logprobs(policy, c, temperature=temperature)[0] for c in chunks]
-    olds: list[torch.Tensor | None] = [None] * len(chunks)
-    stats = []
-    params = [p for p in policy.parameters() if p.requires_grad]
-    for _ in range(mu):
-        optimizer.zero_grad(set_to_none=True)
-        loss = clip = kl = ent = 0.0
-        for k, (chunk, w) in enumerate(zip(chunks, weights)):
-            logp, entropy = completion_logprobs(policy, chunk, temperature=temperature,
-                                                with_entropy=entropy_coef > 0)
-            if olds[k] is None:
-                olds[k] = logp.detach()
-            terms = policy_loss(logp, olds[k], chunk.advantages, chunk.completion_mask, clip_eps=clip_eps,
-                                loss_agg=loss_agg, max_completion_len=max_completion_len, ref_logp=refs[k],
-                                beta=beta, entropy=entropy, entropy_coef=entropy_coef)
-            (terms.loss * w if len(chunks) > 1 else terms.loss).backward()
-            loss += float(terms.loss.detach()) * w
-            clip, kl, ent = clip + terms.clip_fraction * w, kl + terms.kl * w, ent + terms.entropy * w
-        if max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-        optimizer.step()
-        if lr_scheduler is not None:
-            lr_scheduler.step()
-        stats.append(UpdateStats(loss, clip, kl, ent))
-    n = len(stats)
-    sync = sync_gap(torch.cat(olds), sample_logprobs, batch.completion_mask) if sample_logprobs is not None else None
-    return UpdateStats(sum(s.loss for s in stats) / n, sum(s.clip_fraction for s in stats) / n,
-                       sum(s.kl for s in stats) / n, sum(s.entropy for s in stats) / n, sync)
+    return update_seeds(policy, [optimizer], [batch], mu=mu, temperature=temperature, clip_eps=clip_eps,
+                        loss_agg=loss_agg, max_completion_len=max_completion_len, beta=beta,
+                        entropy_coef=entropy_coef, max_grad_norm=max_grad_norm, micro_batch=micro_batch,
+                        lr_schedulers=[lr_scheduler], sample_logprobs=[sample_logprobs], seed_axis=False)[0]
 
 
 # ----------------------------------------------------------------------------- lockstep (a seed axis)
@@ -393,18 +365,29 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
                  clip_eps: float, loss_agg: str, max_completion_len: int, beta: float = 0.0,
                  entropy_coef: float = 0.0, max_grad_norm: float | None = 1.0, micro_batch: int | None = None,
                  lr_schedulers: Sequence[Any] | None = None, pad_id: int = 0,
-                 sample_logprobs: Sequence[torch.Tensor | None] | None = None) -> list[UpdateStats]:
+                 sample_logprobs: Sequence[torch.Tensor | None] | None = None,
+                 seed_axis: bool = True) -> list[UpdateStats]:
     """``update`` for the active seeds of a lockstep policy (race.backends.lockstep) at once.
 
     ``batches[s]`` is seed s's batch, ``optimizers[s]`` its optimizer over its own adapter (and
     ``lr_schedulers[s]`` its schedule). Each iteration runs one forward and one backward over all
     seeds (the seeds' losses summed: their adapters are disjoint, so each gets exactly its own
     loss's gradient), then clips and steps each seed apart. Micro-batches split every seed at the
-    same prompt-group boundaries (equal shapes). Returns per seed what ``update`` returns."""
+    same prompt-group boundaries (equal shapes). Returns per seed what ``update`` returns.
+    ``seed_axis=False``: one seed on a plain policy, its tensors without the leading seed axis
+    (what ``update`` runs)."""
     S = len(batches)
+    if not seed_axis and S != 1:
+        raise ValueError(f"update without a seed axis takes one batch, got {S}")
     per_seed_chunks = [micro_batches(b, micro_batch) for b in batches]
     n_chunks = len(per_seed_chunks[0])
-    chunks = [stack_batches([c[k] for c in per_seed_chunks], pad_id) for k in range(n_chunks)]
+    if seed_axis:
+        chunks = [stack_batches([c[k] for c in per_seed_chunks], pad_id) for k in range(n_chunks)]
+    else:
+        chunks = per_seed_chunks[0]
+
+    def of(t: Any, s: int) -> Any:                # seed s's slice (the whole tensor without a seed axis)
+        return t if t is None or not seed_axis else t[s]
     weights = [[_chunk_weight(c[k], b, loss_agg) for k in range(n_chunks)] for c, b in zip(per_seed_chunks, batches)]
     widths = [[c[k].completion_width for k in range(n_chunks)] for c in per_seed_chunks]
     refs: list[torch.Tensor | None] = [None] * n_chunks
@@ -423,14 +406,15 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
                                                 with_entropy=entropy_coef > 0)        # [S, B, Lc]
             if olds[k] is None:
                 olds[k] = logp.detach()
-            total = 0.0
+            total = None
             for s in range(S):
                 w = weights[s][k]
-                terms = policy_loss(logp[s], olds[k][s], chunk.advantages[s], chunk.completion_mask[s],
-                                    clip_eps=clip_eps, loss_agg=loss_agg, max_completion_len=max_completion_len,
-                                    ref_logp=refs[k][s] if refs[k] is not None else None, beta=beta,
-                                    entropy=entropy[s] if entropy is not None else None, entropy_coef=entropy_coef)
-                total = total + (terms.loss * w if n_chunks > 1 else terms.loss)
+                terms = policy_loss(of(logp, s), of(olds[k], s), of(chunk.advantages, s),
+                                    of(chunk.completion_mask, s), clip_eps=clip_eps, loss_agg=loss_agg,
+                                    max_completion_len=max_completion_len, ref_logp=of(refs[k], s), beta=beta,
+                                    entropy=of(entropy, s), entropy_coef=entropy_coef)
+                term = terms.loss * w if n_chunks > 1 else terms.loss
+                total = term if total is None else total + term
                 a = acc[s]
                 a[0] += float(terms.loss.detach()) * w
                 a[1], a[2], a[3] = a[1] + terms.clip_fraction * w, a[2] + terms.kl * w, a[3] + terms.entropy * w
@@ -448,7 +432,7 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
         if sample_logprobs is not None and sample_logprobs[s] is not None:
             # each chunk of a seed has the seed's own batch width (micro_batches slices rows only):
             # drop the columns the other seeds' widths added
-            old = torch.cat([olds[k][s][:, :widths[s][k]] for k in range(n_chunks)])
+            old = torch.cat([of(olds[k], s)[:, :widths[s][k]] for k in range(n_chunks)])
             sync = sync_gap(old, sample_logprobs[s], batches[s].completion_mask)
         n = len(stats[s])
         out.append(UpdateStats(sum(x.loss for x in stats[s]) / n, sum(x.clip_fraction for x in stats[s]) / n,

@@ -1,15 +1,22 @@
 """Immutable records that flow between RACE's pure modules.
 
-Everything here is a frozen dataclass with ``to_dict`` / ``from_dict`` so that a
-results file (``results.json``) round-trips exactly; fields added after a file was written
-(``PilotResult.checkpoints``, ``Diagnosis.stability``, ``Diagnosis.forecast``,
-``TargetVerdict.open_side``) read back as empty. No torch, no optuna.
+Everything here is a frozen dataclass deriving from :class:`Record`, whose ``to_dict`` and
+``from_dict`` come from the dataclass fields, not from code per class: ``to_dict`` writes the
+fields (and a class's computed properties, ``_derived``, in the key order ``_keys`` names when it
+differs), and ``from_dict`` is the typed validation of pydantic (the config's schema library) on
+the dataclass itself, so a results file (``results.json``) round-trips exactly, its numbers are
+checked for type on the way in, and a bad one fails in one line (:class:`RecordError`). Fields
+added after a file was written (``PilotResult.checkpoints``, ``Diagnosis.stability``,
+``Diagnosis.forecast``, ``TargetVerdict.open_side``) read back as their defaults; computed keys in
+the file (``rho``, ``total``, ``shares`` …) are ignored on reading. No torch, no optuna; pydantic
+is imported on the first ``from_dict``.
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+import functools
+from dataclasses import MISSING as dataclasses_MISSING, dataclass, field, fields
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 # renderers by record kind ("diagnosis" → fn(diagnosis, fmt) -> str): race.report registers its
 # own when it is imported, so records never import the renderer (the layer above them)
@@ -42,9 +49,84 @@ class Regime(str, enum.Enum):
 BUDGET_PHASES = ("rollout", "reward", "update", "sync")
 
 
+class RecordError(ValueError):
+    """A record that does not validate; the message is one line naming the field and the problem."""
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: records as their dicts, enums as their values, tuples as lists."""
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(cls: type) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
+
+
+def _first_error(cls: type, err: Any) -> str:
+    e = err.errors(include_url=False)[0]
+    where = ".".join(str(x) for x in e.get("loc", ())) or "(top)"
+    got = repr(e.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{cls.__name__}.{where}: {e.get('msg')}, got {got}{more}"
+
+
+def _none_as_default(cls: type, d: Any) -> Any:
+    """Files written before a field existed may hold ``null`` where the field now has a non-null
+    default (an empty tuple or dict): read that as the default, as the per-class readers did."""
+    if not isinstance(d, Mapping):
+        return d
+    has_default = {f.name for f in fields(cls) if f.default_factory is not dataclasses_MISSING
+                   or f.default not in (dataclasses_MISSING, None)}
+    return {k: v for k, v in d.items() if not (v is None and k in has_default)}
+
+
+class Record:
+    """The serialization every record shares (see the module docstring)."""
+
+    _derived: ClassVar[tuple[str, ...]] = ()    # computed properties written after the fields
+    _keys: ClassVar[tuple[str, ...]] = ()       # the written key order, when not fields + _derived
+
+    def to_dict(self) -> dict[str, Any]:
+        keys = self._keys or tuple(f.name for f in fields(self)) + self._derived  # type: ignore[arg-type]
+        return {k: _plain(getattr(self, k)) for k in keys}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Any:
+        """The record from its dict, validated by type; :class:`RecordError` (one line) if it is not one."""
+        from pydantic import ValidationError
+
+        try:
+            return _adapter(cls).validate_python(d)
+        except ValidationError as e:
+            raise RecordError(_first_error(cls, e)) from None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """pydantic's schema of the dataclass, after ``_none_as_default``: nested records (a results
+        file's pilots, a diagnosis's verdicts) read old files as ``from_dict`` does."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(functools.partial(_none_as_default, cls), handler(source))
+
 @dataclass(frozen=True)
-class FlopBreakdown:
+class FlopBreakdown(Record):
     """FLOPs spent by one pilot (or one step), split by where they went."""
+
+    __pydantic_config__ = {"allow_inf_nan": False}     # a FLOP count is a finite number
+
+    _derived = ("total", "rho")
 
     search: float = 0.0
     learning: float = 0.0
@@ -72,22 +154,15 @@ class FlopBreakdown:
     def scaled(self, factor: float) -> "FlopBreakdown":
         return FlopBreakdown(self.search * factor, self.learning * factor, self.reward * factor)
 
-    def to_dict(self) -> dict[str, float]:
-        return {"search": self.search, "learning": self.learning, "reward": self.reward,
-                "total": self.total, "rho": self.rho}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FlopBreakdown":
-        return cls(float(d.get("search", 0.0)), float(d.get("learning", 0.0)), float(d.get("reward", 0.0)))
-
-
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Record):
     """One grid point of the IsoFLOP plan: how a target ρ becomes a GRPO schedule.
 
     ``flops_per_step`` is the planned cost of one optimizer step (all μ
     iterations); ``flops`` the planned cost of the whole pilot.
     """
+
+    _derived = ("rho",)
 
     rho_target: float
     prompts_per_step: int       # B_p
@@ -109,30 +184,8 @@ class Schedule:
         """B = B_p · n_train: sequences per gradient step (the √B learning-rate rule's B)."""
         return self.prompts_per_step * self.n_train
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["flops_per_step"] = self.flops_per_step.to_dict()
-        d["flops"] = self.flops.to_dict()
-        d["rho"] = self.rho
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
-        return cls(
-            rho_target=float(d["rho_target"]), prompts_per_step=int(d["prompts_per_step"]),
-            n_gen=int(d["n_gen"]), n_train=int(d["n_train"]), mu=int(d["mu"]), steps=int(d["steps"]),
-            learning_rate=float(d["learning_rate"]), lora_rank=int(d["lora_rank"]),
-            flops_per_step=FlopBreakdown.from_dict(d["flops_per_step"]),
-            flops=FlopBreakdown.from_dict(d["flops"]),
-        )
-
-
-def _evals_from(d: Mapping[str, Any]) -> dict[str, tuple[float, ...]]:
-    return {k: tuple(float(x) for x in v) for k, v in d.items()}
-
-
 @dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(Record):
     """A held-out evaluation during a pilot (race.checkpoints).
 
     ``fraction``: the budget fraction that fired it (0: the base policy before any step; 1: the
@@ -154,19 +207,8 @@ class Checkpoint:
         vals = self.evals[target]
         return sum(vals) / len(vals) if vals else float("nan")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"fraction": self.fraction, "step": self.step, "flops": self.flops.to_dict(),
-                "evals": {k: list(v) for k, v in self.evals.items()},
-                "eval_flops": self.eval_flops.to_dict(), "seconds": self.seconds}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Checkpoint":
-        return cls(float(d["fraction"]), int(d["step"]), FlopBreakdown.from_dict(d["flops"]), _evals_from(d["evals"]),
-                   FlopBreakdown.from_dict(d.get("eval_flops") or {}), float(d.get("seconds", 0.0)))
-
-
 @dataclass(frozen=True)
-class PilotResult:
+class PilotResult(Record):
     """The outcome of one pilot run (one grid point, one seed).
 
     ``evals`` maps a target name (e.g. ``"reward"``, ``"pass@1"``) to the
@@ -175,6 +217,9 @@ class PilotResult:
     ``curve`` is the reward-vs-FLOPs curve: ``(flops_spent, mean_reward)`` pairs.
     ``checkpoints``: held-out evaluations during the run, in FLOP order (empty when off).
     """
+
+    _keys = ("rho_target", "seed", "rho", "flops", "evals", "schedule", "curve", "wall_seconds", "status", "extra",
+             "checkpoints")
 
     rho_target: float
     seed: int
@@ -196,34 +241,12 @@ class PilotResult:
         vals = self.evals[target]
         return sum(vals) / len(vals) if vals else float("nan")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rho_target": self.rho_target, "seed": self.seed, "rho": self.rho,
-            "flops": self.flops.to_dict(),
-            "evals": {k: list(v) for k, v in self.evals.items()},
-            "schedule": self.schedule.to_dict() if self.schedule else None,
-            "curve": [list(p) for p in self.curve],
-            "wall_seconds": dict(self.wall_seconds), "status": self.status, "extra": dict(self.extra),
-            "checkpoints": [c.to_dict() for c in self.checkpoints],
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PilotResult":
-        return cls(
-            rho_target=float(d["rho_target"]), seed=int(d["seed"]),
-            flops=FlopBreakdown.from_dict(d["flops"]),
-            evals=_evals_from(d["evals"]),
-            schedule=Schedule.from_dict(d["schedule"]) if d.get("schedule") else None,
-            curve=tuple((float(a), float(b)) for a, b in d.get("curve", ())),
-            wall_seconds={k: float(v) for k, v in d.get("wall_seconds", {}).items()},
-            status=str(d.get("status", "complete")), extra=dict(d.get("extra", {})),
-            checkpoints=tuple(Checkpoint.from_dict(c) for c in d.get("checkpoints") or ()),
-        )
-
-
 @dataclass(frozen=True)
-class PointSummary:
+class PointSummary(Record):
     """All seeds of one grid point, summarised for one target."""
+
+    _keys = ("rho_target", "rho_measured", "n_seeds", "flops", "shares", "reward_mean", "reward_ci", "schedule",
+             "seconds")
 
     rho_target: float
     rho_measured: float          # mean measured ρ over seeds
@@ -237,26 +260,15 @@ class PointSummary:
     seconds: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     @property
+    def shares(self) -> dict[str, float]:
+        """The mean breakdown's shares of C_total (written to the results file beside ``flops``)."""
+        return self.flops.shares()
+
+    @property
     def budget_seconds(self) -> float:
         """Mean wall seconds of the phases the FLOP budget pays for (rollout, reward, update,
         sync); setup and evaluation are left out. 0 when no timing was recorded."""
         return float(sum(self.seconds.get(k, 0.0) for k in BUDGET_PHASES))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rho_target": self.rho_target, "rho_measured": self.rho_measured,
-                "n_seeds": self.n_seeds, "flops": self.flops.to_dict(), "shares": self.flops.shares(),
-                "reward_mean": self.reward_mean, "reward_ci": list(self.reward_ci),
-                "schedule": self.schedule.to_dict() if self.schedule else None,
-                "seconds": dict(self.seconds)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PointSummary":
-        return cls(float(d["rho_target"]), float(d["rho_measured"]), int(d["n_seeds"]),
-                   FlopBreakdown.from_dict(d["flops"]), float(d["reward_mean"]),
-                   (float(d["reward_ci"][0]), float(d["reward_ci"][1])),
-                   Schedule.from_dict(d["schedule"]) if d.get("schedule") else None,
-                   {k: float(v) for k, v in (d.get("seconds") or {}).items()})
-
 
 OPEN_SIDES = (None, "below", "above")
 
@@ -284,8 +296,11 @@ def format_rho_set(rho_range: Sequence[float], open_side: str | None = None) -> 
 
 
 @dataclass(frozen=True)
-class TargetVerdict:
+class TargetVerdict(Record):
     """The regime verdict for one evaluation target."""
+
+    _keys = ("target", "regime", "rho_range", "open_side", "recommended_rho", "confidence", "best_rho", "best_reward",
+             "slope", "slope_ci", "argmax_ci", "points", "fits", "warnings")
 
     target: str
     regime: Regime
@@ -329,29 +344,8 @@ class TargetVerdict:
     def range_text(self) -> str:
         return format_rho_range(self.rho_range, self.open_side)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "regime": self.regime.value, "rho_range": list(self.rho_range),
-                "open_side": self.open_side, "recommended_rho": self.recommended_rho,
-                "confidence": self.confidence, "best_rho": self.best_rho, "best_reward": self.best_reward,
-                "slope": self.slope, "slope_ci": list(self.slope_ci),
-                "argmax_ci": list(self.argmax_ci) if self.argmax_ci else None,
-                "points": [p.to_dict() for p in self.points], "fits": dict(self.fits),
-                "warnings": list(self.warnings)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TargetVerdict":
-        return cls(
-            target=d["target"], regime=Regime(d["regime"]), rho_range=tuple(d["rho_range"]),
-            confidence=float(d["confidence"]), best_rho=float(d["best_rho"]),
-            best_reward=float(d["best_reward"]), slope=float(d["slope"]), slope_ci=tuple(d["slope_ci"]),
-            argmax_ci=tuple(d["argmax_ci"]) if d.get("argmax_ci") else None,
-            points=tuple(PointSummary.from_dict(p) for p in d["points"]), fits=dict(d.get("fits", {})),
-            warnings=tuple(d.get("warnings", ())), open_side=d.get("open_side"),
-        )
-
-
 @dataclass(frozen=True)
-class Instability:
+class Instability(Record):
     """A pilot whose held-out score fell from its best earlier checkpoint towards the base
     policy's (the rule: race.checkpoints). ``fraction`` / ``step`` / ``flops``: where it fell;
     ``value``, ``best`` (at ``best_fraction``), ``base`` and ``final``: means of ``target`` over
@@ -370,19 +364,13 @@ class Instability:
     drop_se: float
     final: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Instability":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-
-
 @dataclass(frozen=True)
-class StabilityPoint:
+class StabilityPoint(Record):
     """One grid point's pilots with checkpoints: how many, how many unstable, mean checkpoints
     and checkpoint prompts per pilot, and the mean FLOPs of a pilot's held-out evaluations
     (final + checkpoints), which are outside C_total."""
+
+    _derived = ("share",)
 
     rho_target: float
     pilots: int
@@ -395,17 +383,8 @@ class StabilityPoint:
     def share(self) -> float:
         return self.unstable / self.pilots if self.pilots else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "share": self.share}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StabilityPoint":
-        return cls(float(d["rho_target"]), int(d["pilots"]), int(d["unstable"]), float(d["checkpoints"]),
-                   int(d["prompts"]), float(d["eval_flops"]))
-
-
 @dataclass(frozen=True)
-class Stability:
+class Stability(Record):
     """Held-out checkpoints of a grid: the instability rule's constants, unstable pilots per
     grid point, and each unstable pilot (race.checkpoints)."""
 
@@ -424,18 +403,8 @@ class Stability:
         """Unstable pilots, over the grid."""
         return sum(p.unstable for p in self.points)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "rule": dict(self.rule), "points": [p.to_dict() for p in self.points],
-                "unstable": [u.to_dict() for u in self.unstable]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Stability":
-        return cls(d["target"], dict(d["rule"]), tuple(StabilityPoint.from_dict(p) for p in d["points"]),
-                   tuple(Instability.from_dict(u) for u in d.get("unstable", ())))
-
-
 @dataclass(frozen=True)
-class ForecastPoint:
+class ForecastPoint(Record):
     """One grid point of a forecast (race.forecast): its pilots' held-out curve and the fitted
     model's prediction at the full-run budget.
 
@@ -457,22 +426,8 @@ class ForecastPoint:
     params: Mapping[str, float]
     curve: tuple[tuple[float, float], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "predicted_ci": list(self.predicted_ci) if self.predicted_ci else None,
-                "params": dict(self.params), "curve": [list(c) for c in self.curve]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ForecastPoint":
-        ci = d.get("predicted_ci")
-        return cls(float(d["rho_target"]), float(d["rho_measured"]), int(d["pilots"]), float(d["pilot_flops"]),
-                   float(d["pilot_score"]), float(d["fitted_end"]),
-                   None if d.get("predicted") is None else float(d["predicted"]),
-                   (float(ci[0]), float(ci[1])) if ci else None, {k: float(v) for k, v in d["params"].items()},
-                   tuple((float(a), float(b)) for a, b in d.get("curve") or ()))
-
-
 @dataclass(frozen=True)
-class Backtest:
+class Backtest(Record):
     """A model fitted on the checkpoints up to ``cut_fraction`` of the pilot budget, predicting the
     end of every grid point's pilots, ``factor`` (geometric mean over points of end FLOPs / last
     fitted FLOPs) further. ``errors``: predicted − observed per point (ρ order); ``mae``: their mean
@@ -489,21 +444,11 @@ class Backtest:
     spread: float
     held: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": list(self.errors)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Backtest":
-        return cls(str(d["model"]), float(d["cut_fraction"]), float(d["factor"]),
-                   tuple(float(e) for e in d["errors"]), float(d["mae"]), float(d["contrast_mae"]),
-                   float(d["spread"]), bool(d["held"]))
-
-
 FORECAST_STATUSES = ("predicted", "forced", "refused")
 
 
 @dataclass(frozen=True)
-class Forecast:
+class Forecast(Record):
     """What the pilots' held-out curves predict at the full-run budget (race.forecast).
 
     ``status``: ``predicted`` (within the factor the backtests support), ``forced`` (past it, on
@@ -515,6 +460,11 @@ class Forecast:
     ``rho_range`` / ``open_side`` / ``confidence``: the regime rule on the predicted scores; ``pilot_regime`` /
     ``pilot_best_rho``: the verdict at the pilot budget; ``differs``: the two disagree on the
     regime or the best ρ. ``r0``: the base policy's mean checkpoint score (None without checkpoints)."""
+
+    _keys = ("target", "full_run_budget", "pilot_budget", "factor", "status", "message", "model", "shared_slope", "r0",
+             "points", "backtests", "supported_factor", "needed_budget", "regime", "best_rho", "rho_range", "open_side",
+             "confidence", "pilot_regime", "pilot_best_rho", "differs", "budgets", "settings", "warnings", "range_at_budget",
+             "stability_at_budget")
 
     target: str
     full_run_budget: float
@@ -551,42 +501,8 @@ class Forecast:
         """Whether predictions were made (predicted or forced)."""
         return self.status != "refused"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "full_run_budget": self.full_run_budget, "pilot_budget": self.pilot_budget,
-                "factor": self.factor, "status": self.status, "message": self.message, "model": self.model,
-                "shared_slope": self.shared_slope, "r0": self.r0, "points": [p.to_dict() for p in self.points],
-                "backtests": [b.to_dict() for b in self.backtests], "supported_factor": self.supported_factor,
-                "needed_budget": self.needed_budget, "regime": self.regime.value if self.regime else None,
-                "best_rho": self.best_rho, "rho_range": list(self.rho_range) if self.rho_range else None,
-                "open_side": self.open_side,
-                "confidence": self.confidence, "pilot_regime": self.pilot_regime.value,
-                "pilot_best_rho": self.pilot_best_rho, "differs": self.differs, "budgets": list(self.budgets),
-                "settings": dict(self.settings), "warnings": list(self.warnings),
-                "range_at_budget": dict(self.range_at_budget) if self.range_at_budget is not None else None,
-                "stability_at_budget": dict(self.stability_at_budget) if self.stability_at_budget else None}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Forecast":
-        opt = lambda k: None if d.get(k) is None else float(d[k])  # noqa: E731
-        return cls(
-            target=str(d["target"]), full_run_budget=float(d["full_run_budget"]), pilot_budget=float(d["pilot_budget"]),
-            factor=float(d["factor"]), status=str(d["status"]), message=str(d["message"]), model=d.get("model"),
-            shared_slope=d.get("shared_slope"), r0=opt("r0"),
-            points=tuple(ForecastPoint.from_dict(p) for p in d["points"]),
-            backtests=tuple(Backtest.from_dict(b) for b in d["backtests"]), supported_factor=opt("supported_factor"),
-            needed_budget=opt("needed_budget"), regime=Regime(d["regime"]) if d.get("regime") else None,
-            best_rho=opt("best_rho"), rho_range=tuple(d["rho_range"]) if d.get("rho_range") else None,
-            confidence=opt("confidence"), pilot_regime=Regime(d["pilot_regime"]),
-            pilot_best_rho=float(d["pilot_best_rho"]), differs=bool(d["differs"]),
-            budgets=tuple(float(b) for b in d.get("budgets") or ()), settings=dict(d.get("settings") or {}),
-            warnings=tuple(d.get("warnings") or ()), open_side=d.get("open_side"),
-            range_at_budget=dict(d["range_at_budget"]) if isinstance(d.get("range_at_budget"), Mapping) else None,
-            stability_at_budget=dict(d["stability_at_budget"]) if isinstance(d.get("stability_at_budget"), Mapping)
-            else None)
-
-
 @dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(Record):
     """What RACE concludes from a pilot grid.
 
     ``regime``, ``rho_range`` and ``confidence`` are those of the primary target
@@ -595,6 +511,9 @@ class Diagnosis:
     the pilots have none). ``forecast``: the prediction at the full-run budget (race.forecast;
     None when no full-run budget was given).
     """
+
+    _keys = ("primary_target", "regime", "rho_range", "open_side", "recommended_rho", "confidence", "verdicts", "warnings",
+             "meta", "stability", "forecast")
 
     primary_target: str
     verdicts: Mapping[str, TargetVerdict]
@@ -647,20 +566,3 @@ class Diagnosis:
     @property
     def points(self) -> tuple[PointSummary, ...]:
         return self.primary.points
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"primary_target": self.primary_target, "regime": self.regime.value,
-                "rho_range": list(self.rho_range), "open_side": self.open_side,
-                "recommended_rho": self.recommended_rho, "confidence": self.confidence,
-                "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
-                "warnings": list(self.warnings), "meta": dict(self.meta),
-                "stability": self.stability.to_dict() if self.stability else None,
-                "forecast": self.forecast.to_dict() if self.forecast else None}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnosis":
-        return cls(primary_target=d["primary_target"],
-                   verdicts={k: TargetVerdict.from_dict(v) for k, v in d["verdicts"].items()},
-                   warnings=tuple(d.get("warnings", ())), meta=dict(d.get("meta", {})),
-                   stability=Stability.from_dict(d["stability"]) if d.get("stability") else None,
-                   forecast=Forecast.from_dict(d["forecast"]) if d.get("forecast") else None)

@@ -12,6 +12,7 @@ Writes are atomic (temp file + rename) so a crash never leaves a torn file.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -98,28 +99,72 @@ def load_results(path: str) -> Results:
 
         raise ResultsError(f"results file {path!r} has schema_version {quote(v, 40)}"
                            + (" (a string)" if isinstance(v, str) else "") + f": this RACE reads the number {SCHEMA_VERSION}")
+    from pydantic import ValidationError
+
     try:
-        pilots = tuple(PilotResult.from_dict(p) for p in raw.get("pilots", []))
-        diag = Diagnosis.from_dict(raw["diagnosis"]) if raw.get("diagnosis") else None
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ResultsError(f"results file {path!r} is malformed: {type(e).__name__}: {str(e)[:200]}") from None
-    budget = (raw.get("config") or {}).get("budget") if isinstance(raw.get("config"), dict) else None
-    check_numbers(pilots, diag, path, budget=budget)
+        doc = results_schema().model_validate(raw)
+    except ValidationError as e:
+        raise ResultsError(f"results file {path!r}: {_one_line(e)}") from None
     meta = {k: v for k, v in raw.items()
             if k not in ("pilots", "diagnosis", "config", "plan", "classify", "schema_version", "kind")}
-    return Results(pilots=pilots, diagnosis=diag, config=raw.get("config") or {}, plan=raw.get("plan") or {},
-                   classify=raw.get("classify") or {}, meta=meta)
+    return Results(pilots=tuple(doc.pilots), diagnosis=doc.diagnosis, config=raw.get("config") or {},
+                   plan=raw.get("plan") or {}, classify=raw.get("classify") or {}, meta=meta)
+
+
+def _one_line(err: Any) -> str:
+    """The first error of a pydantic ValidationError as one line: where, what, the value (≤ 80 chars)."""
+    e = err.errors(include_url=False)[0]
+    where = ".".join(str(x) for x in e.get("loc", ()))
+    msg = str(e.get("msg", "")).removeprefix("Value error, ")
+    if e.get("type") == "value_error" and not where:       # a whole-file check (check_numbers): its own sentence
+        return msg
+    got = repr(e.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where or 'the file'}: {msg}, got {got}{more}"
+
+
+@functools.lru_cache(maxsize=1)
+def results_schema() -> Any:
+    """The typed schema of a results file (pydantic, the config's schema library; built on first
+    use so that ``import race`` stays light): the records are validated by their own dataclass
+    types (race.records: numbers typed, FLOPs finite), ``schema_version`` and ``kind`` must be
+    known, and ``check_numbers`` holds the cross-field rules (ρ in (0, 1), C_total the sum of its
+    parts, each pilot's FLOPs within its own schedule and budget, ranges ordered). Fields a newer
+    RACE adds at the top level are kept (``extra="allow"``) and shown as metadata."""
+    from typing import Literal, Optional
+
+    from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+    class ResultsFile(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+        schema_version: Literal[1]
+        kind: Literal["results"] = "results"
+        config: dict[str, Any] = Field(default_factory=dict)
+        plan: dict[str, Any] = Field(default_factory=dict)
+        pilots: list[PilotResult] = Field(default_factory=list)
+        diagnosis: Optional[Diagnosis] = None
+        classify: dict[str, Any] = Field(default_factory=dict)
+
+        @model_validator(mode="after")
+        def _numbers(self) -> "ResultsFile":
+            check_numbers(self.pilots, self.diagnosis, budget=self.config.get("budget"))
+            return self
+
+    return ResultsFile
 
 
 SPENT_TOLERANCE = 0.25      # a pilot's spent FLOPs may differ from the budget by this share (or 2 steps)
 RHO_TOLERANCE = 0.15        # measured ρ against the schedule's planned ρ (committed runs: ≤ 0.031)
 
 
-def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, path: str, *, budget: Any = None) -> None:
+def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:
     """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
-    C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered."""
-    def bad(what: str) -> ResultsError:
-        return ResultsError(f"results file {path!r}: {what}")
+    C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
+    ValueError (one line; the schema's model validator, ``results_schema``)."""
+    def bad(what: str) -> ValueError:
+        return ValueError(what)
 
     for p in pilots:
         f = p.flops

@@ -385,6 +385,55 @@ def test_hostile_results_files_end_in_one_line(tmp_path):
     assert r.exit_code == 2 and "schema_version '1' (a string): this RACE reads the number 1" in r.output
 
 
+# (what is changed in docs/runs/default.results.json.gz, what the one line says): the typed schema
+# (race.results.results_schema, pydantic over the record dataclasses) refuses each before any use
+SCHEMA_CASES = [
+    (lambda r: r["pilots"][0].update(seed="x"), "pilots.0.seed: Input should be a valid integer"),
+    (lambda r: r["pilots"][3]["flops"].update(search=float("inf")), "pilots.3.flops.search: Input should be a finite number"),
+    (lambda r: r["pilots"][0].update(evals={"reward": "abc"}), "pilots.0.evals.reward: Input should be a valid tuple"),
+    (lambda r: r["pilots"][0].update(rho_target=1.5), "pilot ρ target 1.5 is outside (0, 1)"),
+    (lambda r: r["pilots"][0].pop("flops"), "pilots.0.flops: Field required"),
+    (lambda r: r["diagnosis"]["verdicts"]["reward"].update(regime="very-heavy"), "regime: Input should be 'search-heavy'"),
+    (lambda r: r["diagnosis"]["verdicts"]["reward"].update(rho_range=[0.3]), "diagnosis.verdicts.reward.rho_range.1: Field required"),
+    (lambda r: r.update(kind="study"), "kind: Input should be 'results'"),
+    (lambda r: r.update(pilots={"a": 1}), "pilots: Input should be a valid list"),
+]
+
+
+@pytest.mark.parametrize("edit,message", SCHEMA_CASES, ids=[m.split(":")[0] for _, m in SCHEMA_CASES])
+def test_results_files_go_through_one_typed_schema(tmp_path, edit, message):
+    import json
+
+    raw = _default_results()
+    edit(raw)
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    for args in (("report", str(tmp_path / "bad.json")), ("compare", str(tmp_path / "bad.json"), str(tmp_path / "bad.json"))):
+        from click.testing import CliRunner
+
+        from race.cli import main
+
+        r = CliRunner().invoke(main, list(args))
+        assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
+
+
+def test_the_results_schema_reads_what_race_wrote_before(tmp_path):
+    """A field a later RACE added reads back as its default when an older file has it null or
+    lacks it, and a top-level key the schema does not know is kept as metadata."""
+    import json
+
+    from race.results import load_results
+
+    raw = _default_results()
+    raw["pilots"][0]["checkpoints"] = None
+    raw["pilots"][1].pop("checkpoints")
+    raw["diagnosis"]["verdicts"]["reward"].pop("open_side")
+    raw["written_by"] = "a newer RACE"
+    (tmp_path / "old.json").write_text(json.dumps(raw))
+    res = load_results(str(tmp_path / "old.json"))
+    assert res.pilots[0].checkpoints == () and res.pilots[1].checkpoints == ()
+    assert res.diagnosis.primary.open_side is None and res.meta["written_by"] == "a newer RACE"
+    assert [p.to_dict() for p in res.pilots[2:]] == raw["pilots"][2:]     # the rest round-trips exactly
+
 def test_escape_sequences_in_a_results_file_never_reach_the_terminal(tmp_path):
     import json
 

@@ -22,6 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from race.config import GridConfig, config_from_dict
 from race.options import RunOptions
+# the pre-run checks moved to race.prechecks; their names stay importable from here for one release
+from race.prechecks import check_eval_tasks, check_importable, check_share, check_task_size  # noqa: F401
 from race.records import PilotResult, Schedule
 from race.results import Results, pilots_meta, save_results
 
@@ -87,16 +89,6 @@ def adaptive_cap(P: int, seeds: int, share: float = DEFAULT_SHARE) -> int:
     """Pilots an adaptive grid runs: ``share`` of the full grid's (rounded down), at least one
     second seed, at most the full grid."""
     return min(P * seeds, max(P + 1, math.floor(share * P * seeds + 1e-9)))
-
-
-def check_share(share: float) -> float:
-    """``share`` when it is in (0, 1]; else a one-line ConfigError."""
-    if not (isinstance(share, (int, float)) and 0.0 < share <= 1.0):
-        from race.errors import ConfigError
-
-        raise ConfigError(f"adaptive share {share!r} is outside (0, 1]: expected the fraction of the full "
-                          "grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
-    return float(share)
 
 
 def informative_seeds(grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
@@ -320,61 +312,16 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
     ``engine``: ``auto`` (lockstep groups of a grid point's seeds on CPU where the lean path runs:
     race.lockstep), ``lockstep`` or ``solo`` (one pilot per process)."""
     from race import store as S
-    from race.backends import BACKENDS, resolve_backend
+    from race.backends import resolve_backend
 
     o = (options if options is not None else RunOptions.from_kwargs(**kw)).check()
-    out_dir, storage, study, device = o.out_dir, o.storage, o.study, o.device
-    adaptive, adaptive_share, heartbeat, import_pilots, engine = (o.adaptive, o.adaptive_share, o.heartbeat,
-                                                                  o.import_pilots, o.engine)
-    # before anything is written: a run that cannot start leaves no storage behind
-    policy = resolve_adaptive(adaptive if adaptive_share is None else (adaptive or True))
-    if adaptive_share is not None:
-        check_share(adaptive_share)
-    if config.models:                     # one study is one policy: race.api.run_models runs one per model
-        from race.errors import ConfigError
+    out_dir, storage, study, heartbeat = o.out_dir, o.storage, o.study, o.heartbeat
+    # before anything is written: a run that cannot start leaves no storage behind (race.prechecks.CHECKS)
+    from race.prechecks import run_checks
 
-        raise ConfigError(f"config names models {list(config.models)}: run a grid over policies with "
-                          "race.api.run_models (race pilot does), one study per policy")
-    from race.loading import check_device
-
-    check_device(device)
-    from race.regime import MIN_GRID_POINTS
-
-    if len(config.grid) < MIN_GRID_POINTS:   # the verdict needs them: refuse before any pilot runs
-        from race.errors import ConfigError
-
-        raise ConfigError(f"grid {list(config.grid)} has {len(config.grid)} point(s): a verdict needs at least "
-                          f"{MIN_GRID_POINTS} ρ values (race plan shows any grid)")
-    if config.reward.kind == "custom":      # a reward no pilot can import fails here, not in every pilot
-        from race.rewards.isolated import IsolatedReward
-
-        # imported in its own process, under reward.timeout: an import that hangs cannot hang us
-        IsolatedReward(config.reward.function, timeout=config.reward.timeout).start().close()
-    check_task_size(config)
-    check_eval_tasks(config)
-    if import_pilots:                        # readable, and of this config, before anything is written
-        check_importable(config, import_pilots)
-    from race.grid import flop_warnings
-
-    flop_warnings(config)        # an architecture RACE cannot count, or a LoRA target no module has, stops here
+    policy = resolve_adaptive(o.adaptive if o.adaptive_share is None else (o.adaptive or True))
+    run_checks(config, o)
     backend = resolve_backend(config.backend)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
-    if backend == "vllm" and config.vllm_sleep == "on" and not str(device).startswith("cuda"):
-        from race.errors import ConfigError
-
-        raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
-                          f"{device!r}: set vllm_sleep to auto or off")
-    if config.eval.judge_model:
-        from race.models import check_loadable
-
-        check_loadable(config.eval.judge_model, "eval.judge_model")
-    from race.loading import check_host_memory
-
-    check_host_memory(config, device)    # weights + adapters + optimizer state must fit before calibration runs
-    from race.lockstep import group_size_for
-
-    group_size_for(config, engine, device)      # an engine that cannot run this config: one line, before any write
     url = storage or S.default_url(out_dir)
     fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
@@ -555,137 +502,23 @@ def _coordinate(st: Any, config: GridConfig, o: RunOptions, *, policy: str | Non
 
 # ---------------------------------------------------------------- worker
 
-def _config_difference(a: Mapping[str, Any], b: Mapping[str, Any], skip: Sequence[str]) -> tuple | None:
-    from race.store.study import first_difference, normalized
-
-    return first_difference({k: v for k, v in normalized(dict(a)).items() if k not in skip},
-                             {k: v for k, v in normalized(dict(b)).items() if k not in skip})
-
-
-SCHEDULE_REL_TOL = 1e-5   # FLOP counts kept at 6 significant digits (compact records) are the same schedule
-
-
-def _schedule_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple | None:
-    """The first field where planned schedule ``a`` and a pilot's ``b`` differ: knobs (integers,
-    strings) exactly, FLOP counts and ρ (floats) to ``SCHEDULE_REL_TOL``."""
-    from race.store.study import first_difference
-
-    return first_difference(a, b, rel_tol=SCHEDULE_REL_TOL)
-
-
-def _written_config(results: Any) -> dict:
-    """A results file's config with the settings it lacks at their defaults: a setting added after
-    the file was written ran at its default there (as a resumed study's, race.store)."""
-    from race.config import default_settings
-    from race.store.study import fill_missing, normalized
-
-    return fill_missing(normalized(dict(results.config)), normalized(default_settings()))
-
-
-def _import_error(path: str, diff: tuple) -> Exception:
-    from race.store import StoreError
-
-    where, a, b = diff
-    return StoreError(f"pilots in {path!r} ran with another config ({where} is {a!r} here, {b!r} there): "
-                      "only pilots of the same run config can be imported")
-
-
-# what a grid holds, not how one of its pilots runs: a pilot is fixed by the rest of the config, its ρ
-# target and its seed (its schedule depends on nothing else: race.grid.plan_schedule), so pilots of a
-# grid with fewer seeds or other ρ points can be imported into a larger grid (more seeds, added points)
-GRID_SHAPE = ("name", "seeds", "grid")
-
-
-def check_importable(config: GridConfig, path: str) -> None:
-    """A results file whose pilots ``import_finished`` could take: readable, and run with this
-    config up to the grid's shape (``GRID_SHAPE``; ``grpo`` is compared after calibration, which may
-    switch the healthy recipe on)."""
-    from race.results import load_results
-
-    results = load_results(path)
-    written = _written_config(results)
-    diff = _config_difference(config.to_dict(), written, (*GRID_SHAPE, "grpo"))
-    if diff:
-        raise _import_error(path, diff)
-    # each pilot's schedule against the plan its own config and calibrated lengths give: a schedule
-    # edited in the file is refused here, before calibration and before any study is written
-    P, C = (results.plan or {}).get("prompt_len"), (results.plan or {}).get("completion_len")
-    if P and C:
-        from race.config import config_from_dict
-        from race.grid import plan_grid
-
-        try:
-            planned = {s.rho_target: s.to_dict() for s in plan_grid(config_from_dict(written), prompt_len=float(P),
-                                                                      completion_len=float(C)).schedules}
-        except ValueError:            # its own config no longer plans (another RACE): left to import_finished
-            return
-        _check_schedules(path, planned, results.pilots)
-
-
-def _check_schedules(path: str, planned: Mapping[float, Any], pilots: Any) -> None:
-    """Every complete pilot with a planned ρ ran exactly that schedule (``_schedule_difference``)."""
-    from race.store import StoreError
-
-    for p in pilots:
-        rho = float(p.rho_target)
-        if p.status != "complete" or rho not in planned:
-            continue
-        d = _schedule_difference(planned[rho], p.schedule.to_dict() if p.schedule else {})
-        if d:
-            raise StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran another schedule "
-                             f"({d[0]} is {d[2]!r} there, {d[1]!r} here): only pilots of the same plan can be "
-                             "imported")
-
-
 def import_finished(st: Any, path: str) -> int:
     """Record the complete pilots of results file ``path`` in study ``st`` (those of its grid, not
     complete there yet); their run config must be the study's up to the grid's shape, and each one's
     schedule the one this study planned for its ρ. Returns how many were added."""
+    from race.prechecks import GRID_SHAPE, check_schedules, config_difference, import_error, written_config
     from race.results import load_results
 
     results = load_results(path)
-    diff = _config_difference(st.info.run_config, _written_config(results), GRID_SHAPE)
+    diff = config_difference(st.info.run_config, written_config(results), GRID_SHAPE)
     if diff:
-        raise _import_error(path, diff)
+        raise import_error(path, diff)
     planned = {float(s["rho_target"]): s for s in st.info.plan.get("schedules", [])}
     keys = set(st.info.keys())
     pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
-    _check_schedules(path, planned, pilots)   # all checked before any is added: a refusal imports nothing
+    check_schedules(path, planned, pilots)   # all checked before any is added: a refusal imports nothing
     primary = st.info.classify.get("primary_target", "reward")
     return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in pilots)
-
-
-def check_task_size(config: Any) -> None:
-    """A local dataset with fewer held-out problems than ``eval.prompts`` fails here, once, with
-    the number to set, instead of in every pilot (a Hugging Face dataset is checked by the pilots,
-    which download it anyway)."""
-    from race.errors import ConfigError
-    from race.tasks import TASKS, load_task
-
-    task = config.task
-    if task in TASKS:        # a built-in task's held-out set is generated: asking for more fails here, once
-        load_task(task, split="eval", n=config.eval.prompts)
-        return
-    if not task.endswith((".jsonl", ".json", ".parquet")):
-        return
-    held = len(load_task(task, split="eval"))
-    if config.eval.prompts > held:
-        raise ConfigError(f"eval.prompts {config.eval.prompts} exceeds the {held} held-out problems of task "
-                          f"{task!r}: set eval.prompts to at most {held}, or use a larger dataset")
-
-
-def check_eval_tasks(config: Any) -> None:
-    """Every local ``eval.tasks`` set loads (a bad file fails here, once, in one line, instead of in
-    every pilot; a Hugging Face dataset is loaded by the pilots)."""
-    from race.errors import ConfigError
-    from race.tasks import TASKS, TaskError, load_heldout_set
-
-    for t in config.eval.tasks:
-        try:
-            if t.path in TASKS or os.path.exists(t.path) or t.path.endswith((".jsonl", ".json", ".parquet", ".pq")):
-                load_heldout_set(t.path)
-        except TaskError as e:
-            raise ConfigError(f"eval.tasks {t.label!r}: {e}") from None
 
 
 def check_reward_consent(info: Any, *, trust_reward: bool = False, quiet: bool = False) -> None:

@@ -71,7 +71,7 @@ def test_policy_names():
 
 
 def test_the_adaptive_share():
-    from race.scheduler import check_share
+    from race.prechecks import check_share
 
     assert adaptive_cap(4, 3, 2 / 3) == 8 and adaptive_cap(5, 4, 0.67) == 13 and adaptive_cap(5, 4, 1.0) == 20
     assert adaptive_cap(4, 3, 0.1) == 5                      # never below one second seed

@@ -126,7 +126,7 @@ def test_the_cli_refuses_extend_with_an_adaptive_grid_before_anything_is_written
 def test_results_written_before_a_setting_existed_import_as_run_at_its_default(tmp_path):
     """A results file lacks the settings added after it was written (they ran at their defaults):
     it imports; a setting it has with another value is still refused (race.scheduler)."""
-    from race.scheduler import check_importable
+    from race.prechecks import check_importable
     from race.store import StoreError
 
     cfg = build_config(SMALL)
@@ -142,10 +142,10 @@ def test_results_written_before_a_setting_existed_import_as_run_at_its_default(t
 
 
 def test_a_schedule_kept_at_six_significant_digits_is_the_same_schedule():
-    from race.scheduler import _schedule_difference
+    from race.prechecks import schedule_difference
 
     planned = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068154422.5, "rho": 0.516297}}
     kept = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068000000.0, "rho": 0.5163}}
-    assert _schedule_difference(planned, kept) is None
-    assert _schedule_difference(planned, {**kept, "steps": 886}) == ("steps", 885, 886)
-    assert _schedule_difference(planned, {**kept, "flops": {"learning": 3.03e11, "rho": 0.5163}})[0] == "flops.learning"
+    assert schedule_difference(planned, kept) is None
+    assert schedule_difference(planned, {**kept, "steps": 886}) == ("steps", 885, 886)
+    assert schedule_difference(planned, {**kept, "flops": {"learning": 3.03e11, "rho": 0.5163}})[0] == "flops.learning"

@@ -36,3 +36,24 @@ def test_race_pilot_help_groups_its_options_and_json_is_a_deprecated_alias(tmp_p
     assert "Deprecated: use --format json" in out
     r = CliRunner().invoke(main, ["pilot", "--json", "--grid", "0.5,1.4,0.7"])
     assert r.exit_code == 2 and "warning: --json is deprecated: use --format json" in r.stderr
+
+
+def test_the_checks_before_a_run_are_one_table_run_in_order(tmp_path, monkeypatch):
+    """race.prechecks.CHECKS runs in its order, and the first failure stops the rest: here the grid
+    check refuses a one-point grid before the later checks (memory, engine) run or anything is written."""
+    from race import prechecks
+    from race.api import build_config
+    from race.errors import ConfigError
+    from race.options import RunOptions
+
+    names = [c.name for c in prechecks.CHECKS]
+    assert len(set(names)) == len(names) and names[0] == "adaptive share" and names[-1] == "engine"
+    ran = []
+    monkeypatch.setattr(prechecks, "CHECKS", tuple(
+        prechecks.Check(c.name, c.refuses, (lambda c: lambda cfg, o: (ran.append(c.name), c.run(cfg, o)))(c))
+        for c in prechecks.CHECKS))
+    cfg = build_config(None, grid="0.5")
+    with pytest.raises(ConfigError, match=r"grid \[0.5\] has 1 point"):
+        prechecks.run_checks(cfg, RunOptions(out_dir=str(tmp_path / "out")).check())
+    assert ran == names[:names.index("grid points") + 1]
+    assert not (tmp_path / "out").exists()

@@ -73,13 +73,26 @@ def _adapter(cls: type) -> Any:
     return TypeAdapter(cls)
 
 
-def _first_error(cls: type, err: Any) -> str:
+def validation_line(err: Any, name: str = "") -> str:
+    """The first error of a pydantic ``ValidationError`` as one line: ``name.field: problem, got
+    value`` (the value cut to 80 characters); an object-level check (``ValueError`` from a model
+    validator or ``__post_init__``) keeps its own sentence. Used for records and results files."""
     e = err.errors(include_url=False)[0]
-    where = ".".join(str(x) for x in e.get("loc", ())) or "(top)"
+    where = ".".join(str(x) for x in e.get("loc", ()))
+    msg = str(e.get("msg", "")).removeprefix("Value error, ")
+    if e.get("type") == "value_error" and not where:
+        return f"{name}: {msg}" if name else msg
     got = repr(e.get("input"))
     got = got if len(got) <= 80 else got[:77] + "..."
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{cls.__name__}.{where}: {e.get('msg')}, got {got}{more}"
+    return f"{'.'.join(x for x in (name, where) if x) or 'the file'}: {msg}, got {got}{more}"
+
+
+@functools.lru_cache(maxsize=None)
+def _defaulted(cls: type) -> frozenset[str]:
+    """The fields of ``cls`` with a non-null default."""
+    return frozenset(f.name for f in fields(cls) if f.default_factory is not dataclasses_MISSING
+                     or f.default not in (dataclasses_MISSING, None))
 
 
 def _none_as_default(cls: type, d: Any) -> Any:
@@ -87,8 +100,7 @@ def _none_as_default(cls: type, d: Any) -> Any:
     default (an empty tuple or dict): read that as the default, as the per-class readers did."""
     if not isinstance(d, Mapping):
         return d
-    has_default = {f.name for f in fields(cls) if f.default_factory is not dataclasses_MISSING
-                   or f.default not in (dataclasses_MISSING, None)}
+    has_default = _defaulted(cls)
     return {k: v for k, v in d.items() if not (v is None and k in has_default)}
 
 
@@ -110,7 +122,7 @@ class Record:
         try:
             return _adapter(cls).validate_python(d)
         except ValidationError as e:
-            raise RecordError(_first_error(cls, e)) from None
+            raise RecordError(validation_line(e, cls.__name__)) from None
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
@@ -119,6 +131,7 @@ class Record:
         from pydantic_core import core_schema
 
         return core_schema.no_info_before_validator_function(functools.partial(_none_as_default, cls), handler(source))
+
 
 @dataclass(frozen=True)
 class FlopBreakdown(Record):
@@ -154,6 +167,7 @@ class FlopBreakdown(Record):
     def scaled(self, factor: float) -> "FlopBreakdown":
         return FlopBreakdown(self.search * factor, self.learning * factor, self.reward * factor)
 
+
 @dataclass(frozen=True)
 class Schedule(Record):
     """One grid point of the IsoFLOP plan: how a target ρ becomes a GRPO schedule.
@@ -184,6 +198,7 @@ class Schedule(Record):
         """B = B_p · n_train: sequences per gradient step (the √B learning-rate rule's B)."""
         return self.prompts_per_step * self.n_train
 
+
 @dataclass(frozen=True)
 class Checkpoint(Record):
     """A held-out evaluation during a pilot (race.checkpoints).
@@ -206,6 +221,7 @@ class Checkpoint(Record):
     def score(self, target: str) -> float:
         vals = self.evals[target]
         return sum(vals) / len(vals) if vals else float("nan")
+
 
 @dataclass(frozen=True)
 class PilotResult(Record):
@@ -240,6 +256,7 @@ class PilotResult(Record):
     def score(self, target: str) -> float:
         vals = self.evals[target]
         return sum(vals) / len(vals) if vals else float("nan")
+
 
 @dataclass(frozen=True)
 class PointSummary(Record):
@@ -344,6 +361,7 @@ class TargetVerdict(Record):
     def range_text(self) -> str:
         return format_rho_range(self.rho_range, self.open_side)
 
+
 @dataclass(frozen=True)
 class Instability(Record):
     """A pilot whose held-out score fell from its best earlier checkpoint towards the base
@@ -364,6 +382,7 @@ class Instability(Record):
     drop_se: float
     final: float
 
+
 @dataclass(frozen=True)
 class StabilityPoint(Record):
     """One grid point's pilots with checkpoints: how many, how many unstable, mean checkpoints
@@ -382,6 +401,7 @@ class StabilityPoint(Record):
     @property
     def share(self) -> float:
         return self.unstable / self.pilots if self.pilots else 0.0
+
 
 @dataclass(frozen=True)
 class Stability(Record):
@@ -402,6 +422,7 @@ class Stability(Record):
     def fell(self) -> int:
         """Unstable pilots, over the grid."""
         return sum(p.unstable for p in self.points)
+
 
 @dataclass(frozen=True)
 class ForecastPoint(Record):
@@ -425,6 +446,7 @@ class ForecastPoint(Record):
     predicted_ci: tuple[float, float] | None
     params: Mapping[str, float]
     curve: tuple[tuple[float, float], ...] = ()
+
 
 @dataclass(frozen=True)
 class Backtest(Record):
@@ -500,6 +522,7 @@ class Forecast(Record):
     def predicts(self) -> bool:
         """Whether predictions were made (predicted or forced)."""
         return self.status != "refused"
+
 
 @dataclass(frozen=True)
 class Diagnosis(Record):

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from race.records import Diagnosis, PilotResult
+from race.records import Diagnosis, PilotResult, validation_line
 
 SCHEMA_VERSION = 1
 
@@ -104,24 +104,11 @@ def load_results(path: str) -> Results:
     try:
         doc = results_schema().model_validate(raw)
     except ValidationError as e:
-        raise ResultsError(f"results file {path!r}: {_one_line(e)}") from None
+        raise ResultsError(f"results file {path!r}: {validation_line(e)}") from None
     meta = {k: v for k, v in raw.items()
             if k not in ("pilots", "diagnosis", "config", "plan", "classify", "schema_version", "kind")}
-    return Results(pilots=tuple(doc.pilots), diagnosis=doc.diagnosis, config=raw.get("config") or {},
-                   plan=raw.get("plan") or {}, classify=raw.get("classify") or {}, meta=meta)
-
-
-def _one_line(err: Any) -> str:
-    """The first error of a pydantic ValidationError as one line: where, what, the value (≤ 80 chars)."""
-    e = err.errors(include_url=False)[0]
-    where = ".".join(str(x) for x in e.get("loc", ()))
-    msg = str(e.get("msg", "")).removeprefix("Value error, ")
-    if e.get("type") == "value_error" and not where:       # a whole-file check (check_numbers): its own sentence
-        return msg
-    got = repr(e.get("input"))
-    got = got if len(got) <= 80 else got[:77] + "..."
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where or 'the file'}: {msg}, got {got}{more}"
+    return Results(pilots=tuple(doc.pilots), diagnosis=doc.diagnosis, config=doc.config, plan=doc.plan,
+                   classify=doc.classify, meta=meta)
 
 
 @functools.lru_cache(maxsize=1)
@@ -163,26 +150,23 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
     """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
     C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
     ValueError (one line; the schema's model validator, ``results_schema``)."""
-    def bad(what: str) -> ValueError:
-        return ValueError(what)
-
     for p in pilots:
         f = p.flops
         parts = (f.search, f.learning, f.reward, f.total)
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in parts):
-            raise bad(f"pilot ρ={p.rho_target!r} seed {p.seed!r} has FLOPs {[x for x in parts]!r}: expected finite "
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed!r} has FLOPs {[x for x in parts]!r}: expected finite "
                       "numbers ≥ 0")
         if f.total > 0 and abs(f.search + f.learning + f.reward - f.total) > 1e-3 * f.total:
-            raise bad(f"pilot ρ={p.rho_target!r} seed {p.seed!r}: C_search + C_learning + C_reward ≠ C_total")
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed!r}: C_search + C_learning + C_reward ≠ C_total")
         if not (isinstance(p.rho_target, (int, float)) and 0 < p.rho_target < 1):
-            raise bad(f"pilot ρ target {p.rho_target!r} is outside (0, 1)")
+            raise ValueError(f"pilot ρ target {p.rho_target!r} is outside (0, 1)")
     try:
         b = float(budget if budget is not None else (diag.meta.get("budget_per_pilot") if diag else 0) or 0)
     except (TypeError, ValueError):
         b = 0.0
     far = [p.flops.total for p in pilots if b > 0 and p.status == "complete" and not b / 10 <= p.flops.total <= 10 * b]
     if far:
-        raise bad(f"a pilot spent {far[0]:.3g} FLOPs against the grid's {b:.3g} per pilot: expected each pilot "
+        raise ValueError(f"a pilot spent {far[0]:.3g} FLOPs against the grid's {b:.3g} per pilot: expected each pilot "
                   "within its budget")
     for p in pilots:                  # consistent with its own schedule: a pilot stops within a step of the budget
         sched = p.schedule
@@ -190,10 +174,10 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
             continue
         step = sched.flops_per_step.total
         if abs(p.flops.total - b) > max(2 * step, SPENT_TOLERANCE * b):
-            raise bad(f"pilot ρ={p.rho_target:g} seed {p.seed} spent {p.flops.total:.3g} FLOPs: its schedule "
+            raise ValueError(f"pilot ρ={p.rho_target:g} seed {p.seed} spent {p.flops.total:.3g} FLOPs: its schedule "
                       f"({sched.steps} steps of {step:.3g}) stops within a step of the budget {b:.3g}")
         if abs(p.flops.rho - sched.flops_per_step.rho) > RHO_TOLERANCE:
-            raise bad(f"pilot ρ={p.rho_target:g} seed {p.seed} measured ρ {p.flops.rho:.3f}, its schedule plans "
+            raise ValueError(f"pilot ρ={p.rho_target:g} seed {p.seed} measured ρ {p.flops.rho:.3f}, its schedule plans "
                       f"{sched.flops_per_step.rho:.3f}: expected them within {RHO_TOLERANCE:g} (token lengths move "
                       "it by a few hundredths)")
     if diag is None:
@@ -201,7 +185,7 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
     for name, v in diag.verdicts.items():
         lo, hi = v.rho_range
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and 0 < x < 1 for x in (lo, hi)) or lo > hi:
-            raise bad(f"target {name!r} has rho_range {[lo, hi]!r}: expected two numbers in (0, 1), low ≤ high")
+            raise ValueError(f"target {name!r} has rho_range {[lo, hi]!r}: expected two numbers in (0, 1), low ≤ high")
 
 
 def software_line(pilots: Sequence[PilotResult]) -> str:

@@ -152,14 +152,18 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
                 w.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
     else:
         engine = PilotEngine(cfg, schedule, seed=0, device=device)
-        generate = engine.backend.generate
+        # the lean path steps a one-seed group (engine.group): its group backend samples
+        sampler = engine.group.backend if engine.group is not None else engine.backend
+        name = "generate_seeds" if engine.group is not None else "generate"
+        generate = getattr(sampler, name)
 
         def recording_generate(*a, **kw):
-            batch = generate(*a, **kw)
-            record_lengths(batch, kw["n"])
-            return batch
+            out = generate(*a, **kw)
+            for batch in (out if isinstance(out, list) else [out]):
+                record_lengths(batch, kw["n"])
+            return out
 
-        engine.backend.generate = recording_generate
+        setattr(sampler, name, recording_generate)
 
         def step(batch):
             return engine.step(batch).flops

@@ -136,14 +136,19 @@ class RaceRunner:
         self.rng, self.order, self.cursor = random.Random(seed), list(range(len(self.train))), 0
         self.rng.shuffle(self.order)
         self._tokens: list[int] = []
-        backend, inner = self.engine.backend, self.engine.backend.generate
+        # the lean path steps a one-seed group (engine.group): its group backend samples
+        group = self.engine.group
+        backend = group.backend if group is not None else self.engine.backend
+        name = "generate_seeds" if group is not None else "generate"
+        inner = getattr(backend, name)
 
         def counting_generate(*a, **kw):
-            batch = inner(*a, **kw)
-            self._tokens.append(sum(len(c) for grp in batch.completion_ids for c in grp))
-            return batch
+            out = inner(*a, **kw)
+            batches = out if isinstance(out, list) else [out]
+            self._tokens.append(sum(len(c) for b in batches for grp in b.completion_ids for c in grp))
+            return out
 
-        backend.generate = counting_generate          # instance attribute: race/ is untouched
+        setattr(backend, name, counting_generate)     # instance attribute: race/ is untouched
         self.steps: list[dict] = []
 
     def _problems(self):

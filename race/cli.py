@@ -19,7 +19,8 @@ from race.scheduler import ADAPTIVE_POLICIES
 PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training curves; with a forecast, held-out "
              "reward against FLOPs) to FILE: .png, .pdf or .svg.")
 ENGINE_HELP = ("lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean path "
-               "runs and it was measured faster: short completions); solo: one pilot per process.")
+               "runs and it was measured faster: short completions); solo: one pilot per process (on the lean "
+               "path, the same engine with one seed).")
 FULL_RUN_HELP = ("FLOPs of one full run at the chosen ρ, e.g. 6e12: predict held-out reward per ρ there from the "
                  "pilots' checkpoints (overrides the config's full_run_budget; docs/forecast.md).")
 FORCE_HELP = "Print the forecast even past the extrapolation factor the backtests support, marked FORCED."

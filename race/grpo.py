@@ -149,7 +149,7 @@ def completion_logprobs(model, batch: "TrainBatch", *, temperature: float = 1.0,
 
     Logits are divided by the sampling temperature, so the ratio compares the
     distributions that were actually sampled from. A model with ``forward_grouped``
-    (race.backends.lean) runs each prompt once for its group of rollouts; any other
+    (race.backends.lockstep.LockstepLM, over a seed axis) runs each prompt once for its group of rollouts; any other
     model runs ``[prompt | completion]`` rows and computes logits only where needed
     (``logits_to_keep``), which matters for 150 k-token vocabularies.
     """

@@ -58,14 +58,15 @@ def model_load_kwargs(device: str) -> dict:
     return {"dtype": torch.bfloat16 if cuda else torch.float32, "attn_implementation": "sdpa"}
 
 
-def load_policy(config: GridConfig, *, device: str = "cpu"):
+def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
     """(tokenizer, policy, model path): the model with a fresh LoRA adapter on the configured modules.
 
-    The policy is a ``LeanLM`` (race.backends.lean) when ``grpo.fast_path`` is on, the
-    architecture is supported and gradient checkpointing is off, else the HF model wrapped
-    by peft — with HF's non-reentrant gradient checkpointing (one checkpoint per decoder
-    layer, as ``flops.learning_flops(grad_checkpointing=True)`` counts) when
-    ``grpo.grad_checkpointing`` is on."""
+    The policy is a ``LockstepLM`` (race.backends.lockstep: the lean path, one adapter per seed of
+    ``seeds``, each drawn as ``torch.manual_seed(seed)`` draws it) when ``grpo.fast_path`` is on,
+    the architecture is supported and gradient checkpointing is off, else the HF model wrapped by
+    peft (one adapter, from torch's global stream) — with HF's non-reentrant gradient checkpointing
+    (one checkpoint per decoder layer, as ``flops.learning_flops(grad_checkpointing=True)``
+    counts) when ``grpo.grad_checkpointing`` is on."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoTokenizer
 
@@ -86,11 +87,14 @@ def load_policy(config: GridConfig, *, device: str = "cpu"):
     if arch.num_experts:      # the experts implementation the FLOP count is verified against
         kw["experts_implementation"] = EXPERTS_IMPLEMENTATION
     model = load_causal_lm(path, **kw).to(device)
-    from race.backends.lean import LeanLM, supports
+    from race.backends.lean import supports
 
     if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:
+        from race.backends.lockstep import LockstepLM
+
         model.requires_grad_(False)
-        return tok, LeanLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules), path
+        return tok, LockstepLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules,
+                               seeds=seeds), path
     targets = peft_target_modules(arch, lora.target_modules)
     exact = arch.model_type in FAMILIES
     if not exact:             # an approximate reading (allow_approximate_flops): the role names the model has
@@ -140,12 +144,38 @@ def backend_options(config: GridConfig, name: str, *, device: str = "cpu", sched
             "sleep": wants_vllm_sleep(config.vllm_sleep, est, total)}
 
 
-def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule | None = None):
-    """(policy, rollout backend): the policy of ``load_policy`` and the backend the config names
-    (``race.backends`` registry; ``auto`` resolved), sampling from it."""
+def group_backend(config: GridConfig, policy, tok, path: str, *, device: str = "cpu",
+                  schedule: Schedule | None = None):
+    """The rollout backend of a lean-path policy (a ``LockstepLM``) as a group of its seeds
+    (``generate_seeds``, ``sync(seeds)``, ``view(seed)``): the lean sampler over every seed's merged
+    weights (backend ``hf``); vLLM's multi-LoRA engine for several seeds; for one seed, the
+    single-adapter vLLM backend (its memory plan and sleep mode) as a group of one."""
+    from race.backends import resolve_backend
+    from race.backends.lockstep import LockstepBackend, OneSeedGroup
+
+    name = resolve_backend(config.backend)
+    if name != "vllm":
+        return LockstepBackend(policy, tok, device=device)
+    if len(policy.seeds) > 1:                 # one engine, every seed's adapter (multi-LoRA)
+        from race.backends.vllm import VLLMLockstepBackend
+
+        return VLLMLockstepBackend(policy, tok, model_path=path, device=device, max_model_len=None)
+    from race.backends.vllm import VLLMBackend
+
+    return OneSeedGroup(VLLMBackend(policy, tok, model_path=path, device=device,
+                                    **backend_options(config, name, device=device, schedule=schedule)),
+                        policy.seeds[0])
+
+
+def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule | None = None, seed: int = 0):
+    """(policy, rollout backend): the policy of ``load_policy`` (adapter of ``seed``) and the backend
+    the config names (``race.backends`` registry; ``auto`` resolved), sampling from it. On the lean
+    path the backend is the one-seed view of ``group_backend`` that owns its group."""
     from race.backends import backend_class, resolve_backend
 
-    tok, policy, path = load_policy(config, device=device)
+    tok, policy, path = load_policy(config, device=device, seeds=(seed,))
+    if hasattr(policy, "seeds"):              # the lean path: race.backends.lockstep.LockstepLM
+        return policy, group_backend(config, policy, tok, path, device=device, schedule=schedule).view(seed, owner=True)
     name = resolve_backend(config.backend)
     backend = backend_class(name)(policy, tok, model_path=path, device=device,
                                   **backend_options(config, name, device=device, schedule=schedule))

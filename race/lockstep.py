@@ -1,20 +1,24 @@
-"""Lockstep pilots: the seeds of one grid point trained as one batch, each still its own pilot.
+"""The seed-axis engine: every pilot on the lean path, alone or with the other seeds of its grid point.
 
-``run_lockstep(config, schedule, seeds)`` runs the pilots ``(schedule, seed)`` for every seed at
+``LockstepEngine(config, schedule, seeds)`` steps the pilots ``(schedule, seed)`` of every seed at
 once on a ``race.backends.lockstep.LockstepLM``: one rollout batch for all active seeds (each seed
 its own prompts, generator and merged sampling weights), one reward call per seed, one
 forward/backward per iteration over every seed's sequences (``race.grpo.update_seeds``), and per
 seed its own AdamW, learning-rate schedule, sync check, FLOP meter, curve, checkpoints and held-out
-evaluation. A seed whose budget is spent leaves the batch (its adapter is frozen from then on)
-while the others go on. Each seed returns the ``PilotResult`` its solo pilot would: the loop state
-is ``race.pilot.PilotLoop``, the evaluation ``race.pilot.finish_pilot``; tests/test_lockstep.py
-checks a lockstep pilot against the solo one bit for bit.
+evaluation. A solo pilot is a group of one seed (race.pilot's ``PilotEngine`` wraps it): there is
+one engine on the lean path, so a seed's numbers do not depend on whether it ran alone or in a
+group (tests/test_lockstep.py checks a group's seed against the one-seed pilot bit for bit).
+``run_lockstep`` runs a group of several seeds to their budgets; a seed whose budget is spent leaves
+the batch (its adapter is frozen from then on) while the others go on. The loop state and the
+evaluation are race.pilotloop's ``PilotLoop`` and ``finish_pilot``.
 
 Shared step phases (rollout, reward, update, sync) are timed once and charged to the active seeds
 in equal shares, so a pilot's ``wall_seconds`` stays its own cost and sums over a grid stay right.
-Lockstep runs where the lean training path runs (``lockstep_supported``), sampling through the
-lean sampler (backend ``hf``) or through one vLLM engine serving every seed's adapter (backend
-``vllm``: race.backends.vllm.VLLMLockstepBackend); anything else runs solo (``group_size_for``).
+The engine runs where the lean training path runs (``lockstep_supported``), sampling through the
+lean sampler (backend ``hf``), one vLLM engine serving every seed's adapter (backend ``vllm``,
+several seeds: race.backends.vllm.VLLMLockstepBackend) or the single-adapter vLLM backend (one
+seed, with its sleep mode); other models run race.pilot's HF + peft step. How many seeds share a
+process is ``group_size_for``'s choice.
 """
 from __future__ import annotations
 
@@ -24,10 +28,10 @@ from typing import Callable
 
 from race.config import GridConfig
 from race.evaluation import HeldOutCheckpoints, close_reward
-from race.loading import model_load_kwargs, seed_everything
+from race.loading import group_backend, load_policy, seed_everything
 from race.meter import FlopMeter
-from race.pilot import (PilotData, PilotLoop, StepRecord, check_sync, finish_pilot, lr_scheduler, pack_kept,
-                        rollout_search, score_rollouts)
+from race.pilotloop import (PilotData, PilotLoop, StepRecord, check_sync, finish_pilot, lr_scheduler, pack_kept,
+                            rollout_search, score_rollouts)
 from race.taskdata import answer_check, task_problems
 from race.records import FlopBreakdown, PilotResult, Schedule
 
@@ -61,36 +65,17 @@ class LockstepEngine:
 
     def __init__(self, config: GridConfig, schedule: Schedule, seeds: list[int], *, device: str = "cpu"):
         import torch
-        from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        from race.backends.hf import load_causal_lm
-        from race.backends.lockstep import LockstepBackend, LockstepLM
         from race.grid import lora_spec, policy_arch, reward_spec
-        from race.models import resolve_model_path
         from race.rewards import build_reward
 
-        hf_logging.disable_progress_bar()
         self.config, self.schedule, self.seeds, self.device = config, schedule, list(seeds), device
         t0 = time.perf_counter()
         seed_everything(self.seeds[0])
         arch = policy_arch(config)
         lora = lora_spec(config, arch)
-        path = resolve_model_path(config.model)
-        tok = AutoTokenizer.from_pretrained(path)
-        model = load_causal_lm(path, **model_load_kwargs(device)).to(device)
-        model.requires_grad_(False)
-        self.policy = LockstepLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules,
-                                 seeds=self.seeds)
-        from race.backends import resolve_backend
-
-        if resolve_backend(config.backend) == "vllm":         # one engine, every seed's adapter (multi-LoRA)
-            from race.backends.vllm import VLLMLockstepBackend
-
-            self.backend = VLLMLockstepBackend(self.policy, tok, model_path=path, device=device,
-                                               max_model_len=None)
-        else:
-            self.backend = LockstepBackend(self.policy, tok, device=device)
+        tok, self.policy, path = load_policy(config, device=device, seeds=self.seeds)
+        self.backend = group_backend(config, self.policy, tok, path, device=device, schedule=schedule)
         self.optimizers = [torch.optim.AdamW(self.policy.parameters_of(s), lr=schedule.learning_rate,
                                              weight_decay=0.0, fused=True) for s in self.seeds]
         self.lr_schedulers = [lr_scheduler(o, config, schedule) for o in self.optimizers]
@@ -132,6 +117,7 @@ class LockstepEngine:
         self._charge(active, "reward", time.perf_counter() - t)
 
         t = time.perf_counter()
+        backend.pause()          # vLLM with sleep mode frees its weights and KV cache for the update
         packs, groups, sample_lps = zip(*(pack_kept(b, r, n_train=s.n_train, advantage=g.advantage,
                                                     pad_id=backend.pad_id, device=self.device)
                                           for b, (r, _, _) in zip(batches, scored_all)))
@@ -146,11 +132,13 @@ class LockstepEngine:
         self._charge(active, "update", time.perf_counter() - t)
 
         t = time.perf_counter()
+        backend.resume()
         merges = backend.sync(seeds)
         self._charge(active, "sync", time.perf_counter() - t)
         out = []
+        group = len(self.seeds) > 1
         for seed, search, learning, (_, cost, scored), st in zip(seeds, searches, learnings, scored_all, stats):
-            check_sync(st.sync, f"{backend.name}, lockstep", who=f"seed {seed}: ")
+            check_sync(st.sync, backend.name + (", lockstep" if group else ""), who=f"seed {seed}: " if group else "")
             out.append(StepRecord(FlopBreakdown(search + merges[seed], learning, cost), scored.mean, scored.errors,
                                   scored.first_error, st.sync))
         return out
@@ -186,7 +174,8 @@ def run_lockstep(config: GridConfig, schedule: Schedule, seeds: list[int], *, de
     results = []
     for k, seed in enumerate(engine.seeds):
         r = finish_pilot(views[k], views[k].backend, data, loops[k], checks[k], seed, wall=engine.walls[k],
-                         device=device, extra={"engine": f"lockstep ({len(engine.seeds)} seeds)"})
+                         device=device,
+                         extra={"engine": f"lockstep ({len(engine.seeds)} seeds)"} if len(engine.seeds) > 1 else None)
         results.append(r)
         if on_result:
             on_result(r)

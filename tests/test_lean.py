@@ -1,8 +1,13 @@
-"""The lean forward matches Transformers (and its LoRA matches peft) on tiny random models."""
+"""The lean forward matches Transformers (and its LoRA matches peft) on tiny random models.
+
+The lean policy is race.backends.lockstep.LockstepLM (race.backends.lean's decoder with one adapter
+per seed); a solo pilot's is a group of one seed, which these tests run: inputs carry a leading
+seed axis of 1."""
 import pytest
 import torch
 
-from race.backends.lean import LeanLM, supports
+from race.backends.lean import supports
+from race.backends.lockstep import LockstepLM
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -26,10 +31,21 @@ def _batch():
     return ids, mask, (mask.cumsum(1) - 1).clamp(min=0)
 
 
+def _lean(model):
+    """A solo pilot's lean policy: one seed."""
+    return LockstepLM(model, rank=4, alpha=8, targets=TARGETS, seeds=[0])
+
+
+def _fwd(lean, ids, mask, pos, **kw):
+    """Logits of [B, T] inputs through the one-seed policy (a seed axis of 1 added and removed)."""
+    cache = kw.pop("cache", None)
+    return lean(ids[None], mask[None], pos[None], cache=cache, **kw).logits[0]
+
+
 def _randomise_lora(lean):
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for name, p in lean.lora.items():
+        for name, p in lean.adapters[0].items():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 
 
@@ -39,8 +55,8 @@ def test_logits_match_transformers(kind):
     assert supports(model.config) is None
     ids, mask, pos = _batch()
     ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
-    out = lean(ids, mask, pos).logits                      # B = 0 at init: the base model
+    lean = _lean(model)
+    out = _fwd(lean, ids, mask, pos)                      # B = 0 at init: the base model
     real = mask.bool()
     assert torch.allclose(out[real], ref[real], atol=1e-5), (out[real] - ref[real]).abs().max()
 
@@ -50,10 +66,10 @@ def test_lora_matches_peft_and_saves_in_peft_format(kind):
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
     model = _model(kind)
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean = _lean(model)
     _randomise_lora(lean)
     ids, mask, pos = _batch()
-    ours = lean(ids, mask, pos).logits
+    ours = _fwd(lean, ids, mask, pos)
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(TARGETS)))
     missing = set_peft_model_state_dict(peft_model, lean.adapter_state_dict())
     assert not getattr(missing, "unexpected_keys", [])
@@ -65,16 +81,16 @@ def test_lora_matches_peft_and_saves_in_peft_format(kind):
 
 def test_cached_decode_equals_full_forward_and_merge_equals_adapter():
     model = _model("qwen2")
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean = _lean(model)
     _randomise_lora(lean)
-    flops = lean.merge()
+    flops = lean.merge()[0]
     assert flops == pytest.approx(2 * 2 * 4 * sum(i * o for i, o in [(64, 64), (64, 32), (64, 32), (64, 64),
                                                                        (64, 128), (64, 128), (128, 64)]))
     ids, mask, pos = _batch()
-    full = lean(ids, mask, pos).logits
+    full = _fwd(lean, ids, mask, pos)
     cache = lean.new_cache(2, 8)
-    pre = lean(ids[:, :4], mask[:, :4], pos[:, :4], cache=cache, merged=True).logits
-    steps = [lean(ids[:, t:t + 1], mask[:, :t + 1], pos[:, t:t + 1], cache=cache, merged=True).logits
+    pre = _fwd(lean, ids[:, :4], mask[:, :4], pos[:, :4], cache=cache, merged=True)
+    steps = [_fwd(lean, ids[:, t:t + 1], mask[:, :t + 1], pos[:, t:t + 1], cache=cache, merged=True)
              for t in range(4, 6)]
     cached = torch.cat([pre] + steps, dim=1)
     real = mask.bool()
@@ -83,14 +99,14 @@ def test_cached_decode_equals_full_forward_and_merge_equals_adapter():
 
 def test_disable_adapter_gives_the_base():
     model = _model("llama")
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean = _lean(model)
     _randomise_lora(lean)
     ids, mask, pos = _batch()
     with lean.disable_adapter():
-        base = lean(ids, mask, pos).logits
+        base = _fwd(lean, ids, mask, pos)
     ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     assert torch.allclose(base[mask.bool()], ref[mask.bool()], atol=1e-5)
-    assert not torch.allclose(lean(ids, mask, pos).logits, base)
+    assert not torch.allclose(_fwd(lean, ids, mask, pos), base)
 
 
 def _loss(logits, ids, mask=None):
@@ -103,15 +119,15 @@ def test_lora_gradients_match_peft():
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
     model = _model("qwen2")
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean = _lean(model)
     _randomise_lora(lean)
     ids, mask, pos = _batch()
-    grads = torch.autograd.grad(_loss(lean(ids, mask, pos).logits, ids, mask), list(lean.lora.values()))
+    grads = torch.autograd.grad(_loss(_fwd(lean, ids, mask, pos), ids, mask), list(lean.adapters[0].values()))
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(TARGETS)))
     set_peft_model_state_dict(peft_model, lean.adapter_state_dict())
     _loss(peft_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits, ids, mask).backward()
     named = dict(peft_model.named_parameters())
-    for (key, g) in zip(lean.lora.keys(), grads):
+    for (key, g) in zip(lean.adapters[0].keys(), grads):
         i, name, ab = key.split("_", 1)[0], key.split("_", 1)[1].rsplit("_", 1)[0], key.rsplit("_", 1)[1]
         group = "self_attn" if name in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
         ref = named[f"base_model.model.model.layers.{i}.{group}.{name}.lora_{ab}.default.weight"].grad
@@ -120,15 +136,15 @@ def test_lora_gradients_match_peft():
 
 def test_merge_follows_optimizer_steps():
     model = _model("qwen2")
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
-    assert lean.merge() > 0
+    lean = _lean(model)
+    assert lean.merge()[0] > 0
     opt = torch.optim.AdamW(lean.parameters(), lr=1e-2, fused=True)
     ids, mask, pos = _batch()
-    _loss(lean(ids, mask, pos).logits, ids).backward()
+    _loss(_fwd(lean, ids, mask, pos), ids).backward()
     opt.step()
-    assert lean.merge() > 0
+    assert lean.merge()[0] > 0
     with torch.no_grad():
-        assert torch.allclose(lean(ids, mask, pos, merged=True).logits, lean(ids, mask, pos).logits, atol=1e-5)
+        assert torch.allclose(_fwd(lean, ids, mask, pos, merged=True), _fwd(lean, ids, mask, pos), atol=1e-5)
 
 
 def test_grouped_update_flops_match_the_counter():
@@ -140,11 +156,11 @@ def test_grouped_update_flops_match_the_counter():
     from race.grid import ENGINE_LEARNING_KW, grouped_learning
 
     model = _model("llama")
-    lean = LeanLM(model, rank=4, alpha=8, targets=TARGETS)
+    lean = _lean(model)
     lean.eager_attention = True
     b = grpo.pack([[3, 4, 5, 6], [7, 8, 9, 10]], [[11, 12, 13]] * 6, [0, 0, 0, 1, 1, 1], [1.0] * 6, pad_id=0)
     with FlopCounterMode(display=False) as counter:
-        logp, _ = grpo.completion_logprobs(lean, b)
+        logp, _ = grpo.completion_logprobs(lean, grpo.stack_batches([b], pad_id=0))
         logp.sum().backward()
     from race.architectures import read_arch
 

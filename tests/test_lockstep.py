@@ -1,8 +1,9 @@
 """Lockstep pilots (race.lockstep, race.backends.lockstep): the seeds of a grid point as one batch.
 
-Equivalence with the solo engine, measured bit for bit: per-seed logits, losses, gradients and
-updated adapters, sampled tokens and their log-probs (with finished rows leaving the batch), a
-seed's tokens whichever seeds share its batch, and whole pilots (FLOPs, curve, held-out scores).
+A solo pilot on the lean path is a group of one seed. Equivalence of a seed in a group with the
+same seed alone, measured bit for bit: per-seed logits, losses, gradients and updated adapters,
+sampled tokens and their log-probs (with finished rows leaving the batch), a seed's tokens
+whichever seeds share its batch, and whole pilots (FLOPs, curve, held-out scores).
 Then the runner: a group runs in one process, a group that dies fails only its unfinished pilots,
 and a stored grid resumes without re-running finished ones."""
 import pytest
@@ -16,12 +17,13 @@ SEEDS = [0, 1, 2]
 
 @pytest.fixture(scope="module")
 def models():
-    """Solo lean policies of seeds 0–2 and one lockstep policy of the same seeds, with the same
-    non-zero B matrices (a fresh adapter's B = 0 would hide any error in the A/B path)."""
+    """One-seed lean policies of seeds 0–2 (solo pilots) and one lockstep policy of the same seeds,
+    with the same non-zero B matrices (a fresh adapter's B = 0 would hide any error in the A/B path).
+    The one-seed policies draw their adapter as a solo pilot does: ``seed_everything(seed)`` and
+    torch's global stream."""
     import torch
 
     from race.backends.hf import load_causal_lm
-    from race.backends.lean import LeanLM
     from race.backends.lockstep import LockstepLM
     from race.models import resolve_model_path
     from race.pilot import seed_everything
@@ -32,13 +34,13 @@ def models():
     solo = []
     for s in SEEDS:
         seed_everything(s)
-        solo.append(LeanLM(hf, rank=8, alpha=16, targets=TARGETS))
+        solo.append(LockstepLM(hf, rank=8, alpha=16, targets=TARGETS, seeds=[s]))
     group = LockstepLM(hf, rank=8, alpha=16, targets=TARGETS, seeds=SEEDS)
     init_equal = all(torch.equal(a, group.adapter_state_dict(s)[k])
                      for lm, s in zip(solo, SEEDS) for k, a in lm.adapter_state_dict().items())
     for k, lm in enumerate(solo):
         gen = torch.Generator().manual_seed(100 + k)
-        for name, p in lm.lora.items():
+        for name, p in lm.adapters[0].items():
             if name.endswith("_B"):
                 v = torch.randn(p.shape, generator=gen) * 0.05
                 p.data.copy_(v)
@@ -82,7 +84,9 @@ def test_lockstep_logits_equal_the_solo_ones_bit_for_bit(models):
         got = group.forward_grouped(stacked.prompt_ids, stacked.prompt_mask, stacked.group,
                                     stacked.completion_ids, stacked.completion_mask)
         for k, (lm, b) in enumerate(zip(solo, batches)):
-            want = lm.forward_grouped(b.prompt_ids, b.prompt_mask, b.group, b.completion_ids, b.completion_mask)
+            one = grpo.stack_batches([b], pad_id=0)
+            want = lm.forward_grouped(one.prompt_ids, one.prompt_mask, one.group, one.completion_ids,
+                                      one.completion_mask)[0]
             m = b.completion_mask.bool()
             mine = got[k, :, :b.completion_width][m]
             assert torch.allclose(mine, want[m], atol=1e-6)
@@ -107,12 +111,13 @@ def test_lockstep_losses_and_gradients_equal_the_solo_ones(models):
     want = []
     for lm, b in zip(solo, batches):
         lm.zero_grad()
+        one = grpo.stack_batches([b], pad_id=0)
         with torch.no_grad(), lm.disable_adapter():
-            ref = grpo.completion_logprobs(lm, b)[0]
-        lp, ent = grpo.completion_logprobs(lm, b, with_entropy=True)
-        loss = loss_of(lp, ent, ref, b)
+            ref = grpo.completion_logprobs(lm, one)[0][0]
+        lp, ent = grpo.completion_logprobs(lm, one, with_entropy=True)
+        loss = loss_of(lp[0], ent[0], ref, b)
         loss.backward()
-        want.append((float(loss), {k: p.grad.clone() for k, p in lm.lora.items()}))
+        want.append((float(loss.detach()), {k: p.grad.clone() for k, p in lm.adapters[0].items()}))
     group.zero_grad()
     stacked = grpo.stack_batches(batches, pad_id=0)
     with torch.no_grad(), group.disable_adapter():
@@ -129,7 +134,7 @@ def test_lockstep_losses_and_gradients_equal_the_solo_ones(models):
 
 def test_lockstep_updates_track_the_solo_ones(models):
     """μ = 2 iterations (two AdamW steps, clipping, per-seed state) through ``update_seeds`` move each
-    seed's adapter as three solo ``update`` calls do, to fp32 tolerance (AdamW's first steps
+    seed's adapter as three one-seed updates do, to fp32 tolerance (AdamW's first steps
     normalise the gradient, so a rounding-level gradient difference can move an element by up to
     the learning rate times its relative size)."""
     import copy
@@ -144,8 +149,8 @@ def test_lockstep_updates_track_the_solo_ones(models):
     batches = _batches(1)
     kw = dict(mu=2, temperature=1.0, clip_eps=0.2, loss_agg="dapo", max_completion_len=6, beta=1e-3,
               entropy_coef=1e-3)
-    opts = [torch.optim.AdamW(list(lm.lora.parameters()), lr=1e-3, weight_decay=0.0, fused=True) for lm in solo]
-    want = [grpo.update(lm, o, b, **kw) for lm, o, b in zip(solo, opts, batches)]
+    opts = [torch.optim.AdamW(list(lm.adapters[0].parameters()), lr=1e-3, weight_decay=0.0, fused=True) for lm in solo]
+    want = [grpo.update_seeds(lm, [o], [b], pad_id=0, **kw)[0] for lm, o, b in zip(solo, opts, batches)]
     gopts = [torch.optim.AdamW(group.parameters_of(s), lr=1e-3, weight_decay=0.0, fused=True) for s in SEEDS]
     got = grpo.update_seeds(group, gopts, batches, pad_id=0, **kw)
     for k, (lm, s, w, g) in enumerate(zip(solo, SEEDS, want, got)):
@@ -176,12 +181,11 @@ def test_a_seed_that_left_the_batch_is_frozen(models):
 
 
 def test_lockstep_sampling_equals_solo_sampling_and_ignores_its_company(models):
-    """Tokens and log-probs per seed equal the solo sampler's with the same generator, while
+    """Tokens and log-probs per seed equal the one-seed sampler's with the same generator, while
     finished rows leave the batch (12 new tokens: compaction runs); a seed sampled alone or
     beside the others gives the same tokens."""
     import torch
 
-    from race.backends import hf
     from race.backends.lockstep import sample_lockstep
 
     solo, group, _ = models
@@ -195,9 +199,9 @@ def test_lockstep_sampling_equals_solo_sampling_and_ignores_its_company(models):
     want, want_lp = [], []
     for k, lm in enumerate(solo):
         lp: list = []
-        want.append(hf.sample(lm, prompts[k], n=4, max_new_tokens=12, eos_id=[2, 5], pad_id=0,
-                              generator=torch.Generator().manual_seed(7 + k), logprobs=lp))
-        want_lp.append(lp)
+        want.append(sample_lockstep(lm, [prompts[k]], n=4, max_new_tokens=12, eos_id=[2, 5], pad_id=0,
+                                    generators=[torch.Generator().manual_seed(7 + k)], logprobs=lp)[0])
+        want_lp.append(lp[0])
     real_gather = torch.gather
 
     def counting_gather(*a, **kw):
@@ -232,9 +236,10 @@ def _tiny(budget=1.5e10, **over):
 
 
 def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
-    """Two seeds in lockstep against the same two pilots run solo: same steps, FLOPs, reward curve,
-    held-out scores and checkpoints, bit for bit (measured on this CPU's kernels); the sync check
-    reads rounding noise in both; the lockstep pilots say so in ``extra["engine"]``."""
+    """Two seeds in lockstep against the same two pilots run solo (``run_pilot``: a one-seed group on
+    the seed-axis engine): same steps, FLOPs, reward curve, held-out scores and checkpoints, bit for
+    bit (measured on this CPU's kernels); the sync check reads rounding noise in both; the lockstep
+    pilots say so in ``extra["engine"]``."""
     from race.lockstep import run_lockstep
     from race.pilot import run_pilot
 

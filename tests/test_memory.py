@@ -104,26 +104,24 @@ def lean():
     from transformers import AutoModelForCausalLM
 
     from conftest import TINY_MODEL
-    from race.backends.lean import LeanLM
+    from race.backends.lockstep import LockstepLM
 
     m = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32)
     m.requires_grad_(False)
-    return LeanLM(m, rank=8, alpha=16, targets=LORA.target_modules, seed=0)
+    return LockstepLM(m, rank=8, alpha=16, targets=LORA.target_modules, seeds=[0])
 
 
 def test_kv_cache_formula_is_the_sampler_cache(lean):
-    """The HF backend's cache for B_p prompts × n rollouts of (prompt + max new tokens)."""
-    from race.backends.lean import LeanLM
-
+    """The lean sampler's cache for B_p prompts × n rollouts of (prompt + max new tokens)."""
     prompts, n, max_len = 5, 8, 6 + 6
-    cache = LeanLM.repeat_cache(lean.new_cache(prompts, max_len), n)
+    cache = lean.repeat_cache(lean.new_cache(prompts, max_len), n)
     actual = sum(t.nbytes for t in cache.k + cache.v)
     assert actual == kv_cache_bytes(TINY, sequences=prompts * n, tokens=max_len, dtype_bytes=4)
 
 
 def test_lean_sampling_copy_is_the_merged_weights(lean):
     lean.merge()
-    actual = sum(t.nbytes for layer in lean.layers for t in layer.merged.values())
+    actual = sum(t.nbytes for t in lean._merged[0].values())       # the one seed's merged weights
     assert actual == sampling_copy_bytes(TINY, LORA, "lean", 4)
 
 
@@ -132,7 +130,7 @@ def test_lora_state_is_params_grads_and_adam_moments(lean):
 
     opt = torch.optim.AdamW([p for p in lean.parameters() if p.requires_grad], lr=1e-3)
     x = torch.tensor([[3, 4, 5, 6]])
-    lean(x).logits.sum().backward()
+    lean(x[None]).logits.sum().backward()          # a seed axis of 1
     opt.step()
     params = [p for p in lean.parameters() if p.requires_grad]
     actual = sum(p.nbytes + p.grad.nbytes for p in params)
@@ -168,8 +166,8 @@ def test_activation_formula_against_saved_tensors(lean):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        lean.forward_grouped(batch.prompt_ids, batch.prompt_mask, batch.group, batch.completion_ids,
-                             batch.completion_mask)
+        one = grpo.stack_batches([batch], pad_id=0)             # a seed axis of 1
+        lean.forward_grouped(one.prompt_ids, one.prompt_mask, one.group, one.completion_ids, one.completion_mask)
     measured = sum(v for k, v in seen.items() if k not in weights)
     shared = activation_bytes(TINY, LORA, tokens=G * P + G * n * C, dtype_bytes=4)
     full = activation_bytes(TINY, LORA, tokens=G * n * (P + C), dtype_bytes=4)

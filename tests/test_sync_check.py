@@ -56,7 +56,11 @@ def test_a_skipped_adapter_update_is_flagged_within_one_step(torch_one_thread, f
     _, engine = _engine(fast_path)
     first = _steps(engine, 1)[0]
     assert first.sync.mean_abs <= 1e-4
-    engine.backend.sync = lambda: 0.0                 # the injected fault: step 2's update is not synced
+    # the injected fault: step 2's update is not synced (on the lean path, in the one-seed group's backend)
+    if engine.group is not None:
+        engine.group.backend.sync = lambda seeds: {s: 0.0 for s in seeds}
+    else:
+        engine.backend.sync = lambda: 0.0
     second, third = _steps(engine, 2)
     assert second.sync.mean_abs <= 1e-4               # sampled before the update that went missing
     assert third.sync.mean_abs > sync_warn_level("cpu") and third.sync.max_ratio > 1.1, third.sync
@@ -87,6 +91,8 @@ def test_pilot_records_and_report_name_the_gap(torch_one_thread, monkeypatch):
     notes = " ".join(classify(bad, n_boot=50).warnings)
     assert "the sync check flagged 6 of 6 pilots" in notes and "up to 0.2 per token" in notes
 
-    monkeypatch.setattr(P, "SYNC_FAIL", -1.0)
+    import race.pilotloop as L
+
+    monkeypatch.setattr(L, "SYNC_FAIL", -1.0)
     with pytest.raises(P.SyncFailed, match="rollouts are not coming from the weights being trained"):
         run_pilot(cfg, schedule, seed=0)

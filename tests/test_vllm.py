@@ -59,7 +59,7 @@ def _perturb(policy, seed):
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in policy.lora.items():
+        for name, p in policy.adapters[0].items():     # the lean policy: a group of one seed
             if name.endswith("_B"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
 
@@ -317,8 +317,9 @@ def _sync_gap(backend, policy, batch, temperature):
     group = [i for i, grp in enumerate(batch.completion_ids) for _ in grp]
     packed = grpo.pack(batch.prompt_ids, comps, group, [0.0] * len(comps), backend.pad_id)
     sample = grpo.right_padded([lp for grp in batch.logprobs for lp in grp])
-    with torch.no_grad():
-        train, _ = grpo.completion_logprobs(policy, packed, temperature=temperature)
+    with torch.no_grad():        # the lean policy takes a seed axis (one seed here)
+        train = grpo.completion_logprobs(policy, grpo.stack_batches([packed], backend.pad_id),
+                                         temperature=temperature)[0][0]
     return grpo.sync_gap(train, sample, packed.completion_mask)
 
 

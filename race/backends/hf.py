@@ -1,4 +1,5 @@
-"""The Hugging Face rollout backend (CPU and CUDA).
+"""The Hugging Face rollout backend (CPU and CUDA) for policies wrapped by peft (models the lean
+path of race.backends.lean cannot run; lean policies sample through race.backends.lockstep).
 
 Sampling is a plain KV-cache loop rather than ``model.generate``: on small
 models the per-token overhead of ``generate`` (logits processors, stopping
@@ -58,7 +59,7 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    logits, step, select = _prefill(model, ids, mask, pos, n=n, max_len=width + max_new_tokens)
+    logits, step, select = _prefill(model, ids, mask, pos, n=n)
     mask = mask.repeat_interleave(n, dim=0)
     next_pos = pos[:, -1:].repeat_interleave(n, dim=0) + 1
     B = P * n
@@ -94,35 +95,21 @@ def sample(model, prompt_ids: list[list[int]], *, n: int, max_new_tokens: int, e
     return [out[i * n:(i + 1) * n] for i in range(P)]
 
 
-def _prefill(model, ids, mask, pos, *, n: int, max_len: int):
+def _prefill(model, ids, mask, pos, *, n: int):
     """Prefill the prompts once, repeat the cache n times; returns (first logits [P·n, V], step fn,
     select fn: keep only the given rows of the cache)."""
-    from race.backends.lean import LeanLM
+    from transformers import DynamicCache
 
-    if isinstance(model, LeanLM):
-        cache = model.new_cache(ids.shape[0], max_len)
-        out = model(ids, mask, pos, cache=cache, logits_to_keep=1, merged=True)
-        cache = LeanLM.repeat_cache(cache, n)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                logits_to_keep=1)
+    cache.batch_repeat_interleave(n)
 
-        def step(tok, m, p):
-            return model(tok, m, p, cache=cache, merged=True).logits[:, -1, :]
+    def step(tok, m, p):
+        return model(input_ids=tok, attention_mask=m, position_ids=p, past_key_values=cache,
+                     use_cache=True).logits[:, -1, :]
 
-        def select(keep):
-            cache.k = [t.index_select(0, keep) for t in cache.k]
-            cache.v = [t.index_select(0, keep) for t in cache.v]
-    else:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                    logits_to_keep=1)
-        cache.batch_repeat_interleave(n)
-
-        def step(tok, m, p):
-            return model(input_ids=tok, attention_mask=m, position_ids=p, past_key_values=cache,
-                         use_cache=True).logits[:, -1, :]
-
-        select = cache.batch_select_indices
+    select = cache.batch_select_indices
     return out.logits[:, -1, :].repeat_interleave(n, dim=0), step, select
 
 
@@ -162,13 +149,7 @@ class HFBackend:
         self.sampler = policy
         self.sampling_uses_adapter = True
         self._targets: list[tuple[torch.nn.Parameter, torch.Tensor, object]] = []
-        from race.backends.lean import LeanLM
-
-        self._lean = isinstance(policy, LeanLM)
-        if self._lean:                  # samples with its own merged weights
-            self.sampling_uses_adapter = False
-            policy.merge()
-        elif merge_for_sampling and model_path is not None:
+        if merge_for_sampling and model_path is not None:
             loras = list(_lora_modules(policy))
             # the sampling copy takes the policy's weight dtype (bf16 on CUDA), not a fixed one
             dtype = loras[0][1].base_layer.weight.dtype if loras else torch.float32
@@ -190,8 +171,6 @@ class HFBackend:
 
     def sync(self) -> float:
         """Merge the current adapter into the sampling copy; returns the merge FLOPs (2·r·in·out per layer)."""
-        if self._lean:
-            return self.policy.merge()
         flops = 0.0
         with torch.no_grad():
             for weight, w0, lora in self._targets:

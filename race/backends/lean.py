@@ -1,20 +1,23 @@
-"""A lean forward pass for Llama-family decoders (Qwen2, Qwen3, Llama, Mistral), with LoRA.
+"""The lean decoder for Llama-family models (Qwen2, Qwen3, Llama, Mistral): weights and mathematics.
 
 Why: on small models a Transformers forward costs ~4 ms of Python before any
 arithmetic (mask building, output capturing, kwargs plumbing) and peft adds a
-wrapper per adapted layer; GRPO calls the model ~8 times per step. This module
-runs the same mathematics straight over the weights of a model loaded with the
-ordinary ``AutoModelForCausalLM.from_pretrained`` (nothing is re-trained or
-converted), with LoRA adapters of its own, so a pilot step costs a fraction of
-the HF + peft one (docs/benchmarks.md). Tests check its logits against the HF
-model's and its adapter against peft's.
+wrapper per adapted layer; GRPO calls the model ~8 times per step. ``LeanLM``
+holds the frozen weights of a model loaded with the ordinary
+``AutoModelForCausalLM.from_pretrained`` (nothing is re-trained or converted) and
+the decoder mathematics over them (RoPE, attention, the blocks, the head, the KV
+cache, LoRA adapters drawn and merged as peft does). Its one subclass,
+race.backends.lockstep.``LockstepLM``, adds the adapters (one per seed; a solo pilot
+is a group of one) and the forward passes, so a pilot step costs a fraction of the
+HF + peft one (docs/benchmarks.md). Tests check its logits against the HF model's
+and its adapter against peft's.
 
 Supported: decoders whose layers are ``RMSNorm → attention (RoPE, GQA, optional
 q/k bias and q/k norm) → RMSNorm → SwiGLU MLP``, ``hidden_act == "silu"``, no
 sliding window in use. Anything else runs through HF + peft (``supports``).
 
 LoRA follows peft's conventions (``lora_A`` Kaiming-uniform, ``lora_B`` zeros,
-scale ``alpha / r``) and ``adapter_state_dict`` uses peft's key names, so an
+scale ``alpha / r``) and ``peft_state_dict`` uses peft's key names, so an
 adapter saved from here loads with ``PeftModel.from_pretrained``.
 """
 from __future__ import annotations
@@ -33,55 +36,6 @@ _MLP = ("gate_proj", "up_proj", "down_proj")
 # projections that read the same input run as one matmul on their stacked weights
 GROUPS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",), "gate_up": ("gate_proj", "up_proj"),
           "down": ("down_proj",)}
-
-
-class _LoRAGroup(torch.autograd.Function):
-    """y = x·Wᵀ + b + s·(x·A_mᵀ)·B_mᵀ for each adapted member m (into m's output rows), as ONE
-    autograd node.
-
-    The members' A matrices are stacked so that x·Aᵀ, the A-gradient and the input
-    gradient through A each take one matmul for the whole group; every product is one
-    that peft's unmerged LoRA computes too (so ``flops.learning_flops`` counts them), only
-    fewer and larger: forward x·Wᵀ, x·A_allᵀ, then (·)·B_mᵀ per member; backward g·B_m and
-    dB_m = gᵀ·(s·x·A_mᵀ) per member, dA_all = (s·g·B)ᵀ·x and, only when x needs a
-    gradient, dx = g·W + (s·g·B)·A_all. Autograd would build five nodes and a dozen small
-    kernels per adapted layer; on small models that bookkeeping, not arithmetic, was the
-    update's cost.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, scale, slices, *ab):
-        y = F.linear(x, weight, bias)
-        A_all = torch.cat(ab[0::2]) if len(slices) > 1 else ab[0]
-        xa = F.linear(x, A_all.to(x.dtype)) * scale                            # [..., k·r]
-        r = ab[0].shape[0]
-        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
-            y[..., lo:hi] += F.linear(xa[..., j * r:(j + 1) * r], B.to(x.dtype))
-        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
-        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        x, weight, xa, A_all, *Bs = ctx.saved_tensors
-        r = ctx.rank
-        x2, g2, xa2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), xa.reshape(-1, xa.shape[-1])
-        # every product is taken with the rank r as its ROW count (r × N, not N × r): CPU GEMM
-        # kernels run a thin output of r columns 3–12× slower than the same product transposed
-        gbTs, dBs = [], []
-        for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
-            gi = g2[:, lo:hi]
-            gbTs.append((B.to(g.dtype).t() @ gi.t()) * ctx.scale)                # [r, N]
-            dBs.append((xa2[:, j * r:(j + 1) * r].t() @ gi).t().to(B.dtype))     # [out_j, r]
-        gbT = torch.cat(gbTs) if len(gbTs) > 1 else gbTs[0]                      # [k·r, N]
-        dA_all = (gbT @ x2).to(A_all.dtype)
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = (g2 @ weight + gbT.t() @ A_all.to(g.dtype)).view_as(x)
-        grads = []
-        for j, dB in enumerate(dBs):
-            grads += [dA_all[j * r:(j + 1) * r], dB]
-        return (grad_x, None, None, None, None, *grads)
 
 
 def supports(config) -> str | None:
@@ -106,15 +60,11 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class LeanLM(torch.nn.Module):
-    """The policy: frozen base weights (shared with the HF model) + trainable LoRA.
+    """The frozen base weights (shared with the HF model, projections that read one input stacked:
+    ``GROUPS``) and the decoder mathematics over them. A subclass supplies the adapters, ``_linear``
+    (one projection group, adapted or merged) and the forward passes (race.backends.lockstep)."""
 
-    ``forward(input_ids, attention_mask, position_ids, logits_to_keep=0, cache=None)``
-    returns an object with ``.logits``; with ``cache`` (from ``new_cache``) it
-    appends keys/values for the given tokens (sampling). ``merged=True`` uses the
-    merged weights refreshed by ``merge()`` instead of running the adapter.
-    """
-
-    def __init__(self, hf_model, *, rank: int, alpha: float, targets, seed: int | None = None):
+    def __init__(self, hf_model, *, rank: int, alpha: float, targets):
         super().__init__()
         why = supports(hf_model.config)
         if why:
@@ -139,7 +89,6 @@ class LeanLM(torch.nn.Module):
         if unknown:
             raise ValueError(f"LoRA target {sorted(unknown)[0]!r} is not a projection of this model: "
                              f"expected some of {', '.join(_ATTN + _MLP)}")
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
         self._adapter_shapes: list[tuple[int, str, int, int]] = []   # (layer, projection, out, in)
         self.layers = []
         for i, layer in enumerate(inner.layers):
@@ -157,11 +106,10 @@ class LeanLM(torch.nn.Module):
             norms = {"in": layer.input_layernorm.weight.detach(), "post": layer.post_attention_layernorm.weight.detach()}
             if hasattr(att, "q_norm"):
                 norms["q"], norms["k"] = att.q_norm.weight.detach(), att.k_norm.weight.detach()
-            self.layers.append(SimpleNamespace(w=w, b=b, slices=slices, norms=norms, merged={},
+            self.layers.append(SimpleNamespace(w=w, b=b, slices=slices, norms=norms,
                                                q_dim=mods["q_proj"].weight.shape[0],
                                                kv_dim=mods["k_proj"].weight.shape[0]))
             self._adapter_shapes += [(i, name, *mods[name].weight.shape) for name in self.targets]
-        self.lora = self.new_adapter(gen)
         self.eager_attention = False    # True: attention as explicit matmuls (for FLOP-counter tests)
         self._adapter_on = True
 
@@ -188,16 +136,6 @@ class LeanLM(torch.nn.Module):
         finally:
             self._adapter_on = prev
 
-    def merge(self) -> float:
-        """Refresh the merged weights W + s·B·A that sampling runs (``merged=True``); returns the
-        FLOPs spent (2·r·in·out per adapted layer)."""
-        flops = 0.0
-        for i, layer in enumerate(self.layers):
-            for group in layer.slices:
-                layer.merged[group], f = self.merged_weight(i, layer, group, self.lora)
-                flops += f
-        return flops
-
     @torch.no_grad()
     def merged_weight(self, i: int, layer, group: str, lora) -> tuple[torch.Tensor, float]:
         """(W + s·B·A of ``lora``'s adapted members of layer ``i``'s ``group``, in the weight's dtype;
@@ -211,27 +149,21 @@ class LeanLM(torch.nn.Module):
             flops += 2.0 * A.shape[0] * A.shape[1] * B.shape[0]
         return w.to(layer.w[group].dtype), flops
 
-    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """The adapter under peft's key names (``adapter_model.safetensors`` layout)."""
+    def peft_state_dict(self, lora) -> dict[str, torch.Tensor]:
+        """Adapter ``lora`` (``new_adapter``'s layout) under peft's key names (``adapter_model.safetensors``)."""
         out = {}
         for i in range(len(self.layers)):
             for name in self.targets:
                 group = "self_attn" if name in _ATTN else "mlp"
                 key = f"base_model.model.model.layers.{i}.{group}.{name}"
-                out[f"{key}.lora_A.weight"] = self.lora[f"{i}_{name}_A"].detach().clone()
-                out[f"{key}.lora_B.weight"] = self.lora[f"{i}_{name}_B"].detach().clone()
+                out[f"{key}.lora_A.weight"] = lora[f"{i}_{name}_A"].detach().clone()
+                out[f"{key}.lora_B.weight"] = lora[f"{i}_{name}_B"].detach().clone()
         return out
 
     # ------------------------------------------------------------------ forward
     def _linear(self, i: int, layer, group: str, x: torch.Tensor, merged: bool) -> torch.Tensor:
-        bias = layer.b.get(group)
-        if merged and group in layer.merged:
-            return F.linear(x, layer.merged[group], bias)
-        members = layer.slices[group] if self._adapter_on else ()
-        if not members:
-            return F.linear(x, layer.w[group], bias)
-        ab = [t for name, _ in members for t in (self.lora[f"{i}_{name}_A"], self.lora[f"{i}_{name}_B"])]
-        return _LoRAGroup.apply(x, layer.w[group], bias, self.scale, [sl for _, sl in members], *ab)
+        """Layer ``i``'s projection ``group`` over ``x``: adapted, or merged with ``merged`` (the subclass's)."""
+        raise NotImplementedError
 
     def new_cache(self, batch: int, max_len: int) -> SimpleNamespace:
         shape = (batch, self.n_kv, max_len, self.head_dim)
@@ -298,90 +230,3 @@ class LeanLM(torch.nn.Module):
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(_rms(x, self.norm, self.eps), self.lm_head)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0,
-                cache: SimpleNamespace | None = None, merged: bool = False, **_: object) -> SimpleNamespace:
-        B, T = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if position_ids is None:
-            position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)[:, -T:]
-        x = F.embedding(input_ids, self.embed)
-        cos, sin = self._rope(position_ids, x.dtype)
-        start = cache.length if cache is not None else 0
-        keys = start + T
-        # [B, 1, T, keys] boolean mask: causal within the new tokens, padding from attention_mask
-        causal = torch.ones(T, keys, dtype=torch.bool, device=x.device).tril(diagonal=start)
-        mask = causal[None, None] & attention_mask[:, -keys:].bool()[:, None, None, :]
-        # every query also sees itself: a left-padding row would otherwise see no key and turn
-        # to NaN, which the masked-out weights of later layers would still multiply
-        rows = torch.arange(T, device=x.device)
-        mask[..., rows, start + rows] = True
-
-        def attend(i, q, k, v):
-            if cache is None:
-                return self._attend_rows(q, k, v, mask)
-            cache.k[i][:, :, start:keys] = k.transpose(1, 2)
-            cache.v[i][:, :, start:keys] = v.transpose(1, 2)
-            a = self._attention(q.transpose(1, 2), cache.k[i][:, :, :keys], cache.v[i][:, :, :keys], mask)
-            return a.transpose(1, 2).flatten(2)
-
-        x = self._blocks(x, cos, sin, attend, merged=merged)
-        if cache is not None:
-            cache.length = keys
-        if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        return SimpleNamespace(logits=self._head(x))
-
-    def forward_grouped(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
-                        completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-        """Logits predicting each completion token, with each prompt run ONCE for its group.
-
-        prompt_ids / prompt_mask: [G, Lp] (left-padded); group: [B] prompt index of each
-        sequence; completion_ids / completion_mask: [B, Lc] (right-padded). The prompt's
-        keys/values (with their gradient) are shared by the group's rollouts, which is
-        exact: a prompt's forward does not depend on what follows it. Returns [B, Lc, V],
-        row t predicting completion token t (from the prompt's last position for t = 0).
-
-        Prompt and completion tokens travel as one packed [G·Lp + B·Lc, D] batch through
-        every projection (one matmul each instead of one per part); only attention splits
-        them: prompts attend causally within themselves, completions to their prompt's
-        keys/values and causally within themselves.
-        """
-        G, Lp = prompt_ids.shape
-        B, Lc = completion_ids.shape
-        Np = G * Lp
-        dev = prompt_ids.device
-        pos_p = (prompt_mask.cumsum(1) - 1).clamp(min=0)
-        pos_c = prompt_mask.sum(1).index_select(0, group)[:, None] + torch.arange(Lc, device=dev)
-        x = F.embedding(torch.cat((prompt_ids.reshape(-1), completion_ids.reshape(-1))), self.embed)
-        cos, sin = self._rope(torch.cat((pos_p.reshape(-1), pos_c.reshape(-1))), x.dtype)
-        rows = torch.arange(Lp, device=dev)
-        mask_p = torch.ones(Lp, Lp, dtype=torch.bool, device=dev).tril()[None, None] \
-            & prompt_mask.bool()[:, None, None, :]
-        mask_p[..., rows, rows] = True
-        causal = torch.ones(Lc, Lc, dtype=torch.bool, device=dev).tril()[None, None] \
-            & completion_mask.bool()[:, None, None, :]
-        prefix = prompt_mask.bool().index_select(0, group)[:, None, None, :].expand(B, 1, Lc, Lp)
-        mask_c = torch.cat((prefix, causal), dim=-1)
-
-        def attend(i, q, k, v):
-            qp, kp, vp = (t[:Np].unflatten(0, (G, Lp)).transpose(1, 2) for t in (q, k, v))
-            qc, kc, vc = (t[Np:].unflatten(0, (B, Lc)).transpose(1, 2) for t in (q, k, v))
-            ap = self._attention(qp, kp, vp, mask_p)
-            kc = torch.cat((kp.index_select(0, group), kc), dim=2)
-            vc = torch.cat((vp.index_select(0, group), vc), dim=2)
-            ac = self._attention(qc, kc, vc, mask_c)
-            return torch.cat((ap.transpose(1, 2).reshape(Np, -1), ac.transpose(1, 2).reshape(B * Lc, -1)))
-
-        x = self._blocks(x, cos, sin, attend)
-        # the head reads each prompt's last position (predicting completion token 0, once per
-        # group) and every completion position; the last one's logits are unused but computed,
-        # as the FLOP formula counts
-        head_rows = torch.cat((torch.arange(Lp - 1, Np, Lp, device=dev), torch.arange(Np, Np + B * Lc, device=dev)))
-        logits = self._head(x.index_select(0, head_rows))
-        # rows of ``logits``: G prompt-last rows, then B·Lc completion rows; sequence b reads its
-        # prompt's row ``group[b]``, then its own completion rows but the last
-        comp = G + torch.arange(B * Lc, device=dev).view(B, Lc)[:, :-1]
-        return logits[torch.cat((group[:, None], comp), dim=1)]

@@ -8,18 +8,17 @@ tokens (``F.linear`` on ``[S, …, D]``), and each seed's LoRA A/B apply as batc
 (a seed whose budget is spent leaves it, and its adapter is frozen from then on).
 
 Invariants:
-- a seed's adapter is drawn exactly as its solo pilot's (``LeanLM.new_adapter`` after
-  ``torch.manual_seed(seed)``), and each seed keeps its own optimizer, schedule and generators
-  (race.lockstep): nothing but matmul batching is shared;
-- per-seed logits, losses and gradients equal the solo path's to fp32 rounding
+- a seed's adapter is drawn as ``LeanLM.new_adapter`` after ``torch.manual_seed(seed)`` (a
+  ``from_pretrained`` draws nothing), whichever seeds share the group, and each seed keeps its own
+  optimizer, schedule and generators (race.lockstep): nothing but matmul batching is shared;
+- per-seed logits, losses and gradients equal the one-seed group's to fp32 rounding
   (tests/test_lockstep.py); padding a seed's rows to the widest seed changes no real position;
 - ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
   solo sampler would hold (the same compaction rule, applied per seed), so which other seeds share
   the batch does not change how a seed's random stream is consumed.
 
 Sampling runs each seed's merged weights (``W + s·B_s·A_s``, stacked ``[S, out, in]``, one batched
-matmul per projection), so the FLOP meter counts exactly what a solo lean pilot counts (2·N per
-token plus the merge). On a GPU with a large model, S merged copies of the adapted matrices cost
+matmul per projection), so the FLOP meter counts 2·N per token plus the merge. On a GPU with a large model, S merged copies of the adapted matrices cost
 memory; there the unmerged path (shared base matmul + batched A/B) is the one to take.
 """
 from __future__ import annotations
@@ -33,10 +32,20 @@ from race.backends.lean import LeanLM
 
 
 class _LoRAGroupSeeds(torch.autograd.Function):
-    """``race.backends.lean._LoRAGroup`` with a seed axis: x [S, …, D], A_m [S, r, D], B_m [S, out_m, r].
+    """y = x·Wᵀ + b + s·(x_s·A_{m,s}ᵀ)·B_{m,s}ᵀ for each adapted member m of a projection group
+    (into m's output rows) and each seed s, as ONE autograd node: x [S, …, D], A_m [S, r, D],
+    B_m [S, out_m, r].
 
-    y = x·Wᵀ + b (one matmul over all seeds' rows) + s·(x_s·A_{m,s}ᵀ)·B_{m,s}ᵀ per seed (batched).
-    The products are the solo group's, per seed; the backward mirrors it with ``bmm``."""
+    The base matmul runs once over all seeds' rows; the members' A matrices are stacked so that
+    x·Aᵀ, the A-gradient and the input gradient through A each take one batched matmul (``bmm``
+    over the seed axis) for the whole group. Every product is one that peft's unmerged LoRA
+    computes too (so ``flops.learning_flops`` counts them), only fewer and larger: forward x·Wᵀ,
+    x·A_allᵀ, then (·)·B_mᵀ per member; backward g·B_m and dB_m = gᵀ·(s·x·A_mᵀ) per member,
+    dA_all = (s·g·B)ᵀ·x and, only when x needs a gradient, dx = g·W + (s·g·B)·A_all, each taken
+    with the rank r as its row count (CPU GEMM kernels run a thin output of r columns 3–12×
+    slower than the same product transposed). Autograd would build five nodes and a dozen small
+    kernels per adapted layer; on small models that bookkeeping, not arithmetic, was the update's
+    cost."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, scale, slices, *ab):
@@ -75,8 +84,11 @@ class _LoRAGroupSeeds(torch.autograd.Function):
 
 
 class LockstepLM(LeanLM):
-    """A lean policy with one LoRA adapter per seed. Inputs carry a leading seed axis over the
-    ``active`` seeds, in that order: ``forward(input_ids [S, B, T], …)`` → logits [S, B, T', V];
+    """The lean policy: one LoRA adapter per seed (a solo pilot is one seed). Inputs carry a leading
+    seed axis over the ``active`` seeds, in that order: ``forward(input_ids [S, B, T], attention_mask,
+    position_ids, logits_to_keep=0, cache=None, merged=False)`` → logits [S, B, T', V] (with
+    ``cache`` from ``new_cache`` it appends keys/values for the given tokens: sampling; ``merged``
+    runs the merged weights ``merge`` refreshed instead of the adapters);
     ``forward_grouped(prompt_ids [S, G, Lp], …)`` → [S, B, Lc, V]."""
 
     def __init__(self, hf_model, *, rank: int, alpha: float, targets, seeds, adapter_for=None):
@@ -91,7 +103,6 @@ class LockstepLM(LeanLM):
             def adapter_for(seed):
                 torch.manual_seed(seed)
                 return self.new_adapter()
-        del self.lora
         self.adapters = torch.nn.ModuleList([adapter_for(s) for s in self.seeds])
         self.active: tuple[int, ...] = tuple(range(len(self.seeds)))
         self._merged: list[dict] = [{} for _ in self.seeds]     # per seed: (layer, group) → merged weight
@@ -108,13 +119,9 @@ class LockstepLM(LeanLM):
     def parameters_of(self, seed: int) -> list[torch.nn.Parameter]:
         return list(self.adapters[self.seeds.index(seed)].parameters())
 
-    def adapter_state_dict(self, seed: int | None = None) -> dict[str, torch.Tensor]:   # type: ignore[override]
+    def adapter_state_dict(self, seed: int | None = None) -> dict[str, torch.Tensor]:
         """Seed ``seed``'s adapter under peft's key names (default: the first seed)."""
-        self.lora = self.adapters[self.seeds.index(self.seeds[0] if seed is None else seed)]
-        try:
-            return super().adapter_state_dict()
-        finally:
-            del self.lora
+        return self.peft_state_dict(self.adapters[self.seeds.index(self.seeds[0] if seed is None else seed)])
 
     def merge(self, seeds=None) -> dict[int, float]:
         """Refresh the merged sampling weights of ``seeds`` (default: the active ones); returns the
@@ -153,7 +160,8 @@ class LockstepLM(LeanLM):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0, cache=None,
                 merged: bool = False, **_: object):
-        """``LeanLM.forward`` over [S, B, T] inputs (the cache holds S·B rows, seed-major)."""
+        """Logits of [S, B, T] inputs (the cache holds S·B rows, seed-major). Left-padded rows: every
+        query also sees itself, so a padding row sees a key and stays finite."""
         S, B, T = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -187,9 +195,17 @@ class LockstepLM(LeanLM):
         return SimpleNamespace(logits=self._head(x))
 
     def forward_grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
-        """``LeanLM.forward_grouped`` with a seed axis: prompt_ids / prompt_mask [S, G, Lp], group
-        [S, B] (prompt row within the seed), completion_ids / completion_mask [S, B, Lc] →
-        [S, B, Lc, V]. Every seed's tokens travel through each projection as one batch."""
+        """Logits predicting each completion token, with each prompt run ONCE for its group of rollouts:
+        prompt_ids / prompt_mask [S, G, Lp] (left-padded), group [S, B] (prompt row within the seed),
+        completion_ids / completion_mask [S, B, Lc] (right-padded) → [S, B, Lc, V], row t predicting
+        completion token t (from the prompt's last position for t = 0).
+
+        Sharing the prompt's keys/values (with their gradient) across its rollouts is exact: a
+        prompt's forward does not depend on what follows it. Prompt and completion tokens of every
+        seed travel as one packed batch through each projection; only attention splits them
+        (prompts attend causally within themselves, completions to their prompt's keys/values and
+        causally within themselves). The head reads each prompt's last position and every completion
+        position; the last one's logits are unused but computed, as the FLOP formula counts."""
         S, G, Lp = prompt_ids.shape
         B, Lc = completion_ids.shape[1:]
         Np = G * Lp
@@ -339,7 +355,7 @@ class LockstepBackend:
     ``generate`` (held-out evaluations, checkpoints)."""
 
     name = "hf"
-    sampling_uses_adapter = False       # merged weights, as the solo lean sampler
+    sampling_uses_adapter = False       # each seed samples its merged weights W + s·B·A
     sleep = False
 
     def __init__(self, policy: LockstepLM, tokenizer, *, device: str = "cpu"):
@@ -367,8 +383,14 @@ class LockstepBackend:
                              texts=[[self.tok.decode(x, skip_special_tokens=False) for x in g] for g in c],
                              logprobs=lp) for pi, c, lp in zip(prompt_ids, comp, logprobs)]
 
-    def view(self, seed: int) -> "SeedView":
-        return SeedView(self, seed)
+    def pause(self) -> None:
+        """Nothing to free: the merged sampling weights are the policy's own."""
+
+    def resume(self) -> None:
+        pass
+
+    def view(self, seed: int, *, owner: bool = False) -> "SeedView":
+        return SeedView(self, seed, owner=owner)
 
     def close(self) -> None:
         self.policy = None
@@ -376,25 +398,30 @@ class LockstepBackend:
 
 class SeedView:
     """One seed of a lockstep group as a rollout backend (the ``generate`` of race.backends.base),
-    over any group backend with ``generate_seeds`` (this module's, or vLLM's multi-LoRA one)."""
+    over any group backend with ``generate_seeds`` (this module's, vLLM's multi-LoRA one, or
+    ``OneSeedGroup``). A view the group's engine made (``owner`` False) leaves syncing, pausing and
+    closing to that engine; a view that ``owner``s its group (a group of one: calibration, a solo
+    pilot's backend) syncs, pauses and closes it."""
 
-    def __init__(self, group, seed: int):
-        self.group, self.seed = group, seed
+    def __init__(self, group, seed: int, *, owner: bool = False):
+        self.group, self.seed, self.owner = group, seed, owner
         self.tok, self.device, self.pad_id, self.name = group.tok, group.device, group.pad_id, group.name
         self.sampling_uses_adapter, self.sleep = group.sampling_uses_adapter, group.sleep
 
-    # the group syncs, pauses and closes its engine for every seed at once: a view's are no-ops
     def sync(self) -> float:
-        return 0.0
+        return self.group.sync([self.seed])[self.seed] if self.owner else 0.0
 
     def pause(self) -> None:
-        pass
+        if self.owner:
+            self.group.pause()
 
     def resume(self) -> None:
-        pass
+        if self.owner:
+            self.group.resume()
 
     def close(self) -> None:
-        pass
+        if self.owner:
+            self.group.close()
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int | None = None, generator: torch.Generator | None = None) -> RolloutBatch:
@@ -402,3 +429,41 @@ class SeedView:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         return self.group.generate_seeds([self.seed], [prompts], n=n, max_new_tokens=max_new_tokens,
                                          temperature=temperature, top_p=top_p, generators=[generator])[0]
+
+
+class OneSeedGroup:
+    """A single-adapter backend (race.backends.vllm.VLLMBackend over a one-seed ``LockstepLM``) as a
+    group of that one seed, so the seed-axis engine drives it as any group: ``generate_seeds``,
+    ``sync(seeds)`` and ``view(seed)`` pass through to the backend, and so do its pause and resume
+    (vLLM's sleep mode during the update)."""
+
+    def __init__(self, backend, seed: int):
+        self.backend, self.seed = backend, seed
+        self.tok, self.device, self.pad_id, self.name = backend.tok, backend.device, backend.pad_id, backend.name
+        self.sampling_uses_adapter, self.sleep = backend.sampling_uses_adapter, backend.sleep
+
+    def _one(self, seeds) -> None:
+        if list(seeds) != [self.seed]:
+            raise ValueError(f"this backend serves seed {self.seed} only, not {list(seeds)}")
+
+    def sync(self, seeds) -> dict[int, float]:
+        self._one(seeds)
+        return {self.seed: self.backend.sync()}
+
+    def pause(self) -> None:
+        self.backend.pause()
+
+    def resume(self) -> None:
+        self.backend.resume()
+
+    def generate_seeds(self, seeds, prompts: list[list[str]], *, n: int, max_new_tokens: int,
+                       temperature: float = 1.0, top_p: float = 1.0, generators=None) -> list[RolloutBatch]:
+        self._one(seeds)
+        return [self.backend.generate(prompts[0], n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                                      top_p=top_p, generator=(generators or [None])[0])]
+
+    def view(self, seed: int, *, owner: bool = False) -> SeedView:
+        return SeedView(self, seed, owner=owner)
+
+    def close(self) -> None:
+        self.backend.close()

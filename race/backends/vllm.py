@@ -132,8 +132,8 @@ def write_adapter(folder: str, state: dict, *, rank: int, alpha: float, targets,
 
 
 def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
-    """(state dict in peft key names, rank, alpha, target modules) of a LeanLM or peft policy."""
-    if hasattr(policy, "adapter_state_dict"):                       # race.backends.lean.LeanLM
+    """(state dict in peft key names, rank, alpha, target modules) of a lean or peft policy."""
+    if hasattr(policy, "adapter_state_dict"):       # race.backends.lockstep.LockstepLM: its first seed
         return policy.adapter_state_dict(), policy.rank, policy.scale * policy.rank, policy.targets
     from peft import get_peft_model_state_dict
 
@@ -406,10 +406,16 @@ class VLLMLockstepBackend:
         bounds = [sum(len(p) for p in ids[:k]) for k in range(len(ids) + 1)]
         return [rollout_batch(self.tok, pids, outs[lo:hi]) for pids, lo, hi in zip(ids, bounds, bounds[1:])]
 
-    def view(self, seed: int):
+    def pause(self) -> None:
+        """The multi-LoRA engine does not sleep: nothing to free."""
+
+    def resume(self) -> None:
+        pass
+
+    def view(self, seed: int, *, owner: bool = False):
         from race.backends.lockstep import SeedView
 
-        return SeedView(self, seed)
+        return SeedView(self, seed, owner=owner)
 
     def close(self) -> None:
         release_engine(self.llm, owned=self._owns_engine, requests=self.current.values())

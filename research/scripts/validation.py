@@ -695,9 +695,28 @@ def _score_all(settings: list[dict]) -> list[dict | None]:
 
 
 def tables(suite: dict) -> str:
-    """The Markdown tables of docs/validation.md, from research/validation/runs/ alone."""
-    import statistics
+    """The Markdown tables of docs/validation.md, from research/validation/runs/ alone: one section
+    function per heading, in the document's order."""
+    progress, rows, adaptive, ext_rows, long_rows, loaded = _progress_and_scores(suite)
+    lines = progress
+    lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""] + per_setting_lines(rows)
+    lines += ["", "### Over the suite", ""] + suite_lines(rows)
+    lines += ["", "### The range open at a grid edge: before and after (adopted 2026-12-02)", ""] + edge_rule_lines(rows)
+    lines += ["", "### Extending the pilot grid past its edge (`race pilot --extend 1`)", ""]
+    lines += extension_lines(suite, rows, ext_rows)
+    lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""] + forecast_lines(rows)
+    lines += ["", "### The pilot verdict against the 30 × B full runs", ""]
+    lines += long_lines(suite, long_rows)
+    lines += ["", "### How the full runs rank ρ as their budget grows (held-out checkpoints)", ""] + ranking_lines(suite)
+    lines += ["", "### Does a decaying learning rate remove the collapses, and move the best ρ?", ""] + decay_lines(suite)
+    lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""] + adaptive_lines(adaptive)
+    lines += ["", "### Wall time", ""] + wall_lines(suite, loaded)
+    return "\n".join(lines) + "\n"
 
+
+def _progress_and_scores(suite: dict) -> tuple[list[str], list[dict], list, dict[str, dict], list[dict], dict]:
+    """The progress table's lines, and every setting scored once: (lines, per-setting rows, adaptive
+    replays, extension rows, 30×B rows, the loaded records by setting and kind)."""
     lines = ["### Progress", "", "| setting | half | pilot grid (B) | full runs 10×B | full runs 30×B |", "|---|---|---|---|---|"]
     rows, adaptive, ext_rows, long_rows = [], [], {}, []
     loaded: dict[str, dict[str, dict | None]] = {}     # setting → kind → its record, read once
@@ -727,7 +746,12 @@ def tables(suite: dict) -> str:
                 ext_rows[s["name"]] = got["ext"]
             if got["long"]:
                 long_rows.append(got["long"])
-    lines += ["", "### Per setting: the pilot verdict against the full runs (10×B)", ""]
+    return lines, rows, adaptive, ext_rows, long_rows, loaded
+
+
+def per_setting_lines(rows: list[dict]) -> list[str]:
+    """The pilot verdict against the 10×B full runs, one row per scored setting."""
+    lines: list[str] = []
     if not rows:
         lines.append("No setting has both its pilot grid and its full runs yet.")
     else:
@@ -749,7 +773,14 @@ def tables(suite: dict) -> str:
                 f"{r['pilot_confidence']:.2f} | {_cls(r, 'full')} ({r['full_confidence']:.2f}) | "
                 f"{'yes' if r['pilot'] == r['full'] else 'no'} | {scores} | {r['cost_one']:.1%}; {r['cost_grid']:.1%} | "
                 f"{coll} | {_fmt(r['support'], 2) if r['scored'] else '—'} |")
-    lines += ["", "### Over the suite", ""]
+    return lines
+
+
+def suite_lines(rows: list[dict]) -> list[str]:
+    """The scores over each half of the suite, the held-out half against its targets, the confusion table."""
+    import statistics
+
+    lines: list[str] = []
     summary: dict[str, dict[str, Any]] = {}
     for half in ("development", "held-out"):
         sel = [r for r in rows if r["half"] == half]
@@ -803,7 +834,14 @@ def tables(suite: dict) -> str:
     for a in regimes:
         lines.append(f"| {a} | " + " | ".join(str(sum(r['pilot'] == a and r['full'] == b for r in rows))
                                               for b in regimes) + " |")
-    lines += ["", "### The range open at a grid edge: before and after (adopted 2026-12-02)", ""]
+    return lines
+
+
+def edge_rule_lines(rows: list[dict]) -> list[str]:
+    """The range open at a grid edge, before and after, and the candidate low-side rule."""
+    import statistics
+
+    lines: list[str] = []
     if not rows:
         lines.append("No setting complete yet.")
     else:
@@ -841,9 +879,12 @@ def tables(suite: dict) -> str:
             lines.append(f"- Candidate, {label} ({len(sc)} scored): full-run best ρ in range "
                          f"{sum(r['in_range'] for r in sc)}/{len(sc)} as adopted, {sum(r['cand_in_range'] for r in sc)}"
                          f"/{len(sc)} under the candidate; median regret {_fmt(med, 2)} → {_fmt(c_med, 2)} pooled SEs.")
-    lines += ["", "### Extending the pilot grid past its edge (`race pilot --extend 1`)", ""]
-    lines += extension_lines(suite, rows, ext_rows)
-    lines += ["", "### The forecast at the full-run budget (from the pilot grid's checkpoints)", ""]
+    return lines
+
+
+def forecast_lines(rows: list[dict]) -> list[str]:
+    """The forecast from the pilot grid's checkpoints against the 10×B full runs."""
+    lines: list[str] = []
     if not rows:
         lines.append("No setting complete yet.")
     else:
@@ -863,9 +904,12 @@ def tables(suite: dict) -> str:
                      f"CI {sum(bool(r['forecast']['in_ci']) for r in made)}/"
                      f"{sum(r['forecast']['in_ci'] is not None for r in made)} (settings whose full runs did not "
                      "collapse).")
-    lines += ["", "### The pilot verdict against the 30 × B full runs", ""]
-    lines += long_lines(suite, long_rows)
-    lines += ["", "### How the full runs rank ρ as their budget grows (held-out checkpoints)", ""]
+    return lines
+
+
+def ranking_lines(suite: dict) -> list[str]:
+    """How the full runs rank ρ at each checkpoint, against the run's end."""
+    lines: list[str] = []
     ranked = [(s["name"], k, load_run(s["name"], k)) for s in suite["settings"] for k in ("full10", "full30")
               if data_path(s["name"], k).is_file()]
     ranked = [(n, k, ranking_by_budget(rec)) for n, k, rec in ranked]
@@ -882,8 +926,13 @@ def tables(suite: dict) -> str:
             mult = KINDS[kind]
             cells = [f"{f * mult:.2g}×B: {best:.2f} ({'—' if c is None else format(c, '+.2f')})" for f, best, c in rk]
             lines.append(f"| {name} | {kind} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def decay_lines(suite: dict) -> list[str]:
+    """Constant against decaying learning rate: collapses, best ρ and verdict per full-run budget."""
+    lines: list[str] = []
     decay = [(s, setting(suite, s["decay_of"])) for s in suite["settings"] if s.get("decay_of")]
-    lines += ["", "### Does a decaying learning rate remove the collapses, and move the best ρ?", ""]
     if not decay:
         lines.append("No decay pair in the suite.")
     else:
@@ -904,7 +953,14 @@ def tables(suite: dict) -> str:
                     return str(sum(collapses(rec).values())), best, cls
                 sides = list(zip(cells(rc, c), cells(rd, d)))
                 lines.append(f"| {c['name']} | {d['name']} | {kind} | " + " | ".join(f"{x}; {y}" for x, y in sides) + " |")
-    lines += ["", "### Adaptive grids (replayed on the pilot grids' own pilots)", ""]
+    return lines
+
+
+def adaptive_lines(adaptive: list) -> list[str]:
+    """Adaptive grids replayed on the pilot grids' own pilots, per setting and per half."""
+    import statistics
+
+    lines: list[str] = []
     if not adaptive:
         lines.append("No setting complete yet.")
     else:
@@ -936,8 +992,7 @@ def tables(suite: dict) -> str:
             lines.append(f"- **{half}**: " + "; ".join(parts) + "; same verdict as the full pilot grid — " + ", ".join(
                 f"share {sh}: {sum(regs[sh]['pilot'] == r['pilot'] for regs, r in sel)}/{len(sel)}"
                 for sh in (0.5, 0.67)) + ".")
-    lines += ["", "### Wall time", ""] + wall_lines(suite, loaded)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def target_lines(h: dict[str, Any] | None) -> list[str]:

@@ -334,7 +334,7 @@ def _layer_backward(arch: ArchSpec, lora: LoRASpec | None, train_base: bool,
     return per_token, attn_per_entry, resid_rg or rg["o_proj"] or rg["down_proj"]
 
 
-def _backward_costs(arch: ArchSpec, lora: LoRASpec | None, *, train_base: bool,
+def backward_costs(arch: ArchSpec, lora: LoRASpec | None, *, train_base: bool,
                     embed_rg: bool) -> tuple[float, float, float]:
     """Whole-model backward: (body FLOPs per token, LM-head FLOPs per logit position,
     attention FLOPs per score entry)."""
@@ -448,7 +448,7 @@ def learning_flops(arch: ArchSpec, *, prompt_len: float, completion_len: float,
     """Policy-update FLOPs for ``sequences`` sequences of P + C tokens (``lora=None``:
     full fine-tune, for comparison). Sum of:
 
-    - μ × (forward + backward), backward per `_backward_costs` (module docstring);
+    - μ × (forward + backward), backward per `backward_costs` (module docstring);
     - the old-policy log-prob forward, once, when μ > 1 and ``old_logprob_forward``
       (TRL runs one; ``False`` when iteration 1's detached log-probs serve, as in
       race.grpo; with μ = 1 no trainer runs it);
@@ -473,7 +473,7 @@ def learning_flops(arch: ArchSpec, *, prompt_len: float, completion_len: float,
     t = p + c
     entries = _score_entries(t, causal)
     full = lora is None
-    body_b, head_b, attn_b = _backward_costs(arch, lora, train_base=full,
+    body_b, head_b, attn_b = backward_costs(arch, lora, train_base=full,
                                              embed_rg=full or grad_checkpointing)
     unused_logits = t - min(c + 1.0, t) if completion_logits_only else 0.0
     head_saved = unused_logits * 2.0 * arch.vocab_size * arch.hidden_size

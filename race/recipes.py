@@ -65,7 +65,11 @@ class TrainerRun:
     ``old_logprob``: when a no-grad forward for the old policy's log-probs runs ("mu>1" or "always");
     ``completion_logits_only``: the LM head runs on the completion positions only (else all);
     ``head_recompute``: the log-prob kernel's backward recomputes the logits (one more LM-head
-    product per scored position per iteration)."""
+    product per scored position per iteration); ``head_on_tokens``: the fused head scores exactly the
+    C completion tokens of a sequence (labels ≠ −100), not ``logits_to_keep`` = C + 1 positions;
+    ``attention_recompute``: a fused attention kernel
+    (transformers' default SDPA) recomputes the scores QKᵀ in its backward (2·d more per score entry
+    and head per iteration, on top of race.flops' 8·d)."""
 
     name: str
     sampler: str
@@ -74,15 +78,18 @@ class TrainerRun:
     old_logprob: str
     completion_logits_only: bool
     head_recompute: bool = False
+    head_on_tokens: bool = False
+    attention_recompute: bool = False
 
 
 RUNS = {
     # TRL 1.16 GRPOTrainer, use_vllm=False: unwrapped PeftModel.generate on B_p·n repeated prompts
     # (RepeatSampler), old log-probs only when generation and optimizer steps are misaligned (μ > 1),
-    # the fused LM head scores only the completion positions on CUDA and recomputes them in backward
+    # the fused LM head scores only the completion tokens on CUDA and recomputes them in backward,
+    # the model's default SDPA attention recomputes its scores in backward (measured: bench/trl_split.py)
     "trl": TrainerRun("trl", "transformers generate (use_vllm=False)", prefix_shared=False,
                       adapter_in_sampler=True, old_logprob="mu>1", completion_logits_only=True,
-                      head_recompute=True),
+                      head_recompute=True, head_on_tokens=True, attention_recompute=True),
     # verl: vLLM rollout with enable_prefix_caching (default true) and the adapter loaded as a LoRA
     # request; compute_log_prob recomputes old log-probs every step; logits over all positions
     "verl": TrainerRun("verl", "vLLM, prefix caching, LoRA adapter", prefix_shared=True,
@@ -139,6 +146,8 @@ class Recipe:
                                "old_logprob_forward": self.run.old_logprob,
                                "completion_logits_only": self.run.completion_logits_only,
                                "head_recompute": self.run.head_recompute,
+                               "head_on_tokens": self.run.head_on_tokens,
+                               "attention_recompute": self.run.attention_recompute,
                                "prompt_len": self.prompt_len, "completion_len": self.completion_len},
                 "notes": list(self.notes), "asked": self.asked.to_dict() if self.asked else None,
                 **dict(self.extra)}
@@ -148,24 +157,47 @@ class Recipe:
 
 def trainer_step_cost(run: TrainerRun, arch: F.ArchSpec, lora: F.LoRASpec, reward: F.RewardModelSpec | None, *,
                       prompt_len: float, completion_len: float, n: int, mu: int, beta: float,
-                      grad_checkpointing: bool) -> FlopBreakdown:
+                      grad_checkpointing: bool, causal: bool = True,
+                      head_positions: float | None = None) -> FlopBreakdown:
     """One prompt's share of a step as ``run`` runs it: n rollouts generated, all n trained μ times,
     each scored once. The learning term is race.flops.learning_flops with the trainer's settings,
-    plus its old-policy forward (per ``run.old_logprob``) and the LM-head recompute of a fused
-    log-prob backward (μ × scored positions × 2·V·h)."""
+    plus its old-policy forward (per ``run.old_logprob``), the LM-head recompute of a fused
+    log-prob backward (μ × scored positions × 2·V·h) and the score recompute of a fused attention
+    backward (μ × score entries × 2·L·H·d).
+
+    For a batch whose lengths vary, pass the padded lengths: TRL 1.16 (``use_vllm=False``) runs one
+    ``generate`` over the whole generation batch, left-padded to its longest prompt, for (longest
+    completion − 1) decode steps on every row, and every training, old-log-prob and backward pass at
+    that batch-wide width (tests/test_recipe.py measures it phase by phase, bench/trl_split.py).
+
+    ``causal``: attention over T(T+1)/2 score entries (RACE's count, docs/flops.md), or over T²
+    (``False``: what torch's FlopCounterMode counts for SDPA and eager attention, masked or not).
+    ``head_positions``: LM-head positions per sequence in each forward and backward (default: C with
+    ``run.head_on_tokens``, C + 1 with ``run.completion_logits_only``, else T). TRL 1.16's fused head
+    scores only the real completion tokens on Triton devices (CUDA, XPU: the mean real completion length
+    of a padded batch) and every position but the last (T − 1) elsewhere, CPU included."""
     P, C = float(prompt_len), float(completion_len)
     search = F.search_flops(arch, prompt_len=P, completion_len=C, n=n, prefix_shared=run.prefix_shared,
-                            lora=lora if run.adapter_in_sampler else None)
+                            lora=lora if run.adapter_in_sampler else None, causal=causal)
     T = P + C
-    logits = min(C + 1.0, T) if run.completion_logits_only else T
+    planned = min(C + 1.0, T) if run.completion_logits_only else T       # what learning_flops counts
+    if head_positions is None:
+        head_positions = C if run.head_on_tokens else planned
+    logits = min(float(head_positions), T)
     head = 2.0 * arch.vocab_size * arch.hidden_size
     per_seq = F.learning_flops(arch, prompt_len=P, completion_len=C, sequences=1, lora=lora, mu=mu,
-                               ref_logprobs=beta > 0, grad_checkpointing=grad_checkpointing,
+                               ref_logprobs=beta > 0, grad_checkpointing=grad_checkpointing, causal=causal,
                                old_logprob_forward=False, completion_logits_only=run.completion_logits_only)
+    if logits != planned:       # the head on ``logits`` positions, not the ``planned`` learning_flops counts
+        _, head_back, _ = F.backward_costs(arch, lora, train_base=lora is None,
+                                            embed_rg=lora is None or grad_checkpointing)
+        per_seq += (logits - planned) * (mu * (head + head_back) + (beta > 0) * head)
     if run.old_logprob == "always" or (run.old_logprob == "mu>1" and mu > 1):
-        per_seq += F.forward_flops(arch, T, lora=lora) - (T - logits) * head
+        per_seq += F.forward_flops(arch, T, lora=lora, causal=causal) - (T - logits) * head
     if run.head_recompute:
         per_seq += mu * logits * head
+    if run.attention_recompute:       # QKᵀ again: half of race.flops' forward attention per score entry
+        per_seq += mu * F.attention_flops(arch, T, causal=causal) / 2.0
     reward_cost = F.reward_flops(reward, prompt_len=P, completion_len=C, sequences=n)
     return FlopBreakdown(search, n * per_seq, reward_cost)
 
@@ -661,7 +693,8 @@ def flop_lines(rec: Recipe) -> list[str]:
            f"{'unmerged adapter' if run.adapter_in_sampler else 'base weights'} in the sampler; old log-prob "
            f"forward {'every step' if run.old_logprob == 'always' else 'when μ > 1'}; LM head on "
            f"{'completion' if run.completion_logits_only else 'all'} positions"
-           + ("; logits recomputed in backward" if run.head_recompute else ""))
+           + ("; logits recomputed in backward" if run.head_recompute else "")
+           + ("; attention scores recomputed in backward" if run.attention_recompute else ""))
     return [f"FLOPs as {rec.version.split(' (')[0]} runs it ({how}), P={rec.prompt_len:g} C={rec.completion_len:g} "
             "expected tokens:",
             f"  per step: search {_fmt_flops(ps.search)}  learning {_fmt_flops(ps.learning)}  reward "

@@ -20,7 +20,6 @@ from race.config import config_from_dict
 from race.errors import RaceError
 from race.grid import CostModel
 from race.recipes import TRAINERS, recipe, render_recipe
-from race.records import FlopBreakdown
 from race.specs import policy_arch, reward_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -426,85 +425,58 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
     assert not (tmp_path / "prm").exists()
 
 
-def _emitted_trl_split(tmp_path, cfg, rho, *, steps: float = 2.5):
-    """Emit the TRL recipe of ``cfg`` at ``rho`` for about ``steps`` steps, run its train_trl.py under
-    FlopCounterMode; return (recipe, generation calls [{flops, P, C, lengths}], search, learning, stated at
-    each step's padded lengths)."""
+def _trl_split():
+    """bench/trl_split.py: the emitted script run under a FlopCounterMode that also counts what stock
+    FlopCounterMode misses on CPU (SDPA's CPU kernel and its backward, TRL's in-place LM-head addmm_),
+    phase by phase, and RACE's statement in that counter's conventions."""
     import importlib.util
 
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    spec = importlib.util.spec_from_file_location("trl_split", os.path.join(ROOT, "bench", "trl_split.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    from race import recipes as R
-    from race.specs import lora_spec
 
-    torch.manual_seed(0)
-    one = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e15).flops_per_step.total
-    out = tmp_path / "run"
-    rec = recipe(cfg, trainer="trl", rho=rho, full_run_budget=steps * one, emit_dir=str(out))
-    assert (out / "train_trl.py").is_file() and json.loads((out / "recipe.json").read_text())["trainer"] == "trl"
-    spec = importlib.util.spec_from_file_location("train_trl", out / "train_trl.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    trainer = script.build(output_dir=str(tmp_path / "out"), logging_steps=1, disable_tqdm=True, seed=0)
-    counter = FlopCounterMode(display=False)
-    calls = []
-    generate = trainer._generate_single_turn
-
-    def counted(prompt_ids, *a, **k):
-        before = counter.get_total_flops()
-        got = generate(prompt_ids, *a, **k)
-        calls.append({"flops": counter.get_total_flops() - before, "P": max(map(len, prompt_ids)),
-                      "C": max(len(c) for c in got[0]), "lengths": {len(c) for c in got[0]}})
-        return got
-
-    trainer._generate_single_turn = counted
-    with counter:
-        trainer.train()
-    s = rec.schedule
-    assert len(calls) == s.steps and trainer.state.global_step == s.steps * s.mu
-    arch = policy_arch(cfg)
-    want = FlopBreakdown()
-    for c in calls:      # TRL pads a generation batch to its longest prompt and completion
-        want = want + R.trainer_step_cost(R.RUNS["trl"], arch, lora_spec(cfg, arch), None, prompt_len=c["P"],
-                                          completion_len=c["C"], n=s.n_gen, mu=s.mu, beta=cfg.grpo.beta,
-                                          grad_checkpointing=False).scaled(s.prompts_per_step)
-    search = float(sum(c["flops"] for c in calls))
-    return rec, calls, search, counter.get_total_flops() - search, want
+def _check_split(bench, cfg, m):
+    """Measured = stated within 2 %: search, learning and each phase of each generation batch, with the
+    statement (race.recipes.trainer_step_cost) at the batch's padded lengths, T² attention and the LM head
+    where TRL ran it; TRL padded every row to the batch's longest prompt and completion."""
+    want = bench.stated(cfg, m["batches"])
+    assert m["search"] == pytest.approx(want.search, rel=0.02)
+    assert m["learning"] == pytest.approx(want.learning, rel=0.02)
+    assert m["missed"]["search"] > 0 and m["missed"]["learning"] > 0       # what stock FlopCounterMode misses
+    assert m["other"] == 0                                                  # every FLOP falls in a phase
+    for b in m["batches"]:
+        assert b["prefill"] == (b["rows"], b["P"]) and b["decode_steps"] == b["C"] - 1
+        assert {(x["width"], x["keep"]) for p in ("old_logprob", "forward")
+                for x in b["phases"][p]["shapes"]} == {(b["P"] + b["C"], b["C"])}
+        assert sum(x["rows"] for x in b["phases"]["forward"]["shapes"]) == cfg.schedule.mu * b["rows"]
+        for name, flops in bench.stated_phases(cfg, b).items():
+            assert b["phases"][name]["flops"] == pytest.approx(flops, rel=0.02), name
+    return want
 
 
 def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_lengths_run(tmp_path):
     """race recipe --for trl --emit DIR writes train_trl.py; two of its steps run here on the shipped
     policy, completions of the length the policy gives (no forced length), under FlopCounterMode.
-    Generation FLOPs are search, the rest learning, and each matches RACE's statement for TRL
-    (race.recipes.trainer_step_cost) at each step's padded lengths, within 2 %: that checks the
-    completion-only logits and the LM-head recompute at more than one length."""
+    Generation FLOPs are search, the rest learning, and each phase matches RACE's statement for TRL
+    (race.recipes.trainer_step_cost) at each batch's padded lengths, within 2 %: that checks the
+    LM-head recompute and the batch-wide padding at more than one length."""
+    bench = _trl_split()
     cfg = tiny_config(mu=2, micro=None)
-    _, calls, search, learning, want = _emitted_trl_split(tmp_path, cfg, on_policy_rho(cfg, mu=2))
-    if all(len(c["lengths"]) == 1 for c in calls):       # every batch one length: the statement holds to 2 %
-        assert search == pytest.approx(want.search, rel=0.02)
-        assert learning == pytest.approx(want.learning, rel=0.02)
-    else:                # lengths varying inside a batch: the known gap (docs/recipes.md), TRL pads less
-        assert 0.85 * want.search <= search <= 1.02 * want.search
-        assert 0.85 * want.learning <= learning <= 1.02 * want.learning
+    m = bench.run_emitted(cfg, on_policy_rho(cfg, mu=2), tmp_path, logging_steps=1)
+    assert json.loads((tmp_path / "run" / "recipe.json").read_text())["trainer"] == "trl"
+    _check_split(bench, cfg, m)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a known gap (docs/recipes.md): with lengths varying inside a generation "
-                   "batch TRL spent 6-7 % less than the statement at the batch's padded lengths (measured "
-                   "2026-12-03: search -6.0 %, learning -7.0 %); how TRL pads is not yet modelled")
-def test_the_emitted_trl_script_on_the_reasoner_with_lengths_varying_within_a_batch(tmp_path):
+@pytest.mark.parametrize("triton_head", [False, True], ids=["cpu-head", "triton-head"])
+def test_the_emitted_trl_script_on_the_reasoner_with_lengths_varying_within_a_batch(tmp_path, triton_head):
     """The same on race/tiny-reasoner (BPE vocabulary of 702, worked solutions up to 160 tokens whose
-    lengths differ within a generation batch, so padding is in play), μ = 2."""
-    import yaml
-
-    raw = yaml.safe_load(open(os.path.join(ROOT, "pilots", "tiny-reasoner.yaml")))
-    raw.update(budget=1e12, schedule={**raw["schedule"], "prompts_per_step": 2, "n_train": 4, "max_n_gen": 4,
-                                      "mu": 2}, eval={"prompts": 20, "samples": 1, "checkpoints": 0})
-    cfg = config_from_dict(raw)
-    rho = CostModel(cfg, policy_arch(cfg), reward_spec(cfg), cfg.prompt_len, cfg.completion_len).cost(4, 2, 4) \
-        .per_prompt.rho
-    _, calls, search, learning, want = _emitted_trl_split(tmp_path, cfg, rho)
-    assert any(len(c["lengths"]) > 1 for c in calls)                     # lengths varied inside a batch
-    assert search == pytest.approx(want.search, rel=0.02)
-    assert learning == pytest.approx(want.learning, rel=0.02)
+    lengths differ within a generation batch, so padding is in play), μ = 2: with TRL's fused LM head as
+    it runs on CPU (every position but the last) and as on CUDA (only the real completion tokens)."""
+    bench = _trl_split()
+    cfg = bench.reasoner_config(mu=2)
+    m = bench.run_emitted(cfg, bench.on_policy_rho(cfg), tmp_path, logging_steps=1, triton_head=triton_head)
+    assert any(len(set(b["lengths"])) > 1 for b in m["batches"])          # lengths varied inside a batch
+    _check_split(bench, cfg, m)

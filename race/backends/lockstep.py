@@ -174,13 +174,13 @@ class LockstepLM(LeanLM):
         if not members:
             return F.linear(x, layer.w[group], bias)
         if merged:
+            if len(self.active) == 1:   # one seed: its merged weight as is, the bias fused (no stacked copy)
+                return F.linear(x, self._merged[self.active[0]][(i, group)], bias)
             key = (self.active, i, group)
             W = self._stacked.get(key)
             if W is None:
                 W = self._stacked[key] = torch.stack([self._merged[k][(i, group)] for k in self.active])
             S = x.shape[0]
-            if S == 1:                  # one seed: a plain matmul with the bias fused
-                return F.linear(x, W[0], bias)
             y = torch.bmm(x.reshape(S, -1, x.shape[-1]), W.transpose(1, 2)).view(*x.shape[:-1], W.shape[1])
             return y + bias if bias is not None else y
         if len(self.active) == 1:      # one seed (a solo pilot): a view, not a copy per call

@@ -94,11 +94,32 @@ class _OneLineGroup(click.Group):
             _echo("Aborted!", err=True)
             sys.exit(1)
         except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
+            named = _storage_failure(e, argv)
+            if named:                    # the machine under the storage (a full disk), not a bug
+                _echo(f"Error: {_one_line(named)}", err=True)
+                sys.exit(2)
             path = _save_traceback(argv)
             what = _redacted(_one_line(f"{type(e).__name__}: {e}"), argv)
             _echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _storage_failure(e: BaseException, argv: list[str]) -> str | None:
+    """The one line for a storage operation that failed because the machine did (a full disk, an
+    I/O error, a read-only file: race.store.engine.system_failure), wherever it was raised; None
+    otherwise. Loads nothing new: without optuna loaded no storage was used."""
+    if "race.store" not in sys.modules:
+        return None
+    from race.store.engine import system_failure
+
+    url = next((a.split("=", 1)[1] for a in argv if a.startswith("--storage=")), None) or \
+        next((b for a, b in zip(argv, argv[1:]) if a == "--storage"), None)
+    try:
+        named = system_failure(e, url)
+    except Exception:  # noqa: BLE001 — a URL that cannot even be masked: name no storage
+        named = system_failure(e, None)
+    return str(named) if named else None
 
 
 class _Sectioned(click.Command):
@@ -154,10 +175,17 @@ def _on_sigterm() -> None:
         pass
 
 
+# an error line longer than this (a value quoted whole somewhere; race.safeio.quote keeps a value to
+# ~200 characters) keeps its head (what is wrong, the value) and its tail (what to do)
+LINE_CHARS, LINE_HEAD, LINE_TAIL = 500, 330, 150
+
+
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     line = lines[0] if lines else "error"
-    return line if len(line) <= 600 else f"{line[:600]}… (cut at 600 characters)"
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[:LINE_HEAD]} […{len(line) - LINE_HEAD - LINE_TAIL:,} characters cut…] {line[-LINE_TAIL:]}"
 
 
 def _echo(message: Any = None, **kw: Any) -> None:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from race.errors import ConfigError  # noqa: F401  (defined there; race.config.ConfigError is the name users know)
+from race.safeio import quote          # a bad value in a message: at most ~200 characters of it
 
 MAX_CHECKPOINTS = 64            # eval.checkpoints: at most this many held-out evaluations per pilot (race.checkpoints)
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
@@ -37,7 +38,7 @@ def parse_flops(value: Any, what: str = "budget", *, noun: str = "FLOP count", e
 
     PyYAML reads ``2e17`` (no dot) as a *string*, so strings are accepted.
     """
-    shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "…"
+    shown = quote(value)
     if isinstance(value, bool):
         raise ConfigError(f"{what} {shown} is not a {noun}: expected a positive number like {example}")
     try:
@@ -63,7 +64,8 @@ def parse_grid(value: Any) -> tuple[float, ...]:
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise ConfigError(f"grid {value!r} is not valid: expected a list of ρ values in (0, 1), e.g. [0.3, 0.5, 0.7]")
+        raise ConfigError(f"grid {quote(value)} is not valid: expected a list of ρ values in (0, 1), "
+                          "e.g. [0.3, 0.5, 0.7]")
     out = []
     for item in items:
         try:
@@ -71,14 +73,15 @@ def parse_grid(value: Any) -> tuple[float, ...]:
                 raise TypeError
             rho = float(item)
         except (TypeError, ValueError):
-            raise ConfigError(f"grid value {item!r} is not a number: expected ρ values in (0, 1)") from None
+            raise ConfigError(f"grid value {quote(item)} is not a number: expected ρ values in (0, 1)") from None
         if not 0.0 < rho < 1.0:
             raise ConfigError(f"grid value ρ={rho:g} is outside (0, 1): ρ = C_learning / C_total")
         out.append(rho)
     if not out:
         raise ConfigError("grid is empty: expected at least one ρ in (0, 1)")
     if len(set(out)) != len(out):
-        raise ConfigError(f"grid {out} repeats a value: expected distinct ρ targets")
+        dup = next(r for i, r in enumerate(out) if r in out[:i])
+        raise ConfigError(f"grid {quote(out)} repeats ρ={dup:g}: expected distinct ρ targets")
     return tuple(sorted(out))
 
 
@@ -261,18 +264,18 @@ def parse_models(value: Any) -> tuple[str, ...]:
     distinct non-empty names (HF ids, folders, ``race/<name>``)."""
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
-        raise ConfigError(f"models {value!r} is not valid: expected a list of at least 2 policies, "
+        raise ConfigError(f"models {quote(value)} is not valid: expected a list of at least 2 policies, "
                           "e.g. [race/tiny-arith-s, race/tiny-arith]")
     for item in items:
         if not isinstance(item, str) or not item.strip():
-            raise ConfigError(f"models entry {item!r} is not valid: expected a Hugging Face id, a folder or "
+            raise ConfigError(f"models entry {quote(item)} is not valid: expected a Hugging Face id, a folder or "
                               "race/<shipped model>")
     if len(items) < 2:
-        raise ConfigError(f"models {list(items)} names {len(items)} policy: a grid over models needs at least 2 "
+        raise ConfigError(f"models {quote(list(items))} names {len(items)} policy: a grid over models needs at least 2 "
                           "(for one, use model:)")
     dup = next((m for i, m in enumerate(items) if m in items[:i]), None)
     if dup is not None:
-        raise ConfigError(f"models {list(items)} repeats {dup!r}: expected distinct policies")
+        raise ConfigError(f"models {quote(list(items))} repeats {quote(dup, 80)}: expected distinct policies")
     return tuple(items)
 
 
@@ -286,14 +289,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 def _validate(c: GridConfig) -> None:
     if not isinstance(c.model, str) or not c.model:
-        raise ConfigError(f"model {c.model!r} must be a Hugging Face id or a folder with a config.json")
+        raise ConfigError(f"model {quote(c.model)} must be a Hugging Face id or a folder with a config.json")
     if c.models:
         parse_models(c.models)
         if c.model != c.models[0]:
-            raise ConfigError(f"model {c.model!r} is not models[0] {c.models[0]!r}: a grid over models takes "
-                              "its policies from models (give model or models, not both)")
+            raise ConfigError(f"model {quote(c.model, 80)} is not models[0] {quote(c.models[0], 80)}: a grid over "
+                              "models takes its policies from models (give model or models, not both)")
     if not isinstance(c.name, str) or not _NAME.fullmatch(c.name):
-        raise ConfigError(f"name {c.name!r} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
+        raise ConfigError(f"name {quote(c.name, 80)} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
                           "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
     _positive_int("seeds", c.seeds)
     if c.seeds > MAX_SEEDS:

@@ -26,12 +26,27 @@ def shipped_models() -> list[str]:
                   if p.parent.name != "configs")
 
 
+def _is(kind: str, path: Path, name: str) -> bool:
+    """``path.is_dir()`` / ``path.is_file()`` (``kind``), with a path the system cannot even look up
+    (a name over 255 bytes, a path past PATH_MAX: ``OSError``) a one-line ``ConfigError`` naming
+    ``name`` (shortened) instead of a traceback."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except OSError as e:
+        from race.errors import ConfigError
+        from race.safeio import quote
+
+        raise ConfigError(f"model {quote(name, 80)} cannot be looked up as a path ({e.strerror or type(e).__name__}): "
+                          "expected a Hugging Face id, a shipped race/<name> model or a folder with a config.json"
+                          ) from None
+
+
 def resolve_model_path(name_or_path: str) -> str:
     """What ``from_pretrained`` should load: the folder of a shipped ``race/<name>`` model,
     an existing local path as given, or the Hugging Face id unchanged."""
     if isinstance(name_or_path, str) and name_or_path.lower().startswith(SHIPPED_PREFIX):
         folder = ASSETS_DIR / name_or_path[len(SHIPPED_PREFIX):]
-        if (folder / "config.json").is_file():
+        if _is("file", folder / "config.json", name_or_path):
             return str(folder)
     return name_or_path
 
@@ -44,8 +59,8 @@ def check_loadable(name_or_path: str, setting: str) -> None:
     from race.errors import ConfigError
 
     path = resolve_model_path(name_or_path)
-    if Path(path).expanduser().is_dir():
-        if not (Path(path).expanduser() / "config.json").is_file():
+    if _is("dir", Path(path).expanduser(), name_or_path):
+        if not _is("file", Path(path).expanduser() / "config.json", name_or_path):
             raise ConfigError(f"{setting} {name_or_path!r} is a folder without a config.json")
         return
     if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name_or_path) or name_or_path.startswith("race/"):
@@ -76,11 +91,11 @@ def _resolve(name_or_path: str) -> tuple[str, dict]:
     if shipped != name_or_path:
         return SHIPPED_PREFIX + Path(shipped).name, _read_json(Path(shipped) / "config.json")
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
+    if _is("dir", path, name_or_path):
+        if not _is("file", path / "config.json", name_or_path):
             raise ValueError(f"folder {str(path)!r} has no config.json")
         return path.name, _read_json(path / "config.json")
-    if path.is_file() and path.suffix == ".json":
+    if _is("file", path, name_or_path) and path.suffix == ".json":
         return path.stem, _read_json(path)
     wanted = name_or_path.strip().lower()
     for hf_id in known_models():

@@ -9,6 +9,7 @@ import itself, ``race.scheduler.import_finished``, reuses them).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -157,6 +158,10 @@ def check_task_size(config: Any) -> None:
         load_task(task, split="eval", n=config.eval.prompts)
         return
     if not task.endswith((".jsonl", ".json", ".parquet")):
+        if os.path.exists(task):    # a local path without a dataset suffix (a FIFO, a device): refused here, once
+            from race.tasks.datasets import load_dataset_problems
+
+            load_dataset_problems(task)
         return
     held = len(load_task(task, split="eval"))
     if config.eval.prompts > held:
@@ -225,7 +230,12 @@ GRID_SHAPE = ("name", "seeds", "grid")
 def check_importable(config: GridConfig, path: str) -> None:
     """A results file whose pilots ``import_finished`` could take: readable, and run with this
     config up to the grid's shape (``GRID_SHAPE``; ``grpo`` is compared after calibration, which may
-    switch the healthy recipe on)."""
+    switch the healthy recipe on). Before calibration and before any study is written, each pilot's
+    schedule is checked as far as the file allows: against itself and the config
+    (``check_schedule_arithmetic``) always, and against the plan of the file's own calibrated
+    lengths when it carries them; what only this run's calibration can check is checked after it,
+    still before the study is created (race.scheduler: ``check_import``)."""
+    from race.config import config_from_dict
     from race.results import load_results
 
     results = load_results(path)
@@ -233,19 +243,90 @@ def check_importable(config: GridConfig, path: str) -> None:
     diff = config_difference(config.to_dict(), written, (*GRID_SHAPE, "grpo"))
     if diff:
         raise import_error(path, diff)
+    try:
+        own = config_from_dict(written)
+    except ValueError:               # its own config no longer loads (another RACE): left to the later checks
+        return
     # each pilot's schedule against the plan its own config and calibrated lengths give: a schedule
     # edited in the file is refused here, before calibration and before any study is written
     P, C = (results.plan or {}).get("prompt_len"), (results.plan or {}).get("completion_len")
     if P and C:
-        from race.config import config_from_dict
         from race.grid import plan_grid
 
         try:
-            planned = {s.rho_target: s.to_dict() for s in plan_grid(config_from_dict(written), prompt_len=float(P),
+            planned = {s.rho_target: s.to_dict() for s in plan_grid(own, prompt_len=float(P),
                                                                       completion_len=float(C)).schedules}
-        except ValueError:            # its own config no longer plans (another RACE): left to import_finished
-            return
+        except ValueError:            # its own config no longer plans (another RACE): the checks below, then later ones
+            planned = {}
         check_schedules(path, planned, results.pilots)
+    # a file without its plan (docs/runs keep none): what holds whatever the lengths, still before calibration
+    check_schedule_arithmetic(path, own, results.pilots)
+
+
+def check_schedule_arithmetic(path: str, config: GridConfig, pilots: Any) -> None:
+    """What a complete pilot's schedule must satisfy whatever the calibration (which only moves the
+    knobs through the expected token lengths): its ρ target is the pilot's, its LoRA rank the
+    config's, its learning rate the √B rule's for its batch, its FLOPs its steps × its FLOPs per
+    step, its steps as many as the budget buys at that cost, and every seed of a grid point ran
+    the same schedule. A schedule edited in a results file (a step added) fails here, before any
+    calibration."""
+    from race.grid import learning_rate
+    from race.store import StoreError
+    from race.store.study import first_difference
+
+    def refuse(p: Any, why: str) -> StoreError:
+        return StoreError(f"pilot ρ={p.rho_target:g} seed {p.seed} in {path!r} ran a schedule that does not add up "
+                          f"({why}): only pilots of an unedited RACE results file can be imported")
+
+    tol = SCHEDULE_REL_TOL
+    first: dict[float, Any] = {}
+    for p in pilots:
+        s = p.schedule
+        if p.status != "complete" or s is None:
+            continue
+        if not math.isclose(float(s.rho_target), float(p.rho_target), rel_tol=tol):
+            raise refuse(p, f"its schedule is for ρ={s.rho_target:g}")
+        if s.lora_rank != config.lora.rank:
+            raise refuse(p, f"lora_rank is {s.lora_rank!r} there, {config.lora.rank} in the config")
+        lr = learning_rate(config, s.prompts_per_step * s.n_train)
+        if not math.isclose(s.learning_rate, lr, rel_tol=tol):
+            raise refuse(p, f"learning_rate is {s.learning_rate:.6g} there, {lr:.6g} by the config's rule for "
+                            f"{s.prompts_per_step} × {s.n_train} sequences")
+        d = first_difference(s.flops_per_step.scaled(s.steps).to_dict(), s.flops.to_dict(), rel_tol=tol)
+        if d:
+            per = s.flops_per_step.to_dict().get(d[0])
+            raise refuse(p, f"{s.steps} steps × flops_per_step.{d[0]} {per:.6g} = {d[1]:.6g}, but its flops.{d[0]} is "
+                            f"{d[2]:.6g}")
+        per_step = s.flops_per_step.total
+        if per_step > 0:
+            bought = config.budget / per_step
+            if not (bought * (1 - tol) - 1 < s.steps <= bought * (1 + tol)):
+                raise refuse(p, f"steps is {s.steps} there; the budget {config.budget:.6g} buys {int(bought)} steps of "
+                                f"{per_step:.6g} FLOPs")
+        rho = float(p.rho_target)
+        other = first.setdefault(rho, p)
+        d = schedule_difference(other.schedule.to_dict(), s.to_dict())
+        if d:
+            raise refuse(p, f"{d[0]} is {d[2]!r}, seed {other.seed} of the same grid point ran {d[1]!r}")
+
+
+def check_import(path: str, run_config: Mapping[str, Any], plan: Mapping[str, Any], keys: Any) -> list:
+    """The complete pilots of results file ``path`` a study of ``run_config`` and ``plan`` (a
+    ``Plan.to_dict()``: its schedules) would take: those of its grid points × seeds (``keys``),
+    their run config the study's up to the grid's shape, each one's schedule the one the plan
+    gives its ρ. Every pilot is checked before any is returned: a refusal imports nothing, and
+    run before a study is created (race.scheduler), it leaves no study behind."""
+    from race.results import load_results
+
+    results = load_results(path)
+    diff = config_difference(run_config, written_config(results), GRID_SHAPE)
+    if diff:
+        raise import_error(path, diff)
+    planned = {float(s["rho_target"]): s for s in plan.get("schedules", [])}
+    keys = set(keys)
+    pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
+    check_schedules(path, planned, pilots)
+    return pilots
 
 
 def check_schedules(path: str, planned: Mapping[float, Any], pilots: Any) -> None:

@@ -7,6 +7,10 @@ held-out checkpoints has a section in every format: unstable pilots per grid poi
 and seed of each), and what the evaluations cost apart from C_total. A diagnosis with a forecast
 (race.forecast) has one more: the prediction per ρ at the full-run budget with its CI, the
 verdict there beside the pilot verdict, and the backtests; a refused forecast is one line.
+
+Every line, table cell and heading is one line: text in them that comes from a file or a model (a
+task or model name, a target, a warning, a note) has its newlines and control characters escaped
+(race.safeio.one_line), so a results file can never forge a line of the report.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any, Callable, Mapping
 from race import records as _records
 from race.records import (Diagnosis, FlopBreakdown, Forecast, Regime, Stability, TargetVerdict, format_rho_range,
                           format_rho_set)
+from race.safeio import one_line
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "md", "latex", "json")
@@ -54,6 +59,8 @@ def _escape(s: str, fmt: str) -> str:
 
 
 def render_table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
+    rows = [[one_line(c) if isinstance(c, str) else c for c in r] for r in rows]    # a cell is one line
+    headers = [one_line(h) for h in headers]
     if fmt == "latex":  # booktabs, written here: tabulate's latex_booktabs would escape the math
         cells = [[_escape(str(c), fmt) for c in r] for r in [headers] + rows]
         lines = [r"\begin{tabular}{" + "l" * len(headers) + "}", r"\toprule",
@@ -75,6 +82,7 @@ _FLOP_HEADERS = ["C_search", "C_learning", "C_reward", "C_total", "shares S/L/R"
 
 
 def heading(text: str, fmt: str) -> str:
+    text = one_line(text)
     if fmt == "md":
         return f"### {text}"
     if fmt == "latex":
@@ -83,6 +91,8 @@ def heading(text: str, fmt: str) -> str:
 
 
 def render_lines(lines: list[str], fmt: str) -> str:
+    """Each item of ``lines`` as one line (newlines inside an item escaped: it may hold a file's text)."""
+    lines = [one_line(x) for x in lines]
     if fmt == "md":
         return "\n".join(f"- {_escape(x, fmt)}" for x in lines)
     if fmt == "latex":

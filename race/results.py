@@ -50,14 +50,31 @@ class Results:
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    """Write ``data`` to ``path`` through a temporary file and a rename: a crash or a full disk
+    leaves the previous file whole. A write the machine refuses (no space, read-only, no permission)
+    is a one-line ``ResultsError`` naming the file; nothing in the storage is touched by it."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        import errno
+
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise ResultsError(f"cannot write {path!r}: {e.strerror or type(e).__name__}"
+                           + (": the disk that holds it is full; free space there" if full else
+                              ": make it writable or choose another --out")
+                           + ", then run the same command again (finished pilots stay in the storage, and the "
+                             "previous file is unchanged)") from None
 
 
 def save_results(path: str, results: Results) -> str:
@@ -111,14 +128,59 @@ def load_results(path: str) -> Results:
                    classify=doc.classify, meta=meta)
 
 
+def not_a_number(raw: Mapping[str, Any], doc: Any) -> tuple[str, Any] | None:
+    """(dotted path, value) of the first number the schema read from something that is not a JSON
+    number in ``raw`` (a string "0.3", a boolean), or None. pydantic's lax mode (the records keep
+    it: ``Record.from_dict`` reads Python values) coerces those; a results file is JSON that RACE
+    wrote with numbers as numbers (ints stand for floats), so here each is refused: the validated
+    document ``doc`` is walked beside ``raw`` (pydantic decides where a number belongs), and the
+    run config by its dataclass types (race.schema.first_non_number)."""
+    def walk(given: Any, read: Any, where: str) -> tuple[str, Any] | None:
+        if isinstance(read, bool) or read is None:
+            return None
+        if isinstance(read, (int, float)):
+            return None if isinstance(given, (int, float)) and not isinstance(given, bool) else (where, given)
+        if isinstance(read, Mapping) and isinstance(given, Mapping):
+            for k, v in read.items():
+                if k in given:
+                    found = walk(given[k], v, f"{where}.{k}" if where else str(k))
+                    if found:
+                        return found
+        elif isinstance(read, (list, tuple)) and isinstance(given, (list, tuple)):
+            for i, (a, b) in enumerate(zip(given, read)):
+                found = walk(a, b, f"{where}.{i}")
+                if found:
+                    return found
+        return None
+
+    read = doc.model_dump(include={"pilots", "diagnosis"})
+    found = walk({k: raw.get(k) for k in read}, read, "")
+    if found:
+        return found
+    from race.config import GridConfig
+    from race.schema import first_non_number
+
+    found = first_non_number(raw.get("config"), GridConfig)
+    if found:
+        return f"config.{found[0]}", found[1]
+    plan = raw.get("plan")
+    for key in ("prompt_len", "completion_len", "grid_flops"):
+        v = plan.get(key) if isinstance(plan, Mapping) else None
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"plan.{key}", v
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def results_schema() -> Any:
     """The typed schema of a results file (pydantic, the config's schema library; built on first
     use so that ``import race`` stays light): the records are validated by their own dataclass
-    types (race.records: numbers typed, FLOPs finite), ``schema_version`` and ``kind`` must be
-    known, and ``check_numbers`` holds the cross-field rules (ρ in (0, 1), C_total the sum of its
-    parts, each pilot's FLOPs within its own schedule and budget, ranges ordered). Fields a newer
-    RACE adds at the top level are kept (``extra="allow"``) and shown as metadata."""
+    types (race.records: numbers typed, FLOPs finite), every number a JSON number (``not_a_number``:
+    "0.3" or true is refused where pydantic's lax mode would read 0.3 or 1; an int stands for a
+    float), ``schema_version`` and ``kind`` must be known, and ``check_numbers`` holds the
+    cross-field rules (ρ in (0, 1), C_total the sum of its parts, each pilot's FLOPs within its
+    own schedule and budget, ranges ordered). Fields a newer RACE adds at the top level are kept
+    (``extra="allow"``) and shown as metadata."""
     from typing import Literal, Optional
 
     from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -133,6 +195,21 @@ def results_schema() -> Any:
         pilots: list[PilotResult] = Field(default_factory=list)
         diagnosis: Optional[Diagnosis] = None
         classify: dict[str, Any] = Field(default_factory=dict)
+
+        @model_validator(mode="wrap")
+        @classmethod
+        def _json_numbers(cls, data: Any, handler: Any) -> "ResultsFile":
+            doc = handler(data)
+            bad = not_a_number(data, doc) if isinstance(data, Mapping) else None
+            if bad:
+                from race.safeio import quote
+
+                where, value = bad
+                kind = "a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else \
+                    type(value).__name__
+                raise ValueError(f"{where} {quote(value, 60)} is {kind}: expected a JSON number (a results file "
+                                 "holds numbers as numbers)")
+            return doc
 
         @model_validator(mode="after")
         def _numbers(self) -> "ResultsFile":
@@ -223,7 +300,10 @@ def failure_message(results: Results) -> str | None:
     failed = results.meta.get("failed")
     if not failed:
         return None
-    return (f"{len(failed)} pilot(s) failed — {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
+    from race.safeio import one_line, shortened
+
+    return (f"{len(failed)} pilot(s) failed — {shortened(one_line(failed[0]), 300)}"
+            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
             + f"; {len(results.pilots) - len(failed)} finished pilots are kept in {results.meta.get('storage')}: "
               "re-run the same command to retry only the failed ones")
 

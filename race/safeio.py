@@ -8,9 +8,11 @@ at import time).
   RecursionError.
 - ``load_yaml``: ``yaml.safe_load`` that refuses aliases (the "billion laughs" expansion) and
   duplicate keys (YAML silently keeps the second).
-- ``terminal_safe``: text with every control character but newline, tab and carriage return
-  written as a visible escape (``\\x1b``), so a file or a model cannot drive the terminal.
-- ``quote``: a bad value for an error message, at most ``QUOTE_CHARS`` characters of it.
+- ``terminal_safe``: text with every control character but newline and tab written as a visible
+  escape (``\\x1b``, ``\\r``), so a file or a model cannot drive the terminal or overwrite a line;
+  ``one_line``: the same with newlines escaped too, for a single-line field that comes from a file
+  or a model (a task name, a warning), so it can never forge a line of a report.
+- ``quote``: a bad value for an error message, at most ``QUOTE_CHARS`` characters in all.
 
 Every refusal is a ``RaceError`` subclass with one line naming the file and the limit.
 """
@@ -25,7 +27,8 @@ from race.errors import RaceError
 
 MAX_RESULTS_BYTES = 256 * 2 ** 20      # a results file, decompressed (a 10 000-pilot grid is ~0.2 GiB)
 MAX_CONFIG_BYTES = 1 * 2 ** 20         # a YAML config
-QUOTE_CHARS = 200
+MAX_JOURNAL_BYTES = 1 * 2 ** 30        # an optuna journal file (optuna replays all of it into memory on open)
+QUOTE_CHARS = 200                      # characters of a bad value an error message shows, the cut mark included
 
 
 class UnsafeInput(RaceError):
@@ -33,9 +36,21 @@ class UnsafeInput(RaceError):
 
 
 def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
-    """``repr(value)``, cut to ``limit`` characters with the count of the rest."""
+    """``repr(value)``, at most ``limit`` characters in all: cut, with the count of the rest."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+    if len(text) <= limit:
+        return text
+    keep = max(1, limit - 30)
+    return f"{text[:keep]}… ({len(text) - keep:,} more characters)"
+
+
+def shortened(text: str, limit: int = 80) -> str:
+    """``text`` (a path, a name) cut to ``limit`` characters with the count of the rest, unquoted."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    keep = max(1, limit - 30)
+    return f"{text[:keep]}… ({len(text) - keep:,} more characters)"
 
 
 def check_regular(path: str, what: str) -> None:
@@ -115,9 +130,21 @@ def load_yaml(text: str, *, what: str) -> Any:
         raise UnsafeInput(f"{what} nests YAML too deeply") from None
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 32), 127, *range(128, 160)) if c not in (9, 10, 13)}
+# tab and newline are the only control characters RACE's own output uses (tables, multi-line
+# reports); carriage return is escaped too: a "\r" from a file would overwrite the line it ends
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 32), 127, *range(128, 160)) if c not in (9, 10)}
+_CONTROL[13] = "\\r"
+_LINE = {**_CONTROL, 10: "\\n", 0x2028: "\\u2028", 0x2029: "\\u2029", 0x85: "\\x85"}
 
 
 def terminal_safe(text: str) -> str:
-    """``text`` with control characters (ESC, BEL, backspace, C1 …) written as visible escapes."""
+    """``text`` with control characters (ESC, BEL, backspace, CR, C1 …) written as visible escapes;
+    tab and newline kept (RACE's own multi-line text)."""
     return text.translate(_CONTROL)
+
+
+def one_line(value: Any) -> str:
+    """``str(value)`` for a single-line field from a file or a model (a task or model name, a
+    warning, a pilot's error): every control character escaped, newlines and line separators
+    included, so the field stays on its line and cannot forge another line of a report."""
+    return str(value).translate(_LINE)

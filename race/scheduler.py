@@ -354,7 +354,18 @@ def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, ba
     user_cfg = config.to_dict()
     resumed = st.exists()
     if resumed:
-        st.load()
+        from race.store import UnreadyStudy
+
+        try:
+            st.load()
+        except UnreadyStudy:
+            if not st.remove_unready():    # never made ready and holds no trial: an interrupted start
+                raise
+            resumed = False
+            if not quiet:
+                print(f"race: removed study {st.name!r} in {st.masked}: an earlier start left it unfinished "
+                      "(no pilots)", file=sys.stderr, flush=True)
+    if resumed:
         st.check_compatible(user_cfg)
         if heartbeat:
             st.update_heartbeat(heartbeat)
@@ -381,9 +392,17 @@ def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, ba
             if line:
                 meta[key] = line
         if not quiet:
+            from race.safeio import one_line
+
             for w in [*plan.warnings, *(meta[k] for k in ("data_warning", "reward_warning") if k in meta)]:
-                print(f"warning: {w}", file=sys.stderr, flush=True)
-        if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan={**plan.to_dict(), "calibration": cal.to_dict()},
+                print(f"warning: {one_line(w)}", file=sys.stderr, flush=True)
+        plan_dict = {**plan.to_dict(), "calibration": cal.to_dict()}
+        if import_pilots:            # the imported schedules against this plan, before the study exists
+            from race.prechecks import check_import
+
+            check_import(import_pilots, run_cfg.to_dict(), plan_dict,
+                         [(float(r), s) for r in run_cfg.grid for s in range(run_cfg.seeds)])
+        if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan=plan_dict,
                      classify=classify, meta=meta, adaptive=None):
             pass
         else:                       # another process created it a moment ago
@@ -506,17 +525,10 @@ def import_finished(st: Any, path: str) -> int:
     """Record the complete pilots of results file ``path`` in study ``st`` (those of its grid, not
     complete there yet); their run config must be the study's up to the grid's shape, and each one's
     schedule the one this study planned for its ρ. Returns how many were added."""
-    from race.prechecks import GRID_SHAPE, check_schedules, config_difference, import_error, written_config
-    from race.results import load_results
+    from race.prechecks import check_import
 
-    results = load_results(path)
-    diff = config_difference(st.info.run_config, written_config(results), GRID_SHAPE)
-    if diff:
-        raise import_error(path, diff)
-    planned = {float(s["rho_target"]): s for s in st.info.plan.get("schedules", [])}
-    keys = set(st.info.keys())
-    pilots = [p for p in results.pilots if p.status == "complete" and (float(p.rho_target), int(p.seed)) in keys]
-    check_schedules(path, planned, pilots)   # all checked before any is added: a refusal imports nothing
+    # all checked before any is added: a refusal imports nothing
+    pilots = check_import(path, st.info.run_config, st.info.plan, st.info.keys())
     primary = st.info.classify.get("primary_target", "reward")
     return sum(st.add_finished(p, primary, source=os.path.abspath(path)) for p in pilots)
 

@@ -36,7 +36,12 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "schedule.min_n_train": {"ge": 1},
     "learning_rate.ref": {"gt": 0}, "learning_rate.ref_batch": {"ge": 1},
     "eval.prompts": {"ge": 1}, "eval.samples": {"ge": 1}, "eval.temperature": {"gt": 0},
+    # names that are paths: no system opens a path longer than PATH_MAX (4096 bytes on Linux), so a
+    # longer one is refused here, in one line, before anything looks it up
+    "model": {"max_length": 4096}, "task": {"max_length": 4096}, "reward.model": {"max_length": 4096},
+    "reward.function": {"max_length": 4096}, "eval.judge_model": {"max_length": 4096},
 }
+MAX_LENGTH_REASON = "no system opens a path that long (PATH_MAX is 4096)"
 
 # fields whose shape race.config checks itself (a count or a list: eval.checkpoints)
 RULES_ELSEWHERE = ("eval.checkpoints", "eval.tasks")
@@ -62,7 +67,7 @@ def _pydantic_type(annotation: str, path: str):
     if base == "bool":
         t: Any = StrictBool
     elif base == "str":
-        t = StrictStr
+        t = typing.Annotated[StrictStr, Field(**extra)] if extra else StrictStr
     elif base == "int":
         t = typing.Annotated[int, Field(strict=False, **extra)]
     elif base == "float":
@@ -122,6 +127,44 @@ def _bools_as_numbers(raw: Any, cls: type, prefix: str = "") -> str | None:
     return None
 
 
+def first_non_number(raw: Any, cls: type, prefix: str = "") -> tuple[str, Any] | None:
+    """(dotted path, value) of the first numeric field of dataclass ``cls`` (an int or a float, or
+    an item of a ``tuple[float, ...]`` / ``dict[str, float]``) that ``raw`` gives as something other
+    than a number (a string, a boolean); None when there is none. A results file is JSON written by
+    RACE: its numbers are JSON numbers (a YAML config may spell ``1e-3`` as a string; a results file
+    may not)."""
+    if not isinstance(raw, Mapping):
+        return None
+    sections = _sections(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        value, path = raw[f.name], prefix + f.name
+        sub = sections.get(f.name)
+        if sub is not None:
+            found = first_non_number(value, sub, path + ".")
+            if found:
+                return found
+            continue
+        text = str(f.type).replace(" ", "")
+        optional = text.endswith("|None")
+        base = text[:-len("|None")] if optional else text
+        if path in RULES_ELSEWHERE or (optional and value is None):
+            continue
+        if base in ("int", "float"):
+            items: list[tuple[str, Any]] = [(path, value)]
+        elif base == "tuple[float,...]" and isinstance(value, (list, tuple)):
+            items = [(f"{path}.{i}", v) for i, v in enumerate(value)]
+        elif base == "dict[str,float]" and isinstance(value, Mapping):
+            items = [(f"{path}.{k}", v) for k, v in value.items()]
+        else:
+            continue
+        for where, v in items:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return where, v
+    return None
+
+
 def _describe(err: Mapping[str, Any]) -> str:
     loc = ".".join(str(p) for p in err.get("loc", ()) if not isinstance(p, int)) or "config"
     kind = err.get("type", "")
@@ -138,6 +181,9 @@ def _describe(err: Mapping[str, Any]) -> str:
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     if len(shown) > 60:
         shown = shown[:57] + "…"
+    if kind == "string_too_long":
+        return (f"{loc} {shown} ({len(value):,} characters) is not valid: expected at most "
+                f"{ctx.get('max_length')} characters: {MAX_LENGTH_REASON}")
     return f"{loc} {shown} is not valid: expected {expected}"
 
 

@@ -113,11 +113,23 @@ CONFIGS = [
     ("dataset-math-no-boxed", "task: ./rows_math_unboxed.jsonl\n", (), "has no \\boxed{...} final answer"),
     ("dataset-not-utf8", "task: ./rows_latin1.jsonl\n", (), "rows_latin1.jsonl line 2: not UTF-8 text (byte 0xe9"),
     ("dataset-parquet-not-parquet", "task: ./rows_fake.parquet\n", (), "rows_fake.parquet' is not a readable Parquet"),
+    ("dataset-fifo", "task: ./rows_fifo.jsonl\n", (), "rows_fifo.jsonl' is a FIFO (named pipe), not a regular file"),
+    ("dataset-device", "task: /dev/zero\n", (), "'/dev/zero' is a character device, not a regular file"),
+    ("dataset-over-the-cap", "task: ./rows_huge.jsonl\n", (),            # a sparse 1.1 GiB file: never read
+     "is 1.07 GiB, over RACE's limit of 1 GiB (every row is held in memory): pilots use a few thousand problems, "
+     "so give a random subsample"),
+    # names and values past any sensible length
+    ("model-name-too-long-for-a-path", "!model: " + "q" * 300 + "\n", (),
+     "… (252 more characters) cannot be looked up as a path (File name too long): expected a Hugging Face id"),
+    ("model-name-past-path-max", "!model: " + "q" * 5000 + "\n", (),
+     "(5,000 characters) is not valid: expected at most 4096 characters: no system opens a path that long"),
     # storage URLs
     ("storage-two-ats", "", ("--storage", "postgresql://race:pa@ss@127.0.0.1:1/race"), "percent-encode"),
     ("storage-not-a-url", "", ("--storage", "foo://x"), "not an optuna storage URL"),
     ("storage-postgres-scheme", "", ("--storage", "postgres://race@127.0.0.1:1/race"), "postgresql://"),
     ("storage-unreachable", "", ("--storage", "postgresql://race:s%2Fcr%40t@127.0.0.1:1/race"), "unreachable"),
+    ("storage-journal-over-the-cap", "", ("--storage", "journal:./huge.log"),    # a sparse 5 GiB journal
+     "is 5.00 GiB, over RACE's limit of 1 GiB (optuna replays the whole file into memory)"),
     # CLI flags
     ("flag-grid-range", "", ("--grid", "0.3,1.4,0.5"), "ρ=1.4 is outside"),
     ("flag-budget-negative", "", ("--budget", "-3e12"), "budget '-3e12'"),
@@ -149,6 +161,10 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "rows_empty.jsonl").write_text("\n")
     (tmp_path / "rows_latin1.jsonl").write_bytes(b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "caf\xe9", "answer": "3"}\n')
     (tmp_path / "rows_fake.parquet").write_text("prompt,answer\n1+1=,2\n")
+    os.mkfifo(tmp_path / "rows_fifo.jsonl")
+    for name, size in (("rows_huge.jsonl", 1100 << 20), ("huge.log", 5 << 30)):    # sparse: no disk, no time
+        with open(tmp_path / name, "wb") as fh:
+            fh.truncate(size)
     (tmp_path / "falconish").mkdir()
     (tmp_path / "falconish" / "config.json").write_text(json.dumps({
         "model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,
@@ -397,6 +413,16 @@ SCHEMA_CASES = [
     (lambda r: r["diagnosis"]["verdicts"]["reward"].update(rho_range=[0.3]), "diagnosis.verdicts.reward.rho_range.1: Field required"),
     (lambda r: r.update(kind="study"), "kind: Input should be 'results'"),
     (lambda r: r.update(pilots={"a": 1}), "pilots: Input should be a valid list"),
+    # numbers are JSON numbers: pydantic's lax mode would read these strings and booleans as numbers
+    (lambda r: r["diagnosis"]["verdicts"]["reward"].update(rho_range=["0.3", "0.5"]),
+     "diagnosis.verdicts.reward.rho_range.0 '0.3' is a string: expected a JSON number"),
+    (lambda r: r["pilots"][1]["flops"].update(search=str(r["pilots"][1]["flops"]["search"])),
+     "pilots.1.flops.search '"),
+    (lambda r: r["pilots"][0].update(seed=True), "pilots.0.seed True is a boolean: expected a JSON number"),
+    (lambda r: r["pilots"][0]["schedule"].update(steps=str(r["pilots"][0]["schedule"]["steps"])),
+     "pilots.0.schedule.steps '"),
+    (lambda r: r["config"].update(grid=["0.5", 0.62, 0.74, 0.85]), "config.grid.0 '0.5' is a string"),
+    (lambda r: r["config"]["grpo"].update(temperature=True), "config.grpo.temperature True is a boolean"),
 ]
 
 
@@ -478,7 +504,7 @@ def test_runaway_sizes_and_misnamed_numbers_are_refused_before_work():
         config_from_dict({**base, "grid": [round(0.02 + 0.02 * i, 2) for i in range(40)]})
     with pytest.raises(ConfigError, match="learning_rate.ref 'fast' is not a learning rate: expected a positive number like 1e-3"):
         config_from_dict({**base, "learning_rate": {"ref": "fast"}})
-    with pytest.raises(ConfigError, match=r"budget 'x{199}… is not a FLOP count"):
+    with pytest.raises(ConfigError, match=r"budget 'x{169}… \(9,832 more characters\) is not a FLOP count"):
         config_from_dict({**base, "budget": "x" * 10_000})
     with pytest.raises(RaceError, match="workers -1: expected a whole number from 0"):
         race.diagnose(workers=-1, budget=1e10)
@@ -631,7 +657,10 @@ def test_memory_bombs_end_in_one_line_under_a_memory_limit(tmp_path):
     (tmp_path / "models.yaml").write_text(nest + "model: race/tiny-arith\nbudget: 1e11\nmodels: *a8\n")
     (tmp_path / "seeds.yaml").write_text("model: race/tiny-arith\nbudget: 1e11\nseeds: 1000000\n")
     (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    with open(tmp_path / "huge.log", "wb") as fh:          # a sparse 5 GiB journal: optuna would read it all
+        fh.truncate(5 << 30)
     cases = [(("report", str(bomb)), "decompresses past"),
+             (("report", "--storage", f"journal:{tmp_path / 'huge.log'}", "--study", "s"), "over RACE's limit of 1 GiB"),
              (("report", "--storage", "journal:/dev/zero", "--study", "s"), "character device"),
              (("report", "--storage", "journal:/dev/full", "--study", "s"), "character device"),
              (("plan", "models.yaml"), "YAML alias"),
@@ -641,3 +670,207 @@ def test_memory_bombs_end_in_one_line_under_a_memory_limit(tmp_path):
         r = _limited(*args, cwd=tmp_path)
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1 and message in lines[0] and len(lines[0]) < 1000, (args, r.stderr[-500:])
+
+
+# ---------------------------------------------------------------- issue 36, the audit's second pass
+
+def _disk_full() -> Exception:
+    """What a full disk raises mid-commit: optuna's StorageInternalError ("… e.g. exceeding max
+    length"), its cause sqlite's own error."""
+    import sqlite3
+
+    from optuna.exceptions import StorageInternalError
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as cause:
+            raise StorageInternalError("An exception is raised during the commit. This typically happens due to "
+                                       "invalid data in the commit, e.g. exceeding max length.") from cause
+    except StorageInternalError as e:
+        return e
+
+
+FULL_DISK = ("cannot be written: the disk that holds it is full (database or disk is full): free space there (or give "
+             "another --storage), then run the same command again; finished pilots stay in the storage")
+
+
+def test_a_full_disk_while_the_study_is_created_is_named_and_leaves_no_half_study(tmp_path, monkeypatch):
+    import optuna
+
+    from race.store import Store, StoreError
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    st = Store(url, "grid")
+    real = optuna.study.Study.set_user_attr
+
+    def fills_up(self, key, value):
+        if key == "race:classify":              # a few attributes in: the disk fills
+            raise _disk_full()
+        return real(self, key, value)
+
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr", fills_up)
+    with pytest.raises(StoreError) as err:
+        st.create(config={"grid": [0.5]}, run_config={"budget": 1e10, "grid": [0.5, 0.6, 0.7], "seeds": 1}, plan={},
+                  classify={}, meta={}, adaptive=None)
+    assert str(err.value) == f"storage {url!r} {FULL_DISK}"
+    monkeypatch.undo()
+    assert not st.exists()                      # the half-made study is gone: the same command starts clean
+
+
+def test_a_full_disk_reaches_the_user_as_one_line_and_exit_2(tmp_path, monkeypatch):
+    """Through the Store (``race worker``: Store.load) and, for a storage call made anywhere else,
+    through the CLI's own net: one line naming the full disk and the storage, exit 2, no traceback."""
+    import optuna
+
+    import race.scheduler
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    monkeypatch.setattr(optuna, "load_study", lambda **kw: (_ for _ in ()).throw(_disk_full()))
+    r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
+    assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
+    monkeypatch.setattr(race.scheduler, "run_worker", lambda *a, **kw: (_ for _ in ()).throw(_disk_full()))
+    r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
+    assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
+
+
+def test_a_results_file_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from race.results import Results, ResultsError, save_results
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "results.json").write_text("{}")
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(ResultsError, match="cannot write .*results.json': No space left on device: the disk that holds "
+                                           "it is full; free space there, then run the same command again"):
+        save_results(str(tmp_path), Results(pilots=()))
+    assert os.listdir(tmp_path) == ["results.json"] and (tmp_path / "results.json").read_text() == "{}"
+
+
+def test_a_study_left_unready_is_removed_only_when_it_holds_nothing(tmp_path):
+    import optuna
+
+    from race.store import Store
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    optuna.create_study(study_name="bare", storage=url)
+    ready = optuna.create_study(study_name="ready", storage=url)
+    ready.set_user_attr("race:ready", True)
+    assert Store(url, "bare").remove_unready() and not Store(url, "bare").exists()
+    assert not Store(url, "ready").remove_unready() and Store(url, "ready").exists()
+
+
+def _tampered(tmp_path, edit) -> str:
+    raw = _default_results()
+    raw["plan"] = {}                            # as docs/runs keep them: no calibrated lengths to plan with
+    for p in raw["pilots"]:
+        if p["rho_target"] == 0.74:
+            edit(p["schedule"])
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def test_a_tampered_schedule_without_a_plan_is_refused_before_calibration(tmp_path):
+    """Issue 36's case: the ρ=0.74 pilots' steps + 1 in a file that carries no plan. Refused in one
+    line before calibration (seconds, not the ~24 s calibration takes) and before any storage."""
+    path = _tampered(tmp_path, lambda s: s.update(steps=s["steps"] + 1))
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["pilot", "--seeds", "4", "--import-pilots", path, "--out", str(tmp_path / "tamp")])
+    assert r.exit_code == 2 and time.monotonic() - t0 < 15
+    line = _one_error_line(r)
+    assert "pilot ρ=0.74 seed 0 in" in line and "ran a schedule that does not add up" in line
+    assert "flops_per_step" in line
+    assert not (tmp_path / "tamp").exists()
+
+
+def _scale(s, k):
+    s.update(steps=s["steps"] + k, flops={x: v * (s["steps"] + k) / s["steps"] for x, v in s["flops"].items()})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.update(steps=s["steps"] + 1), "steps × flops_per_step."),
+    (lambda s: _scale(s, 40), "the budget 6e+11 buys"),
+    (lambda s: s.update(learning_rate=s["learning_rate"] * 2), "by the config's rule for"),
+    (lambda s: s.update(lora_rank=s["lora_rank"] * 2), "in the config"),
+    (lambda s: s.update(rho_target=0.75), "its schedule is for ρ=0.75"),
+], ids=["steps", "steps-and-flops", "learning-rate", "lora-rank", "rho"])
+def test_what_an_imported_schedule_must_satisfy_whatever_the_calibration(tmp_path, edit, message):
+    from race.config import config_from_dict
+    from race.prechecks import check_importable, written_config
+    from race.results import load_results
+    from race.store import StoreError
+
+    path = _tampered(tmp_path, edit)
+    cfg = config_from_dict(written_config(load_results(str(tmp_path / "tampered.json"))))
+    with pytest.raises(StoreError, match="does not add up") as err:
+        check_importable(cfg, path)
+    assert message in str(err.value)
+    check_importable(cfg, _tampered(tmp_path, lambda s: None))       # the file as RACE wrote it passes
+
+
+def test_a_schedule_only_calibration_can_refuse_is_refused_before_the_study_exists(tmp_path):
+    """Pilots planned with other token lengths than this run's calibration measures: refused after
+    calibration (here a given one) but before the study is created, so no storage is left."""
+    from types import SimpleNamespace
+
+    from race.config import config_from_dict
+    from race.prechecks import written_config
+    from race.results import load_results
+    from race.scheduler import run_study
+    from race.store import StoreError
+
+    path = _tampered(tmp_path, lambda s: None)
+    cfg = config_from_dict({**written_config(load_results(path)), "seeds": 4})
+    cal = SimpleNamespace(healthy=None, prompt_len=20.0, completion_len=20.0, to_dict=lambda: {},
+                          data_warning=lambda: None, reward_warning=lambda: None)
+    with pytest.raises(StoreError, match="ran another schedule"):
+        run_study(cfg, out_dir=str(tmp_path / "run"), quiet=True, import_pilots=path, calibration=cal)
+    assert not (tmp_path / "run").exists()
+
+
+FORGED = "verdict (reward): update-heavy · recommended ρ ≥ 0.95 · confidence 0.99"
+
+
+@pytest.mark.parametrize("fmt", ["text", "md"])
+def test_a_results_file_cannot_forge_a_line_of_the_report(tmp_path, fmt):
+    """Newlines in single-line fields from a file (meta, a warning) are escaped, a carriage return
+    everywhere; the report's own lines stay as they are."""
+    raw = _default_results()
+    raw["diagnosis"]["meta"]["task"] = f"arithmetic-easy\n\n  {FORGED}"
+    raw["diagnosis"]["meta"]["model"] = "race/tiny-arith\roverwritten"
+    raw["diagnosis"]["verdicts"]["reward"]["warnings"] = [f"fine\n  {FORGED}", "two\u2028lines"]
+    (tmp_path / "forged.json").write_text(json.dumps(raw))
+    r = _report(str(tmp_path / "forged.json"), "--format", fmt)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert not any(line.lstrip(" -").startswith(FORGED) for line in lines)
+    assert "\r" not in r.output and "\u2028" not in r.output
+    assert f"task: arithmetic-easy\\n\\n  {FORGED}" in r.output and "race/tiny-arith\\roverwritten" in r.output
+    assert sum(line.lstrip(" -").startswith("verdict (reward): ") for line in lines) == 1   # the report's own
+    assert len(lines) > 20
+
+
+def test_terminal_safe_and_one_line():
+    from race.safeio import one_line, quote, terminal_safe
+
+    assert terminal_safe("a\tb\nc\rd\x1b[2J") == "a\tb\nc\\rd\\x1b[2J"         # RACE's own lines kept, CR shown
+    assert one_line("a\tb\nc\rd\u2028e") == "a\tb\\nc\\rd\\u2028e"
+    assert len(quote("x" * 10_000)) <= 200 and quote("short") == "'short'"
+
+
+def test_a_huge_value_is_quoted_short_in_the_error_line(tmp_path):
+    cases = {"grid.yaml": "model: race/tiny-arith\nbudget: 1e11\ngrid: [" + ", ".join(["0.5"] * 3000) + "]\n",
+             "name.yaml": "model: race/tiny-arith\nbudget: 1e11\nname: " + "n" * 5000 + "\n",
+             "models.yaml": "budget: 1e11\nmodels: [" + ", ".join(["race/tiny-arith"] * 300) + "]\n"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        r = CliRunner().invoke(main, ["plan", str(tmp_path / name)])
+        assert r.exit_code == 2 and len(_one_error_line(r)) < 300, (name, r.output)
+    from race.cli import LINE_CHARS, _one_line
+
+    long = "x " * 2000
+    assert len(_one_line(long)) <= LINE_CHARS + 40 and "characters cut" in _one_line(long)

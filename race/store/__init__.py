@@ -13,7 +13,7 @@ import warnings
 import optuna
 
 from race.store.base import (ATTR_LIMIT, COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, ENCODED, GRACE_FACTOR,
-                             HEARTBEAT, OWNER, SCHEMA, StoreError)
+                             HEARTBEAT, OWNER, SCHEMA, StoreError, UnreadyStudy)
 from race.store.codec import decode_floats, encode_floats
 from race.store.engine import default_url, mask_url, open_storage
 from race.store.liveness import owner_info, owner_is_dead
@@ -26,4 +26,4 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 __all__ = ["ATTR_LIMIT", "COORDINATOR", "CURVE_POINTS", "Claim", "DEFAULT_HEARTBEAT", "ENCODED", "GRACE_FACTOR",
            "HEARTBEAT", "Key", "OWNER", "SCHEMA", "Store", "StoreError", "StudyInfo", "decode_floats", "default_url",
            "encode_floats", "is_pilot_failure", "key_of", "load_results", "mask_url", "open_storage", "owner_info",
-           "owner_is_dead", "pilot_attrs", "pilot_from_attrs"]
+           "owner_is_dead", "pilot_attrs", "pilot_from_attrs", "UnreadyStudy"]

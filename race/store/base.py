@@ -17,3 +17,8 @@ CURVE_POINTS = 200                # intermediate values per trial (the full curv
 
 class StoreError(ConfigError):
     """A storage problem a user can act on; the message is one line and never shows a password."""
+
+
+class UnreadyStudy(StoreError):
+    """A study that never became ready (no ``race:ready``): another process is creating it, or an
+    interrupted creation left it (``Store.remove_unready`` removes one that holds no trial)."""

@@ -98,12 +98,18 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
         if path is not None:
             from optuna.storages.journal import JournalFileBackend
 
-            from race.safeio import UnsafeInput, check_regular
+            from race.safeio import MAX_JOURNAL_BYTES, UnsafeInput, check_regular
 
             try:
                 check_regular(path, "journal storage")     # /dev/zero, /dev/full, a FIFO: never opened
             except UnsafeInput as e:
                 raise StoreError(str(e)) from None
+            size = os.path.getsize(path) if os.path.isfile(path) else 0
+            if size > MAX_JOURNAL_BYTES:                   # optuna reads the whole log, line by line, into memory
+                raise StoreError(f"journal storage {masked!r} is {size / 2**30:.2f} GiB, over RACE's limit of "
+                                 f"{MAX_JOURNAL_BYTES / 2**30:g} GiB (optuna replays the whole file into memory): "
+                                 "start a new journal file for new studies, or keep large grids in "
+                                 "sqlite:///FILE or postgresql://…")
 
             os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
             return JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
@@ -150,7 +156,7 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
                          f"({first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
                          "pymysql for MySQL") from None
     except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
-        raise StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
+        raise system_failure(e, url) or StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
 
 
 # words of a driver's own message that say what went wrong with the machine, not the data: when a
@@ -158,19 +164,77 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
 _SYSTEM_WORDS = ("disk", "full", "i/o", "no space", "read-only", "readonly", "locked", "permission")
 
 
-def first_line(e: BaseException, url: str = "") -> str:
-    """One line for a storage error, credentials masked: the driver's message (``orig``), or, when a
-    wrapper hides a system cause in its chain (a full disk, an I/O error, a locked or read-only
-    database), that cause's."""
+def _chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions behind it (``__cause__``, else ``__context__``), each once."""
     chain, seen = [], set()
     x: BaseException | None = e
     while x is not None and id(x) not in seen:
         seen.add(id(x))
         chain.append(x)
         x = x.__cause__ or x.__context__
+    return chain
+
+
+def first_line(e: BaseException, url: str = "") -> str:
+    """One line for a storage error, credentials masked: the driver's message (``orig``), or, when a
+    wrapper hides a system cause in its chain (a full disk, an I/O error, a locked or read-only
+    database), that cause's."""
+    chain = _chain(e)
     for c in chain[1:]:
         text = str(getattr(c, "orig", None) or c).strip()
         if any(w in text.lower() for w in _SYSTEM_WORDS):
             return urls.redact(text.splitlines()[0], url)
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
     return urls.redact(msg[0] if msg else type(e).__name__, url)
+
+
+# the machine, not the data: what a driver (or the file system under a journal) says when the disk
+# is full, fails, or is read-only, as (words of its message or errno, what the user is told)
+_DRIVERS = ("sqlite3", "sqlalchemy", "psycopg", "psycopg2", "pymysql", "MySQLdb", "mysql", "optuna")
+_FULL_WORDS = ("disk is full", "no space left", "disk full", "could not extend file", "quota exceeded",
+               "the table is full", "database or disk is full")
+_IO_WORDS = ("disk i/o error", "input/output error")
+_READONLY_WORDS = ("readonly database", "read-only file system", "read-only database")
+
+
+def _system_kind(c: BaseException) -> str | None:
+    """"full", "io" or "readonly" when ``c`` is a driver's or the file system's error saying so."""
+    import errno
+
+    if isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "full"
+    if isinstance(c, OSError) and c.errno == errno.EIO:
+        return "io"
+    if isinstance(c, OSError) and c.errno == errno.EROFS:
+        return "readonly"
+    if type(c).__module__.split(".")[0] not in _DRIVERS and not isinstance(c, OSError):
+        return None
+    text = str(getattr(c, "orig", None) or c).lower()
+    for kind, words in (("full", _FULL_WORDS), ("io", _IO_WORDS), ("readonly", _READONLY_WORDS)):
+        if any(w in text for w in words):
+            return kind
+    return None
+
+
+def system_failure(e: BaseException, url: str | None) -> StoreError | None:
+    """A one-line ``StoreError`` when a storage operation failed because the machine did (its disk is
+    full, fails, or is read-only) — whatever wrapper hides that in ``e``'s chain (optuna's
+    StorageInternalError: "… e.g. exceeding max length"); None for any other error."""
+    for c in _chain(e):
+        kind = _system_kind(c)
+        if kind is None:
+            continue
+        from race.safeio import shortened
+
+        text = str(getattr(c, "orig", None) or c).strip()
+        first = text.splitlines()[0] if text else type(c).__name__
+        said = shortened(urls.redact(first, url) if url else first, 120)
+        what = {"full": "the disk that holds it is full", "io": "the disk that holds it fails (an I/O error)",
+                "readonly": "it is read-only"}[kind]
+        todo = {"full": "free space there (or give another --storage)",
+                "io": "check that disk (or give another --storage)",
+                "readonly": "make it writable (or give another --storage)"}[kind]
+        name = f"storage {shortened(urls.masked(url), 120)!r}" if url else "the storage"
+        return StoreError(f"{name} cannot be written: {what} ({said}): {todo}, then run the same command again; "
+                          "finished pilots stay in the storage")
+    return None

@@ -36,6 +36,7 @@ message and every stored value, and refuses URLs whose password cannot be told a
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -51,9 +52,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from race import urls
 from race.records import Diagnosis, PilotResult
-from race.store.base import COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError
+from race.store.base import (COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError,
+                             UnreadyStudy)
 from race.store.codec import get_chunked, json_blob, put_chunked, unjson_blob
-from race.store.engine import JournalHeartbeatStorage, first_line, open_storage
+from race.store.engine import JournalHeartbeatStorage, first_line, open_storage, system_failure
 from race.store.liveness import age_seconds, owner_info, owner_is_dead
 from race.store.trials import Key, downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
 
@@ -241,8 +243,8 @@ class Store:
             if attrs.get("race:ready"):
                 break
             if time.monotonic() > deadline:
-                raise StoreError(f"study {self.name!r} in {self.masked} is not a RACE study (no race:ready): "
-                                 "expected one created by race pilot")
+                raise UnreadyStudy(f"study {self.name!r} in {self.masked} is not a RACE study (no race:ready): "
+                                   "expected one created by race pilot")
             time.sleep(0.5)
         if attrs.get("race:heartbeat"):           # every process of a study beats and judges alike
             self.set_heartbeat(int(attrs["race:heartbeat"]))
@@ -266,17 +268,34 @@ class Store:
         budget = float(run_config["budget"])
         unit = 10.0 ** math.ceil(math.log10(budget)) / 1e8   # ≤ 1e8 steps: fits a 32-bit column
         s = self.study
-        s.set_user_attr("race:schema", SCHEMA)
-        s.set_user_attr("race:config", normalized(config))
-        s.set_user_attr("race:run_config", normalized(run_config))
-        put_chunked(s.set_user_attr, "race:plan", json_blob(plan))
-        s.set_user_attr("race:classify", normalized(classify))
-        s.set_user_attr("race:meta", normalized(meta))
-        s.set_user_attr("race:adaptive", adaptive)
-        s.set_user_attr("race:curve_step_flops", unit)
-        s.set_user_attr("race:heartbeat", self.heartbeat)
-        s.set_user_attr("race:ready", True)
+        try:
+            s.set_user_attr("race:schema", SCHEMA)
+            s.set_user_attr("race:config", normalized(config))
+            s.set_user_attr("race:run_config", normalized(run_config))
+            put_chunked(s.set_user_attr, "race:plan", json_blob(plan))
+            s.set_user_attr("race:classify", normalized(classify))
+            s.set_user_attr("race:meta", normalized(meta))
+            s.set_user_attr("race:adaptive", adaptive)
+            s.set_user_attr("race:curve_step_flops", unit)
+            s.set_user_attr("race:heartbeat", self.heartbeat)
+            s.set_user_attr("race:ready", True)
+        except BaseException:
+            self.remove_unready()    # a half-made study (a full disk, Ctrl-C) would stall the next run
+            raise
         self.load()
+        return True
+
+    def remove_unready(self) -> bool:
+        """Delete this study if it holds no trial and was never made ready (``race:ready``): what
+        an interrupted or refused ``create`` leaves; True when it was removed. Best effort."""
+        try:
+            study = optuna.load_study(study_name=self.name, storage=self.storage, sampler=self._sampler())
+            if study.user_attrs.get("race:ready") or study.get_trials(deepcopy=False):
+                return False
+            optuna.delete_study(study_name=self.name, storage=self.storage)
+        except Exception:  # noqa: BLE001 — a storage that cannot even do this: the error already raised says why
+            return False
+        self.study, self.info = None, None
         return True
 
     def check_compatible(self, config: dict) -> None:
@@ -592,6 +611,33 @@ class Store:
         for t in self.trials():
             out[t.state.name] = out.get(t.state.name, 0) + 1
         return out
+
+
+def _named_system_failures(method: Callable) -> Callable:
+    """``method`` of ``Store``, with a failure of the machine under the storage (a full disk, an I/O
+    error, a read-only file: race.store.engine.system_failure) raised as a one-line ``StoreError``
+    naming it and the storage, whatever wrapper optuna put around the driver's error."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 — re-raised unless the machine is named
+            named = system_failure(e, self.url)
+            if named is None:
+                raise
+            raise named from None
+
+    return wrapper
+
+
+for _name in ("exists", "load", "create", "update_heartbeat", "claim_coordination", "beat_coordination", "set_adaptive",
+              "set_finished", "finished", "trials", "enqueue", "claim", "beat", "set_pid", "sweep", "complete",
+              "add_finished", "fail", "failures_since", "pilots", "failed_pilots", "save_diagnosis", "stored_diagnosis",
+              "counts"):
+    setattr(Store, _name, _named_system_failures(getattr(Store, _name)))
 
 
 def load_results(url: str, study_name: str):

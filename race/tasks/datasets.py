@@ -202,16 +202,34 @@ def drop_overlong(problems: list[Problem], count_tokens: Callable[[str], int], l
     return kept, dropped
 
 
-MAX_DATASET_BYTES = 4 << 30     # a dataset file larger than this is refused before it is read
+# a dataset file larger than this is refused before it is read: every loader holds all its rows in
+# memory, and pilots use a few thousand problems (a 1 GiB JSONL file holds millions)
+MAX_DATASET_BYTES = 1 << 30
 
 
 def _existing_file(path: str) -> None:
-    if not os.path.isfile(path):
-        raise TaskError(f"dataset file {path!r} does not exist: expected a readable .jsonl or .parquet file")
-    size = os.path.getsize(path)
-    if size > MAX_DATASET_BYTES:
-        raise TaskError(f"dataset file {path!r} is {size / 2**30:.1f} GiB, over RACE's {MAX_DATASET_BYTES >> 30} GiB "
-                        "limit: pilots need a few thousand problems; give a sample of it")
+    """A regular file of at most ``MAX_DATASET_BYTES``, or a one-line ``TaskError`` saying what it is."""
+    import stat
+
+    from race.safeio import quote
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        why = "does not exist" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
+        raise TaskError(f"dataset file {quote(path, 120)} {why}: expected a readable .jsonl or .parquet file") from None
+    if not stat.S_ISREG(st.st_mode):
+        m = st.st_mode
+        kind = ("a folder" if stat.S_ISDIR(m) else "a character device" if stat.S_ISCHR(m)
+                else "a block device" if stat.S_ISBLK(m) else "a FIFO (named pipe)" if stat.S_ISFIFO(m)
+                else "a socket" if stat.S_ISSOCK(m) else "not a regular file")
+        endless = "" if stat.S_ISDIR(st.st_mode) else " (a pipe or a device is never read: it could be endless)"
+        raise TaskError(f"dataset file {quote(path, 120)} is {kind}, not a regular file: expected a .jsonl or .parquet "
+                        f"file{endless}")
+    if st.st_size > MAX_DATASET_BYTES:
+        raise TaskError(f"dataset file {quote(path, 120)} is {st.st_size / 2**30:.2f} GiB, over RACE's limit of "
+                        f"{MAX_DATASET_BYTES / 2**30:g} GiB (every row is held in memory): pilots use a few thousand "
+                        "problems, so give a random subsample of it (e.g. shuf -n 100000 FILE > sample.jsonl)")
 
 
 def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Problem]:
@@ -310,6 +328,7 @@ def load_dataset_problems(name_or_path: str, *, prompt_field: str = "prompt", an
     if lower.endswith((".parquet", ".pq")):
         return load_parquet(name_or_path, **kw)
     if os.path.exists(name_or_path):
+        _existing_file(name_or_path)          # a FIFO, a device or a folder says so first
         raise TaskError(f"dataset {name_or_path!r} has an unknown format: expected a .jsonl or .parquet file")
     return load_hf(name_or_path, hf_split=hf_split, **kw)
 

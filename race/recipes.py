@@ -43,6 +43,7 @@ from race import flops as F
 from race.checkpoints import stability, stability_at
 from race.config import GridConfig, config_from_dict, parse_flops
 from race.errors import RaceError
+from race.safeio import one_line
 from race.probe import probe_for
 from race.rate import apply_rate, full_run_rate
 from race.records import FlopBreakdown, Schedule
@@ -715,11 +716,13 @@ def render_recipe(rec: Recipe, fmt: str = "text") -> str:
 
         return json.dumps(rec.to_dict(), indent=2) + "\n"
     s = rec.schedule
-    head = [f"RACE recipe for {rec.version} at ρ={rec.rho:g} (from {rec.source}), full run {rec.full_run_budget:.3g} "
+    # the source and the notes may carry text from a results file: one line each (race.safeio.one_line),
+    # so a newline in a file cannot forge a line of the recipe or break out of a YAML comment
+    head = [f"RACE recipe for {rec.version} at ρ={rec.rho:g} (from {one_line(rec.source)}), full run {rec.full_run_budget:.3g} "
             "FLOPs",
             f"  {s.steps} steps × {s.prompts_per_step} prompts × {s.n_gen} rollouts, μ={s.mu} optimizer steps per "
             f"rollout batch ({s.steps * s.mu} in all), lr {s.learning_rate:.4g} (√B rule, B={s.batch_size})"]
-    notes = [f"note: {n}" for n in rec.notes]
+    notes = [f"note: {one_line(n)}" for n in rec.notes]
     if fmt == "yaml":
         import yaml
 

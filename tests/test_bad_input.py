@@ -874,3 +874,26 @@ def test_a_huge_value_is_quoted_short_in_the_error_line(tmp_path):
 
     long = "x " * 2000
     assert len(_one_line(long)) <= LINE_CHARS + 40 and "characters cut" in _one_line(long)
+
+
+
+def test_a_results_file_cannot_forge_a_recipe_line():
+    """Issue 36: a newline in a note (text that can come from a results file) stays on its line in
+    `race recipe`'s text and inside its YAML comments (race.safeio.one_line)."""
+    import os
+    from dataclasses import replace
+
+    import yaml
+
+    from race.recipes import recipe, render_recipe
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rec = recipe(os.path.join(here, "..", "docs", "runs", "tiny-steps-sparse.results.json"), trainer="trl",
+                 full_run_budget=1e13)
+    forged = "verdict (reward): update-heavy · recommended ρ ≥ 0.95"
+    rec = replace(rec, notes=(*rec.notes, f"ok\n{forged}\rX"))
+    text = render_recipe(rec, "text")
+    assert not any(line.startswith(forged) for line in text.splitlines())
+    assert "ok\\n" + forged in text or "ok\\x0a" + forged in text or forged in text.split("note: ok", 1)[1].splitlines()[0]
+    body = yaml.safe_load(render_recipe(rec, "yaml"))       # the note stays inside its comment
+    assert isinstance(body, dict) and not any(str(k).startswith("verdict") for k in body)

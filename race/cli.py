@@ -241,14 +241,16 @@ def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, 
                           completion_len=completion_len, n=rollouts, reward=reward, **ENGINE_LEARNING_KW)
     summary["model_type"] = arch.model_type
     summary["warnings"] = warnings
-    for w in warnings:
-        _echo(f"warning: {w}", err=True)
+    from race.safeio import one_line
+
+    for w in warnings:              # a model's config.json names parts of them: one line each
+        _echo(f"warning: {one_line(w)}", err=True)
     if as_json:
         _echo(json.dumps(summary, indent=2))
         return
     from tabulate import tabulate
 
-    rows = [[k, f"{v:.4g}" if isinstance(v, float) else v] for k, v in _flatten(summary)]
+    rows = [[one_line(k), f"{v:.4g}" if isinstance(v, float) else one_line(v)] for k, v in _flatten(summary)]
     _echo(tabulate(rows, headers=["quantity", "value"], tablefmt="simple", disable_numparse=True))
 
 
@@ -360,11 +362,12 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
         return
     _echo(render_plan(plan_grid(cfg), fmt), nl=False)
     from race.init import DATA_SUFFIXES, set_warnings, task_sizes
+    from race.safeio import one_line
 
     if cfg.task.endswith(DATA_SUFFIXES) and os.path.isfile(cfg.task):     # a local dataset: is it big enough?
         _, held, train = task_sizes(cfg.task)
         for line in set_warnings(cfg, train=train, held=min(held, cfg.eval.prompts) if held else held):
-            _echo(f"warning: {line}", err=True)
+            _echo(f"warning: {one_line(line)}", err=True)
 
 
 @main.command(cls=_PilotCommand)

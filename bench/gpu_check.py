@@ -154,8 +154,8 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
         engine = PilotEngine(cfg, schedule, seed=0, device=device)
         # the lean path steps a one-seed group (engine.group): its group backend samples
         sampler = engine.group.backend if engine.group is not None else engine.backend
-        name = "generate_seeds" if engine.group is not None else "generate"
-        generate = getattr(sampler, name)
+        method = "generate_seeds" if engine.group is not None else "generate"
+        generate = getattr(sampler, method)
 
         def recording_generate(*a, **kw):
             out = generate(*a, **kw)
@@ -163,7 +163,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
                 record_lengths(batch, kw["n"])
             return out
 
-        setattr(sampler, name, recording_generate)
+        setattr(sampler, method, recording_generate)
 
         def step(batch):
             return engine.step(batch).flops

@@ -139,8 +139,8 @@ class RaceRunner:
         # the lean path steps a one-seed group (engine.group): its group backend samples
         group = self.engine.group
         backend = group.backend if group is not None else self.engine.backend
-        name = "generate_seeds" if group is not None else "generate"
-        inner = getattr(backend, name)
+        method = "generate_seeds" if group is not None else "generate"
+        inner = getattr(backend, method)
 
         def counting_generate(*a, **kw):
             out = inner(*a, **kw)
@@ -148,7 +148,7 @@ class RaceRunner:
             self._tokens.append(sum(len(c) for b in batches for grp in b.completion_ids for c in grp))
             return out
 
-        setattr(backend, name, counting_generate)     # instance attribute: race/ is untouched
+        setattr(backend, method, counting_generate)     # instance attribute: race/ is untouched
         self.steps: list[dict] = []
 
     def _problems(self):

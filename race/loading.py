@@ -173,8 +173,10 @@ def load_rollout(config: GridConfig, *, device: str = "cpu", schedule: Schedule 
     path the backend is the one-seed view of ``group_backend`` that owns its group."""
     from race.backends import backend_class, resolve_backend
 
+    from race.backends.lockstep import LockstepLM
+
     tok, policy, path = load_policy(config, device=device, seeds=(seed,))
-    if hasattr(policy, "seeds"):              # the lean path: race.backends.lockstep.LockstepLM
+    if isinstance(policy, LockstepLM):        # the lean path
         return policy, group_backend(config, policy, tok, path, device=device, schedule=schedule).view(seed, owner=True)
     name = resolve_backend(config.backend)
     backend = backend_class(name)(policy, tok, model_path=path, device=device,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 # field → pydantic Field keywords (ranges); numbers are finite everywhere
 CONSTRAINTS: dict[str, dict[str, Any]] = {
@@ -107,10 +107,11 @@ def _model(cls: type, prefix: str = ""):
     return create_model(f"{cls.__name__}Schema", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-def _bools_as_numbers(raw: Any, cls: type, prefix: str = "") -> str | None:
-    """The first numeric field given a boolean (pydantic would read True as 1)."""
+def _leaf_fields(raw: Any, cls: type, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(dotted path, dataclass field, value) of every non-section field of dataclass ``cls`` that
+    ``raw`` gives, sections (nested config dataclasses) walked in field order."""
     if not isinstance(raw, Mapping):
-        return None
+        return
     sections = _sections(cls)
     for f in dataclasses.fields(cls):
         if f.name not in raw:
@@ -118,34 +119,25 @@ def _bools_as_numbers(raw: Any, cls: type, prefix: str = "") -> str | None:
         value, path = raw[f.name], prefix + f.name
         sub = sections.get(f.name)
         if sub is not None:
-            found = _bools_as_numbers(value, sub, f.name + ".")
-            if found:
-                return found
-        elif isinstance(value, bool) and path not in RULES_ELSEWHERE \
-                and str(f.type).replace(" ", "").split("|")[0] in ("int", "float"):
-            return path
-    return None
+            yield from _leaf_fields(value, sub, path + ".")
+        else:
+            yield path, f, value
 
 
-def first_non_number(raw: Any, cls: type, prefix: str = "") -> tuple[str, Any] | None:
+def _bools_as_numbers(raw: Any, cls: type) -> str | None:
+    """The first numeric field given a boolean (pydantic would read True as 1)."""
+    return next((path for path, f, value in _leaf_fields(raw, cls)
+                 if isinstance(value, bool) and path not in RULES_ELSEWHERE
+                 and str(f.type).replace(" ", "").split("|")[0] in ("int", "float")), None)
+
+
+def first_non_number(raw: Any, cls: type) -> tuple[str, Any] | None:
     """(dotted path, value) of the first numeric field of dataclass ``cls`` (an int or a float, or
     an item of a ``tuple[float, ...]`` / ``dict[str, float]``) that ``raw`` gives as something other
     than a number (a string, a boolean); None when there is none. A results file is JSON written by
     RACE: its numbers are JSON numbers (a YAML config may spell ``1e-3`` as a string; a results file
     may not)."""
-    if not isinstance(raw, Mapping):
-        return None
-    sections = _sections(cls)
-    for f in dataclasses.fields(cls):
-        if f.name not in raw:
-            continue
-        value, path = raw[f.name], prefix + f.name
-        sub = sections.get(f.name)
-        if sub is not None:
-            found = first_non_number(value, sub, path + ".")
-            if found:
-                return found
-            continue
+    for path, f, value in _leaf_fields(raw, cls):
         text = str(f.type).replace(" ", "")
         optional = text.endswith("|None")
         base = text[:-len("|None")] if optional else text

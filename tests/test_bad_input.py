@@ -581,20 +581,9 @@ def test_a_reward_broken_on_every_call_stops_at_calibration(tmp_path, body):
 def test_a_full_disk_is_named_not_hidden_behind_the_storage_wrapper():
     """optuna wraps a failed commit in StorageInternalError ("… e.g. exceeding max length"); the
     driver's cause in its chain (sqlite: database or disk is full) is what the one line names."""
-    import sqlite3
-
-    from optuna.exceptions import StorageInternalError
-
     from race.store.engine import first_line
 
-    try:
-        try:
-            raise sqlite3.OperationalError("database or disk is full")
-        except sqlite3.OperationalError as cause:
-            raise StorageInternalError("An exception is raised during the commit. This typically happens due to "
-                                       "invalid data in the commit, e.g. exceeding max length.") from cause
-    except StorageInternalError as e:
-        assert first_line(e, "sqlite:///x.db") == "database or disk is full"
+    assert first_line(_disk_full(), "sqlite:///x.db") == "database or disk is full"
     plain = ValueError("postgresql://u:secret@h/db refused")
     assert "secret" not in first_line(plain, "postgresql://u:secret@h/db")
 

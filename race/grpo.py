@@ -335,6 +335,10 @@ def stack_batches(batches: Sequence[TrainBatch], pad_id: int) -> TrainBatch:
     a leading seed axis: prompt_ids / prompt_mask [S, G, Lp] (left-padded to the widest seed),
     group [S, B], completion_ids / completion_mask [S, B, Lc] (right-padded), advantages [S, B].
     Padding only adds masked positions, which change no real one (race.backends.lockstep)."""
+    if len(batches) == 1:               # one seed: views with an axis of 1, no copy
+        b = batches[0]
+        return TrainBatch(*(t.unsqueeze(0) for t in (b.prompt_ids, b.prompt_mask, b.group, b.completion_ids,
+                                                     b.completion_mask, b.advantages)))
     G, B = batches[0].prompt_ids.shape[0], batches[0].group.shape[0]
     if any(b.prompt_ids.shape[0] != G or b.group.shape[0] != B for b in batches):
         raise ValueError("lockstep batches need the same prompts and sequences per seed: got "

@@ -15,13 +15,18 @@ Invariants:
   (tests/test_lockstep.py); padding a seed's rows to the widest seed changes no real position;
 - ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
   solo sampler would hold (the same compaction rule, applied per seed), so which other seeds share
-  the batch does not change how a seed's random stream is consumed.
+  the batch does not change how a seed's random stream is consumed;
+- a one-seed group (a solo pilot) takes the same inputs and returns the same shapes, but runs
+  without the seed axis inside (``_LoRAGroup`` over its parameters as they are, plain matmuls): the
+  same products, so its numbers equal its row of a group's, without the axis's bookkeeping.
 
 Sampling runs each seed's merged weights (``W + s·B_s·A_s``, stacked ``[S, out, in]``, one batched
 matmul per projection), so the FLOP meter counts 2·N per token plus the merge. On a GPU with a large model, S merged copies of the adapted matrices cost
 memory; there the unmerged path (shared base matmul + batched A/B) is the one to take.
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -55,14 +60,9 @@ class _LoRAGroupSeeds(torch.autograd.Function):
         A_all = torch.cat(ab[0::2], dim=1) if len(slices) > 1 else ab[0]          # [S, k·r, D]
         r = ab[0].shape[1]
         y3 = y.view(S, -1, y.shape[-1])
-        if S == 1:      # one seed: plain matmuls (bmm over an axis of 1 costs ~10 % more on small models)
-            xa = (F.linear(x3[0], A_all[0].to(x.dtype)) * scale).unsqueeze(0)    # [1, M, k·r]
-            for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
-                y3[0, :, lo:hi] += F.linear(xa[0, :, j * r:(j + 1) * r], B[0].to(x.dtype))
-        else:
-            xa = torch.bmm(x3, A_all.to(x.dtype).transpose(1, 2)) * scale        # [S, M, k·r]
-            for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
-                y3[..., lo:hi] += torch.bmm(xa[..., j * r:(j + 1) * r], B.to(x.dtype).transpose(1, 2))
+        xa = torch.bmm(x3, A_all.to(x.dtype).transpose(1, 2)) * scale            # [S, M, k·r]
+        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
+            y3[..., lo:hi] += torch.bmm(xa[..., j * r:(j + 1) * r], B.to(x.dtype).transpose(1, 2))
         ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
         ctx.scale, ctx.slices, ctx.rank = scale, slices, r
         return y
@@ -71,8 +71,6 @@ class _LoRAGroupSeeds(torch.autograd.Function):
     def backward(ctx, g):
         x, weight, xa, A_all, *Bs = ctx.saved_tensors
         S, r = x.shape[0], ctx.rank
-        if S == 1:
-            return _LoRAGroupSeeds._backward_one(ctx, g, x, weight, xa[0], A_all[0], [B[0] for B in Bs])
         x3, g3 = x.reshape(S, -1, x.shape[-1]), g.reshape(S, -1, g.shape[-1])
         gbTs, dBs = [], []             # rank-r products with r as the row count, as the solo group's
         for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
@@ -89,13 +87,32 @@ class _LoRAGroupSeeds(torch.autograd.Function):
             grads += [dA_all[:, j * r:(j + 1) * r], dB]
         return (grad_x, None, None, None, None, *grads)
 
+
+class _LoRAGroup(torch.autograd.Function):
+    """``_LoRAGroupSeeds`` for ONE seed, without the seed axis: x [..., D] (any leading shape), A_m
+    [r, D], B_m [out_m, r], the seed's parameters themselves. The same products as the S-seed node
+    (plain matmuls for its bmm), so a one-seed group's numbers equal its row of a group's; on a small
+    model the seed axis's views and the per-parameter unsqueeze nodes cost ~10 % of the update, which
+    a solo pilot does not pay."""
+
     @staticmethod
-    def _backward_one(ctx, g, x, weight, xa, A_all, Bs):
-        """The backward for one seed with plain matmuls (the seed axis of 1 dropped, and put back
-        on the gradients)."""
+    def forward(ctx, x, weight, bias, scale, slices, *ab):
+        y = F.linear(x, weight, bias)
+        A_all = torch.cat(ab[0::2]) if len(slices) > 1 else ab[0]                 # [k·r, D]
+        xa = F.linear(x, A_all.to(x.dtype)) * scale                              # [..., k·r]
+        r = ab[0].shape[0]
+        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
+            y[..., lo:hi] += F.linear(xa[..., j * r:(j + 1) * r], B.to(x.dtype))
+        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
+        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, xa, A_all, *Bs = ctx.saved_tensors
         r = ctx.rank
         x2, g2, xa2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), xa.reshape(-1, xa.shape[-1])
-        gbTs, dBs = [], []
+        gbTs, dBs = [], []             # rank-r products with r as the row count (as _LoRAGroupSeeds)
         for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
             gi = g2[:, lo:hi]
             gbTs.append((B.to(g.dtype).t() @ gi.t()) * ctx.scale)                # [r, N]
@@ -107,7 +124,7 @@ class _LoRAGroupSeeds(torch.autograd.Function):
             grad_x = (g2 @ weight + gbT.t() @ A_all.to(g.dtype)).view_as(x)
         grads = []
         for j, dB in enumerate(dBs):
-            grads += [dA_all[j * r:(j + 1) * r].unsqueeze(0), dB.unsqueeze(0)]
+            grads += [dA_all[j * r:(j + 1) * r], dB]
         return (grad_x, None, None, None, None, *grads)
 
 
@@ -183,13 +200,14 @@ class LockstepLM(LeanLM):
             S = x.shape[0]
             y = torch.bmm(x.reshape(S, -1, x.shape[-1]), W.transpose(1, 2)).view(*x.shape[:-1], W.shape[1])
             return y + bias if bias is not None else y
-        if len(self.active) == 1:      # one seed (a solo pilot): a view, not a copy per call
-            k = self.active[0]
-            ab = [self.adapters[k][f"{i}_{name}_{m}"].unsqueeze(0) for name, _ in members for m in ("A", "B")]
-        else:
-            ab = [torch.stack([self.adapters[k][f"{i}_{name}_{m}"] for k in self.active])
-                  for name, _ in members for m in ("A", "B")]
-        return _LoRAGroupSeeds.apply(x, layer.w[group], bias, self.scale, [sl for _, sl in members], *ab)
+        slices = [sl for _, sl in members]
+        if len(self.active) == 1:      # one seed (a solo pilot): its parameters as they are, no seed axis
+            adapter = self.adapters[self.active[0]]
+            return _LoRAGroup.apply(x, layer.w[group], bias, self.scale, slices,
+                                    *[adapter[f"{i}_{name}_{m}"] for name, _ in members for m in ("A", "B")])
+        ab = [torch.stack([self.adapters[k][f"{i}_{name}_{m}"] for k in self.active])
+              for name, _ in members for m in ("A", "B")]
+        return _LoRAGroupSeeds.apply(x, layer.w[group], bias, self.scale, slices, *ab)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0, cache=None,
@@ -201,8 +219,9 @@ class LockstepLM(LeanLM):
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[..., -T:]
-        x = F.embedding(input_ids, self.embed)
-        cos, sin = self._rope(position_ids, x.dtype)
+        one = S == 1     # one seed: no seed axis inside (on a small model its views cost a few % of sampling)
+        x = F.embedding(input_ids[0] if one else input_ids, self.embed)
+        cos, sin = self._rope(position_ids[0] if one else position_ids, x.dtype)
         start = cache.length if cache is not None else 0
         keys = start + T
         causal = torch.ones(T, keys, dtype=torch.bool, device=x.device).tril(diagonal=start)
@@ -211,22 +230,24 @@ class LockstepLM(LeanLM):
         mask[..., rows, start + rows] = True
 
         def attend(i, q, k, v):
-            q, k, v = (t.flatten(0, 1) for t in (q, k, v))                  # [S·B, T, heads, d]
+            if not one:
+                q, k, v = (t.flatten(0, 1) for t in (q, k, v))              # [S·B, T, heads, d]
             if cache is None:
-                return self._attend_rows(q, k, v, mask).unflatten(0, (S, B))
-            cache.k[i][:, :, start:keys] = k.transpose(1, 2)
-            cache.v[i][:, :, start:keys] = v.transpose(1, 2)
-            a = self._attention(q.transpose(1, 2), cache.k[i][:, :, :keys], cache.v[i][:, :, :keys], mask)
-            return a.transpose(1, 2).flatten(2).unflatten(0, (S, B))
+                a = self._attend_rows(q, k, v, mask)
+            else:
+                cache.k[i][:, :, start:keys] = k.transpose(1, 2)
+                cache.v[i][:, :, start:keys] = v.transpose(1, 2)
+                a = self._attention(q.transpose(1, 2), cache.k[i][:, :, :keys], cache.v[i][:, :, :keys], mask)
+                a = a.transpose(1, 2).flatten(2)
+            return a if one else a.unflatten(0, (S, B))
 
         x = self._blocks(x, cos, sin, attend, merged=merged)
         if cache is not None:
             cache.length = keys
         if logits_to_keep:
-            x = x[:, :, -logits_to_keep:]
-        from types import SimpleNamespace
-
-        return SimpleNamespace(logits=self._head(x))
+            x = x[..., -logits_to_keep:, :]
+        logits = self._head(x)
+        return SimpleNamespace(logits=logits.unsqueeze(0) if one else logits)
 
     def forward_grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
         """Logits predicting each completion token, with each prompt run ONCE for its group of rollouts:
@@ -248,8 +269,10 @@ class LockstepLM(LeanLM):
         pm, cm = prompt_mask.reshape(S * G, Lp), completion_mask.reshape(S * B, Lc)
         pos_p = (pm.cumsum(1) - 1).clamp(min=0)
         pos_c = pm.sum(1).index_select(0, flat_group)[:, None] + torch.arange(Lc, device=dev)
-        x = F.embedding(torch.cat((prompt_ids.reshape(S, -1), completion_ids.reshape(S, -1)), dim=1), self.embed)
-        cos, sin = self._rope(torch.cat((pos_p.reshape(S, -1), pos_c.reshape(S, -1)), dim=1), x.dtype)
+        one = S == 1                 # one seed: no seed axis inside (as ``forward``)
+        lead = () if one else (S,)
+        x = F.embedding(torch.cat((prompt_ids.reshape(*lead, -1), completion_ids.reshape(*lead, -1)), dim=-1), self.embed)
+        cos, sin = self._rope(torch.cat((pos_p.reshape(*lead, -1), pos_c.reshape(*lead, -1)), dim=-1), x.dtype)
         rows = torch.arange(Lp, device=dev)
         mask_p = torch.ones(Lp, Lp, dtype=torch.bool, device=dev).tril()[None, None] & pm.bool()[:, None, None, :]
         mask_p[..., rows, rows] = True
@@ -257,21 +280,25 @@ class LockstepLM(LeanLM):
         prefix = pm.bool().index_select(0, flat_group)[:, None, None, :].expand(S * B, 1, Lc, Lp)
         mask_c = torch.cat((prefix, causal), dim=-1)
 
-        def attend(i, q, k, v):                       # q, k, v: [S, Np + B·Lc, heads, d]
-            qp, kp, vp = (t[:, :Np].reshape(S * G, Lp, *t.shape[2:]).transpose(1, 2) for t in (q, k, v))
-            qc, kc, vc = (t[:, Np:].reshape(S * B, Lc, *t.shape[2:]).transpose(1, 2) for t in (q, k, v))
+        def attend(i, q, k, v):                       # q, k, v: [(S,) Np + B·Lc, heads, d]
+            qp, kp, vp = (t[..., :Np, :, :].reshape(S * G, Lp, *t.shape[-2:]).transpose(1, 2) for t in (q, k, v))
+            qc, kc, vc = (t[..., Np:, :, :].reshape(S * B, Lc, *t.shape[-2:]).transpose(1, 2) for t in (q, k, v))
             ap = self._attention(qp, kp, vp, mask_p)
             kc = torch.cat((kp.index_select(0, flat_group), kc), dim=2)
             vc = torch.cat((vp.index_select(0, flat_group), vc), dim=2)
             ac = self._attention(qc, kc, vc, mask_c)
-            return torch.cat((ap.transpose(1, 2).reshape(S, Np, -1), ac.transpose(1, 2).reshape(S, B * Lc, -1)), dim=1)
+            return torch.cat((ap.transpose(1, 2).reshape(*lead, Np, -1), ac.transpose(1, 2).reshape(*lead, B * Lc, -1)),
+                             dim=-2)
 
         x = self._blocks(x, cos, sin, attend)
         head_rows = torch.cat((torch.arange(Lp - 1, Np, Lp, device=dev), torch.arange(Np, Np + B * Lc, device=dev)))
-        logits = self._head(x.index_select(1, head_rows))                            # [S, G + B·Lc, V]
+        logits = self._head(x.index_select(-2, head_rows))                           # [(S,) G + B·Lc, V]
         comp = G + torch.arange(B * Lc, device=dev).view(B, Lc)[:, :-1]
         idx = torch.cat((group[:, :, None], comp.expand(S, B, Lc - 1)), dim=2)       # [S, B, Lc]
-        return torch.gather(logits, 1, idx.reshape(S, -1, 1).expand(-1, -1, logits.shape[-1])).view(S, B, Lc, -1)
+        V = logits.shape[-1]
+        if one:
+            return torch.gather(logits, 0, idx.reshape(-1, 1).expand(-1, V)).view(1, B, Lc, V)
+        return torch.gather(logits, 1, idx.reshape(S, -1, 1).expand(-1, -1, V)).view(S, B, Lc, V)
 
 
 @torch.no_grad()
@@ -311,19 +338,23 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
     mask = mask.repeat_interleave(n, dim=1)                        # [S, R, L]
     next_pos = pos[:, :, -1:].repeat_interleave(n, dim=1) + 1      # [S, R, 1]
     R = B
-    own = [torch.arange(B, device=device) for _ in range(S)]       # physical rows of the solo row set, solo order
+    # seed s's solo row set is always the first own[s] physical rows, in solo order (compaction
+    # moves a seed's kept rows to the front): a slice, where an index would copy
+    own = [B] * S
     rollout = [torch.arange(B, device=device) for _ in range(S)]   # which rollout each own row is
     done = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(S)]
     live = [True] * S                                              # the seed's solo sampler is still looping
     out = [[[] for _ in range(B)] for _ in range(S)]
     lps = [[[] for _ in range(B)] for _ in range(S)]
     for t in range(max_new_tokens):
-        nxt_phys = torch.full((S, R), pad_id, dtype=torch.long, device=device)
-        newly = [None] * S
+        toks, cols = [], []                                        # per seed: next token, new mask column
         for s in range(S):
+            m = own[s]
             if not live[s]:
+                toks.append(torch.full((R,), pad_id, dtype=torch.long, device=device))
+                cols.append(torch.zeros(R, dtype=torch.long, device=device))
                 continue
-            scaled = logits[s].index_select(0, own[s]).float() / temperature
+            scaled = logits[s, :m].float() / temperature
             probs = top_p_filter(torch.softmax(scaled, dim=-1), top_p)
             nxt = torch.multinomial(probs, 1, generator=generators[s]).squeeze(1)
             nxt = torch.where(done[s], torch.full_like(nxt, pad_id), nxt)
@@ -335,19 +366,18 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
                     if lp is not None:
                         lps[s][r].append(lp[k])
             finished = torch.isin(nxt, stop) & ~done[s]
+            col = (~done[s] | finished).long()       # the mask column as the solo sampler writes it
             done[s] = done[s] | finished
-            nxt_phys[s].index_copy_(0, own[s], nxt)
-            newly[s] = finished
             if bool(done[s].all()) or t == max_new_tokens - 1:
                 live[s] = False
+            if not live[s]:                          # its rows are read no more
+                col = torch.zeros_like(col)
+            toks.append(nxt if m == R else F.pad(nxt, (0, R - m), value=pad_id))
+            cols.append(col if m == R else F.pad(col, (0, R - m)))   # padding rows masked
         if not any(live):
             break
-        # the new mask column: own rows as the solo sampler writes it; padding rows masked
-        col = torch.zeros((S, R), dtype=torch.long, device=device)
-        for s in range(S):
-            if live[s]:
-                col[s].index_copy_(0, own[s], (~done[s] | newly[s]).long())
-        mask = torch.cat([mask, col.unsqueeze(-1)], dim=-1)
+        nxt_phys = torch.stack(toks)                                   # [S, R]
+        mask = torch.cat([mask, torch.stack(cols).unsqueeze(-1)], dim=-1)
         compact = [live[s] and float(done[s].float().mean()) >= COMPACT_SHARE and max_new_tokens - 1 - t >= COMPACT_MIN_LEFT
                    for s in range(S)]
         if any(compact):
@@ -355,8 +385,10 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
             for s in range(S):
                 if compact[s]:
                     k = (~done[s]).nonzero().squeeze(1)
-                    rollout[s], done[s], own[s] = rollout[s][k], done[s][k], own[s][k]
-                keep_own.append(own[s] if live[s] else own[s][:0])
+                    rollout[s], done[s] = rollout[s][k], done[s][k]
+                    keep_own.append(k)
+                else:
+                    keep_own.append(torch.arange(own[s] if live[s] else 0, device=device))
             R_new = max(len(k) for k in keep_own)
             phys = []
             for s in range(S):                   # own rows first (solo order), then any rows as padding
@@ -367,7 +399,7 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
                     spare[k] = False
                     k = torch.cat((k, spare.nonzero().squeeze(1)[:extra]))
                 phys.append(k)
-                own[s] = torch.arange(len(keep_own[s]), device=device)
+                own[s] = len(keep_own[s])
             sel = torch.cat([p + s * R for s, p in enumerate(phys)])
             cache.k = [c.index_select(0, sel) for c in cache.k]
             cache.v = [c.index_select(0, sel) for c in cache.v]

@@ -2,6 +2,7 @@
 
     python research/probes/refactor_identity.py records CHECKOUT     # hash of every record round-trip
     python research/probes/refactor_identity.py pilot CHECKOUT       # hash of a solo pilot and a 2-seed lockstep group
+    python research/probes/refactor_identity.py results A.json B.json   # two runs' results files, pilot by pilot
 
 Run each on the checkout before and after (``git worktree add --detach /tmp/before HEAD~1``) and
 compare the hashes. ``records``: every pilot and diagnosis inside the committed results and
@@ -9,6 +10,10 @@ validation files, read with that checkout's ``from_dict`` and written back with 
 ``pilot``: a 4e10-FLOP pilot of the default config at ρ 0.73 (one thread), solo and as a lockstep
 group of seeds 0 and 1: its FLOPs, per-prompt evaluations and curve. Used for issue 34's record
 serialization and the one ``grpo.update`` (both hashes unchanged; the commit message names them).
+``results``: two ``race pilot --out`` results files (.json or .json.gz) of the same grid, e.g. the
+default ``race pilot`` from the checkouts before and after: pilots matched by (ρ, seed), each
+identical or not in its FLOPs, curve and held-out evaluations, then both verdicts (issue 34's "the
+same 12 pilots bit for bit" came from this comparison).
 """
 from __future__ import annotations
 
@@ -66,7 +71,36 @@ def pilot(root: str) -> str:
     return hashlib.sha256(json.dumps(out).encode()).hexdigest()
 
 
+def results(a_path: str, b_path: str) -> str:
+    def load(path):
+        return json.loads((gzip.open(path) if path.endswith(".gz") else open(path)).read())
+
+    a, b = load(a_path), load(b_path)
+    pa = {(p["rho_target"], p["seed"]): p for p in a["pilots"]}
+    pb = {(p["rho_target"], p["seed"]): p for p in b["pilots"]}
+    lines, same = [], 0
+    for key in sorted(pa.keys() | pb.keys()):
+        x, y = pa.get(key), pb.get(key)
+        if x is None or y is None:
+            lines.append(f"ρ {key[0]:g} seed {key[1]}: only in {'B' if x is None else 'A'}")
+            continue
+        if all(x[f] == y[f] for f in ("flops", "curve", "evals")):
+            same += 1
+        else:
+            differ = [f for f in ("flops", "curve", "evals") if x[f] != y[f]]
+            lines.append(f"ρ {key[0]:g} seed {key[1]}: differs in {', '.join(differ)}; held-out reward "
+                         f"{x['evals'].get('reward')} vs {y['evals'].get('reward')}")
+    lines.append(f"identical pilots: {same} of {len(pa.keys() | pb.keys())}")
+    for name, d in (("A", a), ("B", b)):
+        g = d.get("diagnosis") or {}
+        lines.append(f"{name}: {g.get('regime')} {g.get('rho_range')} confidence {g.get('confidence')}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "results":
+        print(results(sys.argv[2], sys.argv[3]))
+        raise SystemExit(0)
     what, root = sys.argv[1], os.path.abspath(sys.argv[2])
     sys.path.insert(0, root)
     os.chdir("/")                       # nothing imported from the current directory

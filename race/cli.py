@@ -274,12 +274,12 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--share", type=float, default=0.1, show_default=True, help="Fraction of the full run spent on pilots.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets (default 0.3,0.45,0.6,0.72,0.85).")
 @click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True, help="Seeds per grid point.")
-@click.option("--prompt-len", type=click.FloatRange(min=0, min_open=True), default=256, show_default=True,
-              help="Expected prompt tokens (chat template included).")
-@click.option("--completion-len", type=click.FloatRange(min=0, min_open=True), default=512, show_default=True,
-              help="Expected completion tokens.")
-@click.option("--max-completion-len", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Hard cap on new tokens per rollout.")
+@click.option("--prompt-len", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Expected prompt tokens, chat template included [default: 256; a shipped race/ policy: measured].")
+@click.option("--completion-len", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Expected completion tokens [default: 512; a shipped race/ policy: its own].")
+@click.option("--max-completion-len", type=click.IntRange(min=1), default=None,
+              help="Hard cap on new tokens per rollout [default: 1024; a shipped race/ policy: its own].")
 @click.option("--lora-rank", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: pick the update micro-batch that fits.")
 @click.option("--name", default=None, help="Grid / study name (default: model-reward).")
@@ -288,7 +288,8 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @ALLOW_APPROXIMATE
 @_user_errors
 def init(model: str, task: str, full_run: str, reward: str, reward_model: str | None, share: float,
-         grid: str | None, seeds: int, prompt_len: float, completion_len: float, max_completion_len: int,
+         grid: str | None, seeds: int, prompt_len: float | None, completion_len: float | None,
+         max_completion_len: int | None,
          lora_rank: int, gpu_memory: str | None, name: str | None, out_path: str | None, force: bool,
          allow_approximate: bool) -> None:
     """Write a commented pilot-grid config for MODEL, TASK and reward, sized from the full run:
@@ -296,11 +297,13 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     RACE's arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.init import EVAL_PROMPTS, fit_grid, init_raw, render_init, set_warnings, task_sizes
+    from race.init import EVAL_PROMPTS, expected_lengths, fit_grid, init_raw, render_init, set_warnings, task_sizes
 
     if out_path and os.path.exists(out_path) and not force:
         raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
     note, held, train = task_sizes(task)
+    prompt_len, completion_len, max_completion_len, lengths = expected_lengths(
+        model, task, prompt_len=prompt_len, completion_len=completion_len, max_completion_len=max_completion_len)
     raw, fitted = fit_grid(init_raw(model=model, task=task, full_run=full_run, reward=reward,
                                     reward_model=reward_model, share=share, grid=grid, seeds=seeds,
                                     prompt_len=prompt_len, completion_len=completion_len,
@@ -309,7 +312,7 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                                     eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
                                     allow_approximate=allow_approximate), share=share)
     small = [f"WARNING: {w}" for w in set_warnings(raw, train=train, held=held)]
-    note = "\n".join(x for x in (note, fitted, *small) if x)
+    note = "\n".join(x for x in (note, lengths, fitted, *small) if x)
     text = render_init(raw, share=share, task_note=note)
     for line in ([fitted] if fitted else []) + small:
         _echo(line, err=True)

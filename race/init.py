@@ -20,6 +20,18 @@ MODEL_REWARDS = ("prm", "proxy-prm")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_PROMPTS = 500                         # held-out prompts per evaluation, when the task has them
 
+# Expected lengths before calibration measures them. A shipped tiny policy writes the format it was
+# trained on (race/assets; the configs under pilots/ and race.presets use the same numbers): its
+# expected completion tokens and cap on new tokens come from this table, and its prompt length is
+# measured with its own tokenizer on the task's training prompts. Any other model gets LLM_LENGTHS:
+# a chat prompt and a reasoning completion.
+SHIPPED_COMPLETIONS = {
+    "race/tiny-arith": (3.5, 6), "race/tiny-arith-s": (3.5, 6), "race/tiny-arith-l": (3.5, 6),
+    "race/tiny-arith-steps": (21.0, 24), "race/tiny-reasoner": (60.0, 160),
+}
+LLM_LENGTHS = (256.0, 512.0, 1024)         # prompt, completion, cap
+LENGTH_PROMPTS = 256                       # training prompts a shipped policy's prompt length is measured on
+
 
 def _reward_section(reward: str, reward_model: str | None) -> dict[str, Any]:
     if reward in RULE_REWARDS:
@@ -97,6 +109,45 @@ def task_sizes(task: str) -> tuple[str, int | None, int | None]:
 
     train, held = (len(load_task(task, split=s)) for s in ("train", "eval"))
     return f"task {task}: {train:,} training problems, {held:,} held out for evaluation", held, train
+
+
+def expected_lengths(model: str, task: str, *, prompt_len: float | None = None, completion_len: float | None = None,
+                     max_completion_len: int | None = None) -> tuple[float, float, int, str]:
+    """(prompt tokens, completion tokens, cap on new tokens, a note saying where they came from) for
+    ``race init``: each given value as it is; for a shipped tiny policy, its table entry and its
+    prompts measured as the policy reads them (chat template included); else LLM_LENGTHS."""
+    key = model.lower().rstrip("/")
+    shipped = SHIPPED_COMPLETIONS.get(key)
+    if shipped is None:
+        return (LLM_LENGTHS[0] if prompt_len is None else prompt_len,
+                LLM_LENGTHS[1] if completion_len is None else completion_len,
+                LLM_LENGTHS[2] if max_completion_len is None else max_completion_len, "")
+    told = []
+    if prompt_len is None:
+        from transformers import AutoTokenizer
+
+        from race.models import resolve_model_path
+        from race.taskdata import policy_prompts, within_context
+        from race.tasks import load_task
+
+        cfg = config_from_dict({"model": model, "task": task, "budget": 1e12})
+        tok = AutoTokenizer.from_pretrained(resolve_model_path(model))
+        first = load_task(task, split="train")[:LENGTH_PROMPTS]
+        problems = within_context(cfg, policy_prompts(cfg, first, tok), tok)[0]
+        if problems:
+            prompt_len = round(sum(len(tok(p.prompt, add_special_tokens=False)["input_ids"]) for p in problems)
+                               / len(problems), 1)
+            told.append(f"prompt measured on {len(problems)} training prompts")
+        else:
+            prompt_len = LLM_LENGTHS[0]
+    if completion_len is None:
+        completion_len = shipped[0]
+        told.append(f"completion {completion_len:g}")
+    if max_completion_len is None:
+        max_completion_len = shipped[1]
+        told.append(f"cap {max_completion_len}")
+    note = f"Lengths: {model}'s own ({', '.join(told)})." if told else ""
+    return float(prompt_len), float(completion_len), int(max_completion_len), note
 
 
 def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "sparse",

@@ -142,3 +142,28 @@ def test_small_datasets_are_named_by_init_and_plan(tmp_path):
     load_config(str(out))                                   # every header line is a comment: still valid YAML
     p = CliRunner().invoke(main, ["plan", str(out)])
     assert p.exit_code == 0 and "warning: the held-out set has 3 problems" in p.stderr
+
+
+def test_a_shipped_policy_is_sized_with_its_own_lengths(tmp_path):
+    """race/tiny-arith writes 2–3 answer digits and its end token, not a 512-token reasoning trace:
+    init measures its prompts (5.8 tokens on arithmetic-easy, as its tokenizer reads them) and takes
+    its completion (3.5) and cap (6), so the 6e12-FLOP full run of the validation study, which the LLM
+    defaults refused, plans all 5 points. Any other model keeps the LLM defaults; given values win."""
+    from race.init import LLM_LENGTHS, expected_lengths
+
+    out = tmp_path / "grid.yaml"
+    r = CliRunner().invoke(main, ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy",
+                                  "--full-run", "6e12", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    raw = yaml.safe_load(text)
+    assert raw["lengths"] == {"prompt": 5.8, "completion": 3.5} and raw["grpo"]["max_completion_len"] == 6
+    assert raw["grid"] == [0.3, 0.45, 0.6, 0.72, 0.85]
+    assert "# Lengths: race/tiny-arith's own (prompt measured on 256 training prompts, completion 3.5, cap 6)." in text
+    assert "(5.8 prompt + 3.5 completion tokens expected; calibration measures them)" in text
+    assert expected_lengths(QWEN, "arithmetic-easy") == (*LLM_LENGTHS, "")
+    assert expected_lengths("race/tiny-arith", "arithmetic-easy", prompt_len=7, completion_len=4,
+                            max_completion_len=8) == (7.0, 4.0, 8, "")
+    p, c, m, note = expected_lengths("race/tiny-reasoner", "word-problems", completion_len=80)
+    assert p > 45 and (c, m) == (80.0, 160) and note == ("Lengths: race/tiny-reasoner's own (prompt measured on "
+                                                          "256 training prompts, cap 160).")

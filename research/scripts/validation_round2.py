@@ -105,23 +105,46 @@ def progress_lines(suite: dict) -> list[str]:
 
 
 def pilot_lines(suite: dict) -> list[str]:
-    """The pilot verdicts (open: what RACE sees before a full run) and the replacement rule."""
+    """The pilot verdicts (open: what RACE sees before a full run), the replacement rule, and what
+    RACE spends before a full run: the pilot grid, and the length probe at each planned full-run
+    budget, each as a share of one full run there."""
     v = _v()
     out = ["| setting | pilot verdict (range, confidence) | pilot-best ρ | best gain over the base (seed SE) | "
-           "learned (replacement rule) | pilots fell back |", "|---|---|---|---|---|---|"]
+           "learned (replacement rule) | pilots fell back | grid's cost / one full run at 10×, 30×, 100× B | "
+           "length probe's cost / one full run at F |", "|---|---|---|---|---|---|---|---|"]
+    grid_costs: dict[int, list[float]] = {10: [], 30: [], 100: []}
+    probe_costs: dict[str, list[float]] = {k: [] for k in FULL_KINDS}
     for s in suite["settings"]:
         rec = load_visible(suite, s["name"], "pilot")
         if rec is None:
-            out.append(f"| {s['name']} | not run | | | | |")
+            out.append(f"| {s['name']} | not run | | | | | | |")
             continue
         diag = v.diagnosis(rec)
         ok, gain, se = learned(rec)
         means = {r: statistics.fmean(x) for r, x in v.point_means(rec).items()}
         best = max(means, key=means.get)
         fell, n = v._fallen(diag)
+        grid = sum(p.flops.total for p in v.pilots_of(rec)) / float(s["pilot_budget"])     # in units of B
+        probes = []
+        if ok and not s.get("dropped") and not s.get("replaced_by"):
+            for k in (10, 30, 100):
+                grid_costs[k].append(grid / k)
+            for kind in FULL_KINDS:
+                c = probe_cost(suite, s, kind) if v.planned(s, kind) else None
+                if c is not None:
+                    probe_costs[kind].append(c)
+                    probes.append(f"{kind[4:]}×: {c:.3f}")
         out.append(f"| {s['name']} | {v.grid_class(diag)} {diag.primary.range_text()}, {diag.primary.confidence:.2f} | "
                    f"{best:g} | "
-                   f"{gain:+.4f} ({se:.4f}) | {'yes' if ok else '**no**: replace'} | {fell}/{n} |")
+                   f"{gain:+.4f} ({se:.4f}) | {'yes' if ok else '**no**: replace'} | {fell}/{n} | "
+                   f"{grid / 10:.3f} · {grid / 30:.3f} · {grid / 100:.3f} | {'; '.join(probes) or '—'} |")
+    if grid_costs[10]:
+        probe_text = ", ".join(f"{statistics.median(c):.3f} at {kind[4:]} × B ({len(c)} setting{'s' if len(c) != 1 else ''})"
+                               for kind, c in probe_costs.items() if c)
+        out += ["", f"Over the {len(grid_costs[10])} settings that run full grids, the pilot grid costs a median "
+                + ", ".join(f"{statistics.median(c):.3f}" for c in grid_costs.values())
+                + " of one full run at 10, 30 and 100 × B; the length probe at F adds a median "
+                + (probe_text or "nothing yet") + "."]
     return out
 
 
@@ -145,18 +168,31 @@ def tables(suite: dict) -> str:
 FULL_KINDS = ("full10", "full30", "full100")
 
 
-def probe_record(suite: dict, name: str, kind: str) -> dict | None:
-    """The length probe of a setting's full-run budget, as race.probe's record (round 2:
-    research/validation/round2/probes/, run by race.probe; round 1: research/validation/probes/, read the same way)."""
-    import stability as S            # research/scripts/stability.py
-
+def _probe_file(suite: dict, name: str, kind: str) -> dict | None:
+    """The committed length-probe file of a setting's full-run budget, as written (None if none)."""
     folder = Path(_v().ROOT) / (suite.get("probes") or "research/validation/probes")
     path = folder / f"{name}-{kind}.json.gz"
     if not path.is_file():
         return None
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        rec = json.load(fh)
-    return S.probe_as_record(rec)
+        return json.load(fh)
+
+
+def probe_record(suite: dict, name: str, kind: str) -> dict | None:
+    """The length probe of a setting's full-run budget, as race.probe's record (round 2:
+    research/validation/round2/probes/, run by race.probe; round 1: research/validation/probes/, read the same way)."""
+    import stability as S            # research/scripts/stability.py
+
+    rec = _probe_file(suite, name, kind)
+    return None if rec is None else S.probe_as_record(rec)
+
+
+def probe_cost(suite: dict, s: dict, kind: str) -> float | None:
+    """The length probe's FLOPs (its runs' training compute) as a share of one full run at the kind's budget."""
+    rec = _probe_file(suite, s["name"], kind)
+    if rec is None:
+        return None
+    return sum(p["flops"]["total"] for p in rec["pilots"]) / (float(s["pilot_budget"]) * _v().KINDS[kind])
 
 
 def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
-import math
 import re
 import statistics
 from pathlib import Path

@@ -37,11 +37,7 @@ class UnsafeInput(RaceError):
 
 def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
     """``repr(value)``, at most ``limit`` characters in all: cut, with the count of the rest."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    keep = max(1, limit - 30)
-    return f"{text[:keep]}… ({len(text) - keep:,} more characters)"
+    return shortened(repr(value), limit)
 
 
 def shortened(text: str, limit: int = 80) -> str:

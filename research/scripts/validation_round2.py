@@ -111,7 +111,8 @@ def pilot_lines(suite: dict) -> list[str]:
     out = ["| setting | pilot verdict (range, confidence) | pilot-best ρ | best gain over the base (seed SE) | "
            "learned (replacement rule) | pilots fell back | grid's cost / one full run at 10×, 30×, 100× B | "
            "length probe's cost / one full run at F |", "|---|---|---|---|---|---|---|---|"]
-    grid_costs: dict[int, list[float]] = {10: [], 30: [], 100: []}
+    factors = [v.KINDS[kind] for kind in FULL_KINDS]                   # 10, 30, 100
+    grid_costs: dict[int, list[float]] = {k: [] for k in factors}
     probe_costs: dict[str, list[float]] = {k: [] for k in FULL_KINDS}
     for s in suite["settings"]:
         rec = load_visible(suite, s["name"], "pilot")
@@ -126,7 +127,7 @@ def pilot_lines(suite: dict) -> list[str]:
         grid = sum(p.flops.total for p in v.pilots_of(rec)) / float(s["pilot_budget"])     # in units of B
         probes = []
         if ok and not s.get("dropped") and not s.get("replaced_by"):
-            for k in (10, 30, 100):
+            for k in factors:
                 grid_costs[k].append(grid / k)
             for kind in FULL_KINDS:
                 c = probe_cost(suite, s, kind) if v.planned(s, kind) else None
@@ -136,11 +137,11 @@ def pilot_lines(suite: dict) -> list[str]:
         out.append(f"| {s['name']} | {v.grid_class(diag)} {diag.primary.range_text()}, {diag.primary.confidence:.2f} | "
                    f"{best:g} | "
                    f"{gain:+.4f} ({se:.4f}) | {'yes' if ok else '**no**: replace'} | {fell}/{n} | "
-                   f"{grid / 10:.3f} · {grid / 30:.3f} · {grid / 100:.3f} | {'; '.join(probes) or '—'} |")
-    if grid_costs[10]:
+                   f"{' · '.join(f'{grid / k:.3f}' for k in factors)} | {'; '.join(probes) or '—'} |")
+    if grid_costs[factors[0]]:
         probe_text = ", ".join(f"{statistics.median(c):.3f} at {kind[4:]} × B ({len(c)} setting{'s' if len(c) != 1 else ''})"
                                for kind, c in probe_costs.items() if c)
-        out += ["", f"Over the {len(grid_costs[10])} settings that run full grids, the pilot grid costs a median "
+        out += ["", f"Over the {len(grid_costs[factors[0]])} settings that run full grids, the pilot grid costs a median "
                 + ", ".join(f"{statistics.median(c):.3f}" for c in grid_costs.values())
                 + " of one full run at 10, 30 and 100 × B; the length probe at F adds a median "
                 + (probe_text or "nothing yet") + "."]

@@ -4,6 +4,9 @@
     python research/scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
     python research/scripts/stability.py probes             # every probe of the first round not yet committed
     python research/scripts/stability.py --suite research/validation/round2.yaml probes   # round 2's (race.probe; sealed-safe)
+    python research/scripts/stability.py --suite research/validation/round2.yaml rate-plan  # race.rate's plan per grid
+    python research/scripts/stability.py --suite research/validation/round2.yaml rate       # its pre-registered rate runs
+    python research/scripts/stability.py --suite research/validation/round2.yaml rates --write docs/stability.md
 
 **The length probe** (a candidate, written down before any probe ran; round 1's probes ran with
 this script's own planner, round 2's with race.probe, the same design at the grid's recommended ρ): one run at the full run's
@@ -129,6 +132,20 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
 RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
 RATE_SEEDS = (0, 1, 2)
 RATES = ROOT / "research" / "validation" / "rates"
+ROUND = 1
+
+
+def use_suite(suite: dict) -> None:
+    """Point this module at a suite's folders: round 2 keeps its own committed grids (``runs``),
+    probes (``probes``), rate runs (``rates``) and pre-registered rate runs (``rate_runs``)."""
+    global PROBES, RATES, RATE_RUNS, ROUND
+    if suite.get("round") != 2:
+        return
+    ROUND = 2
+    V.RUNS = ROOT / suite["runs"]
+    PROBES = ROOT / suite["probes"]
+    RATES = ROOT / suite.get("rates", "research/validation/round2/rates")
+    RATE_RUNS = tuple((name, kind) for name, kind in suite.get("rate_runs") or ())
 
 
 def probe_as_record(rec: dict) -> dict:
@@ -242,7 +259,7 @@ def rate_lines() -> list[str]:
 
     out = ["| setting | F | rate (rule) | ρ | runs in | collapsed | final reward, mean (seeds) | constant rate's "
            "stable runs at the nearest ρ |", "|---|---|---|---|---|---|---|---|"]
-    rows = [("lr-x3", "full10", None)] + [(n, k, None) for n, k in RATE_RUNS]
+    rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
     for name, kind, _ in rows:
         if name == "lr-x3":      # η ÷ 3 with cosine is default-cosine's config: its committed runs answer it
             runs = V.pilots_of(V.load_run("default-cosine", kind))
@@ -259,7 +276,12 @@ def rate_lines() -> list[str]:
             rate = f"{recs[0]['rate']['line'].split('(')[0].removeprefix('rate for F: ').strip()} ({recs[0]['rate']['rule']})"
             rho = f"{recs[0]['rho']:.3f}"
         finals = [statistics.fmean(p.evals["reward"]) for p in runs]
-        base = V.pilots_of(V.load_run(name, kind))
+        grid = V.load_run(name, kind)
+        if grid is None:            # its constant-rate grid has not landed yet
+            out.append(f"| {name} | {kind[4:]}×B | {rate} | {rho} | {len(runs)}/{len(RATE_SEEDS)} | "
+                       f"{sum(fell(p) for p in runs)} | {statistics.fmean(finals):.3f} ({len(finals)}) | not in yet |")
+            continue
+        base = V.pilots_of(grid)
         target = runs[0].rho_target if name != "lr-x3" else None
         near = (base if target is None else
                 [p for p in base if p.rho_target == min({q.rho_target for q in base}, key=lambda r: abs(r - target))])
@@ -299,11 +321,11 @@ def main() -> int:
     ap.add_argument("--suite", default=str(V.SUITE))
     args = ap.parse_args()
     suite = V.load_suite(Path(args.suite))
-    if suite.get("round") == 2:         # round 2: only its probes; its full runs are scored by validation.py
-        if args.cmd != "probes":
-            raise SystemExit("round 2: only `probes` here (its scores: research/scripts/validation.py --suite "
-                             "research/validation/round2.yaml tables, after the freeze)")
-        V.RUNS = ROOT / suite["runs"]
+    use_suite(suite)
+    if suite.get("round") == 2 and args.cmd not in ("probes", "rate-plan", "rate", "rates"):
+        raise SystemExit("round 2: `probes` and the rate runs here (its scores: research/scripts/validation.py "
+                         "--suite research/validation/round2.yaml tables, after the freeze)")
+    if suite.get("round") == 2 and args.cmd == "probes":
         for s in suite["settings"]:
             for kind in ("full10", "full30", "full100"):
                 done = (ROOT / suite["probes"] / f"{s['name']}-{kind}.json.gz").is_file()
@@ -314,7 +336,10 @@ def main() -> int:
         print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
         return 0
     if args.cmd == "rate-plan":
-        for name, kind in RATE_RUNS:
+        todo = ([(args.setting, args.kind)] if args.setting else
+                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30", "full100")
+                 if V.planned(s, k) and V.data_path(s["name"], "pilot").is_file()] if ROUND == 2 else RATE_RUNS)
+        for name, kind in todo:
             plan = rate_plan(V.setting(suite, name), kind)
             print(f"{name} {kind}: ρ {plan['rho']}, {plan['stability']['status']}; {plan['rate']['line']}")
         return 0
@@ -323,13 +348,14 @@ def main() -> int:
         if args.write:
             doc = Path(args.write)
             body = doc.read_text(encoding="utf-8")
-            a, b = "<!-- stability:rates:begin -->", "<!-- stability:rates:end -->"
+            tag = "rates" if ROUND == 1 else "rates2"
+            a, b = f"<!-- stability:{tag}:begin -->", f"<!-- stability:{tag}:end -->"
             doc.write_text(body.split(a)[0] + a + "\n" + text + "\n" + b + body.split(b)[1], encoding="utf-8")
         print(text)
         return 0
     if args.cmd == "rate":
-        for seed in map(int, args.seeds.split(",")):
-            for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
+        for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
+            for seed in map(int, args.seeds.split(",")):
                 if not (RATES / f"{name}-{kind}-s{seed}.json.gz").is_file():
                     print(run_rate(V.setting(suite, name), kind, seed), flush=True)
         return 0

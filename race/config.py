@@ -604,8 +604,10 @@ def _near_config(value: Any, base_dir: str | None) -> Any:
 
 def _reward_near_config(function: str, base_dir: str) -> str:
     """A custom reward named relative to its config: ``file.py:fn`` becomes an absolute path,
-    and ``module:fn`` whose module is not importable but sits beside the config as
-    ``module.py`` becomes that file's path, so the config works from any directory."""
+    and ``module:fn`` whose ``module.py`` sits beside the config becomes that file's path, so the
+    config works from any directory and reads the same whatever ``sys.path`` holds (``race pilot``
+    and ``race.diagnose`` from the config's folder resume one study). A module importable from
+    elsewhere (another file of that name) keeps its name."""
     import importlib.util
 
     module, sep, attr = function.rpartition(":")
@@ -614,8 +616,11 @@ def _reward_near_config(function: str, base_dir: str) -> str:
     if module.endswith(".py"):
         return function if os.path.isabs(module) else f"{os.path.normpath(os.path.join(base_dir, module))}:{attr}"
     beside = os.path.join(base_dir, module.replace(".", os.sep) + ".py")
-    if "." not in module and os.path.isfile(beside) and importlib.util.find_spec(module) is None:
-        return f"{beside}:{attr}"
+    if "." not in module and os.path.isfile(beside):
+        spec = importlib.util.find_spec(module)
+        origin = getattr(spec, "origin", None)
+        if spec is None or (origin and os.path.realpath(origin) == os.path.realpath(beside)):
+            return f"{beside}:{attr}"
     return function
 
 

@@ -158,9 +158,21 @@ def test_a_config_finds_its_reward_beside_it_from_any_directory(tmp_path, monkey
         fn = load_config(str(cfgdir / f)).reward.function
         assert fn == f"{cfgdir / 'beside_reward.py'}:score"
         assert get_reward(fn)("", "", "") == 0.25
+    # from the config's own folder, where the module is importable too (a script run there: sys.path[0]),
+    # it is the same file: the same path, so `race pilot` and race.diagnose there resume one study
+    monkeypatch.chdir(cfgdir)
+    monkeypatch.syspath_prepend(str(cfgdir))
+    assert load_config("a.yaml").reward.function == f"{cfgdir / 'beside_reward.py'}:score"
     # an importable module keeps its name
     (cfgdir / "c.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\nreward: {kind: custom, function: math:isfinite}\n")
     assert load_config(str(cfgdir / "c.yaml")).reward.function == "math:isfinite"
+    # and so does one importable from elsewhere, even with a file of that name beside the config
+    (cfgdir / "json.py").write_text("def loads(*a):\n    return 0.0\n")
+    (cfgdir / "d.yaml").write_text("model: race/tiny-arith\nbudget: 1e10\nreward: {kind: custom, function: json:loads}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))       # the stdlib's json is found first
+    import sys
+    sys.path.remove(str(cfgdir))
+    assert load_config(str(cfgdir / "d.yaml")).reward.function == "json:loads"
 
 
 def test_calibration_warns_when_the_reward_never_varies():

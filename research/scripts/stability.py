@@ -258,7 +258,8 @@ def rate_lines() -> list[str]:
     import json
 
     out = ["| setting | F | rate (rule) | ρ | runs in | collapsed | final reward, mean (seeds) | constant rate's "
-           "stable runs at the nearest ρ |", "|---|---|---|---|---|---|---|---|"]
+           "stable runs at the nearest ρ | holds? |", "|---|---|---|---|---|---|---|---|---|"]
+    held = []
     rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
     for name, kind, _ in rows:
         if name == "lr-x3":      # η ÷ 3 with cosine is default-cosine's config: its committed runs answer it
@@ -270,7 +271,7 @@ def rate_lines() -> list[str]:
                 with gzip.open(path, "rt", encoding="utf-8") as fh:
                     recs.append(json.load(fh))
             if not recs:
-                out.append(f"| {name} | {kind[4:]}×B | — | — | 0/{len(RATE_SEEDS)} | | | |")
+                out.append(f"| {name} | {kind[4:]}×B | — | — | 0/{len(RATE_SEEDS)} | | | | |")
                 continue
             runs = [V.pilots_of(r)[0] for r in recs]
             rate = f"{recs[0]['rate']['line'].split('(')[0].removeprefix('rate for F: ').strip()} ({recs[0]['rate']['rule']})"
@@ -279,7 +280,7 @@ def rate_lines() -> list[str]:
         grid = V.load_run(name, kind)
         if grid is None:            # its constant-rate grid has not landed yet
             out.append(f"| {name} | {kind[4:]}×B | {rate} | {rho} | {len(runs)}/{len(RATE_SEEDS)} | "
-                       f"{sum(fell(p) for p in runs)} | {statistics.fmean(finals):.3f} ({len(finals)}) | not in yet |")
+                       f"{sum(fell(p) for p in runs)} | {statistics.fmean(finals):.3f} ({len(finals)}) | not in yet | |")
             continue
         base = V.pilots_of(grid)
         target = runs[0].rho_target if name != "lr-x3" else None
@@ -289,10 +290,32 @@ def rate_lines() -> list[str]:
         sd = f" ± {statistics.stdev(finals):.3f}" if len(finals) > 1 else ""
         ref = (f"{statistics.fmean(stable):.3f} ({len(stable)} of {len(near)} held)" if stable
                else f"none held ({len(near)} collapsed)")
+        ok = rate_holds(finals, stable, collapsed=sum(fell(p) for p in runs))
+        done = name == "lr-x3" or len(runs) == len(RATE_SEEDS)
+        if done:
+            held.append(ok)
         out.append(f"| {name} | {kind[4:]}×B | {rate} | {rho} | {len(runs)}"
                    + (f"/{len(RATE_SEEDS)}" if name != "lr-x3" else "") + f" | {sum(fell(p) for p in runs)} | "
-                   f"{statistics.fmean(finals):.3f}{sd} ({len(finals)}) | {ref} |")
+                   f"{statistics.fmean(finals):.3f}{sd} ({len(finals)}) | {ref} | "
+                   f"{('yes' if ok else '**no**') if done else '(under way)'} |")
+    out += ["", f"The rate holds on {sum(held)} of {len(held)} grids whose runs are all in: no run at the recommended "
+            "rate collapsed, and their mean final reward is not below the constant rate's stable runs by more than "
+            "2 SEs of the difference (Welch; where none of those held, no collapse suffices)."]
     return out
+
+
+def rate_holds(finals: list[float], stable: list[float], *, collapsed: int) -> bool:
+    """Issue 33's target for the rate for F on one grid, as scored here (fixed before round 2's rate
+    runs were read past the first two settings): no run at the recommended rate collapsed, and its
+    mean final reward is not below the constant rate's stable runs' by more than 2 SEs of the
+    difference (Welch's, from the two samples; one sample of one run counts its SD as 0)."""
+    if collapsed:
+        return False
+    if not stable:
+        return True
+    var = lambda xs: statistics.variance(xs) if len(xs) > 1 else 0.0  # noqa: E731
+    se = (var(finals) / len(finals) + var(stable) / len(stable)) ** 0.5
+    return statistics.fmean(finals) - statistics.fmean(stable) >= -2 * se
 
 
 def load_probe(name: str, kind: str) -> dict | None:

@@ -248,3 +248,12 @@ def test_a_grid_that_learned_nothing_is_advised_so_not_told_to_add_seeds():
     assert any(w.startswith("nothing learned: no grid point's held-out reward rose above") for w in hard.warnings)
     default = classify(validation.pilots_of(validation.load_run("default", "pilot")), n_boot=100)
     assert "advice: reward falls as ρ rises" in render_diagnosis(default)
+
+
+def test_the_rate_tables_of_the_stability_doc_are_recomputed_from_the_committed_runs():
+    script = ROOT / "research" / "scripts" / "stability.py"
+    for extra in ([], ["--suite", str(ROOT / "research" / "validation" / "round2.yaml")]):
+        out = subprocess.run([sys.executable, str(script), *extra, "rates", "--check", str(ROOT / "docs" / "stability.md")],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "up to date" in out.stdout

@@ -7,6 +7,7 @@
     python research/scripts/stability.py --suite research/validation/round2.yaml rate-plan  # race.rate's plan per grid
     python research/scripts/stability.py --suite research/validation/round2.yaml rate       # its pre-registered rate runs
     python research/scripts/stability.py --suite research/validation/round2.yaml rates --write docs/stability.md
+    python research/scripts/stability.py [--suite …] rates --check docs/stability.md       # what CI runs
 
 **The length probe** (a candidate, written down before any probe ran; round 1's probes ran with
 this script's own planner, round 2's with race.probe, the same design at the grid's recommended ρ): one run at the full run's
@@ -336,6 +337,7 @@ def main() -> int:
     ap.add_argument("cmd", nargs="?", default="table",
                     choices=["table", "probe", "probes", "rate-plan", "rate", "rates"])
     ap.add_argument("--write", default=None, help="rates: write the table between the stability:rates markers")
+    ap.add_argument("--check", default=None, help="rates: exit 1 unless FILE's table is what the committed runs give")
     ap.add_argument("--seeds", default=",".join(map(str, RATE_SEEDS)))
     ap.add_argument("setting", nargs="?")
     ap.add_argument("kind", nargs="?", default="full10")
@@ -368,11 +370,19 @@ def main() -> int:
         return 0
     if args.cmd == "rates":
         text = "\n".join(rate_lines())
+        tag = "rates" if ROUND == 1 else "rates2"
+        a, b = f"<!-- stability:{tag}:begin -->", f"<!-- stability:{tag}:end -->"
+        if args.check:
+            body = Path(args.check).read_text(encoding="utf-8")
+            if a not in body or body.split(a)[1].split(b)[0].strip() != text.strip():
+                print(f"{args.check}: the table between the stability:{tag} markers is not what the committed "
+                      f"rate runs give; rewrite it with `rates --write {args.check}`", file=sys.stderr)
+                return 1
+            print(f"{args.check}: stability:{tag} table up to date")
+            return 0
         if args.write:
             doc = Path(args.write)
             body = doc.read_text(encoding="utf-8")
-            tag = "rates" if ROUND == 1 else "rates2"
-            a, b = f"<!-- stability:{tag}:begin -->", f"<!-- stability:{tag}:end -->"
             doc.write_text(body.split(a)[0] + a + "\n" + text + "\n" + b + body.split(b)[1], encoding="utf-8")
         print(text)
         return 0

@@ -136,17 +136,19 @@ def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: 
 
 
 def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None, lr: float | None = None,
-              device: str = "cpu", out: str | None = None, announce: Any = None, force: bool = False) -> Any:
+              device: str = "cpu", out: str | None = None, announce: Any = None, force: bool = False,
+              progress: Any = None) -> Any:
     """Run the length probe (race.probe) for ``results`` (race.results.Results, or a results path)
     at ``full_run_budget`` and return the results with its record stored under ``probes`` and the
     forecast at F redone (so the stability line and the rate read it); written to ``out``
-    (a folder or a .json file) when given. ``announce(plan_line)`` is called before it runs."""
+    (a folder or a .json file) when given. ``announce(plan_line)`` is called before it runs, and
+    ``progress(line)`` at each tenth of the probe's budget (race.probe.ProgressLines)."""
     from dataclasses import replace
 
     from race.forecast import with_forecast
     from race.loading import check_device
     from race.pilot import run_pilot
-    from race.probe import plan_probe, probe_record, with_probe
+    from race.probe import ProgressLines, plan_probe, probe_record, with_probe
     from race.results import load_results, save_results
 
     import time
@@ -159,7 +161,8 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
         announce(plan.line())
     target = results.diagnosis.primary_target if results.diagnosis is not None else "reward"
     t0 = time.time()
-    pilot = run_pilot(plan.config, plan.schedule, 0, device=device)
+    lines = ProgressLines(plan.budget, plan.schedule.steps, say=progress) if progress else None
+    pilot = run_pilot(plan.config, plan.schedule, 0, device=device, progress=lines)
     out_results = with_probe(results, probe_record(plan, pilot, target=target, wall_seconds=time.time() - t0))
     out_results = replace(out_results, diagnosis=with_forecast(out_results, full_run_budget=plan.full_run_budget,
                                                                     force=force))

@@ -88,8 +88,7 @@ class _OneLineGroup(click.Group):
             sys.exit(e.exit_code)
         except click.Abort as e:
             if isinstance(e.__cause__, _Terminated) or isinstance(e.__context__, _Terminated):
-                _echo("Error: terminated (SIGTERM); finished pilots stay in the storage: the same command resumes",
-                      err=True)
+                _echo(f"Error: terminated (SIGTERM){_what_is_kept(argv)}", err=True)
                 sys.exit(143)
             _echo("Aborted!", err=True)
             sys.exit(1)
@@ -153,6 +152,17 @@ class _PilotCommand(_Sectioned):
         "Full run": ("full_run", "force_forecast", "probe_f"),
         "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path"),
     }
+
+
+def _what_is_kept(argv: list[str]) -> str:
+    """What a stopped command leaves behind, for its last line: a grid's finished pilots are in its
+    storage; a probe is one run, written only when it ends."""
+    command = next((a for a in argv if not a.startswith("-")), "")
+    if command in ("pilot", "worker"):
+        return "; finished pilots stay in the storage: the same command resumes"
+    if command == "probe":
+        return "; the probe is one run, stored only when it ends: the same command runs it again from the start"
+    return ""
 
 
 class _Terminated(KeyboardInterrupt):
@@ -484,8 +494,9 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
             if probe_f:
                 from race.api import run_probe
 
+                say = None if quiet else (lambda line: _echo(line, err=True))
                 results = run_probe(results, full_run_budget=full, device=device, out=out_dir, force=force_forecast,
-                                    announce=None if quiet else (lambda line: _echo(line, err=True)))
+                                    announce=say, progress=say)
         _echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
         if plot_path:
             _plot(results, plot_path, quiet)
@@ -702,7 +713,7 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
 @click.option("--lr", default=None, metavar="ETA", help="The learning rate to probe (default: the full run's at F).")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--quiet", is_flag=True, help="No plan line on stderr.")
+@click.option("--quiet", is_flag=True, help="No plan line and no progress lines on stderr.")
 @_user_errors
 def probe(results_path: str, full_run: str, rho: str | None, lr: str | None, device: str, fmt: str,
           quiet: bool) -> None:
@@ -723,8 +734,9 @@ def probe(results_path: str, full_run: str, rho: str | None, lr: str | None, dev
         raise click.UsageError(f"{results_path!r} is compressed: race probe stores its record in the results "
                                "file, so give an uncompressed results.json (or its folder)")
     out = results_path if results_path.endswith(".json") else os.path.join(results_path, "results.json")
-    results = run_probe(results_path, full_run_budget=F, rho=r, lr=eta, device=device, out=out,
-                        announce=None if quiet else (lambda line: _echo(line, err=True)))
+    say = None if quiet else (lambda line: _echo(line, err=True))
+    results = run_probe(results_path, full_run_budget=F, rho=r, lr=eta, device=device, out=out, announce=say,
+                        progress=say)
     _echo(render_diagnosis(results.diagnosis, fmt), nl=False)
 
 

@@ -23,14 +23,45 @@ changes the pilots or the verdict of the results it is stored in.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from race.checkpoints import probe_fall
 from race.errors import RaceError
 
 PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
 PROBE_PROMPTS = 1           # prompts per step of the probe (the full run's B_p otherwise)
+
+
+class ProgressLines:
+    """The probe's progress for the person waiting on it (one run of many steps: no pilot lines):
+    ``say(line)`` each time the FLOPs spent pass another tenth of its budget, with the step, the
+    time so far and the time left at the pace so far. race.pilot.run_pilot calls it after every
+    step as ``(steps, flops spent)``; nothing is said at the last step (the report follows)."""
+
+    def __init__(self, budget: float, steps: int, *, say: Callable[[str], Any], every: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget, self.steps, self.say, self.every, self.clock = budget, steps, say, every, clock
+        self.start, self.next = clock(), every
+
+    def __call__(self, steps: int, spent: float) -> None:
+        done = spent / self.budget
+        if done < self.next or done >= 1.0:
+            return
+        while self.next <= done:
+            self.next += self.every
+        elapsed = self.clock() - self.start
+        self.say(f"probe: {done:.0%} of its budget, step {steps:,} of about {self.steps:,}, "
+                 f"{_clock(elapsed)} elapsed, about {_clock(elapsed * (1 - done) / done)} left")
+
+
+def _clock(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``2 h 05 min``: a wait as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 @dataclass(frozen=True)

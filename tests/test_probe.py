@@ -151,3 +151,31 @@ def test_a_real_probe_is_stored_and_read_by_the_report_and_the_recipe(tmp_path):
     assert "rate for F:" in r.stdout
     rec_out = _race("recipe", str(tmp_path), "--for", "trl", "--full-run", f"{F:g}", cwd=tmp_path)
     assert rec_out.returncode == 0 and "the length probe at η 0.001" in rec_out.stdout, rec_out.stderr
+
+
+def test_the_probe_says_its_progress_at_each_tenth_of_its_budget_with_the_time_left():
+    from race.probe import ProgressLines, _clock
+
+    said, now = [], [100.0]
+    lines = ProgressLines(1000.0, 500, say=said.append, clock=lambda: now[0])
+    for step in range(1, 501):                       # 2 FLOPs a step, 1 s a step
+        now[0] += 1.0
+        lines(step, 2.0 * step)
+    assert len(said) == 9                            # 10 % … 90 %: the last step says nothing
+    assert said[0] == "probe: 10% of its budget, step 50 of about 500, 50 s elapsed, about 8 min left"
+    assert said[-1] == "probe: 90% of its budget, step 450 of about 500, 8 min elapsed, about 50 s left"
+    jump = []
+    big = ProgressLines(100.0, 10, say=jump.append, clock=lambda: 0.0)
+    big(1, 35.0)                                      # a step that passes three tenths says once
+    big(2, 36.0)
+    assert len(jump) == 1 and jump[0].startswith("probe: 35% of its budget, step 1 of about 10")
+    assert (_clock(42), _clock(600), _clock(7500)) == ("42 s", "10 min", "2 h 05 min")
+
+
+def test_a_stopped_probe_is_not_told_it_resumes():
+    from race.cli import _what_is_kept
+
+    assert "runs it again from the start" in _what_is_kept(["probe", "runs/g", "--full-run", "6e12"])
+    assert "finished pilots stay in the storage" in _what_is_kept(["pilot", "grid.yaml"])
+    assert "finished pilots stay in the storage" in _what_is_kept(["worker", "--storage", "x"])
+    assert _what_is_kept(["report", "runs/g"]) == ""

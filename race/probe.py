@@ -43,17 +43,20 @@ class ProgressLines:
     def __init__(self, budget: float, steps: int, *, say: Callable[[str], Any], every: float = 0.1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.budget, self.steps, self.say, self.every, self.clock = budget, steps, say, every, clock
-        self.start, self.next = clock(), every
+        self.start, self.next, self.first = clock(), every, None
 
     def __call__(self, steps: int, spent: float) -> None:
-        done = spent / self.budget
+        done, now = spent / self.budget, self.clock()
+        if self.first is None:           # the pace counts from the first step: loading and the base
+            self.first = (now, done)     # policy's evaluation come before it
         if done < self.next or done >= 1.0:
             return
         while self.next <= done:
             self.next += self.every
-        elapsed = self.clock() - self.start
+        t1, d1 = self.first
+        left = (now - t1) / (done - d1) * (1 - done) if done > d1 else None
         self.say(f"probe: {done:.0%} of its budget, step {steps:,} of about {self.steps:,}, "
-                 f"{_clock(elapsed)} elapsed, about {_clock(elapsed * (1 - done) / done)} left")
+                 f"{_clock(now - self.start)} elapsed" + (f", about {_clock(left)} left" if left is not None else ""))
 
 
 def _clock(seconds: float) -> str:
@@ -92,7 +95,9 @@ class ProbePlan:
     def line(self) -> str:
         return (f"length probe at F = {self.full_run_budget:.3g}: ρ {self.rho:.2f}, η {self.learning_rate:.3g}, "
                 f"{self.schedule.steps} steps of {self.schedule.prompts_per_step} prompt × {self.schedule.n_gen} "
-                f"rollouts ({self.covers:.0%} of the full run's {self.full_steps} steps), {self.budget:.3g} FLOPs "
+                f"rollouts" + (f", μ {self.schedule.mu}: {self.schedule.steps * self.schedule.mu} optimizer steps"
+                               if self.schedule.mu > 1 else "")
+                + f" ({self.covers:.0%} of the full run's {self.full_steps} optimizer steps), {self.budget:.3g} FLOPs "
                 f"= {self.share:.0%} of the pilot grid's compute")
 
 

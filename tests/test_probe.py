@@ -158,11 +158,13 @@ def test_the_probe_says_its_progress_at_each_tenth_of_its_budget_with_the_time_l
 
     said, now = [], [100.0]
     lines = ProgressLines(1000.0, 500, say=said.append, clock=lambda: now[0])
+    now[0] += 60.0                                   # loading and the base policy's evaluation
     for step in range(1, 501):                       # 2 FLOPs a step, 1 s a step
         now[0] += 1.0
         lines(step, 2.0 * step)
     assert len(said) == 9                            # 10 % … 90 %: the last step says nothing
-    assert said[0] == "probe: 10% of its budget, step 50 of about 500, 50 s elapsed, about 8 min left"
+    # the pace counts from the first step: 49 s for 49 steps, 450 left
+    assert said[0] == "probe: 10% of its budget, step 50 of about 500, 110 s elapsed, about 8 min left"
     assert said[-1] == "probe: 90% of its budget, step 450 of about 500, 8 min elapsed, about 50 s left"
     jump = []
     big = ProgressLines(100.0, 10, say=jump.append, clock=lambda: 0.0)

@@ -293,7 +293,7 @@ def score_lines(suite: dict) -> list[str]:
         risky = [r for r in tested if r["collapsed"] and 3 * r["collapsed"] >= r["runs"]]
         clean = [r for r in tested if not r["collapsed"]]
         at_risk = lambda r: r["flag"] == "at risk"  # noqa: E731
-        out += [f"**{kind[4:]} × B** ({len(sel)} settings; targets of issue 31 in brackets):", "",
+        out += [f"**{kind[4:]} × B** ({len(sel)} setting{'s' if len(sel) != 1 else ''}; targets of issue 31 in brackets):", "",
                 f"- full-run best ρ in the range: today's rule (at B) {_rate(sum(r['in_range'] for r in scored), len(scored))}; "
                 f"frozen (at F) {_rate(sum(r['in_range_f'] for r in scored), len(scored))} [≥ 80 %]",
                 f"- median regret in pooled SEs: today {_median([r['regret_pse'] for r in scored])}; "

@@ -207,7 +207,7 @@ def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path)
     assert "Frozen on" in frozen.stdout and ", sealed" not in frozen.stdout
     # the scores written before the freeze read the unsealed grid: round 1's default at 10 × B
     assert "### Round 2: the scores" in frozen.stdout and "| default | 10×B | search-heavy → " in frozen.stdout
-    assert "**10 × B** (1 settings; targets of issue 31 in brackets):" in frozen.stdout
+    assert "**10 × B** (1 setting; targets of issue 31 in brackets):" in frozen.stdout
 
 
 def test_the_learned_rule_by_hand():

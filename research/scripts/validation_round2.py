@@ -271,16 +271,21 @@ def score_lines(suite: dict) -> list[str]:
     out = ["| setting | F | pilot → full regime | full-run best ρ | today: range at B, in? | regret (pooled SEs) | "
            "frozen: range at F, in? | regret (pooled SEs) | gain over on-policy (95 % CI) | collapsed runs | "
            "flag at F (probe) | pilots' cost / one full run |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # a grid whose full runs are unstable (at least half fell back) has no best ρ to score: its cells
+    # are shown, but it counts in none of the rates below
+    yes = lambda ok, r: ("yes" if ok else "no") + ("" if r["scored"] else " (not scored: unstable)")  # noqa: E731
     for r in rows:
         lo, hi = r["bounds"]
         lf, hf = r["range_f"]
         out.append(f"| {r['setting']} | {r['kind'][4:]}×B | {r['pilot']} → {r['full']} | {r['best_measured']:.2f} | "
-                   f"[{f(lo)}, {f(hi)}] {'yes' if r['in_range'] else 'no'} | {f(r['regret_pse'])} | "
-                   f"[{f(lf)}, {f(hf)}]{' (B)' if r['range_f_refused'] else ''} {'yes' if r['in_range_f'] else 'no'} | "
+                   f"[{f(lo)}, {f(hi)}] {yes(r['in_range'], r)} | {f(r['regret_pse'])} | "
+                   f"[{f(lf)}, {f(hf)}]{' (B)' if r['range_f_refused'] else ''} {yes(r['in_range_f'], r)} | "
                    f"{f(r['regret_f_pse'])} | {f(r['gain_f'], 3)} ({f(r['gain_f_ci'][0], 3)} … {f(r['gain_f_ci'][1], 3)}) | "
                    f"{r['collapsed']}/{r['runs']} | {r['flag']} ({r['probe'] or 'no probe'}) | {r['pilot_cost_f']:.3f} |")
-    out += ["", f"{len(rows)} of {want} planned full-run grids are in; the scores below cover those, and change "
-            "as the rest land. A grid's stability flag counts once its length probe has run.", ""]
+    done = (f"All {want} planned full-run grids are in: these are the frozen code's scores of the batch."
+            if len(rows) == want else f"{len(rows)} of {want} planned full-run grids are in; the scores below cover "
+            "those, and change as the rest land.")
+    out += ["", f"{done} A grid's stability flag counts once its length probe has run.", ""]
     for kind in FULL_KINDS:
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:

@@ -81,10 +81,25 @@ def planned(s: dict, kind: str) -> bool:
     return kind in ("pilot", "full10") or bool(s.get(GRID_KEYS[kind]))
 
 
-def seeds_of(suite: dict, kind: str) -> int:
-    """Seeds per point of grid ``kind``: the suite's ``seeds``, one number or a mapping by kind."""
+def seeds_of(suite: dict, kind: str, s: dict | None = None) -> int:
+    """Seeds per point of grid ``kind``: the setting's ``more_seeds`` for that kind where it has one
+    (round 2: seeds added where the rule's seeds-needed advice on a full grid asked for them), else
+    the suite's ``seeds``, one number or a mapping by kind."""
+    more = (s or {}).get("more_seeds") or {}
+    if kind in more:
+        return int(more[kind])
     seeds = suite.get("seeds", 3)
     return int(seeds.get(kind, 3) if isinstance(seeds, dict) else seeds)
+
+
+def wants_more(suite: dict, s: dict, kind: str) -> bool:
+    """Whether a committed complete grid has fewer seeds than the suite now plans for it (``more_seeds``):
+    the queue then resumes it from its committed pilots and runs only the added seeds."""
+    path = data_path(s["name"], kind)
+    if not path.is_file():
+        return False
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return int(json.load(fh).get("seeds", 0)) < seeds_of(suite, kind, s)
 
 
 def sealed(suite: dict, kind: str) -> bool:
@@ -151,7 +166,7 @@ def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, 
     budget = float(s["pilot_budget"]) * KINDS.get(kind, 1)
     grid = sorted({p["rho_target"] for p in results["pilots"]})
     return {"setting": s["name"], "kind": kind, "half": s.get("half", "held-out"), "budget": budget, "grid": grid,
-            "seeds": seeds_of(suite, kind), "on_policy": s.get("on_policy"), "commit": commit,
+            "seeds": seeds_of(suite, kind, s), "on_policy": s.get("on_policy"), "commit": commit,
             "command": command, "wall_seconds": round(wall_seconds, 1),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "config": results.get("config"),
@@ -201,7 +216,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     import yaml
 
     s = setting(suite, name)
-    cfg = grid_config(s, kind, seeds_of(suite, kind), root=pin)
+    cfg = grid_config(s, kind, seeds_of(suite, kind, s), root=pin)
     out_dir = storage_root / f"{name}-{kind}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
@@ -215,10 +230,11 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
         # seeds would (docs/benchmarks.md, "Lockstep pilots"), so one engine keeps grids comparable
         cmd += ["--engine", "solo"]
     partial = data_path(name, kind, partial=True)
-    if partial.is_file() and not (out_dir / "race.db").exists():
-        # the storage of an interrupted grid is gone (a new machine or session): its committed
-        # finished pilots go into the new study first, and only the missing ones run
-        with gzip.open(partial, "rt", encoding="utf-8") as fh:
+    # the storage of an interrupted grid is gone (a new machine or session), or a complete grid gets
+    # more seeds: its committed finished pilots go into the new study first, and only the missing ones run
+    start = partial if partial.is_file() else (data_path(name, kind) if wants_more(suite, s, kind) else None)
+    if start is not None and not (out_dir / "race.db").exists():
+        with gzip.open(start, "rt", encoding="utf-8") as fh:
             rec = json.load(fh)
         cmd += ["--import-pilots", str(_results_file(rec, out_dir / "committed-pilots.json"))]
     env = {**os.environ, "PYTHONPATH": str(pin)}
@@ -1215,7 +1231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 if not planned(s, kind):
                     continue
-                if data_path(s["name"], kind).is_file():
+                if data_path(s["name"], kind).is_file() and not wants_more(suite, s, kind):
                     continue
                 if s["base"] != "default" and not (Path(args.pin) / s["base"]).is_file():
                     print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} skipped: the pin {args.pin} predates its "

@@ -63,7 +63,7 @@ def count_runs(path: Path) -> int:
 
 def planned_runs(suite: dict, s: dict, kind: str) -> int:
     v = _v()
-    return len(s[v.GRID_KEYS[kind]]) * v.seeds_of(suite, kind)
+    return len(s[v.GRID_KEYS[kind]]) * v.seeds_of(suite, kind, s)
 
 
 def learned(record: dict) -> tuple[bool, float, float]:
@@ -90,13 +90,13 @@ def progress_lines(suite: dict) -> list[str]:
                 continue
             want = planned_runs(suite, s, k)
             done_path, part_path = v.data_path(s["name"], k), v.data_path(s["name"], k, partial=True)
-            if done_path.is_file():
+            if part_path.is_file():          # under way (a grid getting more seeds too: its partial has them all)
+                cells.append(f"under way: {count_runs(part_path)}/{want}" + (", sealed" if v.sealed(suite, k) else ""))
+            elif done_path.is_file():
                 n = count_runs(done_path)
                 with gzip.open(done_path, "rt", encoding="utf-8") as fh:
                     commit = json.load(fh).get("commit", "")[:7]
                 cells.append(f"{n}/{want} runs ({commit})" + (", sealed" if v.sealed(suite, k) else ""))
-            elif part_path.is_file():
-                cells.append(f"under way: {count_runs(part_path)}/{want}" + (", sealed" if v.sealed(suite, k) else ""))
             else:
                 cells.append(f"0/{want}")
         out.append(f"| {s['name']} | {float(s['pilot_budget']):.3g} | " + " | ".join(cells) + " |")

@@ -4,6 +4,10 @@
     python research/scripts/drift.py backtest     # leave-one-setting-out: each candidate's range at 10 × and 30 × B, scored
     python research/scripts/drift.py population   # the population drift (all development settings), as race/drift.py freezes it
 
+After the second round was unsealed, both rounds are development data; ``--suite`` given twice reads
+them as one set of settings (``--suite research/validation/suite.yaml --suite research/validation/round2.yaml``),
+with 100 × B grids scored too, and ``tables --write/--check`` use docs/drift.md's ``drift:rounds`` block.
+
 Data: research/validation/runs/ (the first round, all of it development data now). Each constant-rate run's
 held-out checkpoints (budget fractions 1/64 … 1, the same 100 checkpoint prompts throughout) are
 IsoFLOP points at that fraction of its budget: a constant-rate run stopped at f · C is the run
@@ -31,7 +35,8 @@ for p in (ROOT, ROOT / "research" / "scripts"):
 
 import validation as V  # noqa: E402
 
-GRIDS = ("pilot", "full10", "full30")
+GRIDS = ("pilot", "full10", "full30", "full100")
+FACTORS = (("full10", 10.0), ("full30", 30.0), ("full100", 100.0))
 N_BOOT = 400
 # settings every run of which collapsed: no optimum to move
 ALL_COLLAPSED = {"lr-x3", "lr-x3-cosine"}
@@ -182,7 +187,11 @@ def pool(ds: Sequence[float], ses: Sequence[float]) -> dict[str, float]:
 # ---------------------------------------------------------------- the backtest
 
 CANDIDATES = ("at B (the rule today)", "population drift", "own pilots' drift", "shrunk to the population",
-              "ladder (emulated), shrunk", "GP surface (scikit-learn)")
+              "ladder (emulated), shrunk", "GP surface (scikit-learn)",
+              # after round 2 was unsealed (2026-12-04): the shrunk range, with the recommended point kept
+              # at B's, or moved only by the grid's own drift where its 90 % CI excludes no move
+              "shrunk range, point at B", "shrunk range, point by own evidence")
+Z90 = 1.6449
 
 
 def gp_centre(lvs: list[dict], x_f: float, rho_lo: float, rho_hi: float) -> float:
@@ -249,7 +258,7 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
                        default=None)
             if frac is not None:
                 ladder_fit = fit(levels(s, grids=("pilot",), seeds=2, extra=[("full10", frac, pts, 2)]))
-        for kind, factor in (("full10", 10.0), ("full30", 30.0)):
+        for kind, factor in FACTORS:
             full = V.load_run(s["name"], kind)
             if full is None or V.grid_class(V.diagnosis(full)) == "unstable":
                 continue
@@ -269,6 +278,11 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
                 recs[CANDIDATES[2]] = ((c - half, c + half), c)
             recs[CANDIDATES[3]] = moved(*shrink(own.d if own else float("nan"), own.d_se if own else math.inf,
                                                 pop["d"], tau))
+            (s_lo, s_hi), _ = recs[CANDIDATES[3]]
+            recs[CANDIDATES[6]] = ((s_lo, s_hi), min(s_hi, max(s_lo, pv.recommended_rho)))
+            own_move = (own.d * x_f if own is not None and math.isfinite(own.d_se) and abs(own.d) > Z90 * own.d_se
+                        else 0.0)
+            recs[CANDIDATES[7]] = ((s_lo, s_hi), min(s_hi, max(s_lo, pv.recommended_rho + own_move)))
             if ladder_fit is not None:
                 recs[CANDIDATES[4]] = moved(*shrink(ladder_fit.d, ladder_fit.d_se, pop["d"], tau))
             grid = sorted(V.measured_rho(pilot).values())
@@ -277,7 +291,7 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
             fmeas = sorted(V.measured_rho(full).values())
             for name, ((lo, hi), rho) in recs.items():
                 regret, regret_se, best = score(full, rho)
-                rows.append({"setting": s["name"], "half": s["half"], "factor": factor, "model": name, "rho": rho,
+                rows.append({"setting": s["name"], "half": s.get("half", "held-out"), "factor": factor, "model": name, "rho": rho,
                              "range": (lo, hi), "in_range": V._within(best, lo, hi), "best": best,
                              # a recommendation past the measured full grid by more than 0.05: its regret is unknown
                              "outside": rho < fmeas[0] - 0.05 or rho > fmeas[-1] + 0.05,
@@ -290,7 +304,7 @@ def backtest_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = ["| model | factor | settings | median regret, pooled SEs (CI, coverage) | mean regret (reward) | "
            "full-run best ρ in the range | recommended ρ past the measured grid |", "|---|---|---|---|---|---|---|"]
     for name in CANDIDATES:
-        for factor in (10.0, 30.0):
+        for _, factor in FACTORS:
             sel = [r for r in rows if r["model"] == name and r["factor"] == factor and math.isfinite(r["regret_se"])]
             if not sel:
                 continue
@@ -330,10 +344,29 @@ def population_lines(suite: dict) -> list[str]:
     return out
 
 
-def tables(suite: dict) -> str:
+def tables(suite: dict, *, optimum: bool = True) -> str:
     return "\n".join(["### The drift per setting (joint surface, all grids)", "", *population_lines(suite), "",
                       "### The backtest (leave one setting out)", "", *backtest_lines(backtest(suite)), "",
-                      "### The optimum against budget", "", *table(suite), ""])
+                      *(["### The optimum against budget", "", *table(suite), ""] if optimum else [])])
+
+
+def combined(paths: Sequence[Path]) -> dict:
+    """One suite of every setting that ran full grids in the suites at ``paths`` (their names are
+    distinct), each read from its own round's committed data (validation.RUNS_OF)."""
+    if len(paths) == 1:
+        suite = V.load_suite(paths[0])
+        if suite.get("runs"):
+            V.RUNS = V.ROOT / suite["runs"]
+        return suite
+    settings = []
+    for path in paths:
+        suite = V.load_suite(path)
+        runs = V.ROOT / suite["runs"] if suite.get("runs") else V.RUNS
+        for s in suite["settings"]:
+            if V.planned(s, "full10"):
+                V.RUNS_OF[s["name"]] = runs
+                settings.append(s)
+    return {"settings": settings}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -341,14 +374,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("cmd", choices=["table", "backtest", "population", "tables"])
     ap.add_argument("--check", default=None, help="tables: exit 1 if this doc's drift block differs")
     ap.add_argument("--write", default=None, help="tables: rewrite this doc's drift block")
+    ap.add_argument("--suite", action="append", default=None,
+                    help="a suite file; give it twice to read several rounds as one set of settings (default: "
+                         "the first round); tables --write/--check then use that set's own block")
     args = ap.parse_args(argv)
-    suite = V.load_suite()
+    suite = combined([Path(x) for x in args.suite or [V.SUITE]])
+    global BEGIN, END
+    if args.suite and len(args.suite) > 1:
+        BEGIN, END = "<!-- drift:rounds:begin -->", "<!-- drift:rounds:end -->"
     if args.cmd == "tables":
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")          # the GP's convergence notes
-            text = tables(suite)
+            text = tables(suite, optimum=not (args.suite and len(args.suite) > 1))
         if args.check:
             if V._doc_tables(Path(args.check).read_text(), BEGIN, END) != text:
                 sys.stderr.write(f"{args.check}: the drift tables differ from what research/validation/runs/ gives; run: "

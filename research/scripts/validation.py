@@ -147,8 +147,11 @@ def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None) -> 
     return cfg
 
 
+RUNS_OF: dict[str, Path] = {}     # a setting's committed data where it is not under RUNS (several rounds read at once)
+
+
 def data_path(name: str, kind: str, *, partial: bool = False) -> Path:
-    return RUNS / name / f"{kind}{'.partial' if partial else ''}.json.gz"
+    return RUNS_OF.get(name, RUNS) / name / f"{kind}{'.partial' if partial else ''}.json.gz"
 
 
 def write_record(record: dict, *, partial: bool = False) -> Path:

@@ -186,8 +186,14 @@ def rate_plan(s: dict, kind: str) -> dict:
     return {"rho": round(rho, 3), "F": F, "stability": at_f, "rate": rate, "config": raw}
 
 
-def run_rate(s: dict, kind: str, seed: int) -> Path:
-    """One full run at the recommended rate and ρ (race.pilot.run_pilot in this process, one thread)."""
+# Rate variants run after round 2 was unsealed (development data from then on): name → (η scale, schedule,
+# warm-up), replacing the recommendation's rate; the ρ stays the recommended one.
+VARIANTS = {"same-eta-cosine": (1.0, "cosine", 0.05)}   # rule 3's rate: the configured η, cosine decay to 0
+
+
+def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
+    """One full run at the recommended rate and ρ (race.pilot.run_pilot in this process, one thread);
+    with ``variant``, at that rate of VARIANTS instead (its own file, out of the scored table)."""
     import gzip
     import json
     import time
@@ -200,6 +206,15 @@ def run_rate(s: dict, kind: str, seed: int) -> Path:
     torch.set_num_threads(1)
     plan = rate_plan(s, kind)
     raw, rho = dict(plan["config"]), plan["rho"]
+    if variant is not None:
+        from race.rate import configured_lr
+
+        scale, schedule, warmup = VARIANTS[variant]
+        lr, _ = configured_lr(V.grid_config(s, kind, 1))
+        raw["learning_rate"] = {**raw["learning_rate"], "ref": lr.ref * scale, "schedule": schedule, "warmup": warmup}
+        plan["rate"] = {"rule": variant, "scale": scale, "schedule": schedule, "warmup": warmup,
+                        "line": f"rate for F: η × {scale:g} = {lr.ref * scale:.3g} (η_ref), {schedule} with "
+                                f"{warmup:.0%} warm-up (variant {variant})"}
     raw.update(name=f"rate-{s['name']}-{kind}", grid=[rho, round(rho + 0.05, 3), round(rho + 0.1, 3)], seeds=1)
     cfg = config_from_dict(raw)
     sched = next(x for x in plan_grid(cfg).schedules if x.rho_target == rho)   # the config's 3-point minimum
@@ -211,7 +226,7 @@ def run_rate(s: dict, kind: str, seed: int) -> Path:
            "rate": plan["rate"], "commit": V._commit(ROOT), "wall_seconds": round(time.time() - t0, 1),
            "config": raw, "pilots": [V.compact_pilot(result.to_dict())]}
     RATES.mkdir(parents=True, exist_ok=True)
-    path = RATES / f"{s['name']}-{kind}-s{seed}.json.gz"
+    path = RATES / f"{s['name']}-{kind}-{variant + '-' if variant else ''}s{seed}.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump(rec, fh, separators=(",", ":"))
     return path
@@ -269,6 +284,8 @@ def rate_lines() -> list[str]:
         else:
             recs = []
             for path in sorted(RATES.glob(f"{name}-{kind}-s*.json.gz")):
+                if not path.name.removeprefix(f"{name}-{kind}-s").removesuffix(".json.gz").isdigit():
+                    continue                 # a variant's run (VARIANTS), not the recommended rate's
                 with gzip.open(path, "rt", encoding="utf-8") as fh:
                     recs.append(json.load(fh))
             if not recs:
@@ -339,6 +356,8 @@ def main() -> int:
     ap.add_argument("--write", default=None, help="rates: write the table between the stability:rates markers")
     ap.add_argument("--check", default=None, help="rates: exit 1 unless FILE's table is what the committed runs give")
     ap.add_argument("--seeds", default=",".join(map(str, RATE_SEEDS)))
+    ap.add_argument("--variant", default=None, choices=sorted(VARIANTS),
+                    help="rate: run at this rate instead of the recommended one (after unsealing; its own files)")
     ap.add_argument("setting", nargs="?")
     ap.add_argument("kind", nargs="?", default="full10")
     ap.add_argument("--storage", default="/work/validation-runs/probes")
@@ -387,10 +406,11 @@ def main() -> int:
         print(text)
         return 0
     if args.cmd == "rate":
+        tag = f"{args.variant}-" if args.variant else ""
         for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
             for seed in map(int, args.seeds.split(",")):
-                if not (RATES / f"{name}-{kind}-s{seed}.json.gz").is_file():
-                    print(run_rate(V.setting(suite, name), kind, seed), flush=True)
+                if not (RATES / f"{name}-{kind}-{tag}s{seed}.json.gz").is_file():
+                    print(run_rate(V.setting(suite, name), kind, seed, args.variant), flush=True)
         return 0
     if args.cmd == "probes":
         todo = ([tuple(x.split(":")) for x in args.only.split(",")] if args.only else

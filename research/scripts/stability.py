@@ -131,6 +131,7 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
 # constant rate. lr-x3 at 10 × B needs none: its recommended rate (η ÷ 3, cosine, 5 % warm-up) is
 # default-cosine's config exactly, whose 15 committed full runs at 10 × B answer it.
 RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
+RATE_VARIANTS: tuple = ()      # round 2: (setting, kind, variant) rate runs after the unsealing
 RATE_SEEDS = (0, 1, 2)
 RATES = ROOT / "research" / "validation" / "rates"
 ROUND = 1
@@ -139,7 +140,7 @@ ROUND = 1
 def use_suite(suite: dict) -> None:
     """Point this module at a suite's folders: round 2 keeps its own committed grids (``runs``),
     probes (``probes``), rate runs (``rates``) and pre-registered rate runs (``rate_runs``)."""
-    global PROBES, RATES, RATE_RUNS, ROUND
+    global PROBES, RATES, RATE_RUNS, RATE_VARIANTS, ROUND
     if suite.get("round") != 2:
         return
     ROUND = 2
@@ -147,6 +148,7 @@ def use_suite(suite: dict) -> None:
     PROBES = ROOT / suite["probes"]
     RATES = ROOT / suite.get("rates", "research/validation/round2/rates")
     RATE_RUNS = tuple((name, kind) for name, kind in suite.get("rate_runs") or ())
+    RATE_VARIANTS = tuple(tuple(v) for v in suite.get("rate_variants") or ())
 
 
 def probe_as_record(rec: dict) -> dict:
@@ -269,30 +271,47 @@ def run_product_probe(suite: dict, s: dict, kind: str) -> Path:
 def rate_lines() -> list[str]:
     """The validation of the rate for F (issue 33, item 2): per setting, the full runs at the
     recommended rate and ρ that are in (research/validation/rates/), their collapses and final held-out
-    reward, against the constant rate's stable full runs at the nearest ρ of the committed grid."""
+    reward, against the constant rate's stable full runs at the nearest ρ of the committed grid.
+    Round 2's ``rate_variants`` (run after the unsealing) follow in a table of their own, not scored."""
+    rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
+    out, held = _rate_table(rows)
+    out += ["", f"The rate holds on {sum(held)} of {len(held)} grids whose runs are all in: no run at the recommended "
+            "rate collapsed, and their mean final reward is not below the constant rate's stable runs by more than "
+            "2 SEs of the difference (Welch; where none of those held, no collapse suffices)."]
+    if RATE_VARIANTS:
+        more, _ = _rate_table([tuple(v) for v in RATE_VARIANTS])
+        out += ["", "After the unsealing (development data, not a score of the frozen rule), other rates at the same ρ:",
+                "", *more]
+    return out
+
+
+def _rate_table(rows: list[tuple]) -> tuple[list[str], list[bool]]:
+    """rate_lines' table for (setting, kind, variant or None) rows, and whether each complete row holds."""
     import gzip
     import json
 
     out = ["| setting | F | rate (rule) | ρ | runs in | collapsed | final reward, mean (seeds) | constant rate's "
            "stable runs at the nearest ρ | holds? |", "|---|---|---|---|---|---|---|---|---|"]
     held = []
-    rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
-    for name, kind, _ in rows:
+    for name, kind, variant in rows:
         if name == "lr-x3":      # η ÷ 3 with cosine is default-cosine's config: its committed runs answer it
             runs = V.pilots_of(V.load_run("default-cosine", kind))
             rate, rho = "η ÷ 3, cosine (2): default-cosine's runs", "all 5"
         else:
             recs = []
-            for path in sorted(RATES.glob(f"{name}-{kind}-s*.json.gz")):
-                if not path.name.removeprefix(f"{name}-{kind}-s").removesuffix(".json.gz").isdigit():
-                    continue                 # a variant's run (VARIANTS), not the recommended rate's
+            head = f"{name}-{kind}-{variant + '-' if variant else ''}s"
+            for path in sorted(RATES.glob(f"{head}*.json.gz")):
+                if not path.name.removeprefix(head).removesuffix(".json.gz").isdigit():
+                    continue                 # another rate's run (a variant's, or the recommended one's)
                 with gzip.open(path, "rt", encoding="utf-8") as fh:
                     recs.append(json.load(fh))
             if not recs:
                 out.append(f"| {name} | {kind[4:]}×B | — | — | 0/{len(RATE_SEEDS)} | | | | |")
                 continue
             runs = [V.pilots_of(r)[0] for r in recs]
-            rate = f"{recs[0]['rate']['line'].split('(')[0].removeprefix('rate for F: ').strip()} ({recs[0]['rate']['rule']})"
+            r0 = recs[0]["rate"]
+            rate = (f"{r0['line'].split('(')[0].removeprefix('rate for F: ').strip()} ({r0['rule']})" if not variant else
+                    f"η × {r0['scale']:g}, {r0['schedule']} decay to 0 with {r0['warmup']:.0%} warm-up ({variant})")
             rho = f"{recs[0]['rho']:.3f}"
         finals = [statistics.fmean(p.evals["reward"]) for p in runs]
         grid = V.load_run(name, kind)
@@ -316,10 +335,7 @@ def rate_lines() -> list[str]:
                    + (f"/{len(RATE_SEEDS)}" if name != "lr-x3" else "") + f" | {sum(fell(p) for p in runs)} | "
                    f"{statistics.fmean(finals):.3f}{sd} ({len(finals)}) | {ref} | "
                    f"{('yes' if ok else '**no**') if done else '(under way)'} |")
-    out += ["", f"The rate holds on {sum(held)} of {len(held)} grids whose runs are all in: no run at the recommended "
-            "rate collapsed, and their mean final reward is not below the constant rate's stable runs by more than "
-            "2 SEs of the difference (Welch; where none of those held, no collapse suffices)."]
-    return out
+    return out, held
 
 
 def rate_holds(finals: list[float], stable: list[float], *, collapsed: int) -> bool:

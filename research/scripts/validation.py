@@ -318,7 +318,7 @@ def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
     for s in suite["settings"]:
         for kind in KINDS:
             results_file = storage_root / f"{s['name']}-{kind}" / "results.json"
-            if data_path(s["name"], kind).is_file() or not results_file.is_file():
+            if (data_path(s["name"], kind).is_file() and not wants_more(suite, s, kind)) or not results_file.is_file():
                 continue
             results = json.loads(results_file.read_text())
             done = [p for p in results["pilots"] if p.get("status") == "complete"]

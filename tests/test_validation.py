@@ -257,3 +257,37 @@ def test_the_rate_tables_of_the_stability_doc_are_recomputed_from_the_committed_
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "up to date" in out.stdout
+
+
+def test_a_settings_more_seeds_resumes_its_complete_grid_and_snapshots_it(tmp_path, monkeypatch):
+    """round2.yaml's ``more_seeds``: a committed grid with fewer seeds is wanted again, its seeds per
+    point are the setting's, and its storage's progress is snapshot as a partial (the complete record stays)."""
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation as V
+
+    monkeypatch.setattr(V, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(V, "RUNS_OF", {})
+    suite = {"seeds": {"full10": 5}, "settings": []}
+    s = {"name": "x", "pilot_budget": 1e11, "full_grid": [0.4, 0.6], "more_seeds": {"full10": 7}}
+    plain = {"name": "y", "pilot_budget": 1e11, "full_grid": [0.4, 0.6]}
+    assert V.seeds_of(suite, "full10", s) == 7 and V.seeds_of(suite, "full10", plain) == 5
+    assert not V.wants_more(suite, s, "full10")                     # nothing committed: the queue runs it anyway
+    pilot = {"rho_target": 0.4, "seed": 0, "status": "complete"}
+    for name in ("x", "y"):
+        path = V.data_path(name, "full10")
+        path.parent.mkdir(parents=True)
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            json.dump({"setting": name, "kind": "full10", "seeds": 5, "pilots": [pilot]}, fh)
+    assert V.wants_more(suite, s, "full10") and not V.wants_more(suite, plain, "full10")
+    store = tmp_path / "store" / "x-full10"
+    store.mkdir(parents=True)
+    (store / "results.json").write_text(json.dumps({"pilots": [pilot, {**pilot, "seed": 5},
+                                                               {**pilot, "seed": 6, "status": "running"}]}))
+    monkeypatch.setattr(V, "compact_pilot", lambda p: p)
+    monkeypatch.setattr(V, "_commit", lambda pin: "abc")
+    written = V.snapshot({**suite, "settings": [s, plain]}, tmp_path / "store", tmp_path)
+    assert written == [V.data_path("x", "full10", partial=True)]
+    with gzip.open(written[0], "rt", encoding="utf-8") as fh:
+        part = json.load(fh)
+    assert part["seeds"] == 7 and [p["seed"] for p in part["pilots"]] == [0, 5]
+    assert V.data_path("x", "full10").is_file()

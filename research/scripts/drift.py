@@ -191,7 +191,6 @@ CANDIDATES = ("at B (the rule today)", "population drift", "own pilots' drift", 
               # after round 2 was unsealed (2026-12-04): the shrunk range, with the recommended point kept
               # at B's, or moved only by the grid's own drift where its 90 % CI excludes no move
               "shrunk range, point at B", "shrunk range, point by own evidence")
-Z90 = 1.6449
 
 
 def gp_centre(lvs: list[dict], x_f: float, rho_lo: float, rho_hi: float) -> float:
@@ -233,7 +232,7 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
     """Leave one setting out: the population drift from the others' data (all grids); the held-out
     setting sees only its pilot grid (and, for the ladder, the longer pilots it would buy); each
     candidate's range at 10 × and 30 × B is scored against that setting's full runs."""
-    from race.drift import range_at, shrink
+    from race.drift import Z90, range_at, shrink
 
     rows = []
     for s in suite["settings"]:
@@ -331,6 +330,7 @@ def backtest_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 BEGIN, END = "<!-- drift:tables:begin -->", "<!-- drift:tables:end -->"
+ROUNDS_BEGIN, ROUNDS_END = "<!-- drift:rounds:begin -->", "<!-- drift:rounds:end -->"   # several suites read as one
 
 
 def population_lines(suite: dict) -> list[str]:
@@ -378,25 +378,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a suite file; give it twice to read several rounds as one set of settings (default: "
                          "the first round); tables --write/--check then use that set's own block")
     args = ap.parse_args(argv)
+    rounds = bool(args.suite and len(args.suite) > 1)
     suite = combined([Path(x) for x in args.suite or [V.SUITE]])
-    global BEGIN, END
-    if args.suite and len(args.suite) > 1:
-        BEGIN, END = "<!-- drift:rounds:begin -->", "<!-- drift:rounds:end -->"
+    begin, end = (ROUNDS_BEGIN, ROUNDS_END) if rounds else (BEGIN, END)
     if args.cmd == "tables":
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")          # the GP's convergence notes
-            text = tables(suite, optimum=not (args.suite and len(args.suite) > 1))
+            text = tables(suite, optimum=not rounds)
         if args.check:
-            if V._doc_tables(Path(args.check).read_text(), BEGIN, END) != text:
+            if V._doc_tables(Path(args.check).read_text(), begin, end) != text:
                 sys.stderr.write(f"{args.check}: the drift tables differ from what research/validation/runs/ gives; run: "
                                  f"python research/scripts/drift.py tables --write {args.check}\n")
                 return 1
         elif args.write:
             doc = Path(args.write).read_text()
-            head, rest = doc.split(BEGIN, 1)
-            Path(args.write).write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
+            head, rest = doc.split(begin, 1)
+            Path(args.write).write_text(head + begin + "\n" + text + end + rest.split(end, 1)[1])
         else:
             sys.stdout.write(text)
         return 0

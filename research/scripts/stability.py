@@ -185,12 +185,14 @@ def rate_plan(s: dict, kind: str) -> dict:
     rate = full_run_rate(lr, status=at_f["status"], factor=F / B, full_lr=full_lr, probe=probe)
     raw["learning_rate"] = {**(raw.get("learning_rate") or {}), "ref": lr.ref * rate["scale"],
                             "schedule": rate["schedule"], "warmup": rate["warmup"]}
-    return {"rho": round(rho, 3), "F": F, "stability": at_f, "rate": rate, "config": raw}
+    return {"rho": round(rho, 3), "F": F, "stability": at_f, "rate": rate, "config": raw, "eta_ref": lr.ref}
 
 
 # Rate variants run after round 2 was unsealed (development data from then on): name → (η scale, schedule,
 # warm-up), replacing the recommendation's rate; the ρ stays the recommended one.
-VARIANTS = {"same-eta-cosine": (1.0, "cosine", 0.05)}   # rule 3's rate: the configured η, cosine decay to 0
+from race.rate import LONG_WARMUP  # noqa: E402  (light: no torch)
+
+VARIANTS = {"same-eta-cosine": (1.0, "cosine", LONG_WARMUP)}   # rule 3's rate: the configured η, cosine decay to 0
 
 
 def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
@@ -209,13 +211,11 @@ def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
     plan = rate_plan(s, kind)
     raw, rho = dict(plan["config"]), plan["rho"]
     if variant is not None:
-        from race.rate import configured_lr
-
         scale, schedule, warmup = VARIANTS[variant]
-        lr, _ = configured_lr(V.grid_config(s, kind, 1))
-        raw["learning_rate"] = {**raw["learning_rate"], "ref": lr.ref * scale, "schedule": schedule, "warmup": warmup}
+        raw["learning_rate"] = {**raw["learning_rate"], "ref": plan["eta_ref"] * scale, "schedule": schedule,
+                                "warmup": warmup}
         plan["rate"] = {"rule": variant, "scale": scale, "schedule": schedule, "warmup": warmup,
-                        "line": f"rate for F: η × {scale:g} = {lr.ref * scale:.3g} (η_ref), {schedule} with "
+                        "line": f"rate for F: η × {scale:g} = {plan['eta_ref'] * scale:.3g} (η_ref), {schedule} with "
                                 f"{warmup:.0%} warm-up (variant {variant})"}
     raw.update(name=f"rate-{s['name']}-{kind}", grid=[rho, round(rho + 0.05, 3), round(rho + 0.1, 3)], seeds=1)
     cfg = config_from_dict(raw)

@@ -102,6 +102,12 @@ def wants_more(suite: dict, s: dict, kind: str) -> bool:
         return int(json.load(fh).get("seeds", 0)) < seeds_of(suite, kind, s)
 
 
+def finished(suite: dict, s: dict, kind: str) -> bool:
+    """Whether grid ``kind`` of setting ``s`` is committed complete with every seed the suite plans:
+    nothing left for the queue to run, or for a snapshot to take."""
+    return data_path(s["name"], kind).is_file() and not wants_more(suite, s, kind)
+
+
 def sealed(suite: dict, kind: str) -> bool:
     """Whether grid ``kind`` of this suite is sealed: listed under ``sealed`` while ``freeze`` is unset.
     A sealed grid's results stay out of every table, summary and printout (research/scripts/validation_round2.py)."""
@@ -318,7 +324,7 @@ def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
     for s in suite["settings"]:
         for kind in KINDS:
             results_file = storage_root / f"{s['name']}-{kind}" / "results.json"
-            if (data_path(s["name"], kind).is_file() and not wants_more(suite, s, kind)) or not results_file.is_file():
+            if finished(suite, s, kind) or not results_file.is_file():
                 continue
             results = json.loads(results_file.read_text())
             done = [p for p in results["pilots"] if p.get("status") == "complete"]
@@ -1234,7 +1240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 if not planned(s, kind):
                     continue
-                if data_path(s["name"], kind).is_file() and not wants_more(suite, s, kind):
+                if finished(suite, s, kind):
                     continue
                 if s["base"] != "default" and not (Path(args.pin) / s["base"]).is_file():
                     print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} skipped: the pin {args.pin} predates its "

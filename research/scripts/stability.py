@@ -275,9 +275,11 @@ def rate_lines() -> list[str]:
     Round 2's ``rate_variants`` (run after the unsealing) follow in a table of their own, not scored."""
     rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
     out, held = _rate_table(rows)
-    out += ["", f"The rate holds on {sum(held)} of {len(held)} grids whose runs are all in: no run at the recommended "
-            "rate collapsed, and their mean final reward is not below the constant rate's stable runs by more than "
-            "2 SEs of the difference (Welch; where none of those held, no collapse suffices)."]
+    tot = [sum(h[i] for h in held) for i in range(1, 5)]
+    out += ["", f"The rate holds on {sum(h[0] for h in held)} of {len(held)} grids whose runs are all in: no run at the "
+            "recommended rate collapsed, and their mean final reward is not below the constant rate's stable runs by "
+            "more than 2 SEs of the difference (Welch; where none of those held, no collapse suffices). On those grids "
+            f"{tot[0]} of {tot[1]} runs at the recommended rate collapsed, and {tot[2]} of {tot[3]} at the constant rate."]
     if RATE_VARIANTS:
         more, _ = _rate_table([tuple(v) for v in RATE_VARIANTS])
         out += ["", "After the unsealing (development data, not a score of the frozen rule), other rates at the same ρ:",
@@ -329,8 +331,8 @@ def _rate_table(rows: list[tuple]) -> tuple[list[str], list[bool]]:
                else f"none held ({len(near)} collapsed)")
         ok = rate_holds(finals, stable, collapsed=sum(fell(p) for p in runs))
         done = name == "lr-x3" or len(runs) == len(RATE_SEEDS)
-        if done:
-            held.append(ok)
+        if done:                    # (holds?, its runs collapsed, its runs, the grid's constant-rate ones, all of those)
+            held.append((ok, sum(fell(p) for p in runs), len(runs), sum(fell(p) for p in base), len(base)))
         out.append(f"| {name} | {kind[4:]}×B | {rate} | {rho} | {len(runs)}"
                    + (f"/{len(RATE_SEEDS)}" if name != "lr-x3" else "") + f" | {sum(fell(p) for p in runs)} | "
                    f"{statistics.fmean(finals):.3f}{sd} ({len(finals)}) | {ref} | "

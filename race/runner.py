@@ -74,7 +74,10 @@ def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, d
             run_lockstep(cfg, sched, list(seeds), device=device, progress=progress,
                          on_result=lambda r: conn.send(("result", r.to_dict())))
     except BaseException as e:  # report, then die: the parent records every unfinished pilot as failed
-        conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        # the parent may be gone or stopping (SIGTERM, Ctrl-C): its end of the pipe is closed and the
+        # report has no reader; leave quietly rather than print a BrokenPipeError after its last line
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
     finally:
         conn.close()
 
@@ -165,65 +168,86 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
     pending: list[list[Job]] = lockstep_groups(list(jobs), group_size)
     running: dict = {}
     results = []
-    while pending or running or (keep_going is not None and keep_going()):
-        while len(running) < workers:
-            got = pending.pop(0) if pending else (next_job() if next_job else None)
-            if not got:
-                break
-            group = list(got) if isinstance(got, list) else [got]
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(child, cfg, group[0].schedule.to_dict(),
-                                                    [j.seed for j in group], threads, device), daemon=True)
-            with _unimportable_main_hidden():
-                proc.start()
-            child.close()
-            running[parent] = (proc, {j.seed: j for j in group})
-            if on_start:
-                for job in group:
-                    on_start(job, proc.pid)
-        if on_tick:
-            on_tick()
-        if not running:
-            time.sleep(poll)
-            continue
-        ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=poll)
-        for conn in list(running):
-            proc, left = running[conn]
-            done, error = False, None
+    try:
+        while pending or running or (keep_going is not None and keep_going()):
+            while len(running) < workers:
+                got = pending.pop(0) if pending else (next_job() if next_job else None)
+                if not got:
+                    break
+                group = list(got) if isinstance(got, list) else [got]
+                parent, child = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(child, cfg, group[0].schedule.to_dict(),
+                                                        [j.seed for j in group], threads, device), daemon=True)
+                with _unimportable_main_hidden():
+                    proc.start()
+                child.close()
+                running[parent] = (proc, {j.seed: j for j in group})
+                if on_start:
+                    for job in group:
+                        on_start(job, proc.pid)
+            if on_tick:
+                on_tick()
+            if not running:
+                time.sleep(poll)
+                continue
+            ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=poll)
+            for conn in list(running):
+                proc, left = running[conn]
+                done, error = False, None
 
-            def finish(job: Job, result: PilotResult) -> None:
-                results.append(result)
-                if on_result:
-                    on_result(job, result)
+                def finish(job: Job, result: PilotResult) -> None:
+                    results.append(result)
+                    if on_result:
+                        on_result(job, result)
 
-            try:
-                while conn.poll():
-                    msg = conn.recv()
-                    if msg[0] == "progress" and on_progress and msg[1] in left:
-                        on_progress(left[msg[1]], msg[2], msg[3])
-                    elif msg[0] == "result":
-                        result = PilotResult.from_dict(msg[1])
-                        job = left.pop(result.seed, None)
-                        if job is not None:
-                            finish(job, result)
-                        done = not left
-                    elif msg[0] == "error":
-                        error, done = (msg[1], msg[2]), True
-            except (EOFError, OSError):
-                done = True
-            if not done and proc.sentinel in ready and not proc.is_alive():
-                done = True
-            if done:
-                proc.join(timeout=5)
-                if error is None and left:
-                    code = proc.exitcode
-                    why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
-                    error = (f"pilot process {why}", "")
-                for job in list(left.values()):
-                    finish(job, _failed(job, *error))
-                del running[conn]
-                conn.close()
+                try:
+                    while conn.poll():
+                        msg = conn.recv()
+                        if msg[0] == "progress" and on_progress and msg[1] in left:
+                            on_progress(left[msg[1]], msg[2], msg[3])
+                        elif msg[0] == "result":
+                            result = PilotResult.from_dict(msg[1])
+                            job = left.pop(result.seed, None)
+                            if job is not None:
+                                finish(job, result)
+                            done = not left
+                        elif msg[0] == "error":
+                            error, done = (msg[1], msg[2]), True
+                except (EOFError, OSError):
+                    done = True
+                if not done and proc.sentinel in ready and not proc.is_alive():
+                    done = True
+                if done:
+                    proc.join(timeout=5)
+                    if error is None and left:
+                        code = proc.exitcode
+                        why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
+                        error = (f"pilot process {why}", "")
+                    for job in list(left.values()):
+                        finish(job, _failed(job, *error))
+                    del running[conn]
+                    conn.close()
+    except BaseException:  # stopping (SIGTERM, Ctrl-C, an error in a callback): no pilot outlives the caller
+        _stop(running)
+        raise
     return results
+
+
+def _stop(running: dict) -> None:
+    """End every pilot process still running and wait for it, so that none writes to the terminal
+    after the caller's last line (each pilot's storage row is the caller's to settle)."""
+    for proc, _ in running.values():
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    for conn, (proc, _) in list(running.items()):
+        with contextlib.suppress(Exception):
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        with contextlib.suppress(Exception):
+            conn.close()
+    running.clear()
 
 
 def _failed(job: Job, error: str, tb: str) -> PilotResult:

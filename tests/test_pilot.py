@@ -82,6 +82,33 @@ def test_a_dying_pilot_takes_only_itself_down():
     os.remove(crash_reward.MARKER + ".taken")
 
 
+def test_a_stopped_caller_takes_its_pilots_down_and_they_print_nothing(capfd):
+    """The caller is stopped mid-grid (SIGTERM and Ctrl-C reach run_jobs as an exception): every
+    pilot process ends before the exception leaves run_jobs, and none prints a traceback after it
+    (CI once saw a child's BrokenPipeError below `race pilot`'s one last line)."""
+    import os
+    import time
+
+    from race.runner import Job, run_jobs
+
+    cfg = build_config({**_tiny_dict(), "budget": 2e11, "grid": [0.6, 0.73, 0.84], "eval": {"prompts": 50, "samples": 2}})
+    jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]
+    pids: list[int] = []
+
+    def stop(job, step, spent):  # noqa: ANN001, ARG001
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(cfg, jobs, workers=2, on_start=lambda job, pid: pids.append(pid), on_progress=stop, poll=0.1)
+    assert pids
+    for pid in pids:                       # reaped: no such process (not even a zombie) any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    time.sleep(1.0)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
 def test_hf_peft_path_runs_a_pilot(torch_one_thread):
     """With the lean path off (or for other architectures) the pilot runs HF + peft, whole sequences."""
     from peft import PeftModel

@@ -27,6 +27,27 @@ def test_the_second_rounds_tables_are_recomputed_from_its_committed_data():
     assert out.returncode == 0, out.stderr
 
 
+def test_the_at_risk_line_quotes_the_second_rounds_counts_as_its_tables_print_them():
+    """The at-risk line (race.checkpoints.stability_at: some pilot fell back) quotes round 2's collapsed
+    full runs of the settings whose pilots fell back; those counts are the ones the tables print."""
+    import re
+
+    from race.checkpoints import stability_at
+    from race.records import Stability, StabilityPoint
+
+    doc = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
+    line = next(x for x in doc.splitlines() if x.startswith("Settings whose pilots fell back at B"))
+    counts = re.findall(r"(\d+) of (\d+) full runs collapsed", line)
+    assert len(counts) >= 3, line
+    pt = StabilityPoint(rho_target=0.5, pilots=3, unstable=1, checkpoints=9, prompts=100, eval_flops=1.0)
+    said = stability_at(Stability(target="reward", rule={}, points=(pt,), unstable=((0.5, 0),)),
+                        full_run_budget=1e13, pilot_budget=1e12)["line"]
+    quoted = re.search(r"sealed second round: all (\d+) such settings lost full runs, ([^)]*)\)", said)
+    assert quoted, said
+    assert int(quoted.group(1)) == len(counts) and sum(c != "0" for c, _ in counts) == len(counts)
+    assert sorted(re.findall(r"(\d+) of (\d+)", quoted.group(2))) == sorted(counts), (said, line)
+
+
 def test_the_suite_is_split_and_sized_as_the_issue_asks():
     sys.path.insert(0, str(ROOT / "research" / "scripts"))
     import validation

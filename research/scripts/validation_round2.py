@@ -224,7 +224,8 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     on_mean = statistics.fmean(means[on_policy]) if on_policy in means else float("nan")
     _, gain_ci_f = v.regret_gain_ci(full, rec_f, on_policy)
     probe = probe_record(suite, s["name"], kind)
-    at_f = stability_at(stability(pilots, "reward"), full_run_budget=F, pilot_budget=B, probe=probe)
+    st = stability(pilots, "reward")
+    at_f = stability_at(st, full_run_budget=F, pilot_budget=B, probe=probe)
     runs = len(v.pilots_of(full))
     fell = sum(row["collapses"].values())
     return {**row, "kind": kind, "F": F, "range_f": (lo_f, hi_f), "rec_f": rec_f, "range_f_refused": "refused" in rr,
@@ -232,7 +233,8 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
             "regret_f_pse": v._in_se(regret_f, row["pse"]),
             "gain_f": v.interpolate(on_axis, rec_f) - on_mean, "gain_f_ci": gain_ci_f,
             "flag": at_f["status"], "probe": probe["status"] if probe else None,
-            "runs": runs, "collapsed": fell, "pilot_cost_f": sum(p.flops.total for p in pilots) / F}
+            "runs": runs, "collapsed": fell, "pilots_fell": len(st.unstable) if st is not None else 0,
+            "pilot_cost_f": sum(p.flops.total for p in pilots) / F}
 
 
 def score_rows(suite: dict) -> list[dict[str, Any]]:
@@ -310,7 +312,22 @@ def score_lines(suite: dict) -> list[str]:
                 f"settings without collapses flagged: {_rate(sum(map(at_risk, clean)), len(clean))} [≤ 20 %]",
                 f"- the pilot grid's cost as a share of one full run: median {statistics.median(r['pilot_cost_f'] for r in sel):.3f}",
                 ""]
+    fb = fallen_back(rows)
+    out += ["Settings whose pilots fell back at B (race.checkpoints.stability_at quotes these counts): "
+            + ("; ".join(f"{name}: {c} of {n} full runs collapsed" for name, c, n in fb) if fb else "none") + ".", ""]
     return out
+
+
+def fallen_back(rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(setting, collapsed full runs, full runs), over all its full-run budgets, for each setting
+    some of whose pilots fell back at B: the evidence the at-risk line quotes for round 2."""
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        if r["pilots_fell"]:
+            c = out.setdefault(r["setting"], [0, 0])
+            c[0] += r["collapsed"]
+            c[1] += r["runs"]
+    return [(name, c, n) for name, (c, n) in out.items()]
 
 
 def freeze(suite_path: Path, *, rule: str, drift: str, probe: str, date: str | None = None) -> dict:

@@ -16,23 +16,23 @@ set -u -o pipefail
 OUT=${OUT:-device-check}
 mkdir -p "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-if [ -d .whl ]; then          # bench/device_wheels.sh: optuna for the end-to-end `race pilot` below
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=.:/tmp/site
+PY=$(command -v python3 || command -v python)   # the device machine: python3 is the one with torch
+if [ -f .whl/site.tar.xz ]; then   # bench/device_wheels.sh: pydantic, and optuna for the `race pilot` below
+  mkdir -p /tmp/site && tar -C /tmp/site -xJf .whl/site.tar.xz && export PYTHONPATH=.:/tmp/site
 fi
 # the device tool brings back at most 8 files from $OUT: versions.txt, gpu_check.{txt,json},
 # pytest_gpu.txt, pilot.txt, pilot-results.json, pilot.png, summary.txt
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
-  python -c "import sys, torch, transformers, peft; print('python', sys.version.split()[0], 'torch', torch.__version__,
+  "$PY" -c "import sys, torch, transformers, peft; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1; } | tee "$OUT/versions.txt"
-timeout 270 python bench/gpu_check.py --max-seconds 180 --json "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.txt"
+timeout 270 "$PY" bench/gpu_check.py --max-seconds 180 --json "$OUT/gpu_check.json" 2>&1 | tee "$OUT/gpu_check.txt"
 check=$?
-timeout 170 python -m pytest -m gpu -q -p no:cacheprovider -rA tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+timeout 170 "$PY" -m pytest -m gpu -q -p no:cacheprovider -rA tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.txt"
 tests=$?
 pilot=skipped
-if python -c "import optuna" 2>/dev/null; then
+if "$PY" -c "import optuna" 2>/dev/null; then
   # 3. the product path as a user runs it: calibration, plan, 3 pilots on the GPU, the verdict
-  timeout 110 python -m race.cli pilot --device cuda --budget 2e10 --seeds 1 --grid 0.5,0.62,0.74 \
+  timeout 110 "$PY" -m race.cli pilot --device cuda --budget 2e10 --seeds 1 --grid 0.5,0.62,0.74 \
     --out /tmp/race-pilot --plot "$OUT/pilot.png" 2>&1 | tee "$OUT/pilot.txt"
   pilot=$?
   cp /tmp/race-pilot/results.json "$OUT/pilot-results.json" 2>/dev/null

@@ -104,13 +104,19 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
 
     cuda = device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
+    # a lockstep group of S seeds runs S × micro_batch sequences per pass: it gets micro_batch / S per
+    # seed (whole prompt groups), so that its pass holds what the solo row's does (an H200 ran out of
+    # memory for Qwen2.5-1.5B × 3 seeds at the solo row's 32 sequences each)
+    micro = args.micro_batch
+    if seeds > 1 and micro:
+        micro = max(args.n_gen, micro // seeds // args.n_gen * args.n_gen)
     t0 = time.perf_counter()
     folder = build_random_model(config, os.path.join(workdir, name.replace("/", "--")), dtype, device)
     build_s = time.perf_counter() - t0
     cfg = config_from_dict({
         "model": folder, "budget": 1e30, "task": "arithmetic-easy", "backend": "hf",
         "lengths": {"prompt": 6, "completion": args.completion_len},
-        "grpo": {"temperature": 1.0, "max_completion_len": args.completion_len, "micro_batch": args.micro_batch,
+        "grpo": {"temperature": 1.0, "max_completion_len": args.completion_len, "micro_batch": micro,
                  "grad_checkpointing": args.grad_checkpointing},
         "lora": {"rank": args.lora_rank, "alpha": 2.0 * args.lora_rank, "targets": "all"},
         "schedule": {"prompts_per_step": args.prompts, "n_train": args.n_gen, "max_n_gen": args.n_gen}})
@@ -118,9 +124,14 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     schedule = Schedule(rho_target=0.5, prompts_per_step=args.prompts, n_gen=args.n_gen, n_train=args.n_gen,
                         mu=args.mu, steps=args.steps, learning_rate=1e-5, lora_rank=args.lora_rank,
                         flops_per_step=zero, flops=zero)
-    if cuda:
+    base = 0
+    if cuda:                  # what an earlier model left (a failed one's tensors wait for the cycle collector)
+        import gc
+
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     lengths = []
 
     def record_lengths(batch, n):
@@ -193,8 +204,9 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     out = {
         "model": name, "engine": f"lockstep ({seeds} seeds)" if seeds > 1 else "solo",
         "params": F.param_count(arch), "device": device, "dtype": str(dtype).replace("torch.", ""),
-        "batch": f"{args.prompts}×{args.n_gen}, ≤{args.completion_len} tok, μ={args.mu}",
-        "micro_batch": args.micro_batch, "grad_checkpointing": args.grad_checkpointing,
+        "batch": f"{args.prompts}×{args.n_gen}, ≤{args.completion_len} tok, μ={args.mu}"
+                 + (f", {micro}/pass" if micro else ""),
+        "micro_batch": micro, "grad_checkpointing": args.grad_checkpointing,
         "steps_timed": args.steps, "rollout_s": w["rollout"], "update_s": w["update"], "sync_s": w["sync"],
         "rollout_tok_s": rollout_tokens / w["rollout"] if w["rollout"] else 0.0,
         "update_tok_s": update_tokens / w["update"] if w["update"] else 0.0,
@@ -202,7 +214,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
         "update_flop_s": spent.learning / w["update"] if w["update"] else 0.0,
         "rollout_flop_s": spent.search / w["rollout"] if w["rollout"] else 0.0,
         "peak_flop_s": peak, "build_s": build_s, "setup_s": setup_s,
-        "peak_mem_measured": torch.cuda.max_memory_allocated() if cuda else None,
+        "peak_mem_measured": torch.cuda.max_memory_allocated() - base if cuda else None, "mem_before": base,
         "peak_mem_plan": mem.peak, "plan_rollout_peak": mem.rollout_peak, "plan_update_peak": mem.update_peak,
     }
     out["update_mfu"] = out["update_flop_s"] / peak if peak else 0.0
@@ -299,8 +311,11 @@ def main(argv=None) -> int:
                     traceback.print_exc()
                     failed.append({"model": what, "error": f"{type(exc).__name__}: {exc}"})
                     outcome = "FAILED"
-                    if device.startswith("cuda"):
-                        torch.cuda.empty_cache()
+                if device.startswith("cuda"):  # after the except block: its traceback no longer holds tensors
+                    import gc
+
+                    gc.collect()
+                    torch.cuda.empty_cache()
                 print(f"{what}: {outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
                 dump()
     if rows:

@@ -36,9 +36,11 @@ def test_bf16_training_logprobs_on_cuda_match_fp32_on_cpu():
         completions = [tok(p.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for p in problems]
         batch = grpo.pack(prompts, completions, list(range(len(problems))), [0.0] * len(problems),
                           tok.pad_token_id, device)
+        grouped = hasattr(policy, "forward_grouped")   # the lean path: a one-seed lockstep policy (a seed axis)
         with torch.no_grad():
-            logp, _ = grpo.completion_logprobs(policy, batch)
-        logps[device] = (logp.float().cpu(), batch.completion_mask.bool().cpu())
+            logp, _ = grpo.completion_logprobs(policy, grpo.stack_batches([batch], tok.pad_token_id)
+                                               if grouped else batch)
+        logps[device] = ((logp[0] if grouped else logp).float().cpu(), batch.completion_mask.bool().cpu())
         if device == "cuda":                       # the base weights are bf16 there (the lean path's tensors)
             assert getattr(policy, "embed", None) is None or policy.embed.dtype == torch.bfloat16
     (a, mask), (b, _) = logps["cpu"], logps["cuda"]

@@ -18,12 +18,11 @@ A pilot process holds, on its device:
 - update phase: the activations autograd saves for one update pass over
   ``B_p · n_train`` sequences, or of one micro-batch (``grpo.micro_batch``: whole prompt
   groups of at most that many sequences, race.grpo.micro_batches),
-  and ``update_logits``: at the ``C + 1`` completion positions, ``UPDATE_LOGIT_BYTES`` per
-  vocabulary entry: in the backward pass of the log-softmax four fp32 tensors of that size are
-  alive at once (its saved output, the gradient coming in from the gather, exp of the output,
-  and the gradient it returns). Measured on an H200 (docs/benchmarks.md, GPU check): a plan of
-  the model-dtype logits plus two fp32 copies (10 bytes) under-estimated Qwen2.5-0.5B's peak by
-  21 % and Qwen2.5-1.5B's by 18 %; with 16 bytes both land within 4 %.
+  and ``update_logits``: at the ``C + 1`` completion positions, the logits and their gradient
+  in the model dtype, plus one block of fp32 temporaries (race.grpo.token_logprobs computes the
+  log-probs and their gradient in blocks of ``LOGIT_BLOCK_ENTRIES`` positions × vocabulary,
+  ``LOGIT_BLOCK_TEMP_BYTES`` per entry of a block). A whole-tensor fp32 log-softmax held four fp32
+  copies in its backward instead: 16 bytes per entry, measured on an H200 (docs/benchmarks.md).
 
 Peak = weights + sampling_copy + lora_state + overhead + max(rollout phase, update phase).
 
@@ -55,8 +54,10 @@ from dataclasses import asdict, dataclass
 from race import flops as F
 from race.units import GiB, fmt_bytes, parse_bytes  # noqa: F401  (parse_bytes: re-exported)
 
-# bytes per (position, vocabulary entry) of the update's logits at their peak (module docstring)
-UPDATE_LOGIT_BYTES = 16
+# race.grpo.token_logprobs works in blocks of this many entries (positions × vocabulary); its
+# backward holds about five fp32 temporaries of a block at once (module docstring)
+LOGIT_BLOCK_ENTRIES = 1 << 26
+LOGIT_BLOCK_TEMP_BYTES = 20
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 SAMPLERS = ("lean", "hf-merged", "peft", "vllm")
 
@@ -130,6 +131,12 @@ def activation_bytes(arch: F.ArchSpec, lora: F.LoRASpec | None, *, tokens: float
     return tokens * (arch.num_layers * arch.hidden_size + per_layer) * dtype_bytes
 
 
+def update_logit_bytes(entries: float, dtype_bytes: int) -> float:
+    """The update's logits at their peak: ``entries`` (positions × vocabulary) in the model dtype
+    and their gradient, plus one block of race.grpo.token_logprobs' fp32 temporaries."""
+    return entries * 2 * dtype_bytes + min(entries, LOGIT_BLOCK_ENTRIES) * LOGIT_BLOCK_TEMP_BYTES
+
+
 def sampling_copy_bytes(arch: F.ArchSpec, lora: F.LoRASpec, sampler: str, dtype_bytes: int) -> float:
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler {sampler!r} is unknown: expected one of {', '.join(SAMPLERS)}")
@@ -175,7 +182,7 @@ def estimate_memory(arch: F.ArchSpec, lora: F.LoRASpec, *, prompt_len: float, co
         sampling_logits=rollouts * V * (dtype_bytes + 8),
         activations=activation_bytes(arch, lora, tokens=train_sequences * tokens, dtype_bytes=dtype_bytes,
                                      grad_checkpointing=grad_checkpointing),
-        update_logits=train_sequences * (completion_len + 1) * V * UPDATE_LOGIT_BYTES,
+        update_logits=update_logit_bytes(train_sequences * (completion_len + 1) * V, dtype_bytes),
         overhead=overhead,
         reward_model=(F.param_count(reward.arch) - (0 if reward.arch.tie_word_embeddings else
                                                     reward.arch.vocab_size * reward.arch.hidden_size))

@@ -75,6 +75,40 @@ def _tiny_qwen2():
                                         max_position_embeddings=32)).eval()
 
 
+@pytest.mark.parametrize("block", [1 << 26, 7, 40, 70, 140])  # one block; 1 or 3 positions; 1 or 2 whole rows
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_token_logprobs_in_blocks_equal_the_whole_log_softmax(monkeypatch, block, with_entropy):
+    """token_logprobs (blocks of positions, the gradient written block by block) against
+    log_softmax(logits / T).gather over the whole tensor: values and gradients, for [B, T, V] sliced
+    as the HF path slices it (not contiguous) and [S, B, T, V] as the lockstep path gives it."""
+    monkeypatch.setattr(grpo, "LOGIT_BLOCK_ENTRIES", block)
+    torch.manual_seed(0)
+    for shape in ((3, 6, 11), (2, 3, 5, 11)):
+        full = torch.randn(*shape[:-2], shape[-2] + 1, shape[-1], dtype=torch.float64) * 3
+        ids = torch.randint(0, shape[-1], shape[:-1])
+        g_lp, g_h = torch.randn(shape[:-1], dtype=torch.float64), torch.randn(shape[:-1], dtype=torch.float64)
+        got, want = {}, {}
+        for name, out in (("blocks", got), ("whole", want)):
+            leaf = full.clone().requires_grad_(True)
+            logits = leaf[..., :-1, :]                        # a view: every row skips its last position
+            if name == "blocks":
+                lp, h = grpo.token_logprobs(logits, ids, temperature=0.7, with_entropy=with_entropy)
+            else:
+                logsm = torch.log_softmax(logits.float() / 0.7, dim=-1)
+                lp = logsm.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+                h = -(logsm.exp() * logsm).sum(-1) if with_entropy else None
+            assert (h is None) == (not with_entropy)
+            loss = (lp * g_lp).sum() + ((h * g_h).sum() if with_entropy else 0.0)
+            loss.backward()
+            out.update(lp=lp.detach(), h=None if h is None else h.detach(), grad=leaf.grad)
+        assert got["lp"].dtype == torch.float32 and got["lp"].shape == ids.shape
+        torch.testing.assert_close(got["lp"], want["lp"].float(), rtol=1e-5, atol=1e-5)
+        if with_entropy:
+            torch.testing.assert_close(got["h"], want["h"].float(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got["grad"], want["grad"], rtol=1e-4, atol=1e-5)
+        assert got["grad"][..., -1, :].abs().max() == 0      # the position no one reads gets no gradient
+
+
 def test_completion_logprobs_match_a_manual_forward():
     model = _tiny_qwen2()
     b = grpo.pack([[3, 4, 5], [6]], [[7, 8], [9, 1]], [0, 1], [1.0, 1.0], pad_id=0)

@@ -19,10 +19,10 @@ QWEN = "Qwen/Qwen2.5-1.5B-Instruct"
 def test_qwen_config_is_sized_from_the_full_run_and_fits_the_gpu(tmp_path):
     raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="80GiB"))
     assert raw["budget"] == pytest.approx(0.1 * 5e18 / (5 * 2))
-    # the largest micro-batch that fits: one prompt group of 8; two groups do not fit 80 GiB
-    assert raw["grpo"]["micro_batch"] == 8 and "grad_checkpointing" not in raw["grpo"]
+    # the largest micro-batch that fits: two prompt groups of 8; four do not fit 80 GiB
+    assert raw["grpo"]["micro_batch"] == 16 and "grad_checkpointing" not in raw["grpo"]
     with pytest.raises(ConfigError, match="GPU memory"):
-        plan_grid(config_from_dict({**raw, "grpo": {**raw["grpo"], "micro_batch": 16}}))
+        plan_grid(config_from_dict({**raw, "grpo": {**raw["grpo"], "micro_batch": 32}}))
     text = render_init(raw, share=0.1)
     path = tmp_path / "grid.yaml"
     path.write_text(text)
@@ -42,15 +42,14 @@ def test_qwen_config_is_sized_from_the_full_run_and_fits_the_gpu(tmp_path):
 
 
 def test_a_gpu_too_small_without_checkpointing_turns_it_on():
-    # 1024-token completions: one group of 8 sequences' update logits alone take 18.6 GiB (16 bytes per
-    # vocabulary entry, measured on an H200), so 24 GiB no longer fits, and 32 GiB needs checkpointing
-    raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="32GiB", grid="0.4,0.6,0.8"))
-    assert raw["grpo"].get("grad_checkpointing") is True and raw["grpo"]["micro_batch"] == 8
-    with pytest.raises(ConfigError, match=r"ρ=0.4 needs an estimated 27.17 GiB .*update_logits 18.56 GiB"):
-        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB", grid="0.4,0.6,0.8"))
+    raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB", grid="0.4,0.6,0.8"))
+    assert raw["grpo"].get("grad_checkpointing") is True and raw["grpo"]["micro_batch"] == 16
     # checkpointing recomputes the forward: C_learning grows and the lowest reachable ρ with it
-    with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable.*with the gradient checkpointing that gpu_memory 32GiB needs"):
-        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="32GiB"))
+    with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable.*with the gradient checkpointing that gpu_memory 24GiB needs"):
+        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB"))
+    # 16 GiB: the rollout's KV cache alone (64 sequences of 1,024+ tokens) does not fit, whatever the micro-batch
+    with pytest.raises(ConfigError, match=r"ρ=0.4 needs an estimated 20.84 GiB .*rollout phase; largest: kv_cache"):
+        fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="16GiB", grid="0.4,0.6,0.8"))
     with pytest.raises(ConfigError, match="GPU memory"):
         fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="2GiB", grid="0.4,0.6,0.8"))
 

@@ -178,7 +178,7 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, *, temperature: floa
     backward, so the update holds the logits and their gradient in the model's dtype plus one block
     of fp32 temporaries, not four fp32 copies of every position's vocabulary (16 bytes per entry,
     measured on an H200: docs/benchmarks.md). For a 152 k vocabulary that is the difference between
-    18.6 and 4.6 GiB for 8 sequences of 1,024 tokens in bf16."""
+    18.6 and 5.0 GiB for 8 sequences of 1,024 tokens in bf16."""
     logp, entropy = _TokenLogprobs.apply(logits, ids, float(temperature), bool(with_entropy))
     return logp, (entropy if with_entropy else None)
 

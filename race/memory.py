@@ -56,7 +56,7 @@ from race.units import GiB, fmt_bytes, parse_bytes  # noqa: F401  (parse_bytes: 
 
 # race.grpo.token_logprobs works in blocks of this many entries (positions × vocabulary); its
 # backward holds about five fp32 temporaries of a block at once (module docstring)
-LOGIT_BLOCK_ENTRIES = 1 << 26
+LOGIT_BLOCK_ENTRIES = 1 << 24
 LOGIT_BLOCK_TEMP_BYTES = 20
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 SAMPLERS = ("lean", "hf-merged", "peft", "vllm")

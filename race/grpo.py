@@ -175,10 +175,9 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, *, temperature: floa
 
     The same values as ``log_softmax(logits.float() / temperature).gather(ids)``, but computed in
     blocks of positions (``LOGIT_BLOCK_ENTRIES``), forward and backward: only the logits are kept for
-    backward, so the update holds the logits and their gradient in the model's dtype plus one block
-    of fp32 temporaries, not four fp32 copies of every position's vocabulary (16 bytes per entry,
-    measured on an H200: docs/benchmarks.md). For a 152 k vocabulary that is the difference between
-    18.6 and 5.0 GiB for 8 sequences of 1,024 tokens in bf16."""
+    backward, and fp32 temporaries exist for one block at a time. The whole-tensor log-softmax held
+    four fp32 copies of every entry in its backward; on an H200 the blocks took the peak of a
+    Qwen2.5-0.5B update (32 sequences of 512 tokens) from 55.9 to 37.7 GiB (docs/benchmarks.md)."""
     logp, entropy = _TokenLogprobs.apply(logits, ids, float(temperature), bool(with_entropy))
     return logp, (entropy if with_entropy else None)
 

@@ -18,11 +18,13 @@ A pilot process holds, on its device:
 - update phase: the activations autograd saves for one update pass over
   ``B_p · n_train`` sequences, or of one micro-batch (``grpo.micro_batch``: whole prompt
   groups of at most that many sequences, race.grpo.micro_batches),
-  and ``update_logits``: at the ``C + 1`` completion positions, the logits and their gradient
-  in the model dtype, plus one block of fp32 temporaries (race.grpo.token_logprobs computes the
-  log-probs and their gradient in blocks of ``LOGIT_BLOCK_ENTRIES`` positions × vocabulary,
-  ``LOGIT_BLOCK_TEMP_BYTES`` per entry of a block). A whole-tensor fp32 log-softmax held four fp32
-  copies in its backward instead: 16 bytes per entry, measured on an H200 (docs/benchmarks.md).
+  and ``update_logits``: at the ``C + 1`` completion positions, ``LOGIT_COPIES`` tensors of the
+  logits' size in the model dtype, plus one block of fp32 temporaries (race.grpo.token_logprobs
+  computes the log-probs and their gradient in blocks of ``LOGIT_BLOCK_ENTRIES`` positions ×
+  vocabulary, ``LOGIT_BLOCK_TEMP_BYTES`` per entry of a block). Measured on an H200 in bf16
+  (docs/benchmarks.md, GPU check): 6.6–6.9 bytes per entry above the rest of the plan, that is
+  the logits and their gradient and about as much again in copies on their way through the
+  head; four copies bound it. A whole-tensor fp32 log-softmax held 16 bytes per entry instead.
 
 Peak = weights + sampling_copy + lora_state + overhead + max(rollout phase, update phase).
 
@@ -58,6 +60,7 @@ from race.units import GiB, fmt_bytes, parse_bytes  # noqa: F401  (parse_bytes: 
 # backward holds about five fp32 temporaries of a block at once (module docstring)
 LOGIT_BLOCK_ENTRIES = 1 << 24
 LOGIT_BLOCK_TEMP_BYTES = 20
+LOGIT_COPIES = 4
 DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4}
 SAMPLERS = ("lean", "hf-merged", "peft", "vllm")
 
@@ -132,9 +135,9 @@ def activation_bytes(arch: F.ArchSpec, lora: F.LoRASpec | None, *, tokens: float
 
 
 def update_logit_bytes(entries: float, dtype_bytes: int) -> float:
-    """The update's logits at their peak: ``entries`` (positions × vocabulary) in the model dtype
-    and their gradient, plus one block of race.grpo.token_logprobs' fp32 temporaries."""
-    return entries * 2 * dtype_bytes + min(entries, LOGIT_BLOCK_ENTRIES) * LOGIT_BLOCK_TEMP_BYTES
+    """The update's logits at their peak: ``entries`` (positions × vocabulary) × LOGIT_COPIES in the
+    model dtype, plus one block of race.grpo.token_logprobs' fp32 temporaries (module docstring)."""
+    return entries * LOGIT_COPIES * dtype_bytes + min(entries, LOGIT_BLOCK_ENTRIES) * LOGIT_BLOCK_TEMP_BYTES
 
 
 def sampling_copy_bytes(arch: F.ArchSpec, lora: F.LoRASpec, sampler: str, dtype_bytes: int) -> float:

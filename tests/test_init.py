@@ -43,7 +43,7 @@ def test_qwen_config_is_sized_from_the_full_run_and_fits_the_gpu(tmp_path):
 
 def test_a_gpu_too_small_without_checkpointing_turns_it_on():
     raw = fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB", grid="0.4,0.6,0.8"))
-    assert raw["grpo"].get("grad_checkpointing") is True and raw["grpo"]["micro_batch"] == 16
+    assert raw["grpo"].get("grad_checkpointing") is True and raw["grpo"]["micro_batch"] == 8
     # checkpointing recomputes the forward: C_learning grows and the lowest reachable ρ with it
     with pytest.raises(ConfigError, match=r"ρ=0.3 is unreachable.*with the gradient checkpointing that gpu_memory 24GiB needs"):
         fit_memory(init_raw(model=QWEN, task="polaris", full_run=5e18, gpu_memory="24GiB"))

@@ -41,7 +41,7 @@ def test_terms_by_hand_qwen_1_5b():
     assert est.sampling_logits == 64 * 151936 * (2 + 8)
     per_token_layer = 4 * 1536 + 3 * 1536 + 2 * 256 + 4 * 8960 + 7 * 8
     assert est.activations == 8 * 1174 * 28 * per_token_layer * 2
-    assert est.update_logits == 8 * 1025 * 151936 * (2 + 2) + 2 ** 24 * 20      # logits, gradient, one block
+    assert est.update_logits == 8 * 1025 * 151936 * 4 * 2 + 2 ** 24 * 20        # 4 bf16 copies, one fp32 block
     assert est.peak == max(est.rollout_peak, est.update_peak)
     assert est.rollout_peak == est.weights * 2 + est.lora_state + GiB + est.kv_cache + est.sampling_logits
     ckpt = activation_bytes(QWEN15, LORA, tokens=8 * 1174, dtype_bytes=2, grad_checkpointing=True)
@@ -212,7 +212,7 @@ def test_vllm_sleep_auto_turns_on_only_when_the_awake_plan_does_not_fit():
     plan = plan_grid(cfg)
     awake = [schedule_memory(cfg, s, prompt_len=plan.prompt_len, vllm_sleep=False) for s in plan.schedules]
     asleep = [schedule_memory(cfg, s, prompt_len=plan.prompt_len, vllm_sleep=True) for s in plan.schedules]
-    gpu = max(e.peak for e in asleep) * 1.01            # fits asleep, not awake (planned: 32.1 vs 45.2 GiB)
+    gpu = max(e.peak for e in asleep) * 1.01            # fits asleep, not awake (planned: 36.7 vs 49.8 GiB)
     assert max(e.peak for e in awake) > gpu
     assert wants_vllm_sleep("auto", awake[0], gpu) and not wants_vllm_sleep("auto", awake[0], 1e15)
     assert not wants_vllm_sleep("auto", awake[0], None) and wants_vllm_sleep("on", awake[0], None)

@@ -192,6 +192,13 @@ def _blocks(shape: torch.Size) -> list[tuple[slice, slice]]:
             for r in range(0, R, rows) for t in range(0, T, cols)]
 
 
+def _as_rows(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [..., T, V] and ids [..., T] as [R, T, V] and [R, T] (views where the layout allows)."""
+    x = logits.flatten(0, -3) if logits.dim() > 3 else logits
+    i = ids.flatten(0, -2) if ids.dim() > 2 else ids
+    return (x.unsqueeze(0), i.unsqueeze(0)) if x.dim() == 2 else (x, i)
+
+
 class _TokenLogprobs(torch.autograd.Function):
     """token_logprobs' blocks. Forward keeps per position the log-partition ``lse`` and the entropy
     ``H`` (fp32, [..., T]); backward recomputes each block's probabilities p = exp(z − lse), with
@@ -200,9 +207,7 @@ class _TokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, ids, temperature, with_entropy):  # noqa: ANN001, ANN205
-        x, i = logits.flatten(0, -3) if logits.dim() > 3 else logits, ids.flatten(0, -2) if ids.dim() > 2 else ids
-        if x.dim() == 2:                                  # [T, V]: one row
-            x, i = x.unsqueeze(0), i.unsqueeze(0)
+        x, i = _as_rows(logits, ids)
         lse = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         logp = torch.empty_like(lse)
         ent = torch.zeros_like(lse) if with_entropy else lse.new_zeros(())
@@ -221,9 +226,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_logp, g_ent):  # noqa: ANN001, ANN205
         logits, ids, lse, ent = ctx.saved_tensors
-        x, i = logits.flatten(0, -3) if logits.dim() > 3 else logits, ids.flatten(0, -2) if ids.dim() > 2 else ids
-        if x.dim() == 2:
-            x, i = x.unsqueeze(0), i.unsqueeze(0)
+        x, i = _as_rows(logits, ids)
         g_logp = g_logp.reshape(lse.shape).float() if g_logp is not None else torch.zeros_like(lse)
         use_ent = ctx.with_entropy and g_ent is not None
         if use_ent:

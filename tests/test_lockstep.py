@@ -402,3 +402,29 @@ def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerun
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming, 6 pilots complete, 0 to run" in again.stderr
     assert {key_of(t): t.number for t in by_state(store, "COMPLETE")} == numbers    # nothing re-run
+
+
+def test_a_gpu_group_is_cut_to_the_seeds_whose_memory_plan_fits():
+    """race.memory.group_estimate: shared weights and overhead, the rest per seed; group_size_for on
+    CUDA keeps the most seeds whose plan fits the GPU (planning only: no GPU needed)."""
+    from race.config import config_from_dict
+    from race.grid import plan_grid
+    from race.init import init_raw
+    from race.lockstep import group_size_for
+    from race.memory import group_estimate, schedule_memory
+
+    cfg = config_from_dict(init_raw(model="Qwen/Qwen2.5-0.5B-Instruct", task="polaris", full_run=5e18,
+                                    grid="0.4,0.6,0.8", seeds=3))
+    plan = plan_grid(cfg)
+    ests = [schedule_memory(cfg, s, prompt_len=plan.prompt_len) for s in plan.schedules]
+    one = ests[0]
+    three = group_estimate(one, 3)
+    assert three.weights == one.weights and three.overhead == one.overhead
+    assert three.activations == 3 * one.activations and three.sampling_copy == 3 * one.sampling_copy
+    assert three.peak == pytest.approx(one.weights + one.overhead + 3 * (one.peak - one.weights - one.overhead))
+    need = [max(group_estimate(e, k).peak for e in ests) for k in (1, 2, 3)]
+    assert need[0] < need[1] < need[2]
+    assert group_size_for(cfg, "lockstep", "cuda", workers=1, gpu_bytes=need[2]) == 3
+    assert group_size_for(cfg, "lockstep", "cuda", workers=1, gpu_bytes=need[2] - 1) == 2
+    assert group_size_for(cfg, "lockstep", "cuda", workers=1, gpu_bytes=need[1] - 1) == 1
+    assert group_size_for(cfg, "lockstep", "cpu", workers=1, gpu_bytes=need[1] - 1) == 3      # a CPU: no cut

@@ -167,7 +167,6 @@ def completion_logprobs(model, batch: "TrainBatch", *, temperature: float = 1.0,
     return token_logprobs(logits, batch.completion_ids, temperature=temperature, with_entropy=with_entropy)
 
 
-
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, *, temperature: float = 1.0,
                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(logits / temperature) at ``ids`` (and the entropy of that distribution) per

@@ -191,7 +191,7 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                 "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
                                f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
                                "back were those whose full runs collapsed (first round: η × 3 30 of 30, steps-prm 1 of 15; "
-                               "sealed second round: all 3 such settings lost full runs, 4 of 25, 9 of 37 and 26 of 37), and no "
+                               "sealed second round: all 3 such settings lost full runs, 10 of 65, 9 of 37 and 26 of 37), and no "
                                f"setting whose pilots all held lost a third of its full runs: lower η, and {watch}"}
     if probe is not None and probe.get("status") in ("fell", "held"):
         run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "

@@ -44,7 +44,7 @@ def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: floa
                 "line": f"rate for F: η ÷ {RATE_CUT:g} = {full_lr / RATE_CUT:.3g}, cosine decay to 0 with "
                         f"{LONG_WARMUP:.0%} warm-up (at risk; first validation round: η × 3 lost 30 of 30 full runs "
                         "at 10 × B, constant or cosine; η ÷ 3 with cosine lost 0 of 15; sealed second round: 0 of 21 "
-                        "runs at this rate collapsed, against 46 of 149 at the constant rates of the same grids, and "
+                        "runs at this rate collapsed, against 61 of 229 at the constant rates of the same grids, and "
                         "it lost reward on 1 of 7 grids, one only the length probe had flagged). race probe DIR "
                         "--full-run F --lr X tests a rate at F"}
     if factor >= LONG_RUN and lr.schedule == "constant":

@@ -20,8 +20,10 @@ This module models that move:
   factor) and says so; past ``MAX_FACTOR`` it is refused in one line.
 - ``range_for_pilots``: all of it from one pilot grid (its checkpoints → its own drift, shrunk).
 
-The population figures below are frozen from the first round's development data by
-``research/scripts/drift.py`` (its leave-one-setting-out backtest chose the model; docs/drift.md). Invariants:
+The population figures below are pooled from both validation rounds' development data by
+``research/scripts/drift.py population`` (its leave-one-setting-out backtest chose the model; docs/drift.md).
+Round 2 was scored by the figures frozen from round 1 (-0.055, SD 0.052, 11 settings), which its scorer
+passes as ``population``. Invariants:
 nothing here runs a pilot or imports torch; ``range_at`` never returns a range outside (0, 1) and
 never a guess past the validated factor.
 """
@@ -35,12 +37,13 @@ from race.checkpoints import find_instability
 from race.errors import RaceError
 from race.records import PilotResult
 
-# Frozen from the first round (research/scripts/drift.py --freeze prints them): the population drift of the
-# optimal ρ per decade of budget, the between-setting SD of the per-setting drift, the number of
-# settings behind them, and the largest full-run / pilot budget factor the backtest scored.
-POPULATION_DRIFT = -0.055
-POPULATION_SPREAD = 0.052
-POPULATION_SETTINGS = 11
+# Both validation rounds pooled (research/scripts/drift.py population --suite research/validation/suite.yaml
+# --suite research/validation/round2.yaml prints them): the population drift of the optimal ρ per decade of
+# budget, the between-setting SD of the per-setting drift, the number of settings behind them, and the
+# largest full-run / pilot budget factor the backtest scored.
+POPULATION_DRIFT = -0.066
+POPULATION_SPREAD = 0.049
+POPULATION_SETTINGS = 22
 VALIDATED_FACTOR = 30.0
 MAX_FACTOR = 1000.0      # past it no range at all: more than 1.5 decades beyond what was validated
 MODEL_NAME = "shrunk joint-surface drift"
@@ -248,16 +251,18 @@ def observations_from_pilots(pilots: Sequence[PilotResult], pilot_budget: float,
 
 def range_for_pilots(pilots: Sequence[PilotResult], *, target: str, pilot_budget: float, full_run_budget: float,
                      rho_range: tuple[float, float], recommended_rho: float,
-                     constant_rate: bool = True) -> RangeAtBudget:
+                     constant_rate: bool = True,
+                     population: tuple[float, float] = (POPULATION_DRIFT, POPULATION_SPREAD)) -> RangeAtBudget:
     """The range at F for one pilot grid: its own drift (``fit_joint`` on its checkpoints), shrunk
-    toward the population's, applied to its range at B (``range_at``; DriftError past MAX_FACTOR)."""
+    toward the population's (``population``: its drift per decade and between-setting SD), applied to
+    its range at B (``range_at``; DriftError past MAX_FACTOR)."""
     try:
         own = fit_joint(observations_from_pilots(pilots, pilot_budget, target, constant_rate=constant_rate))
     except DriftError:
         own = None
     d_own = own.d if own is not None and math.isfinite(own.d_se) else float("nan")
     se_own = own.d_se if own is not None else math.inf
-    d, se = shrink(d_own, se_own)
+    d, se = shrink(d_own, se_own, *population)
     from dataclasses import replace
 
     r = range_at(rho_range, recommended_rho, pilot_budget=pilot_budget, full_run_budget=full_run_budget,
@@ -286,13 +291,15 @@ def init_line(pilot_budget: float, full_run_budget: float) -> str:
 
 
 def range_record(pilots: Sequence[PilotResult], diagnosis, *, pilot_budget: float, full_run_budget: float,
-                 constant_rate: bool = True) -> dict:
+                 constant_rate: bool = True,
+                 population: tuple[float, float] = (POPULATION_DRIFT, POPULATION_SPREAD)) -> dict:
     """``range_for_pilots`` on a diagnosis' primary verdict, as a record: ``RangeAtBudget.to_dict()``,
     or ``{"refused": the one-line reason}`` (what the forecast and race recipe both store)."""
     v = diagnosis.primary
     try:
         return range_for_pilots(pilots, target=diagnosis.primary_target, pilot_budget=pilot_budget,
                                 full_run_budget=full_run_budget, rho_range=tuple(v.rho_range),
-                                recommended_rho=v.recommended_rho, constant_rate=constant_rate).to_dict()
+                                recommended_rho=v.recommended_rho, constant_rate=constant_rate,
+                                population=population).to_dict()
     except DriftError as e:
         return {"refused": str(e)}

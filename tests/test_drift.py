@@ -71,9 +71,10 @@ def test_the_range_at_f_moves_widens_past_the_validated_factor_and_is_refused_pa
     assert edge.rho_range[0] == 0.01 and 0.01 <= edge.recommended_rho <= edge.rho_range[1]
 
 
-def test_the_frozen_population_figures_are_what_the_first_rounds_data_give():
-    out = subprocess.run([sys.executable, str(ROOT / "research" / "scripts" / "drift.py"), "population"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=300)
+def test_the_population_figures_are_what_both_rounds_data_give():
+    suites = [x for f in ("suite.yaml", "round2.yaml") for x in ("--suite", str(ROOT / "research" / "validation" / f))]
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "scripts" / "drift.py"), "population", *suites],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
     assert (f"d = {D.POPULATION_DRIFT:+.3f} (SE" in last and f"τ = {D.POPULATION_SPREAD:.3f}" in last

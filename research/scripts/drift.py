@@ -2,7 +2,7 @@
 
     python research/scripts/drift.py table        # per setting and budget level: the best ρ with its bootstrap CI
     python research/scripts/drift.py backtest     # leave-one-setting-out: each candidate's range at 10 × and 30 × B, scored
-    python research/scripts/drift.py population   # the population drift (all development settings), as race/drift.py freezes it
+    python research/scripts/drift.py population   # the population drift (round 1; both rounds, as race/drift.py carries it, with --suite twice)
 
 After the second round was unsealed, both rounds are development data; ``--suite`` given twice reads
 them as one set of settings (``--suite research/validation/suite.yaml --suite research/validation/round2.yaml``),

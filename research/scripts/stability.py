@@ -135,15 +135,18 @@ RATE_VARIANTS: tuple = ()      # round 2: (setting, kind, variant) rate runs aft
 RATE_SEEDS = (0, 1, 2)
 RATES = ROOT / "research" / "validation" / "rates"
 ROUND = 1
+POPULATION = None      # round 2: the drift population frozen with its rule (validation_round2.FROZEN_POPULATION)
 
 
 def use_suite(suite: dict) -> None:
     """Point this module at a suite's folders: round 2 keeps its own committed grids (``runs``),
     probes (``probes``), rate runs (``rates``) and pre-registered rate runs (``rate_runs``)."""
-    global PROBES, RATES, RATE_RUNS, RATE_VARIANTS, ROUND
+    global PROBES, RATES, RATE_RUNS, RATE_VARIANTS, ROUND, POPULATION
     if suite.get("round") != 2:
         return
-    ROUND = 2
+    from validation_round2 import FROZEN_POPULATION
+
+    ROUND, POPULATION = 2, FROZEN_POPULATION
     V.RUNS = ROOT / suite["runs"]
     PROBES = ROOT / suite["probes"]
     RATES = ROOT / suite.get("rates", "research/validation/round2/rates")
@@ -177,7 +180,9 @@ def rate_plan(s: dict, kind: str) -> dict:
     F = B * V.KINDS[kind]
     raw = V.grid_config(s, kind, 1)
     lr, full_lr = configured_lr(raw)
-    rng = range_record(pilots, diag, pilot_budget=B, full_run_budget=F, constant_rate=lr.schedule == "constant")
+    frozen = {"population": POPULATION} if POPULATION else {}      # round 2's rate runs: ρ at F as frozen
+    rng = range_record(pilots, diag, pilot_budget=B, full_run_budget=F, constant_rate=lr.schedule == "constant",
+                       **frozen)
     rho = float(rng["recommended_rho"]) if "refused" not in rng else float(diag.primary.recommended_rho)
     probe = load_probe(s["name"], kind)
     probe = probe_as_record(probe) if probe else None

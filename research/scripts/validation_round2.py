@@ -166,6 +166,9 @@ def tables(suite: dict) -> str:
 # ---------------------------------------------------------------- the scores (written before the freeze)
 
 FULL_KINDS = ("full10", "full30", "full100")
+# race.drift's population drift and between-setting SD at the freeze (f6862b9, round 1's 11 settings):
+# the frozen rule is scored with them, whatever race.drift carries now.
+FROZEN_POPULATION = (-0.055, 0.052)
 
 
 def _probe_file(suite: dict, name: str, kind: str) -> dict | None:
@@ -210,7 +213,7 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     F = B * v.KINDS[kind]
     lr = (pilot.get("config") or {}).get("learning_rate") or {}
     rr = range_record(pilots, diag, pilot_budget=B, full_run_budget=F,
-                      constant_rate=(lr.get("schedule") or "constant") == "constant")
+                      constant_rate=(lr.get("schedule") or "constant") == "constant", population=FROZEN_POPULATION)
     means = v.point_means(full)
     meas = v.measured_rho(full)
     on_axis = {meas[t]: x for t, x in means.items()}

@@ -131,27 +131,24 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
 # constant rate. lr-x3 at 10 × B needs none: its recommended rate (η ÷ 3, cosine, 5 % warm-up) is
 # default-cosine's config exactly, whose 15 committed full runs at 10 × B answer it.
 RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
-RATE_VARIANTS: tuple = ()      # round 2: (setting, kind, variant) rate runs after the unsealing
+RATE_VARIANTS: tuple = ()      # (setting, kind, variant) rate runs at another rate, from the suite's `rate_variants`
 RATE_SEEDS = (0, 1, 2)
 RATES = ROOT / "research" / "validation" / "rates"
 ROUND = 1
-POPULATION = None      # round 2: the drift population frozen with its rule (validation_round2.FROZEN_POPULATION)
 
 
 def use_suite(suite: dict) -> None:
     """Point this module at a suite's folders: round 2 keeps its own committed grids (``runs``),
     probes (``probes``), rate runs (``rates``) and pre-registered rate runs (``rate_runs``)."""
-    global PROBES, RATES, RATE_RUNS, RATE_VARIANTS, ROUND, POPULATION
+    global PROBES, RATES, RATE_RUNS, RATE_VARIANTS, ROUND
+    RATE_VARIANTS = tuple(tuple(v) for v in suite.get("rate_variants") or ())
     if suite.get("round") != 2:
         return
-    from validation_round2 import FROZEN_POPULATION
-
-    ROUND, POPULATION = 2, FROZEN_POPULATION
+    ROUND = 2
     V.RUNS = ROOT / suite["runs"]
     PROBES = ROOT / suite["probes"]
     RATES = ROOT / suite.get("rates", "research/validation/round2/rates")
     RATE_RUNS = tuple((name, kind) for name, kind in suite.get("rate_runs") or ())
-    RATE_VARIANTS = tuple(tuple(v) for v in suite.get("rate_variants") or ())
 
 
 def probe_as_record(rec: dict) -> dict:
@@ -180,9 +177,11 @@ def rate_plan(s: dict, kind: str) -> dict:
     F = B * V.KINDS[kind]
     raw = V.grid_config(s, kind, 1)
     lr, full_lr = configured_lr(raw)
-    frozen = {"population": POPULATION} if POPULATION else {}      # round 2's rate runs: ρ at F as frozen
+    from validation_round2 import FROZEN_POPULATION
+
+    # both rounds' rate runs were planned with the drift population frozen at f6862b9: their ρ stays that one
     rng = range_record(pilots, diag, pilot_budget=B, full_run_budget=F, constant_rate=lr.schedule == "constant",
-                       **frozen)
+                       population=FROZEN_POPULATION)
     rho = float(rng["recommended_rho"]) if "refused" not in rng else float(diag.primary.recommended_rho)
     probe = load_probe(s["name"], kind)
     probe = probe_as_record(probe) if probe else None
@@ -193,7 +192,7 @@ def rate_plan(s: dict, kind: str) -> dict:
     return {"rho": round(rho, 3), "F": F, "stability": at_f, "rate": rate, "config": raw, "eta_ref": lr.ref}
 
 
-# Rate variants run after round 2 was unsealed (development data from then on): name → (η scale, schedule,
+# Rate variants (development data: round 2's after its unsealing, round 1's since): name → (η scale, schedule,
 # warm-up), replacing the recommendation's rate; the ρ stays the recommended one.
 from race.rate import LONG_WARMUP  # noqa: E402  (light: no torch)
 
@@ -277,7 +276,7 @@ def rate_lines() -> list[str]:
     """The validation of the rate for F (issue 33, item 2): per setting, the full runs at the
     recommended rate and ρ that are in (research/validation/rates/), their collapses and final held-out
     reward, against the constant rate's stable full runs at the nearest ρ of the committed grid.
-    Round 2's ``rate_variants`` (run after the unsealing) follow in a table of their own, not scored."""
+    A suite's ``rate_variants`` (other rates at the same ρ) follow in a table of their own, not scored."""
     rows = [("lr-x3", "full10", None)] * (ROUND == 1) + [(n, k, None) for n, k in RATE_RUNS]
     out, held = _rate_table(rows)
     tot = [sum(h[i] for h in held) for i in range(1, 5)]
@@ -287,7 +286,8 @@ def rate_lines() -> list[str]:
             f"{tot[0]} of {tot[1]} runs at the recommended rate collapsed, and {tot[2]} of {tot[3]} at the constant rate."]
     if RATE_VARIANTS:
         more, _ = _rate_table([tuple(v) for v in RATE_VARIANTS])
-        out += ["", "After the unsealing (development data, not a score of the frozen rule), other rates at the same ρ:",
+        out += ["", ("After the unsealing (development data, not a score of the frozen rule), other rates at the same ρ:"
+                     if ROUND == 2 else "Other rates at the same ρ (development data, written down before they ran):"),
                 "", *more]
     return out
 

@@ -229,14 +229,17 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     probe = probe_record(suite, s["name"], kind)
     st = stability(pilots, "reward")
     at_f = stability_at(st, full_run_budget=F, pilot_budget=B, probe=probe)
-    runs = len(v.pilots_of(full))
+    full_pilots = v.pilots_of(full)
+    runs = len(full_pilots)
     fell = sum(row["collapses"].values())
+    per_rho = {t: (row["collapses"].get(t, 0), sum(p.rho_target == t for p in full_pilots))
+               for t in sorted({p.rho_target for p in full_pilots})}
     return {**row, "kind": kind, "F": F, "range_f": (lo_f, hi_f), "rec_f": rec_f, "range_f_refused": "refused" in rr,
             "in_range_f": v._within(row["best_measured"], lo_f, hi_f), "regret_f": regret_f,
             "regret_f_pse": v._in_se(regret_f, row["pse"]),
             "gain_f": v.interpolate(on_axis, rec_f) - on_mean, "gain_f_ci": gain_ci_f,
             "flag": at_f["status"], "probe": probe["status"] if probe else None,
-            "runs": runs, "collapsed": fell, "pilots_fell": len(st.unstable) if st is not None else 0,
+            "runs": runs, "collapsed": fell, "collapsed_per_rho": per_rho, "pilots_fell": len(st.unstable) if st is not None else 0,
             "pilot_cost_f": sum(p.flops.total for p in pilots) / F}
 
 
@@ -315,6 +318,13 @@ def score_lines(suite: dict) -> list[str]:
                 f"settings without collapses flagged: {_rate(sum(map(at_risk, clean)), len(clean))} [≤ 20 %]",
                 f"- the pilot grid's cost as a share of one full run: median {statistics.median(r['pilot_cost_f'] for r in sel):.3f}",
                 ""]
+    out += ["Collapsed full runs per ρ (target ρ: collapsed / runs; a run collapses when it falls back on its own "
+            "held-out checkpoints), beside the stability flag RACE gave before the full runs:", "",
+            "| setting | F | collapsed per ρ | flag at F (probe) |", "|---|---|---|---|"]
+    for r in rows:
+        per = " · ".join(f"{'**' if c else ''}{t:g}: {c}/{n}{'**' if c else ''}" for t, (c, n) in r["collapsed_per_rho"].items())
+        out.append(f"| {r['setting']} | {r['kind'][4:]}×B | {per} | {r['flag']} ({r['probe'] or 'no probe'}) |")
+    out.append("")
     fb = fallen_back(rows)
     out += ["Settings whose pilots fell back at B (race.checkpoints.stability_at quotes these counts): "
             + ("; ".join(f"{name}: {c} of {n} full runs collapsed" for name, c, n in fb) if fb else "none") + ".", ""]

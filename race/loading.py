@@ -82,11 +82,17 @@ def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
     arch = policy_arch(config)
     lora = lora_spec(config, arch)
     path = resolve_model_path(config.model)
-    tok = AutoTokenizer.from_pretrained(path)
     kw = model_load_kwargs(device)
     if arch.num_experts:      # the experts implementation the FLOP count is verified against
         kw["experts_implementation"] = EXPERTS_IMPLEMENTATION
-    model = load_causal_lm(path, **kw).to(device)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = load_causal_lm(path, **kw)
+    except OSError as e:      # not cached and no hub, a misspelt or gated id, a folder without weights
+        from race.models import load_error
+
+        raise load_error(config.model, e) from None
+    model = model.to(device)
     from race.backends.lean import supports
 
     if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:

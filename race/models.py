@@ -51,6 +51,27 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def load_error(name: str, error: OSError, what: str = "model"):
+    """The one-line ``ConfigError`` for weights or a tokenizer ``from_pretrained`` could not load
+    (``error``: its OSError: not in the local cache while the hub is out of reach, a misspelt or
+    gated id, a folder without weights), naming ``name`` and the ways to give it; raise it ``from None``."""
+    from race.errors import ConfigError
+    from race.safeio import quote
+
+    import os
+    import re
+
+    why = re.split(r"(?<=[.!?])\s", " ".join(str(error).split()), maxsplit=1)[0]     # its first sentence
+    why = (why[:200] + " …") if len(why) > 200 else why
+    local = Path(str(name)).expanduser().is_absolute() or str(name).startswith((".", "~"))
+    how = ("check that the folder holds its config.json, weights and tokenizer files" if local else
+           f"give a folder that holds it (model: /path/to/it), or fetch it into the Hugging Face cache on a "
+           f"machine that reaches the hub (`hf download {name}`)")
+    if not local and os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on"):
+        how += "; HF_HUB_OFFLINE=1 skips the hub's retries where there is no network"
+    return ConfigError(f"{what} {quote(str(name), 120)} could not be loaded ({why or type(error).__name__}): {how}")
+
+
 def check_loadable(name_or_path: str, setting: str) -> None:
     """A one-line ``ConfigError`` when ``name_or_path`` can be neither a shipped model, an
     existing folder with a ``config.json``, nor a Hugging Face id (``namespace/name``)."""

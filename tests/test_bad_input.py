@@ -239,6 +239,30 @@ def test_a_reward_that_hangs_in_calibration_is_one_line_and_leaves_nothing(workd
     assert not (workdir / "run").exists() and "Traceback" not in out.stderr
 
 
+def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(workdir):
+    """A hub id that is not cached where the hub is out of reach (HF_HUB_OFFLINE=1 stands in for no
+    network): from_pretrained's OSError becomes one line naming the model and how to give it, exit 2."""
+    (workdir / "grid.yaml").write_text("model: Qwen/Qwen2.5-0.5B-Instruct\nbudget: 1e14\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n")
+    out = subprocess.run([sys.executable, "-m", "race.cli", "pilot", "grid.yaml", "--out", "run", "--quiet"], cwd=workdir,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                              "HF_HOME": str(workdir / "hf")})             # an empty cache
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("Error: model 'Qwen/Qwen2.5-0.5B-Instruct' could not be loaded (") and \
+        "hf download Qwen/Qwen2.5-0.5B-Instruct" in lines[0], lines[0]
+    assert not (workdir / "run").exists()
+
+
+def test_a_reward_model_that_cannot_be_loaded_is_one_config_error(tmp_path):
+    code = ("from race.errors import ConfigError\nfrom race.rewards.prm import ProcessRewardModel\n"
+            "try:\n    ProcessRewardModel('Qwen/Qwen2.5-Math-PRM-7B')\nexcept ConfigError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert out.returncode == 0 and out.stdout.startswith("reward model 'Qwen/Qwen2.5-Math-PRM-7B' could not be loaded ("), \
+        (out.stdout, out.stderr)
+
+
 MARKED = '''
 import os, sys, tempfile, time
 MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marker")

@@ -114,26 +114,31 @@ class ProcessRewardModel:
         self.name, self.path = model, resolve_model_path(model)
         self.aggregation, self.step_separator, self.device = aggregation, step_separator, device
         self.batch_size = int(batch_size)
-        config = AutoConfig.from_pretrained(self.path, trust_remote_code=trust_remote_code)
-        arch = (getattr(config, "architectures", None) or [""])[0]
-        remote = arch.endswith(("ForProcessRewardModel", "ForRewardModel"))
-        if remote and not trust_remote_code:
-            raise PRMError(f"reward model {model!r} ({arch}) runs its own code: set {trust_setting}: "
-                           f"true to allow it")
-        self.convention = detect_convention(config) if convention == "auto" else convention
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=trust_remote_code)
-        self.tokenizer.padding_side = "right"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.step_token_id = self.tokenizer.convert_tokens_to_ids(STEP_TOKEN)
-        if self.convention != "sequence" and (self.step_token_id is None
-                                              or self.step_token_id == self.tokenizer.unk_token_id):
-            raise PRMError(f"reward model {model!r} has no step token {STEP_TOKEN!r} in its vocabulary")
-        dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-        kw = {"dtype": dtype, "trust_remote_code": trust_remote_code}
-        if attn_implementation:
-            kw["attn_implementation"] = attn_implementation
-        self.model = self._load(arch, kw).to(device).eval()
+        try:                      # OSError: not cached and no hub, a misspelt or gated id, no weights
+            config = AutoConfig.from_pretrained(self.path, trust_remote_code=trust_remote_code)
+            arch = (getattr(config, "architectures", None) or [""])[0]
+            remote = arch.endswith(("ForProcessRewardModel", "ForRewardModel"))
+            if remote and not trust_remote_code:
+                raise PRMError(f"reward model {model!r} ({arch}) runs its own code: set {trust_setting}: "
+                               f"true to allow it")
+            self.convention = detect_convention(config) if convention == "auto" else convention
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=trust_remote_code)
+            self.tokenizer.padding_side = "right"
+            if self.tokenizer.pad_token_id is None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+            self.step_token_id = self.tokenizer.convert_tokens_to_ids(STEP_TOKEN)
+            if self.convention != "sequence" and (self.step_token_id is None
+                                                  or self.step_token_id == self.tokenizer.unk_token_id):
+                raise PRMError(f"reward model {model!r} has no step token {STEP_TOKEN!r} in its vocabulary")
+            dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+            kw = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+            if attn_implementation:
+                kw["attn_implementation"] = attn_implementation
+            self.model = self._load(arch, kw).to(device).eval()
+        except OSError as e:
+            from race.models import load_error
+
+            raise load_error(model, e, "reward model") from None
         # planning has already refused an architecture RACE cannot count (or the user opted in)
         try:
             self.spec = load_reward_model(self.path, allow_approximate=True)   # shipped configs, local folders

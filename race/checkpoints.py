@@ -169,12 +169,12 @@ LONG_RUN = 10.0
 
 def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
                  ran: bool = True, probe: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The stability line at the full-run budget: ``{"status", "line"}``, status one of ``stable``,
-    ``at risk`` or ``not tested``. The rule (frozen for the second validation round, docs/stability.md):
+    """The stability line at the full-run budget: ``{"status", "line"}`` (and ``cause`` when at risk),
+    status one of ``stable``, ``at risk`` or ``not tested``. The rule (frozen for the second validation round, docs/stability.md):
 
-    1. some pilot fell back (``find_instability``): **at risk**, the pilots named;
+    1. some pilot fell back (``find_instability``): **at risk**, the pilots named (``cause`` "pilots");
     2. else a length probe at F (race.probe; ``probe`` its record): **at risk** when it ended below
-       its base policy (``probe_fall``), **stable** when it held;
+       its base policy (``probe_fall``; ``cause`` "probe"), **stable** when it held;
     3. else **stable** when the run is under LONG_RUN pilot budgets long, **not tested** otherwise
        (and when the pilots have no checkpoints; ``ran`` False: no pilot has run yet).
 
@@ -187,7 +187,7 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                                                        f"at B, race probe at F); {watch}"}
     if st is not None and st.unstable:
         where = ", ".join(f"ρ {p.rho_target:.2f}: {p.unstable} of {p.pilots}" for p in st.points if p.unstable)
-        return {"status": "at risk",
+        return {"status": "at risk", "cause": "pilots",
                 "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
                                f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
                                "back were those whose full runs collapsed (first round: η × 3 30 of 30, steps-prm 1 of 15; "
@@ -199,7 +199,7 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
         curve = probe.get("curve") or [{}]
         if probe["status"] == "fell":
             f = probe.get("fall") or {}
-            return {"status": "at risk",
+            return {"status": "at risk", "cause": "probe",
                     "line": head + f"AT RISK: {run} ended at {f.get('final', float('nan')):.3f}, below its base "
                                    f"policy's {f.get('base', float('nan')):.3f} (drop {f.get('drop', float('nan')):.3f}, "
                                    f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "

@@ -708,8 +708,8 @@ def stability_at_with_rate(results: Any, st: Any, full_run_budget: float) -> dic
     at_f = stability_at(st, full_run_budget=full_run_budget, pilot_budget=budget, probe=probe)
     lr, full_lr = configured_lr(results.config or {})
     rate = full_run_rate(lr, status=at_f["status"], factor=full_run_budget / budget if budget else float("inf"),
-                         full_lr=full_lr, probe=probe)
-    return {**at_f, "rate": rate["line"]}
+                         full_lr=full_lr, probe=probe, cause=at_f.get("cause"))
+    return {"status": at_f["status"], "line": at_f["line"], "rate": rate["line"]}
 
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:

@@ -5,17 +5,22 @@ From the stability line at F (race.checkpoints.stability_at) and, when one ran, 
 
 1. a length probe at F that **held at a lower η** than the full run's: that η (the probe is the
    evidence), on the run's schedule;
-2. **at risk** (pilots fell back, or the probe ended below its base): η ÷ RATE_CUT, cosine decay to
-   0 with LONG_WARMUP warm-up. First round (docs/stability.md): η × 3 lost all 15 full runs at
-   10 × B at a constant rate and all 15 with cosine decay; at η (÷ 3) with cosine decay it lost
-   none of 15, and its reward was the highest of the three;
+2. **at risk because pilots fell back** (or at risk with no cause given, or a probe that fell at a
+   lower η than the run's): η ÷ RATE_CUT, cosine decay to 0 with LONG_WARMUP warm-up. First round
+   (docs/stability.md): η × 3 lost all 15 full runs at 10 × B at a constant rate and all 15 with
+   cosine decay; at η (÷ 3) with cosine decay it lost none of 15, and its reward was the highest
+   of the three;
+5. **at risk by the length probe alone** (no pilot fell back; the probe fell at the run's η): the
+   same η, cosine decay to 0 with LONG_WARMUP warm-up. Validation (development data, written down
+   before the runs): on the four grids flagged this way, η with cosine decay lost none of 12 full
+   runs and ended above η ÷ 3 on all four (docs/stability.md, "The graded rate");
 3. a run of LONG_RUN or more pilot budgets on a **constant** rate: the same η, cosine decay to 0
    with LONG_WARMUP warm-up. First round at 10 × B: cosine decay beat the constant rate at every
    one of 5 ρ (0.76–0.86 against 0.69–0.82 mean held-out reward, 3 seeds each), with no collapse;
 4. otherwise the configured rate and schedule.
 
 ``full_run_rate`` returns a record: ``scale`` (the factor on η_ref), ``schedule``, ``warmup``,
-``rule`` (1–4) and ``line``; ``apply_rate`` turns it into the ``LearningRate`` a recipe uses.
+``rule`` (1–5; 5 is listed after 2, the case it splits off) and ``line``; ``apply_rate`` turns it into the ``LearningRate`` a recipe uses.
 Invariant: the recommendation never raises η.
 """
 from __future__ import annotations
@@ -28,21 +33,31 @@ from race.config import LearningRate, ScheduleKnobs
 
 RATE_CUT = 3.0          # at risk: η divided by this
 LONG_WARMUP = 0.05      # warm-up share of the decayed schedules recommended
+# rule 5's evidence (research/scripts/stability.py rates, the rate variants of both rounds): grids flagged at
+# risk by the length probe alone, and the full runs at the same η with cosine decay on them
+GRADED_GRIDS, GRADED_RUNS = 4, 12
 
 
 def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: float,
-                  probe: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The recommendation (see the module docstring). ``status``: the stability line's; ``factor``:
-    F over the pilot budget; ``full_lr``: η of the full run at F by the config (√B rule or fixed)."""
+                  probe: Mapping[str, Any] | None = None, cause: str | None = None) -> dict[str, Any]:
+    """The recommendation (see the module docstring). ``status`` and ``cause``: the stability line's
+    (race.checkpoints.stability_at); ``factor``: F over the pilot budget; ``full_lr``: η of the full
+    run at F by the config (√B rule or fixed)."""
     plr = float(probe["learning_rate"]) if probe and probe.get("learning_rate") else None
     if probe and probe.get("status") == "held" and plr is not None and plr < full_lr * (1 - 1e-6):
         scale = plr / full_lr
         return {"rule": 1, "scale": scale, "schedule": lr.schedule, "warmup": lr.warmup,
                 "line": f"rate for F: η × {scale:.3g} = {plr:.3g}, {lr.schedule} (the length probe held at that η)"}
+    if status == "at risk" and cause == "probe" and plr is not None and plr >= full_lr * (1 - 1e-3):
+        return {"rule": 5, "scale": 1.0, "schedule": "cosine", "warmup": LONG_WARMUP,
+                "line": f"rate for F: η {full_lr:.3g}, cosine decay to 0 with {LONG_WARMUP:.0%} warm-up (at risk by "
+                        f"the length probe alone, no pilot fell back; in RACE's validation study, on the {GRADED_GRIDS} "
+                        f"grids flagged this way, η with cosine decay lost 0 of {GRADED_RUNS} full runs and ended above "
+                        f"η ÷ {RATE_CUT:g} on all {GRADED_GRIDS}). race probe DIR --full-run F --lr X tests a rate at F"}
     if status == "at risk":
         return {"rule": 2, "scale": 1 / RATE_CUT, "schedule": "cosine", "warmup": LONG_WARMUP,
                 "line": f"rate for F: η ÷ {RATE_CUT:g} = {full_lr / RATE_CUT:.3g}, cosine decay to 0 with "
-                        f"{LONG_WARMUP:.0%} warm-up (at risk; first validation round: η × 3 lost 30 of 30 full runs "
+                        f"{LONG_WARMUP:.0%} warm-up (at risk: pilots fell back; first validation round: η × 3 lost 30 of 30 full runs "
                         "at 10 × B, constant or cosine; η ÷ 3 with cosine lost 0 of 15; sealed second round: 0 of 21 "
                         "runs at this rate collapsed, against 61 of 229 at the constant rates of the same grids, and "
                         "it lost reward on 1 of 7 grids, one only the length probe had flagged). race probe DIR "

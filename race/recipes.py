@@ -387,7 +387,7 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     at_risk = stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None,
                            probe=probe)
     rate = full_run_rate(cfg.learning_rate, status=at_risk["status"], factor=full / float(cfg.budget),
-                         full_lr=learning_rate(cfg, bp * n), probe=probe)
+                         full_lr=learning_rate(cfg, bp * n), probe=probe, cause=at_risk.get("cause"))
     if rate["rule"] != 4:
         cfg = replace(cfg, learning_rate=apply_rate(cfg.learning_rate, rate))
     lr = learning_rate(cfg, bp * n)

@@ -55,7 +55,7 @@ def _probe(status, lr=1e-3):
 
 def test_the_stability_line_reads_the_probe_at_f():
     fell = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe=_probe("fell"))
-    assert fell["status"] == "at risk"
+    assert fell["status"] == "at risk" and fell["cause"] == "probe"
     assert ("the length probe at η 0.001 (900 steps, 50% of the full run's) ended at 0.100, below its base "
             "policy's 0.300 (drop 0.200, paired SE 0.040)") in fell["line"]
     held = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe=_probe("held"))
@@ -85,6 +85,31 @@ def test_rate_for_f_by_rule_and_it_never_raises_eta():
     assert configured_lr({"learning_rate": {"ref": "2e-3"}})[1] == pytest.approx(2e-3)
     assert configured_lr({"learning_rate": {"ref": 1e-3}, "schedule": {"prompts_per_step": 32}})[1] == \
         pytest.approx(2e-3)
+
+
+def test_the_rate_for_f_is_graded_by_what_flagged_the_run():
+    """At risk because pilots fell back: η ÷ 3 with cosine decay (rule 2). At risk by the length probe
+    alone, the probe run at the full run's η: that η with cosine decay (rule 5). A probe that fell at a
+    lower η than the run's says nothing for the run's η: η ÷ 3 again. No cause given: rule 2, as frozen."""
+    from race.rate import GRADED_GRIDS, GRADED_RUNS
+
+    lr = LearningRate(ref=1e-3)
+    fell_pt = StabilityPoint(rho_target=0.5, pilots=3, unstable=1, checkpoints=9, prompts=100, eval_flops=1.0)
+    pilots_fell = stability_at(Stability(target="reward", rule={}, points=(fell_pt,), unstable=((0.5, 0),)),
+                               full_run_budget=3e13, pilot_budget=1e12, probe=_probe("fell"))
+    assert pilots_fell["cause"] == "pilots"             # the pilots come first, whatever the probe says
+    by_probe = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe=_probe("fell"))
+    r2 = full_run_rate(lr, status="at risk", factor=30, full_lr=1e-3, probe=_probe("fell"), cause=pilots_fell["cause"])
+    r5 = full_run_rate(lr, status="at risk", factor=30, full_lr=1e-3, probe=_probe("fell"), cause=by_probe["cause"])
+    assert (r2["rule"], r2["scale"], r2["schedule"]) == (2, 1 / RATE_CUT, "cosine") and "pilots fell back" in r2["line"]
+    assert (r5["rule"], r5["scale"], r5["schedule"], r5["warmup"]) == (5, 1.0, "cosine", 0.05)
+    assert r5["line"].startswith("rate for F: η 0.001, cosine decay to 0 with 5% warm-up (at risk by the length "
+                                 "probe alone") and f"lost 0 of {GRADED_RUNS} full runs" in r5["line"]
+    assert f"on all {GRADED_GRIDS})" in r5["line"] and apply_rate(lr, r5) == LearningRate(ref=1e-3, schedule="cosine",
+                                                                                            warmup=0.05)
+    lower = full_run_rate(lr, status="at risk", factor=30, full_lr=1e-3, probe=_probe("fell", lr=5e-4), cause="probe")
+    assert lower["rule"] == 2
+    assert full_run_rate(lr, status="at risk", factor=30, full_lr=1e-3, probe=_probe("fell"))["rule"] == 2
 
 
 def _default_results():

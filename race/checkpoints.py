@@ -203,8 +203,8 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                     "line": head + f"AT RISK: {run} ended at {f.get('final', float('nan')):.3f}, below its base "
                                    f"policy's {f.get('base', float('nan')):.3f} (drop {f.get('drop', float('nan')):.3f}, "
                                    f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
-                                   "the probe ended below its base in every setting that lost a full run: lower η "
-                                   f"(race recipe gives a rate), and {watch}"}
+                                   "the probe ended below its base in every setting that lost a full run: decay η "
+                                   f"over the run or lower it (race recipe gives the rate for F), and {watch}"}
         return {"status": "stable",
                 "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "
                                f"{curve[-1].get('mean', float('nan')):.3f} at its end); in the first validation round "

@@ -55,11 +55,11 @@ def load_error(name: str, error: OSError, what: str = "model"):
     """The one-line ``ConfigError`` for weights or a tokenizer ``from_pretrained`` could not load
     (``error``: its OSError: not in the local cache while the hub is out of reach, a misspelt or
     gated id, a folder without weights), naming ``name`` and the ways to give it; raise it ``from None``."""
-    from race.errors import ConfigError
-    from race.safeio import quote
-
     import os
     import re
+
+    from race.errors import ConfigError
+    from race.safeio import quote
 
     why = re.split(r"(?<=[.!?])\s", " ".join(str(error).split()), maxsplit=1)[0]     # its first sentence
     why = (why[:200] + " …") if len(why) > 200 else why

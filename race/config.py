@@ -114,6 +114,7 @@ class GRPOSettings:
     top_p: float = 1.0            # nucleus sampling of rollouts
     max_completion_len: int = 1024  # new tokens per rollout (also the dr_grpo normaliser)
     clip_eps: float = 0.2         # PPO clip ε
+    clip_eps_high: float | None = None  # upper clip ε (DAPO's clip-higher, e.g. 0.28); None: clip_eps
     beta: float = 0.0             # KL-to-reference coefficient (0: no reference forward)
     entropy_coef: float = 0.0     # entropy bonus coefficient
     loss_agg: str = "dapo"        # dapo | grpo | dr_grpo token aggregation
@@ -335,6 +336,9 @@ def _validate(c: GridConfig) -> None:
     if c.grpo.beta < 0 or c.grpo.clip_eps <= 0 or c.grpo.temperature <= 0:
         raise ConfigError(f"grpo: beta ({c.grpo.beta}) must be ≥ 0, clip_eps ({c.grpo.clip_eps}) and "
                           f"temperature ({c.grpo.temperature}) > 0")
+    if c.grpo.clip_eps_high is not None and c.grpo.clip_eps_high < c.grpo.clip_eps:
+        raise ConfigError(f"grpo.clip_eps_high ({c.grpo.clip_eps_high}) must be ≥ grpo.clip_eps ({c.grpo.clip_eps}): "
+                          "it widens the upper clip bound (clip-higher), it never narrows it")
     _positive_int("grpo.max_completion_len", c.grpo.max_completion_len)
     if c.grpo.micro_batch is not None:
         _positive_int("grpo.micro_batch", c.grpo.micro_batch)

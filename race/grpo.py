@@ -381,7 +381,7 @@ def _chunk_weight(chunk: TrainBatch, batch: TrainBatch, loss_agg: str) -> float:
 
 
 def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float, clip_eps: float,
-           loss_agg: str, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
+           loss_agg: str, clip_eps_high: float | None = None, max_completion_len: int, beta: float = 0.0, entropy_coef: float = 0.0,
            max_grad_norm: float | None = 1.0, micro_batch: int | None = None, lr_scheduler=None,
            sample_logprobs: torch.Tensor | None = None) -> UpdateStats:
     """μ clipped policy-gradient iterations on one batch, one optimizer step each: ``update_seeds``
@@ -399,7 +399,7 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
     the result's ``sync`` compares them with iteration 1's (``sync_gap``), at no extra cost.
     """
     return update_seeds(policy, [optimizer], [batch], mu=mu, temperature=temperature, clip_eps=clip_eps,
-                        loss_agg=loss_agg, max_completion_len=max_completion_len, beta=beta,
+                        clip_eps_high=clip_eps_high, loss_agg=loss_agg, max_completion_len=max_completion_len, beta=beta,
                         entropy_coef=entropy_coef, max_grad_norm=max_grad_norm, micro_batch=micro_batch,
                         lr_schedulers=[lr_scheduler], sample_logprobs=[sample_logprobs], seed_axis=False)[0]
 
@@ -443,7 +443,7 @@ def _seed_slice(batch: TrainBatch, s: int) -> TrainBatch:
 
 def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch], *, mu: int, temperature: float,
                  clip_eps: float, loss_agg: str, max_completion_len: int, beta: float = 0.0,
-                 entropy_coef: float = 0.0, max_grad_norm: float | None = 1.0, micro_batch: int | None = None,
+                 clip_eps_high: float | None = None, entropy_coef: float = 0.0, max_grad_norm: float | None = 1.0, micro_batch: int | None = None,
                  lr_schedulers: Sequence[Any] | None = None, pad_id: int = 0,
                  sample_logprobs: Sequence[torch.Tensor | None] | None = None,
                  seed_axis: bool = True) -> list[UpdateStats]:
@@ -490,7 +490,8 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
             for s in range(S):
                 w = weights[s][k]
                 terms = policy_loss(of(logp, s), of(olds[k], s), of(chunk.advantages, s),
-                                    of(chunk.completion_mask, s), clip_eps=clip_eps, loss_agg=loss_agg,
+                                    of(chunk.completion_mask, s), clip_eps=clip_eps, clip_eps_high=clip_eps_high,
+                                    loss_agg=loss_agg,
                                     max_completion_len=max_completion_len, ref_logp=of(refs[k], s), beta=beta,
                                     entropy=of(entropy, s), entropy_coef=entropy_coef)
                 term = terms.loss * w if n_chunks > 1 else terms.loss

@@ -123,7 +123,8 @@ class LockstepEngine:
                                           for b, (r, _, _) in zip(batches, scored_all)))
         self.policy.set_active(seeds)
         stats = grpo.update_seeds(self.policy, [self.optimizers[k] for k in active], packs, mu=s.mu,
-                                  temperature=g.temperature, clip_eps=g.clip_eps, loss_agg=g.loss_agg,
+                                  temperature=g.temperature, clip_eps=g.clip_eps, clip_eps_high=g.clip_eps_high,
+                                  loss_agg=g.loss_agg,
                                   max_completion_len=g.max_completion_len, beta=g.beta, entropy_coef=g.entropy_coef,
                                   micro_batch=g.micro_batch, lr_schedulers=[self.lr_schedulers[k] for k in active],
                                   pad_id=backend.pad_id, sample_logprobs=sample_lps)

@@ -113,7 +113,8 @@ class PilotEngine:
         packed, group, sample_lp = pack_kept(batch, rewards, n_train=s.n_train, advantage=g.advantage,
                                              pad_id=backend.pad_id, device=self.device)
         stats = grpo.update(self.policy, self.optimizer, packed, mu=s.mu, temperature=g.temperature,
-                            clip_eps=g.clip_eps, loss_agg=g.loss_agg, max_completion_len=g.max_completion_len,
+                            clip_eps=g.clip_eps, clip_eps_high=g.clip_eps_high, loss_agg=g.loss_agg,
+                            max_completion_len=g.max_completion_len,
                             beta=g.beta, entropy_coef=g.entropy_coef, micro_batch=g.micro_batch,
                             lr_scheduler=self.lr_scheduler, sample_logprobs=sample_lp)
         learning = meter.learning(packed.prompt_lens, packed.completion_lens, group, s.mu, shared_prefix=False)

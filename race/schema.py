@@ -29,7 +29,7 @@ CONSTRAINTS: dict[str, dict[str, Any]] = {
     "reward.num_labels": {"ge": 1}, "reward.batch_size": {"ge": 1}, "reward.timeout": {"gt": 0},
     "reward.check_timeout": {"gt": 0},
     "grpo.temperature": {"gt": 0}, "grpo.top_p": {"gt": 0, "le": 1}, "grpo.max_completion_len": {"ge": 1},
-    "grpo.clip_eps": {"gt": 0}, "grpo.beta": {"ge": 0}, "grpo.entropy_coef": {"ge": 0},
+    "grpo.clip_eps": {"gt": 0}, "grpo.clip_eps_high": {"gt": 0}, "grpo.beta": {"ge": 0}, "grpo.entropy_coef": {"ge": 0},
     "grpo.micro_batch": {"ge": 1},
     "schedule.prompts_per_step": {"ge": 1}, "schedule.n_train": {"ge": 1}, "schedule.max_n_gen": {"ge": 1},
     "schedule.max_mu": {"ge": 1}, "schedule.n_gen": {"ge": 1}, "schedule.mu": {"ge": 1},

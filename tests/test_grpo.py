@@ -145,3 +145,25 @@ def test_grouped_prefix_gives_the_same_logprobs_and_gradients():
     g1 = torch.autograd.grad((grouped * m).sum(), lora)
     g2 = torch.autograd.grad((whole * m).sum(), lora)
     assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g1, g2))
+
+
+def test_clip_higher_by_hand():
+    """clip-higher (DAPO): a ratio of 1.25 on a positive advantage is clipped at 1.2 by ε = 0.2 and
+    kept whole by ε_high = 0.28; the lower bound stays 1 − ε."""
+    logp = torch.log(torch.tensor([[1.25, 0.7]]))
+    old = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    for adv, eps_high, want in ((1.0, None, -(1.2 + 0.7) / 2), (1.0, 0.28, -(1.25 + 0.7) / 2),
+                                (-1.0, 0.28, (1.25 + 0.8) / 2)):
+        terms = grpo.policy_loss(logp, old, torch.tensor([adv]), mask, clip_eps=0.2, clip_eps_high=eps_high,
+                                 loss_agg="dapo")
+        assert float(terms.loss) == pytest.approx(want, abs=1e-6)
+
+
+def test_clip_eps_high_in_the_config():
+    from race.config import ConfigError, config_from_dict
+
+    base = {"model": "race/tiny-arith", "budget": 1e11, "grid": [0.5, 0.7]}
+    assert config_from_dict({**base, "grpo": {"clip_eps_high": 0.28}}).grpo.clip_eps_high == 0.28
+    with pytest.raises(ConfigError, match="clip_eps_high"):
+        config_from_dict({**base, "grpo": {"clip_eps_high": 0.1}})

@@ -53,6 +53,7 @@ def parse_flops(value: Any, what: str = "budget", *, noun: str = "FLOP count", e
 # Upper bounds a grid may not pass, each with its reason (a typo such as seeds: 1000000 would
 # otherwise go on writing the study for hours before anything fails)
 MAX_SEEDS = 64            # the rule's seeds-needed advice tops out far below this
+MAX_FIRST_SEED = 2**31 - 1 - MAX_SEEDS - 20_011   # a pilot's generators seed at 20_011 + seed (race.pilotloop)
 MAX_GRID_POINTS = 32      # an IsoFLOP grid is 3–8 points; race pilot --extend adds a few
 MAX_MODELS = 16           # a grid over policies runs one full grid per model
 
@@ -201,6 +202,8 @@ class GridConfig:
     budget: float                                 # FLOPs per pilot (every point × seed)
     grid: tuple[float, ...] = DEFAULT_GRID        # ρ targets
     seeds: int = 2                                # seeds per grid point
+    first_seed: int = 0                           # the grid's seeds are first_seed … first_seed + seeds − 1 (a rerun
+                                                  # of a grid with other seeds; 0: the seeds every grid ran before)
     name: str = "race"                            # the grid's name (its default output folder runs/NAME)
     task: str = "arithmetic-easy"                 # built-in task or dataset path
     full_run_budget: float | None = None          # the user's planned full-run FLOPs
@@ -229,6 +232,11 @@ class GridConfig:
     def pilots(self) -> int:
         return len(self.grid) * self.seeds
 
+    @property
+    def seed_ids(self) -> range:
+        """The seeds every grid point runs: ``first_seed`` … ``first_seed + seeds − 1``."""
+        return range(self.first_seed, self.first_seed + self.seeds)
+
     def with_overrides(self, **kw: Any) -> "GridConfig":
         """Copy with top-level fields replaced (``None`` values are ignored)."""
         kw = {k: v for k, v in kw.items() if v is not None}
@@ -253,6 +261,8 @@ class GridConfig:
         d = asdict(self)
         if not self.models:
             d.pop("models")
+        if not self.first_seed:                  # seeds from 0: reads as before first_seed existed
+            d.pop("first_seed")
         return d
 
 
@@ -285,6 +295,11 @@ def _positive_int(name: str, v: Any) -> None:
         raise ConfigError(f"{name} {v!r} must be a positive integer")
 
 
+def _non_negative_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{name} {v!r} must be a whole number ≥ 0")
+
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
@@ -300,6 +315,10 @@ def _validate(c: GridConfig) -> None:
         raise ConfigError(f"name {quote(c.name, 80)} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
                           "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
     _positive_int("seeds", c.seeds)
+    _non_negative_int("first_seed", c.first_seed)
+    if c.first_seed > MAX_FIRST_SEED:
+        raise ConfigError(f"first_seed {c.first_seed} is more than {MAX_FIRST_SEED}: a pilot seeds its "
+                          "generators with up to 20_011 + its seed, which must stay below 2³¹")
     if c.seeds > MAX_SEEDS:
         raise ConfigError(f"seeds {c.seeds} is more than {MAX_SEEDS}: the rule's seeds-needed advice stays far below "
                           f"it, and {c.seeds} × {len(c.grid)} pilots would run for days")

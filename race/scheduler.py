@@ -171,20 +171,27 @@ def allocate_seeds(grid: Sequence[float], rung0: Mapping[float, float], *, extra
 
 
 def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
-                    given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE) -> tuple[list[Key], bool]:
+                    given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE,
+                    first_seed: int = 0) -> tuple[list[Key], bool]:
     """The pilots adaptive ``policy`` needs so far (``share`` of the full grid's), and whether
-    that list is final."""
+    that list is final. The rules number seeds 0 … seeds − 1 (rung k runs seed k); a grid whose
+    seeds start at ``first_seed`` runs rung k's pilots with seed ``first_seed + k``."""
     rule = {"informative": informative_seeds, "halving": successive_halving}[resolve_adaptive(policy)]
-    return rule(grid, seeds, scores, given_up, share=check_share(share))
+    if not first_seed:
+        return rule(grid, seeds, scores, given_up, share=check_share(share))
+    scores = {(r, s - first_seed): v for (r, s), v in scores.items()}
+    given_up = {(r, s - first_seed) for r, s in given_up}
+    keys, final = rule(grid, seeds, scores, given_up, share=check_share(share))
+    return [(r, s + first_seed) for r, s in keys], final
 
 
 def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float],
-                    share: float = DEFAULT_SHARE) -> list[Key]:
+                    share: float = DEFAULT_SHARE, first_seed: int = 0) -> list[Key]:
     """The pilots ``policy`` runs when pilot ``key`` scores ``score(key)``: its rule fed rung by
     rung with the scores of what it already ran (for replays on a stored full grid)."""
     scores: dict[Key, float] = {}
     while True:
-        keys, final = adaptive_needed(policy, grid, seeds, scores, share=share)
+        keys, final = adaptive_needed(policy, grid, seeds, scores, share=share, first_seed=first_seed)
         new = [k for k in keys if k not in scores]
         for k in new:
             scores[k] = score(k)
@@ -401,7 +408,7 @@ def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, ba
             from race.prechecks import check_import
 
             check_import(import_pilots, run_cfg.to_dict(), plan_dict,
-                         [(float(r), s) for r in run_cfg.grid for s in range(run_cfg.seeds)])
+                         [(float(r), s) for r in run_cfg.grid for s in run_cfg.seed_ids])
         if st.create(config=user_cfg, run_config=run_cfg.to_dict(), plan=plan_dict,
                      classify=classify, meta=meta, adaptive=None):
             pass
@@ -451,7 +458,8 @@ def _coordinate(st: Any, config: GridConfig, o: RunOptions, *, policy: str | Non
 
     def needed(scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
         if policy:
-            return adaptive_needed(policy, info.grid, info.seeds, scores, given_up, share=share)
+            return adaptive_needed(policy, info.grid, info.seeds, scores, given_up, share=share,
+                                   first_seed=info.first_seed)
         return all_keys, True
 
     def advance(force: bool = False) -> bool:

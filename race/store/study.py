@@ -13,7 +13,7 @@ Layout of a study (docs/storage.md):
   ``race:plan`` (schedules, calibration), ``race:classify``, ``race:meta``, ``race:adaptive``,
   ``race:curve_step_flops``, ``race:ready``; after a grid, ``race:diagnosis`` and ``race:finished``;
 - one trial per pilot: params ``rho`` (a categorical over the grid) and ``seed`` (an int in
-  ``[0, seeds)``) enqueued for every grid point × seed when the study is created, so the grid
+  ``[first_seed, first_seed + seeds)``) enqueued for every grid point × seed when the study is created, so the grid
   lives in the study and each worker takes one by moving a WAITING trial to RUNNING — an
   atomic transition in every optuna storage (a row lock in RDB storages, the log order in the
   journal), so no two workers get the same trial;
@@ -90,8 +90,16 @@ class StudyInfo:
     def seeds(self) -> int:
         return int(self.run_config["seeds"])
 
+    @property
+    def first_seed(self) -> int:
+        return int(self.run_config.get("first_seed", 0))
+
+    @property
+    def seed_ids(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
+
     def keys(self) -> list[Key]:
-        return [(r, s) for r in self.grid for s in range(self.seeds)]
+        return [(r, s) for r in self.grid for s in self.seed_ids]
 
 
 def normalized(obj: Any) -> Any:
@@ -341,7 +349,7 @@ class Store:
 
     def _distributions(self) -> dict[str, Any]:
         assert self.info is not None
-        return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(0, self.info.seeds - 1)}
+        return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(self.info.seed_ids[0], self.info.seed_ids[-1])}
 
     def claim(self, rho: float | None = None) -> Claim | None:
         """Take one WAITING trial (atomic WAITING → RUNNING), of grid point ``rho`` when given (the
@@ -363,7 +371,7 @@ class Store:
             key = key_of(t)
             trial = optuna.trial.Trial(self.study, t._trial_id)
             trial.suggest_categorical("rho", list(self.info.grid))
-            trial.suggest_int("seed", 0, self.info.seeds - 1)
+            trial.suggest_int("seed", self.info.seed_ids[0], self.info.seed_ids[-1])
             if key is None or self._duplicate(t._trial_id, key):
                 st.set_trial_user_attr(t._trial_id, "duplicate", True)
                 self.study.tell(trial, state=TrialState.PRUNED)

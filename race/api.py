@@ -95,6 +95,10 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
     if probe and full is None:
         raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
+    if probe:
+        from race.probe import check_full_run
+
+        check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256):
         raise RaceError(f"workers {str(workers)[:40]}: expected a whole number from 0 (coordinate only) to 256")
     extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
@@ -128,10 +132,13 @@ def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: 
     from dataclasses import replace
 
     from race.forecast import with_forecast
-    from race.results import save_results
+    from race.results import load_results, results_file, results_lock, save_results
 
-    out = replace(results, diagnosis=with_forecast(results, full_run_budget=full_run_budget, force=force))
-    save_results(out_dir, out)
+    with results_lock(out_dir):          # one writer: a probe's record stored meanwhile is kept
+        if os.path.isfile(results_file(out_dir)):
+            results = replace(results, meta=load_results(out_dir).meta)
+        out = replace(results, diagnosis=with_forecast(results, full_run_budget=full_run_budget, force=force))
+        save_results(out_dir, out)
     return out
 
 
@@ -149,7 +156,7 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
     from race.loading import check_device
     from race.pilot import run_pilot
     from race.probe import ProgressLines, plan_probe, probe_record, with_probe
-    from race.results import load_results, save_results
+    from race.results import load_results, results_file, results_lock, save_results
 
     import time
 
@@ -163,10 +170,18 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
     t0 = time.time()
     lines = ProgressLines(plan.budget, plan.schedule.steps, say=progress) if progress else None
     pilot = run_pilot(plan.config, plan.schedule, 0, device=device, progress=lines)
-    out_results = with_probe(results, probe_record(plan, pilot, target=target, wall_seconds=time.time() - t0))
-    out_results = replace(out_results, diagnosis=with_forecast(out_results, full_run_budget=plan.full_run_budget,
-                                                                    force=force))
-    if out:
+    record = probe_record(plan, pilot, target=target, wall_seconds=time.time() - t0)
+
+    def stored(base: Any) -> Any:
+        res = with_probe(base, record)
+        return replace(res, diagnosis=with_forecast(res, full_run_budget=plan.full_run_budget, force=force))
+
+    if not out:
+        return stored(results)
+    with results_lock(out):               # one writer: another probe's record, stored meanwhile, is kept
+        if os.path.isfile(results_file(out)):
+            results = load_results(out)
+        out_results = stored(results)
         save_results(out, out_results)
     return out_results
 

@@ -167,6 +167,33 @@ def probe_fall(checkpoints: Sequence[Checkpoint], target: str) -> dict[str, Any]
 LONG_RUN = 10.0
 
 
+def probe_problem(record: Any) -> str | None:
+    """What is wrong with a stored length-probe record (race.probe.probe_record), as the field, its
+    value and what was expected; None when it reads. A record from another tool (the validation
+    study's) may leave ``covers`` out: it is then the whole run."""
+    from race.safeio import quote
+
+    if not isinstance(record, Mapping):
+        return f"is {quote(record, 60)}: expected a mapping (race.probe's record)"
+    if record.get("status") not in ("fell", "held"):
+        return f"field 'status' is {quote(record.get('status'), 60)}: expected 'fell' or 'held'"
+    checks = (("learning_rate", lambda v: v > 0, "a learning rate > 0"),
+              ("steps", lambda v: v >= 0 and float(v).is_integer(), "a whole number of optimizer steps ≥ 0"),
+              ("covers", lambda v: 0 <= v <= 1, "a share of the full run's steps in [0, 1]"))
+    for name, ok, expected in checks:
+        if name == "covers" and name not in record:
+            continue
+        v = record.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+            return (f"field {name!r} is missing: expected {expected}" if name not in record
+                    else f"field {name!r} is {quote(v, 60)}: expected {expected}")
+    curve = record.get("curve")
+    if curve is not None and (not isinstance(curve, list) or not all(
+            isinstance(c, Mapping) and isinstance(c.get("mean", 0.0), (int, float)) for c in curve)):
+        return f"field 'curve' is {quote(curve, 60)}: expected a list of {{'fraction', 'step', 'mean'}}"
+    return None
+
+
 def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
                  ran: bool = True, probe: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The stability line at the full-run budget: ``{"status", "line"}`` (and ``cause`` when at risk),
@@ -193,9 +220,16 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                                "back were those whose full runs collapsed (first round: η × 3 30 of 30, steps-prm 1 of 15; "
                                "sealed second round: all 3 such settings lost full runs, 10 of 65, 9 of 37 and 26 of 37), and no "
                                f"setting whose pilots all held lost a third of its full runs: lower η, and {watch}"}
-    if probe is not None and probe.get("status") in ("fell", "held"):
+    if probe is not None:
+        bad = probe_problem(probe)
+        if bad:
+            from race.errors import RaceError
+
+            raise RaceError(f"the length-probe record at F = {full_run_budget:.3g}: {bad} (the results file's "
+                            "'probes' was edited or written by another tool: run race probe again)")
+        covers = float(probe.get("covers", 1.0))
         run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "
-               f"{float(probe['covers']):.0%} of the full run's)")
+               f"{covers:.0%} of the full run's)")
         curve = probe.get("curve") or [{}]
         if probe["status"] == "fell":
             f = probe.get("fall") or {}
@@ -205,6 +239,15 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                                    f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
                                    "the probe ended below its base in every setting that lost a full run: decay η "
                                    f"over the run or lower it (race recipe gives the rate for F), and {watch}"}
+        if covers < 1 - 1e-9:            # it held over what it ran, and says nothing of the rest
+            short = ("it stopped before the share it planned, "
+                     f"{float(probe['planned_covers']):.0%}" if float(probe.get("planned_covers", covers)) > covers + 1e-9
+                     else f"capped at a quarter of the pilot grid's compute")
+            return {"status": "not tested",
+                    "line": head + f"not tested past {covers:.0%} of its length: {run} held over the steps it ran "
+                                   f"({short}); the remaining {1 - covers:.0%} of the full run's steps are not "
+                                   "tested by it (a larger pilot budget gives a probe that covers the run); "
+                                   f"{watch}"}
         return {"status": "stable",
                 "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "
                                f"{curve[-1].get('mean', float('nan')):.3f} at its end); in the first validation round "

@@ -65,9 +65,9 @@ def _save_traceback(argv: list[str]) -> str:
 
     text = _redacted("race " + " ".join(argv) + "\n\n" + traceback.format_exc(), argv)
     path = os.path.join(tempfile.gettempdir(), f"race-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return path
+    from race.safeio import write_inside
+
+    return write_inside(os.path.dirname(path), os.path.basename(path), text, what="traceback file")
 
 
 class _OneLineGroup(click.Group):
@@ -329,9 +329,10 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     if not out_path:
         _echo(text, nl=False)
         return
+    from race.safeio import write_inside
+
     try:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_inside(os.path.dirname(os.path.abspath(out_path)), os.path.basename(out_path), text, what="--out")
     except OSError as e:
         raise click.UsageError(f"cannot write {out_path!r}: {e.strerror or e}: choose a writable --out") from None
     _echo(f"wrote {out_path}: check it with `race plan {out_path}`, run it with `race pilot {out_path}`", err=True)
@@ -466,6 +467,10 @@ def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seed
     full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
     if probe_f and not full:
         raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
+    if probe_f:
+        from race.probe import check_full_run
+
+        check_full_run(cfg.budget, full)            # F ≤ B or past MAX_FACTOR: refused before the grid runs
     out_dir = out_dir or os.path.join("runs", cfg.name)
     check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
                  models=cfg.models)
@@ -676,14 +681,18 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
 @click.option("--study", default=None, help="Study name in --storage.")
 @click.option("--emit", "emit_dir", default=None, metavar="DIR",
               help="Write the task's splits and RACE's reward module in DIR, as the trainer reads them, and point "
-                   "the recipe at them (without it: placeholders the trainer refuses).")
+                   "the recipe at them (without it: placeholders the trainer refuses). A DIR that holds anything is "
+                   "refused unless --force.")
+@click.option("--force", is_flag=True,
+              help="With --emit: replace RACE's own files in a non-empty DIR (each named on stderr); nothing else "
+                   "there is touched.")
 @click.option("--format", "fmt", type=click.Choice(("text", "yaml", "json")), default="text", show_default=True,
               help="text: configuration and FLOP statement; yaml: the trainer's configuration (TRL: for "
                    "`trl grpo --config`; verl: the overrides nested; not OpenRLHF, which reads flags only); "
                    "json: everything.")
 @_user_errors
 def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | None, gpus: int | None, nodes: int,
-           storage: str | None, study: str | None, emit_dir: str | None, fmt: str) -> None:
+           storage: str | None, study: str | None, emit_dir: str | None, force: bool, fmt: str) -> None:
     """The full-run configuration for TRL, verl or OpenRLHF at the recommended ρ (or --rho): prompts
     per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
     from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature, sized for
@@ -699,10 +708,18 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
         source = load_stored(storage, study)
     elif not source:
         raise click.UsageError("give RESULTS.json (or its folder) or CONFIG.yaml, or --storage URL --study NAME")
-    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho, gpus=gpus, nodes=nodes,
-                      emit_dir=emit_dir)
+    if force and not emit_dir:
+        raise click.UsageError("--force replaces files of --emit DIR: give --emit DIR")
+    replaced = []
     if emit_dir:
-        _echo(f"wrote the task's splits and race_reward.py in {emit_dir} for {rec.version}", err=True)
+        from race.emit import check_target
+
+        replaced = check_target(emit_dir, str(trainer).lower(), force=force)   # before anything is computed
+    rec = make_recipe(source, trainer=trainer, full_run_budget=full_run, rho=rho, gpus=gpus, nodes=nodes,
+                      emit_dir=emit_dir, force=force)
+    if emit_dir:
+        _echo(f"wrote the task's splits and race_reward.py in {emit_dir} for {rec.version}"
+              + (f"; replaced RACE's own {', '.join(replaced)} (--force)" if replaced else ""), err=True)
     _echo(render_recipe(rec, fmt), nl=False)
 
 

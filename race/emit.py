@@ -20,7 +20,10 @@ prompts, ``rows`` are in the training split.
 
 Invariants: the files hold the task's problems and RACE's reward only (no model text); a reward
 model (``prm`` kinds) is refused here, in one line: the trainer's own reward-model support is the
-way to run one; writing happens only after every check.
+way to run one; writing happens only after every check. Every file goes through
+race.safeio.write_inside (a temporary file and a rename inside DIR, never through a symbolic link,
+never outside DIR). A DIR that holds anything is refused unless ``force``; with it, only RACE's own
+files (``own_files``) are replaced, and ``check_target`` names them; nothing else in DIR is touched.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from typing import Any
 
 from race.config import GridConfig
 from race.errors import RaceError
+from race.safeio import write_inside
 
 REWARD_MODULE = '''"""RACE's reward for this recipe (race recipe --emit): {kind}. Needs RACE installed (pip install race-rl).
 
@@ -132,27 +136,55 @@ def _rows(config: GridConfig) -> tuple[list, list]:
     return load_task(config.task, split="train"), load_task(config.task, split="eval")
 
 
+def own_files(trainer: str) -> tuple[str, ...]:
+    """The files ``emit`` writes for ``trainer``, relative to DIR (recipe.json included)."""
+    data = ("data/train.parquet", "data/test.parquet") if trainer == "verl" else ("data/train.jsonl", "data/test.jsonl")
+    return (*data, "race_config.json", "race_reward.py", *(("train_trl.py",) if trainer == "trl" else ()), "recipe.json")
+
+
+def check_target(out_dir: str, trainer: str, *, force: bool = False) -> list[str]:
+    """Refuse an ``--emit`` folder that holds anything, unless ``force``; return RACE's own files
+    already there (relative to DIR), the ones ``force`` replaces. Called before anything is written."""
+    if not os.path.exists(out_dir):
+        return []
+    if not os.path.isdir(out_dir):
+        raise RaceError(f"--emit {out_dir!r} exists and is not a folder: choose a folder for the recipe's files")
+    try:
+        entries = sorted(os.listdir(out_dir))
+    except OSError as e:
+        raise RaceError(f"cannot read --emit {out_dir!r}: {e.strerror or e}: choose a readable folder") from None
+    present = [f for f in own_files(trainer) if os.path.lexists(os.path.join(out_dir, f))]
+    if entries and not force:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise RaceError(f"--emit {out_dir!r} is not empty ({shown}): pass --force to replace RACE's own files "
+                        "there (" + ", ".join(own_files(trainer)) + "; nothing else is touched), or choose an empty "
+                        "or new folder")
+    return present
+
+
 def write_recipe(rec: Any, out_dir: str) -> str:
     """``DIR/recipe.json``: the recipe as ``race recipe --format json`` prints it (the script reads it)."""
-    path = os.path.join(out_dir, "recipe.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(rec.to_dict(), fh, indent=2)
-    return path
+    return write_inside(out_dir, "recipe.json", json.dumps(rec.to_dict(), indent=2), what="--emit file")
 
 
-def emit(config: GridConfig, trainer: str, out_dir: str) -> dict[str, Any]:
+def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False) -> dict[str, Any]:
     """Write the data and reward files for ``trainer`` into ``out_dir``; return ``{"rows", "held_out",
-    "files"}`` (training rows, held-out rows, the paths written)."""
+    "files", "replaced"}`` (training rows, held-out rows, the paths written, RACE's own files that
+    were there before, relative to ``out_dir``). A non-empty ``out_dir`` is refused unless ``force``."""
     if config.reward.kind in ("prm", "proxy-prm"):
         raise RaceError(f"reward.kind {config.reward.kind!r} is a reward model: --emit writes rule and custom "
                         "rewards only; run the model through the trainer's own reward-model settings")
+    replaced = check_target(out_dir, trainer, force=force)
     train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
-    data = os.path.join(out_dir, "data")
-    try:
-        os.makedirs(data, exist_ok=True)
-    except OSError as e:
-        raise RaceError(f"cannot write {out_dir!r}: {e.strerror or e}: choose a writable --emit folder") from None
     files = []
+
+    def put(name: str, content: Any) -> None:
+        try:
+            files.append(write_inside(out_dir, name, content, what="--emit file"))
+        except OSError as e:
+            raise RaceError(f"cannot write {os.path.join(out_dir, name)!r}: {e.strerror or e}: choose a writable "
+                            "--emit folder") from None
+
     if trainer == "verl":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -163,26 +195,16 @@ def emit(config: GridConfig, trainer: str, out_dir: str) -> dict[str, Any]:
                 "prompt": [[{"role": "user", "content": p.prompt}] for p in rows],
                 "reward_model": [{"style": "rule", "ground_truth": p.answer} for p in rows],
                 "extra_info": [{"index": p.id, "prompt": p.prompt} for p in rows]})
-            path = os.path.join(data, f"{name}.parquet")
-            pq.write_table(table, path)
-            files.append(path)
+            put(f"data/{name}.parquet", lambda fh, t=table: pq.write_table(t, fh))
     else:
         for name, rows in (("train", train), ("test", held)):
-            path = os.path.join(data, f"{name}.jsonl")
-            with open(path, "w", encoding="utf-8") as fh:
-                for p in rows:
-                    fh.write(json.dumps({"prompt": p.prompt, "answer": p.answer}, ensure_ascii=False) + "\n")
-            files.append(path)
-    with open(os.path.join(out_dir, "race_config.json"), "w", encoding="utf-8") as fh:
-        json.dump(config.to_dict(), fh, indent=2, default=list)
-    with open(os.path.join(out_dir, "race_reward.py"), "w", encoding="utf-8") as fh:
-        fh.write(REWARD_MODULE.format(kind=config.reward.kind))
-    files += [os.path.join(out_dir, "race_config.json"), os.path.join(out_dir, "race_reward.py")]
+            put(f"data/{name}.jsonl", "".join(json.dumps({"prompt": p.prompt, "answer": p.answer}, ensure_ascii=False)
+                                              + "\n" for p in rows))
+    put("race_config.json", json.dumps(config.to_dict(), indent=2, default=list))
+    put("race_reward.py", REWARD_MODULE.format(kind=config.reward.kind))
     if trainer == "trl":
-        with open(os.path.join(out_dir, "train_trl.py"), "w", encoding="utf-8") as fh:
-            fh.write(TRL_SCRIPT)
-        files.append(os.path.join(out_dir, "train_trl.py"))
-    return {"rows": len(train), "held_out": len(held), "files": files}
+        put("train_trl.py", TRL_SCRIPT)
+    return {"rows": len(train), "held_out": len(held), "files": files, "replaced": replaced}
 
 
 def epochs(steps: int, prompts_per_step: int, rows: int) -> int:

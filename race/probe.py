@@ -18,8 +18,12 @@ and ``race pilot --full-run F --probe`` call that. The record (``probe_record``)
 ``race recipe`` read it through ``race.checkpoints.stability_at``.
 
 Invariants: ``plan_probe`` is pure and refuses, as one line before any compute, what it cannot
-probe (no complete pilots, no recommended ρ, F not above the pilot budget); the probe never
-changes the pilots or the verdict of the results it is stored in.
+probe (no complete pilots, no recommended ρ, F not above the pilot budget or past
+race.drift.MAX_FACTOR × it: ``check_full_run``; a probe that would cover under ``MIN_COVER`` of the
+full run's steps); the record's ``covers`` is what the probe ran, ``planned_covers`` what its plan
+promised, and a probe that held over less than the whole run vouches for no more than it ran
+(race.checkpoints.stability_at); the probe never changes the pilots or the verdict of the results
+it is stored in.
 """
 from __future__ import annotations
 
@@ -32,6 +36,23 @@ from race.errors import RaceError
 
 PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
 PROBE_PROMPTS = 1           # prompts per step of the probe (the full run's B_p otherwise)
+MIN_COVER = 0.05            # a probe that would run under this share of the full run's steps is refused before it runs
+
+
+def check_full_run(pilot_budget: float, full_run_budget: float) -> float:
+    """F over B, refused in one line (before any compute) unless B < F ≤ race.drift.MAX_FACTOR × B."""
+    from race.drift import MAX_FACTOR
+
+    B, F = float(pilot_budget), float(full_run_budget)
+    if not F > B:
+        raise RaceError(f"full-run budget {F:.3g} is not above the pilot budget {B:.3g}: the pilots already "
+                        "ran that long; the probe is for longer runs")
+    if F / B > MAX_FACTOR * (1 + 1e-9):
+        raise RaceError(f"full-run budget {F:.3g} is {F / B:.3g} × the pilot budget {B:.3g}, past the "
+                        f"{MAX_FACTOR:g} × RACE extrapolates to: a probe capped at {PROBE_SHARE:.0%} of the grid's "
+                        f"compute would cover almost none of that run; run pilots of ≥ {F / MAX_FACTOR:.3g} FLOPs "
+                        "each first")
+    return F / B
 
 
 class ProgressLines:
@@ -116,9 +137,7 @@ def plan_probe(results: Any, full_run_budget: float, *, rho: float | None = None
         raise RaceError("the length probe needs the run config stored in the results file; this one has none")
     budget = float(raw.get("budget") or 0.0)
     F = float(full_run_budget)
-    if not F > budget:
-        raise RaceError(f"full-run budget {F:.3g} is not above the pilot budget {budget:.3g}: the pilots already "
-                        "ran that long; the probe is for longer runs")
+    check_full_run(budget, F)
     if rho is None:
         if results.diagnosis is None:
             raise RaceError("the length probe needs the grid's verdict (its recommended ρ), or --rho")
@@ -140,9 +159,16 @@ def plan_probe(results: Any, full_run_budget: float, *, rho: float | None = None
                    schedule=replace(cfg.schedule, prompts_per_step=PROBE_PROMPTS),
                    learning_rate=replace(cfg.learning_rate, ref=eta, fixed=True))
     sched = plan_schedule(CostModel(pcfg, arch, rspec, P, C), rho)
-    return ProbePlan(full_run_budget=F, rho=rho, learning_rate=eta, schedule=sched,
+    plan = ProbePlan(full_run_budget=F, rho=rho, learning_rate=eta, schedule=sched,
                      full_steps=full.steps * full.mu, full_prompts_per_step=full.prompts_per_step,
                      grid_flops=grid_flops, config=pcfg)
+    if plan.covers < MIN_COVER:
+        raise RaceError(f"the length probe at F = {F:.3g} ({F / budget:.3g} × B) would cover {plan.covers:.1%} of the "
+                        f"full run's {plan.full_steps:,} optimizer steps (it is capped at {PROBE_SHARE:.0%} of the "
+                        f"grid's compute), under the {MIN_COVER:.0%} it needs to say anything of the run's length: this grid's "
+                        f"probe covers that much of runs up to about {F / budget * plan.covers / MIN_COVER:.3g} × B; "
+                        "run pilots with a larger budget for this F")
+    return plan
 
 
 def probe_record(plan: ProbePlan, pilot: Any, *, target: str, wall_seconds: float) -> dict[str, Any]:
@@ -151,10 +177,13 @@ def probe_record(plan: ProbePlan, pilot: Any, *, target: str, wall_seconds: floa
     curve = [{"fraction": c.fraction, "step": c.step, "mean": sum(c.evals[target]) / len(c.evals[target])}
              for c in cps if c.evals.get(target)]
     fall = probe_fall(pilot.checkpoints, target)
+    # what it ran, not what it planned: a probe stopped short covers only the steps it made
+    made = max((c.step for c in pilot.checkpoints), default=0) * plan.schedule.mu
+    covers = plan.covers if pilot.status == "complete" else min(plan.covers, made / max(1, plan.full_steps))
     return {"full_run_budget": plan.full_run_budget, "rho": plan.rho, "learning_rate": plan.learning_rate,
             "schedule_kind": plan.config.learning_rate.schedule, "steps": plan.schedule.steps * plan.schedule.mu,
             "prompts_per_step": plan.schedule.prompts_per_step, "n_gen": plan.schedule.n_gen,
-            "full_steps": plan.full_steps, "covers": plan.covers, "budget": plan.budget, "share": plan.share,
+            "full_steps": plan.full_steps, "covers": covers, "planned_covers": plan.covers, "budget": plan.budget, "share": plan.share,
             "target": target, "curve": curve, "status": "fell" if fall else "held", "fall": fall,
             "pilot_status": pilot.status, "wall_seconds": round(wall_seconds, 1)}
 

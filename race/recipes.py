@@ -314,7 +314,8 @@ def _fit_prompts(bp: int, n: int, world: int) -> int:
 
 
 def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = None,
-           rho: float | None = None, gpus: int | None = None, nodes: int = 1, emit_dir: str | None = None) -> Recipe:
+           rho: float | None = None, gpus: int | None = None, nodes: int = 1, emit_dir: str | None = None,
+           force: bool = False) -> Recipe:
     """The full-run configuration of ``trainer`` (trl | verl | openrlhf) at ρ.
 
     ``source``: a results file or its folder (ρ: the diagnosis' recommended range centre unless
@@ -322,7 +323,8 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     ``full_run_budget``: FLOPs of the full run (default: the config's ``full_run_budget``).
     ``gpus`` per node × ``nodes``: the hardware it is sized for (``Shape``; default gpus: 8 for verl
     and OpenRLHF, whose own default is 8, and 1 process for TRL). ``emit_dir``: write the task's
-    splits and RACE's reward module there for the trainer (race.emit), and point the recipe at them;
+    splits and RACE's reward module there for the trainer (race.emit), and point the recipe at them
+    (a folder that holds anything is refused unless ``force``, which replaces RACE's own files only);
     without it the recipe names placeholders the trainer refuses.
     """
     from race.grid import CostModel, choose_knobs, learning_rate
@@ -399,7 +401,7 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     notes += more
     from race.emit import data_settings, emit
 
-    rows = emit(cfg, key, emit_dir)["rows"] if emit_dir else None
+    rows = emit(cfg, key, emit_dir, force=force)["rows"] if emit_dir else None
     data, more = data_settings(key, emit_dir, steps=steps, prompts_per_step=bp, rows=rows)
     if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
         model = {**model, **data}

@@ -7,7 +7,8 @@ Layout (``schema_version`` 1; fields documented in docs/interfaces.md)::
      "pilots": [PilotResult.to_dict(), ...], "diagnosis": {...} | null,
      "classify": {"primary_target": ..., "n_boot": ..., "seed": ..., ...}}
 
-Writes are atomic (temp file + rename) so a crash never leaves a torn file.
+Writes are atomic (temp file + rename, race.safeio.write_inside) so a crash never leaves a torn file;
+a read-modify-write holds ``results_lock`` (race.safeio.locked) so two writers lose nothing.
 """
 from __future__ import annotations
 
@@ -50,23 +51,16 @@ class Results:
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: a crash or a full disk
-    leaves the previous file whole. A write the machine refuses (no space, read-only, no permission)
-    is a one-line ``ResultsError`` naming the file; nothing in the storage is touched by it."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+    """Write ``data`` to ``path`` through race.safeio.write_inside (a temporary file and a rename, no
+    symbolic link followed): a crash or a full disk leaves the previous file whole. A write the
+    machine refuses (no space, read-only, no permission) is a one-line ``ResultsError`` naming the
+    file; nothing in the storage is touched by it."""
+    from race.safeio import write_inside
+
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path), text, what="results file")
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         import errno
 
         full = e.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -77,10 +71,23 @@ def write_json_atomic(path: str, data: Any) -> None:
                              "previous file is unchanged)") from None
 
 
+def results_file(path: str) -> str:
+    """The results file ``path`` names: itself, or ``path/results.json`` for a folder."""
+    return os.path.join(path, "results.json") if os.path.isdir(path) or not path.endswith(".json") else path
+
+
+def results_lock(path: str) -> Any:
+    """The lock (race.safeio.locked) around a read-modify-write of the results file ``path`` names:
+    load, change and save inside it, and a second writer (another ``race probe`` on the same folder)
+    waits, then re-reads the file with the first one's change in it."""
+    from race.safeio import locked
+
+    return locked(results_file(path), what="results file")
+
+
 def save_results(path: str, results: Results) -> str:
     """Write ``results`` to ``path`` (a file, or a folder → ``folder/results.json``)."""
-    if os.path.isdir(path) or not path.endswith(".json"):
-        path = os.path.join(path, "results.json")
+    path = results_file(path)
     write_json_atomic(path, results.to_dict())
     return path
 
@@ -122,6 +129,17 @@ def load_results(path: str) -> Results:
         doc = results_schema().model_validate(raw)
     except ValidationError as e:
         raise ResultsError(f"results file {path!r}: {validation_line(e)}") from None
+    probes = raw.get("probes")
+    if probes is not None:
+        from race.checkpoints import probe_problem
+
+        if not isinstance(probes, list):
+            raise ResultsError(f"results file {path!r}: 'probes' is not a list: expected race probe's records")
+        for i, rec in enumerate(probes):
+            bad = probe_problem(rec)
+            if bad:
+                raise ResultsError(f"results file {path!r}: probes[{i}] {bad} (edited, or written by another "
+                                   "tool: remove that record or run race probe again)")
     meta = {k: v for k, v in raw.items()
             if k not in ("pilots", "diagnosis", "config", "plan", "classify", "schema_version", "kind")}
     return Results(pilots=tuple(doc.pilots), diagnosis=doc.diagnosis, config=doc.config, plan=doc.plan,

@@ -58,8 +58,12 @@ def test_the_stability_line_reads_the_probe_at_f():
     assert fell["status"] == "at risk" and fell["cause"] == "probe"
     assert ("the length probe at η 0.001 (900 steps, 50% of the full run's) ended at 0.100, below its base "
             "policy's 0.300 (drop 0.200, paired SE 0.040)") in fell["line"]
-    held = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe=_probe("held"))
+    held = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe={**_probe("held"), "covers": 1.0})
     assert held["status"] == "stable" and "held (held-out 0.300 at its base, 0.450 at its end)" in held["line"]
+    # a probe that held over half the run vouches for that half only: no stability statement past it
+    half = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12, probe=_probe("held"))
+    assert half["status"] == "not tested" and "not tested past 50% of its length" in half["line"]
+    assert "stable" not in half["line"] and "remaining 50% of the full run's steps are not tested" in half["line"]
     # without a probe a run 30 × B long is not tested, and the line names the command that tests it
     none = stability_at(_held(), full_run_budget=3e13, pilot_budget=1e12)
     assert none["status"] == "not tested" and "race probe DIR --full-run F" in none["line"]

@@ -1,0 +1,215 @@
+"""Hardening round 4 (issue 50), one test per class of failure: writes that stay in their folder
+(a real planted symlink), ``--emit`` that never replaces a user's files without ``--force``, one
+writer per results file (two real processes), honest probe coverage and refusals before compute,
+the API's argument checks (with a ``hypothesis`` property test over its numbers), and a watch whose
+checker cannot take the run down."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from race.errors import RaceError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "runs", "tiny-steps-sparse.results.json")
+
+
+def _race(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+
+
+# ------------------------------------------------------------------ 1. writes that stay where they are told
+
+def test_a_planted_symlink_is_never_written_through(tmp_path):
+    """race recipe --emit DIR --force, with race_reward.py planted as a link to a file elsewhere and
+    data/ as a link to a folder elsewhere: refused in one line, and nothing outside DIR changes."""
+    from race.safeio import UnsafeWrite, write_inside
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    emit = tmp_path / "emit"
+    emit.mkdir()
+    os.symlink(victim, emit / "race_reward.py")
+    r = _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--emit", str(emit), "--force", cwd=tmp_path)
+    assert r.returncode == 2 and "symbolic link" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert victim.read_text() == "precious\n" and os.path.islink(emit / "race_reward.py")
+
+    emit2 = tmp_path / "emit2"
+    emit2.mkdir()
+    os.symlink(outside, emit2 / "data")
+    r = _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--emit", str(emit2), "--force", cwd=tmp_path)
+    assert r.returncode == 2 and "outside the folder" in r.stderr, r.stderr
+    assert os.listdir(outside) == []
+    # the helper itself: '..' out of the folder, a link at the final component, a folder in the way
+    with pytest.raises(UnsafeWrite, match="outside the folder"):
+        write_inside(str(emit2), "../escape.txt", "x")
+    with pytest.raises(UnsafeWrite, match="symbolic link"):
+        write_inside(str(emit), "race_reward.py", "x")
+    with pytest.raises(UnsafeWrite, match="not a regular file"):
+        write_inside(str(tmp_path), "elsewhere", "x")
+    assert not (tmp_path / "escape.txt").exists() and victim.read_text() == "precious\n"
+    # and a normal write is whole, with no temporary file left behind
+    path = write_inside(str(tmp_path / "new" / "deep"), "a/b.txt", "hello")
+    assert open(path).read() == "hello" and os.listdir(os.path.dirname(path)) == ["b.txt"]
+
+
+def test_results_files_are_written_through_the_helper_and_refuse_a_link(tmp_path):
+    from race.results import ResultsError, load_results, save_results
+    from race.safeio import UnsafeWrite
+
+    res = load_results(RESULTS)
+    victim = tmp_path / "victim.json"
+    victim.write_text("{}")
+    os.symlink(victim, tmp_path / "results.json")
+    with pytest.raises((UnsafeWrite, ResultsError), match="symbolic link"):
+        save_results(str(tmp_path), res)
+    assert victim.read_text() == "{}"
+
+
+# ------------------------------------------------------------------ lost work: --emit into a folder in use
+
+def test_emit_refuses_a_non_empty_folder_and_force_replaces_only_races_files(tmp_path):
+    emit = tmp_path / "emit"
+    emit.mkdir()
+    (emit / "notes.txt").write_text("mine\n")
+    (emit / "race_reward.py").write_text("# my edits\n")
+    r = _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--emit", str(emit), cwd=tmp_path)
+    assert r.returncode == 2 and "is not empty" in r.stderr and "--force" in r.stderr, r.stderr
+    assert (emit / "race_reward.py").read_text() == "# my edits\n" and sorted(os.listdir(emit)) == [
+        "notes.txt", "race_reward.py"]
+    r = _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--emit", str(emit), "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "replaced RACE's own race_reward.py (--force)" in r.stderr
+    assert (emit / "notes.txt").read_text() == "mine\n"
+    assert "RACE's reward for this recipe" in (emit / "race_reward.py").read_text()
+    assert (emit / "data" / "train.jsonl").is_file() and (emit / "recipe.json").is_file()
+    # a new or empty folder needs no --force; --force without --emit is refused
+    assert _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--emit", str(tmp_path / "fresh"),
+                 cwd=tmp_path).returncode == 0
+    r = _race("recipe", RESULTS, "--for", "trl", "--full-run", "6e12", "--force", cwd=tmp_path)
+    assert r.returncode == 2 and "--force replaces files of --emit DIR" in r.stderr
+
+
+# ------------------------------------------------------------------ 2. one writer per results file
+
+_FAKE_PROBE = r"""
+import sys, time
+import race.pilot
+from race.results import load_results
+
+res = load_results(sys.argv[1])
+pilot = next(p for p in res.pilots if p.status == "complete")
+
+def fake(config, schedule, seed, device="cpu", progress=None, **kw):
+    time.sleep(2.0)                 # both probes "run" at once, then store
+    return pilot
+
+race.pilot.run_pilot = fake
+from race.api import run_probe
+
+run_probe(sys.argv[1], full_run_budget=float(sys.argv[2]), lr=float(sys.argv[3]), out=sys.argv[1])
+print("ok")
+"""
+
+
+def test_two_probes_on_one_folder_both_keep_their_record(tmp_path):
+    """Two real processes store a probe record in one results.json at the same time (the pilot
+    replaced by a stored one, so only the storing is real): both records are there afterwards."""
+    shutil.copy(RESULTS, tmp_path / "results.json")
+    F = 2 * json.loads((tmp_path / "results.json").read_text())["config"]["budget"]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    procs = [subprocess.Popen([sys.executable, "-c", _FAKE_PROBE, str(tmp_path / "results.json"), str(F), lr],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for lr in ("3e-4", "2e-4")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(p["learning_rate"] for p in stored["probes"]) == [2e-4, 3e-4]
+
+
+def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path):
+    from race.safeio import Busy, locked
+
+    path = str(tmp_path / "results.json")
+    with locked(path):
+        t0 = time.monotonic()
+        with pytest.raises(Busy, match=rf"being written by process {os.getpid()}.*nothing was written"):
+            with locked(path, wait=0.3):
+                pass
+        assert time.monotonic() - t0 >= 0.3
+    with locked(path, wait=0.3):        # released when the first block ends
+        pass
+
+
+def test_duplicated_keys_in_a_results_file_are_refused(tmp_path):
+    from race.results import ResultsError, load_results
+
+    text = open(RESULTS).read()
+    bad = text.replace('"schema_version": 1,', '"schema_version": 1, "schema_version": 1,', 1)
+    assert bad != text
+    (tmp_path / "results.json").write_text(bad)
+    with pytest.raises(ResultsError, match="repeats the key 'schema_version'"):
+        load_results(str(tmp_path))
+
+
+# ------------------------------------------------------------------ 3. honest coverage, refusals before compute
+
+def test_probe_refusals_come_before_any_compute_and_name_what_is_wrong(tmp_path):
+    from race.probe import MIN_COVER, check_full_run, plan_probe
+    from race.results import load_results
+
+    res = load_results(RESULTS)
+    B = float(res.config["budget"])
+    with pytest.raises(RaceError, match="past the 1000 × RACE extrapolates to"):
+        plan_probe(res, 1e30 * B)
+    with pytest.raises(RaceError, match="is not above the pilot budget"):
+        check_full_run(B, B)
+    with pytest.raises(RaceError, match=rf"under the {MIN_COVER:.0%} it needs"):
+        plan_probe(res, 900 * B)
+    # the CLI: race probe at an absurd F exits 2 in one line and writes nothing
+    shutil.copy(RESULTS, tmp_path / "results.json")
+    before = (tmp_path / "results.json").read_bytes()
+    r = _race("probe", str(tmp_path), "--full-run", f"{1e30 * B:g}", cwd=tmp_path)
+    assert r.returncode == 2 and "past the 1000 ×" in r.stderr and "Traceback" not in r.stderr
+    assert (tmp_path / "results.json").read_bytes() == before
+    # race pilot --probe --full-run F ≤ B is refused before the grid runs (no runs/ folder appears)
+    t0 = time.monotonic()
+    r = _race("pilot", "--probe", "--full-run", "1e3", "--out", str(tmp_path / "grid"), cwd=tmp_path)
+    assert r.returncode == 2 and "is not above the pilot budget" in r.stderr, r.stderr
+    assert not (tmp_path / "grid").exists() and time.monotonic() - t0 < 60
+
+
+def test_a_tampered_probe_record_names_the_file_and_the_field(tmp_path):
+    from race.checkpoints import stability_at
+    from race.results import ResultsError, load_results
+
+    doc = json.loads(open(RESULTS).read())
+    doc["probes"] = [{"full_run_budget": 1e13, "status": "held", "learning_rate": 1e-3, "steps": 10,
+                      "curve": [{"mean": 0.3}]}]
+    doc["probes"][0]["covers"] = "all"
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=r"results.json.*probes\[0\] field 'covers' is 'all'"):
+        load_results(str(tmp_path))
+    with pytest.raises(RaceError, match="field 'learning_rate' is missing"):
+        stability_at(None, full_run_budget=1e13, pilot_budget=1e12, probe={"status": "held", "steps": 3})
+
+
+def test_a_probe_that_ran_short_of_its_plan_says_so_and_vouches_for_nothing_more():
+    from race.checkpoints import stability_at
+
+    rec = {"status": "held", "learning_rate": 1e-3, "steps": 300, "covers": 0.3, "planned_covers": 1.0,
+           "curve": [{"mean": 0.3}, {"mean": 0.4}]}
+    line = stability_at(None, full_run_budget=3e13, pilot_budget=1e12, probe=rec)
+    assert line["status"] == "not tested" and "stopped before the share it planned, 100%" in line["line"]
+    assert "stable" not in line["line"]

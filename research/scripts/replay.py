@@ -1,0 +1,522 @@
+"""Replaying pilot designs on rounds 1–2's committed data (issues 48 and 49).
+
+    python research/scripts/replay.py prior        # issue 48: the no-pilot prior against RACE, as scored (frozen)
+    python research/scripts/replay.py compute      # issue 48: RACE's run after paying for its pilots (equal compute)
+    python research/scripts/replay.py rules        # issue 48 item 5: the same figures under the scoring rules below
+    python research/scripts/replay.py designs      # issue 49: pilot designs replayed, leave one setting out
+    python research/scripts/replay.py passrate     # issue 49: does the base pass rate name the grids that learned nothing?
+    python research/scripts/replay.py pairing      # issue 49: are seeds of different ρ correlated (paired)?
+    python research/scripts/replay.py tables                          # every table of docs/pilot.md's replay section
+    python research/scripts/replay.py tables --check docs/pilot.md    # exit 1 if the doc's tables differ
+    python research/scripts/replay.py tables --write docs/pilot.md    # rewrite them
+
+Everything is computed from the committed records of both validation rounds
+(research/validation/runs/, research/validation/round2/runs/) with the project's own scoring code
+(research/scripts/validation.py, validation_round2.py, drift.py, race.drift, race.regime), read
+only. Deterministic (fixed bootstrap seeds); about a minute on two cores.
+
+**Grids scored.** Every (setting, full-run budget) of both rounds with a pilot grid and a full-run
+grid committed: 10 × B (24 settings that ran one), 30 × B (default, steps-sparse, lr-x2,
+steps-lr-x3) and 100 × B (steps-n16). A grid whose full runs are *unstable* (at least half fell
+back on their own checkpoints: lr-x3, lr-x3-cosine, lr-x2) has no best ρ and is not scored, as in
+the frozen tables.
+
+**RACE's recommendation at F** ("RACE" below): round 2 as frozen (validation_round2.score_row:
+race.drift's range at F with the frozen population −0.055 / 0.052); round 1 by the drift model's
+leave-one-setting-out backtest (research/scripts/drift.py, candidate "shrunk to the population":
+the population drift from the other round-1 settings). These are the figures docs/validation.md
+and docs/drift.md hold.
+
+**The no-pilot prior** for a setting: the median, over the *other* settings of both rounds whose
+10 × B grid is scored, of the full-run best ρ, measured (C_learning / C_total as spent, mean over
+the best point's runs). It costs no pilot compute.
+
+**Scoring rules of issue 48 item 5, written down here before their scores were printed (2026-12-05):**
+
+(a) *A grid that learned nothing is reported apart.* A full-run grid learned nothing when
+    race.checkpoints.learned on its full runs says so: no ρ point's mean gain in held-out reward
+    over the base policy (final checkpoint against step 0, on the checkpoint prompts, paired by
+    seed) exceeds both 2 of its seed SEs and 0.01 — the replacement rule of round 2, applied to
+    the full runs. Such a grid is listed on its own line and kept out of every median and count.
+(b) *One prompt set per comparison.* Under these rules every comparison reads both sides on the
+    **checkpoint prompts** (the first 100 of the 500 held-out prompts, the only set evaluated
+    before a run's end): the full-budget response is the end checkpoint (fraction 1), a budget
+    fraction f is read on the same 100 prompts, and the pooled SE is that of the same reading.
+    The frozen figures (500 prompts at the end) are shown beside them, never replaced.
+(c) *ρ is always measured*: every recommended ρ (pilot ranges, the prior) and every full-run
+    response lives on the measured-ρ axis (validation.measured_rho), read by linear interpolation
+    (validation.interpolate), flat past the grid's ends.
+(d) *With and without collapsed runs.* A run collapses when race.checkpoints.find_instability
+    flags it on its own held-out checkpoints (validation.collapses). Regret and gain are given on
+    all runs and again with the collapsed runs left out of the full-run grid (its means, best
+    point and pooled SE recomputed).
+
+**Equal total compute.** A pilot grid costs c = its FLOPs / one full run's FLOPs (1.2 at 10 × B,
+0.4 at 30 × B, 0.12 at 100 × B). RACE's run after paying for its pilots is the full run stopped at
+1/(1 + c) of its budget: each constant-rate full run's own held-out checkpoints, interpolated
+linearly in log FLOPs between the two checkpoints around that fraction (a constant-rate run
+stopped at f · C is the run planned at f · C, docs/drift.md). Grids with a decaying rate
+(default-cosine, wsd) have no such reading and are left out.
+
+**Designs (issue 49).** Each design chooses which pilot runs (ρ, seed) run and how far (a budget
+fraction of B, read from their checkpoints: a "continued" design is the same pilot read further
+along its curve, which is what resuming its checkpoint gives). Its evidence is mapped to a range
+at F by the project's rule where it applies: race.regime.classify on the pilots as read, then
+race.drift.range_record (own drift shrunk to the population drift of the *other* settings of both
+rounds, leave one setting out). Scored against each grid's full runs on the frozen reading (500
+prompts, all runs): the full-run best ρ in the range (coverage), the range's width, the regret at
+its recommended ρ in pooled full-run SEs, the same regime.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+for _p in (ROOT, ROOT / "research" / "scripts"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import validation as V  # noqa: E402
+
+SUITES = (ROOT / "research" / "validation" / "suite.yaml", ROOT / "research" / "validation" / "round2.yaml")
+FULL_KINDS = ("full10", "full30", "full100")
+BEGIN, END = "<!-- replay:tables:begin -->", "<!-- replay:tables:end -->"
+N_BOOT = 1000
+Z90 = 1.6448536269514722
+
+
+# ---------------------------------------------------------------- the data
+
+@lru_cache(maxsize=1)
+def suites() -> tuple[dict, dict]:
+    """Both rounds' suites; every round-2 setting's records are read from its own folder."""
+    r1 = V.load_suite(SUITES[0])
+    r2 = V.load_suite(SUITES[1])
+    runs2 = V.ROOT / r2["runs"]
+    for s in r2["settings"]:
+        V.RUNS_OF[s["name"]] = runs2
+    for s in r1["settings"]:
+        s.setdefault("round", 1)
+    for s in r2["settings"]:
+        s.setdefault("round", 2)
+        s.setdefault("half", "round 2")
+    return r1, r2
+
+
+def all_settings() -> list[dict]:
+    r1, r2 = suites()
+    return list(r1["settings"]) + list(r2["settings"])
+
+
+def load(name: str, kind: str) -> dict | None:
+    return _load(name, kind)
+
+
+@lru_cache(maxsize=None)
+def _load(name: str, kind: str) -> dict | None:
+    suites()
+    return V.load_run(name, kind)
+
+
+def constant_rate(s: dict) -> bool:
+    rec = load(s["name"], "pilot")
+    lr = ((rec or {}).get("config") or {}).get("learning_rate") or {}
+    return (lr.get("schedule") or "constant") == "constant"
+
+
+@lru_cache(maxsize=1)
+def grids() -> tuple[dict, ...]:
+    """Every (setting, full-run budget) of both rounds with both grids committed."""
+    out = []
+    for s in all_settings():
+        pilot = load(s["name"], "pilot")
+        if pilot is None:
+            continue
+        for kind in FULL_KINDS:
+            if not V.planned(s, kind):
+                continue
+            full = load(s["name"], kind)
+            if full is None:
+                continue
+            B = float(s["pilot_budget"])
+            out.append({"setting": s["name"], "round": s["round"], "kind": kind, "factor": V.KINDS[kind], "B": B,
+                        "F": B * V.KINDS[kind], "s": s, "pilot": pilot, "full": full, "on_policy": s.get("on_policy"),
+                        "constant": constant_rate(s),
+                        "scored": V.grid_class(V.diagnosis(full)) != "unstable"})
+    return tuple(out)
+
+
+def label(g: dict) -> str:
+    return f"{g['setting']} {g['factor']}×"
+
+
+# ---------------------------------------------------------------- reading a full-run grid
+
+def _interp_fraction(p, frac: float) -> list[float] | None:
+    """A run's per-prompt reward on the checkpoint prompts at budget fraction ``frac``: its own
+    checkpoints, linear in log FLOPs between the two around ``frac`` (the checkpoint itself when one
+    sits there); None without checkpoints."""
+    cps = sorted((c for c in p.checkpoints if c.fraction > 0 and c.evals.get("reward")), key=lambda c: c.fraction)
+    if not cps:
+        return None
+    for c in cps:
+        if abs(c.fraction - frac) < 1e-6:
+            return list(c.evals["reward"])
+    below = [c for c in cps if c.fraction < frac]
+    above = [c for c in cps if c.fraction > frac]
+    if not below:
+        return list(above[0].evals["reward"])
+    if not above:
+        return list(below[-1].evals["reward"])
+    a, b = below[-1], above[0]
+    t = (math.log(frac) - math.log(a.fraction)) / (math.log(b.fraction) - math.log(a.fraction))
+    return [(1 - t) * x + t * y for x, y in zip(a.evals["reward"], b.evals["reward"])]
+
+
+def collapsed(p) -> bool:
+    from race.checkpoints import find_instability
+
+    return bool(p.checkpoints) and find_instability(p.checkpoints, "reward") is not None
+
+
+def cells(full: dict, *, prompts: str = "final", frac: float = 1.0, drop_collapsed: bool = False) -> dict[float, list]:
+    """ρ target → per-run per-prompt reward lists of a full-run grid: ``prompts`` "final" (the 500
+    held-out prompts at the end; ``frac`` must be 1) or "ckpt" (the 100 checkpoint prompts at budget
+    fraction ``frac``); collapsed runs left out with ``drop_collapsed``."""
+    out: dict[float, list] = {}
+    for p in V.pilots_of(full):
+        if drop_collapsed and collapsed(p):
+            continue
+        if prompts == "final":
+            assert frac == 1.0
+            scores = list(p.evals["reward"])
+        else:
+            scores = _interp_fraction(p, frac)
+            if scores is None:
+                continue
+        out.setdefault(p.rho_target, []).append(scores)
+    return dict(sorted(out.items()))
+
+
+class Response:
+    """A full-run grid's response on one reading: per-ρ seed means on the measured axis, the best
+    point, the pooled SE (validation.setting_row's: seed variance pooled over all points, over the
+    best point's seed count), and a bootstrap over seeds and prompts (validation.boot_means')."""
+
+    def __init__(self, full: dict, **kw):
+        import numpy as np
+
+        self.cells = cells(full, **kw)
+        meas = V.measured_rho(full)
+        self.rhos = [t for t in self.cells if self.cells[t]]
+        self.axis = [meas[t] for t in self.rhos]
+        self.means = {t: [float(np.mean(x)) for x in self.cells[t]] for t in self.rhos}
+        self.mean = [statistics.fmean(self.means[t]) for t in self.rhos]
+        i = int(np.argmax(self.mean))
+        self.best_t, self.best_rho, self.best_mean = self.rhos[i], self.axis[i], self.mean[i]
+        dfs = sum(len(v) - 1 for v in self.means.values() if len(v) > 1)
+        ss = sum((len(v) - 1) * statistics.variance(v) for v in self.means.values() if len(v) > 1)
+        self.pse = math.sqrt(ss / dfs) / math.sqrt(len(self.means[self.best_t])) if dfs else float("nan")
+        self._boot = None
+
+    def at(self, rho: float) -> float:
+        import numpy as np
+
+        return float(np.interp(rho, self.axis, self.mean))
+
+    def regret(self, rho: float) -> float:
+        """The regret at a measured ρ in pooled SEs."""
+        return V._in_se(self.best_mean - self.at(rho), self.pse)
+
+    def boot(self):
+        import numpy as np
+
+        if self._boot is None:
+            rng = np.random.default_rng(0)
+            arrs = [np.asarray(self.cells[t], dtype=float) for t in self.rhos]
+            out = np.empty((N_BOOT, len(arrs)))
+            for j, a in enumerate(arrs):
+                s_idx = rng.integers(0, a.shape[0], (N_BOOT, a.shape[0]))
+                p_idx = rng.integers(0, a.shape[1], (N_BOOT, a.shape[0], a.shape[1]))
+                out[:, j] = a[s_idx[..., None], p_idx].mean(axis=(1, 2))
+            self._boot = out
+        return self._boot
+
+    def gain_ci(self, rho: float, on_policy: float | None) -> tuple[float, float, float]:
+        """(gain, 95 % CI low, high) of the response at ``rho`` over the on-policy point (nan without one)."""
+        import numpy as np
+
+        if on_policy not in self.rhos:
+            return (float("nan"),) * 3
+        j = self.rhos.index(on_policy)
+        reps = self.boot()
+        g = np.array([np.interp(rho, self.axis, row) for row in reps]) - reps[:, j]
+        lo, hi = np.quantile(g, [0.025, 0.975])
+        return self.at(rho) - self.mean[j], float(lo), float(hi)
+
+    def diff_pse(self, rho_a: float, rho_b: float, other: "Response | None" = None) -> float:
+        """(response at rho_a on this reading) − (at rho_b on ``other``, default this one), in this reading's pooled SEs."""
+        other = other or self
+        return V._in_se(self.at(rho_a) - other.at(rho_b), self.pse)
+
+
+@lru_cache(maxsize=None)
+def response(idx: int, prompts: str = "final", frac: float = 1.0, drop_collapsed: bool = False) -> Response:
+    return Response(grids()[idx]["full"], prompts=prompts, frac=frac, drop_collapsed=drop_collapsed)
+
+
+# ---------------------------------------------------------------- RACE and the prior
+
+@lru_cache(maxsize=1)
+def round1_backtest() -> dict[tuple[str, float], float]:
+    """Round 1's RACE at F: drift.py's leave-one-setting-out backtest, candidate "shrunk to the
+    population" (its recommended ρ per (setting, factor)), recomputed with drift.py's own functions."""
+    import drift as D
+    from race.drift import range_at, shrink
+
+    r1, _ = suites()
+    out = {}
+    for s in r1["settings"]:
+        if s["name"] in D.ALL_COLLAPSED:
+            continue
+        pilot = load(s["name"], "pilot")
+        pv = V.verdict(pilot)
+        pop = D.per_setting_drift(r1, exclude=s["name"])
+        own = D.fit(D.levels(s, grids=("pilot",)))
+        tau = max(pop["tau"], pop["se"])
+        d, se = shrink(own.d if own else float("nan"), own.d_se if own else math.inf, pop["d"], tau)
+        for kind, factor in D.FACTORS:
+            r = range_at(pv.rho_range, pv.recommended_rho, pilot_budget=1.0, full_run_budget=factor, drift=d, drift_se=se)
+            out[(s["name"], factor)] = (r.rho_range, r.recommended_rho)
+    return out
+
+
+@lru_cache(maxsize=None)
+def race_at_f(idx: int) -> tuple[tuple[float, float], float]:
+    """RACE's (range at F, recommended ρ) for grid ``idx``: round 1 by the backtest, round 2 as frozen."""
+    g = grids()[idx]
+    if g["round"] == 1:
+        return round1_backtest()[(g["setting"], float(g["factor"]))]
+    import validation_round2 as V2
+
+    _, r2 = suites()
+    row = V2.score_row(r2, g["s"], g["kind"], g["pilot"], g["full"])
+    return tuple(row["range_f"]), row["rec_f"]
+
+
+def best_measured(idx: int) -> float:
+    return response(idx).best_rho
+
+
+def pool_10x(exclude: str | None = None, *, skip: frozenset = frozenset()) -> list[float]:
+    """The full-run best ρ (measured) of every scored 10 × B grid but ``exclude``'s (and ``skip``'s)."""
+    return [best_measured(i) for i, g in enumerate(grids())
+            if g["kind"] == "full10" and g["scored"] and g["setting"] != exclude and g["setting"] not in skip]
+
+
+def prior_rho(setting: str, *, skip: frozenset = frozenset()) -> float:
+    """The no-pilot prior: the median full-run best ρ of the other settings' scored 10 × B grids."""
+    return statistics.median(pool_10x(setting, skip=skip))
+
+
+# ---------------------------------------------------------------- issue 48: the prior against RACE (frozen reading)
+
+def prior_rows() -> list[dict[str, Any]]:
+    """Per scored grid: the full-run best ρ, RACE's and the prior's recommended ρ, their regrets in
+    pooled SEs and gains over on-policy with validation.regret_gain_ci's CI (the frozen reading:
+    500 prompts, all runs)."""
+    out = []
+    for i, g in enumerate(grids()):
+        if not g["scored"]:
+            continue
+        rr = response(i)
+        (lo, hi), rec = race_at_f(i)
+        pr = prior_rho(g["setting"])
+        row = {"i": i, "label": label(g), "round": g["round"], "factor": g["factor"], "best": rr.best_rho,
+               "race": rec, "prior": pr, "race_regret": rr.regret(rec), "prior_regret": rr.regret(pr)}
+        for who, rho in (("race", rec), ("prior", pr)):
+            _, ci = V.regret_gain_ci(g["full"], rho, g["on_policy"])
+            on = g["on_policy"]
+            gain = rr.at(rho) - statistics.fmean(rr.means[on]) if on in rr.means else float("nan")
+            row[f"{who}_gain"], row[f"{who}_gain_ci"] = gain, ci
+        out.append(row)
+    return out
+
+
+def _med(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _f(x: float, d: int = 2, sign: bool = False) -> str:
+    if x is None or x != x:
+        return "—"
+    return f"{x:+.{d}f}" if sign else f"{x:.{d}f}"
+
+
+def _beats(rows: list[dict], who: str) -> tuple[int, int]:
+    """(grids where ``who``'s gain over on-policy is positive, grids where its 95 % CI excludes 0)."""
+    sep = [r for r in rows if r[f"{who}_gain_ci"][0] > 0 or r[f"{who}_gain_ci"][1] < 0]
+    return sum(r[f"{who}_gain"] > 0 for r in sep), len(sep)
+
+
+def prior_lines() -> list[str]:
+    rows = prior_rows()
+    out = ["| grid | round | full-run best ρ | RACE at F: ρ (regret) | prior: ρ (regret) | gain over on-policy: RACE; prior (95 % CI) |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        gains = "; ".join(f"{_f(r[w + '_gain'], 3, True)} ({_f(r[w + '_gain_ci'][0], 3, True)} … {_f(r[w + '_gain_ci'][1], 3, True)})"
+                          for w in ("race", "prior"))
+        out.append(f"| {r['label']} | {r['round']} | {r['best']:.2f} | {r['race']:.2f} ({_f(r['race_regret'])}) | "
+                   f"{r['prior']:.2f} ({_f(r['prior_regret'])}) | {gains if r['race_gain'] == r['race_gain'] else '—'} |")
+    out += ["", "| grids | n | median regret, prior | median regret, RACE | prior better / worse | beats on-policy where the gain's CI excludes 0: prior; RACE |",
+            "|---|---|---|---|---|---|"]
+    sets = [("all scored", rows), ("10 × B, round 1", [r for r in rows if r["factor"] == 10 and r["round"] == 1]),
+            ("10 × B, round 2", [r for r in rows if r["factor"] == 10 and r["round"] == 2]),
+            ("30 × and 100 × B", [r for r in rows if r["factor"] > 10])]
+    for name, sel in sets:
+        bp, np_ = _beats(sel, "prior")
+        br, nr = _beats(sel, "race")
+        out.append(f"| {name} | {len(sel)} | {_f(_med([r['prior_regret'] for r in sel]))} | "
+                   f"{_f(_med([r['race_regret'] for r in sel]))} | "
+                   f"{sum(r['prior_regret'] < r['race_regret'] - 1e-9 for r in sel)} / "
+                   f"{sum(r['prior_regret'] > r['race_regret'] + 1e-9 for r in sel)} | {bp} of {np_}; {br} of {nr} |")
+    return out
+
+
+# ---------------------------------------------------------------- issue 48: equal total compute
+
+def pilot_cost(i: int) -> float:
+    """c: the pilot grid's FLOPs over one full run's (validation.setting_row's cost_one)."""
+    g = grids()[i]
+    return sum(p.flops.total for p in V.pilots_of(g["pilot"])) / max(p.flops.total for p in V.pilots_of(g["full"]))
+
+
+def compute_rows(*, drop_collapsed: bool = False, skip_unlearned: bool = False) -> list[dict[str, Any]]:
+    """Per scored constant-rate grid: RACE's run after paying for its pilots (its ρ read at
+    1/(1 + c) of the budget) and at full budget, against the prior's run at full budget. Readings:
+    "ckpt" (both sides on the 100 checkpoint prompts, their pooled SE: issue 48's equal-compute
+    figures) and "final" (the 500 prompts, the frozen reading: only at full budget)."""
+    out = []
+    for i, g in enumerate(grids()):
+        if not g["scored"] or not g["constant"] or (skip_unlearned and not learned_full(i)):
+            continue
+        c = pilot_cost(i)
+        frac = 1 / (1 + c)
+        (_, _), rec = race_at_f(i)
+        pr = prior_rules(g["setting"], drop_collapsed) if skip_unlearned else prior_rho(g["setting"])
+        end = response(i, "ckpt", 1.0, drop_collapsed)
+        early = response(i, "ckpt", frac, drop_collapsed)
+        fin = response(i, "final", 1.0, drop_collapsed)
+        out.append({"i": i, "label": label(g), "factor": g["factor"], "c": c, "frac": frac,
+                    "equal": V._in_se(early.at(rec) - end.at(pr), end.pse),
+                    "full_ckpt": end.diff_pse(rec, pr), "full_final": fin.diff_pse(rec, pr)})
+    return out
+
+
+def compute_lines() -> list[str]:
+    rows = compute_rows()
+    out = ["RACE's run minus the prior's run, in pooled SEs of the reading (negative: RACE below). "
+           "*Equal compute*: RACE's ρ read at 1/(1 + c) of the budget, the prior's at the end, both on the "
+           "100 checkpoint prompts. *Full budget*: both at the end, on the checkpoint prompts and on the 500 "
+           "final prompts.", "",
+           "| grid | c (pilots / one full run) | read at | equal compute (ckpt) | full budget (ckpt) | full budget (final) |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['label']} | {r['c']:.3f} | {r['frac']:.3f} | {_f(r['equal'], 2, True)} | "
+                   f"{_f(r['full_ckpt'], 2, True)} | {_f(r['full_final'], 2, True)} |")
+    out += ["", "| budget | grids | equal compute: RACE below (by > 2 SEs), median | full budget (ckpt): below, median "
+                "| full budget (final): below, median |", "|---|---|---|---|---|"]
+    for fac in (10, 30, 100):
+        sel = [r for r in rows if r["factor"] == fac]
+        if not sel:
+            continue
+        out.append(f"| {fac} × B | {len(sel)} | {sum(r['equal'] < 0 for r in sel)} ({sum(r['equal'] < -2 for r in sel)}), "
+                   f"{_f(_med([r['equal'] for r in sel]), 2, True)} | {sum(r['full_ckpt'] < 0 for r in sel)}, "
+                   f"{_f(_med([r['full_ckpt'] for r in sel]), 2, True)} | {sum(r['full_final'] < 0 for r in sel)}, "
+                   f"{_f(_med([r['full_final'] for r in sel]), 2, True)} |")
+    return out
+
+
+# ---------------------------------------------------------------- issue 48 item 5: the scoring rules
+
+@lru_cache(maxsize=None)
+def learned_full(i: int) -> bool:
+    """Rule (a): whether grid ``i``'s full runs learned anything (race.checkpoints.learned)."""
+    from race.checkpoints import learned
+
+    got = learned(V.pilots_of(grids()[i]["full"]), "reward")
+    return bool(got and got[0])
+
+
+def prior_rules(setting: str, drop_collapsed: bool = False) -> float:
+    """The prior under rules (a)–(d): the median best ρ (measured, on the checkpoint prompts, with or
+    without collapsed runs) of the other settings' scored 10 × B grids that learned something."""
+    return statistics.median(response(i, "ckpt", 1.0, drop_collapsed).best_rho for i, g in enumerate(grids())
+                             if g["kind"] == "full10" and g["scored"] and learned_full(i) and g["setting"] != setting)
+
+
+def rules_rows(drop_collapsed: bool) -> list[dict[str, Any]]:
+    """Per scored grid, read on the checkpoint prompts (rule b), with or without collapsed runs (rule d):
+    RACE's and the prior's regret and gain over on-policy (bootstrap over seeds and prompts)."""
+    out = []
+    for i, g in enumerate(grids()):
+        if not g["scored"]:
+            continue
+        rr = response(i, "ckpt", 1.0, drop_collapsed)
+        (_, _), rec = race_at_f(i)
+        pr = prior_rules(g["setting"], drop_collapsed)
+        row = {"i": i, "label": label(g), "round": g["round"], "factor": g["factor"], "learned": learned_full(i),
+               "best": rr.best_rho, "race": rec, "prior": pr, "race_regret": rr.regret(rec),
+               "prior_regret": rr.regret(pr), "runs": sum(len(v) for v in rr.means.values())}
+        for who, rho in (("race", rec), ("prior", pr)):
+            gain, lo, hi = rr.gain_ci(rho, g["on_policy"])
+            row[f"{who}_gain"], row[f"{who}_gain_ci"] = gain, (lo, hi)
+        out.append(row)
+    return out
+
+
+def rules_lines() -> list[str]:
+    both = {False: rules_rows(False), True: rules_rows(True)}
+    apart = [r for r in both[False] if not r["learned"]]
+    out = ["Grids that learned nothing by rule (a), reported apart and kept out of every figure below: "
+           + ("; ".join(f"{r['label']} (full-run best ρ {r['best']:.2f}, regret RACE {_f(r['race_regret'])}, prior "
+                        f"{_f(r['prior_regret'])} pooled SEs of a seed SD near 0)" for r in apart) or "none") + ".", "",
+           "| grid | runs (without collapsed) | best ρ, all runs; without collapsed | regret RACE: all; without | regret prior: all; without |",
+           "|---|---|---|---|---|"]
+    for a, b in zip(both[False], both[True]):
+        if not a["learned"]:
+            continue
+        out.append(f"| {a['label']} | {a['runs']} ({b['runs']}) | {a['best']:.2f}; {b['best']:.2f} | "
+                   f"{_f(a['race_regret'])}; {_f(b['race_regret'])} | {_f(a['prior_regret'])}; {_f(b['prior_regret'])} |")
+    out += ["", "| grids (learned; checkpoint prompts) | runs | n | median regret, prior | median regret, RACE "
+                "| beats on-policy where the CI excludes 0: prior; RACE |", "|---|---|---|---|---|---|"]
+    for drop, rows in both.items():
+        rows = [r for r in rows if r["learned"]]
+        for name, sel in (("all", rows), ("10 × B", [r for r in rows if r["factor"] == 10]),
+                          ("10 × B, round 2", [r for r in rows if r["factor"] == 10 and r["round"] == 2]),
+                          ("30 × and 100 × B", [r for r in rows if r["factor"] > 10])):
+            bp, np_ = _beats(sel, "prior")
+            br, nr = _beats(sel, "race")
+            out.append(f"| {name} | {'without collapsed' if drop else 'all'} | {len(sel)} | "
+                       f"{_f(_med([r['prior_regret'] for r in sel]))} | {_f(_med([r['race_regret'] for r in sel]))} | "
+                       f"{bp} of {np_}; {br} of {nr} |")
+    out += ["", "Equal compute under the rules (both sides on the checkpoint prompts; the prior from the learned grids):", "",
+            "| budget | runs | grids | equal compute: RACE below (by > 2 SEs), median | full budget: below, median |",
+            "|---|---|---|---|---|"]
+    for drop in (False, True):
+        rows = compute_rows(drop_collapsed=drop, skip_unlearned=True)
+        for fac in (10, 30, 100):
+            sel = [r for r in rows if r["factor"] == fac]
+            if sel:
+                out.append(f"| {fac} × B | {'without collapsed' if drop else 'all'} | {len(sel)} | "
+                           f"{sum(r['equal'] < 0 for r in sel)} ({sum(r['equal'] < -2 for r in sel)}), "
+                           f"{_f(_med([r['equal'] for r in sel]), 2, True)} | {sum(r['full_ckpt'] < 0 for r in sel)}, "
+                           f"{_f(_med([r['full_ckpt'] for r in sel]), 2, True)} |")
+    return out

@@ -1,0 +1,352 @@
+"""Does a verdict survive a rerun? (issue 54) Reruns of a pilot grid with other seed sets.
+
+A rerun is a grid config (the embedded default, or a stored setting of the validation rounds)
+with ``first_seed`` set, so its seeds are first_seed … first_seed + seeds − 1. It runs as
+
+    python -m race.cli pilot CONFIG --out DIR --quiet --format json --workers 1
+
+from this checkout (OMP_NUM_THREADS=1), stored under /work/reruns-storage/NAME (rerunning the same
+command resumes: finished pilots are kept), and leaves two files in research/reruns/:
+
+- NAME.json: what the grid said (regime, ρ range, recommended ρ, confidence, support), its
+  per-point means, the commit, the software versions and the command;
+- NAME.pilots.json.gz: its pilots, compact (no reward curves), enough to classify the grid again.
+
+    python research/scripts/reruns.py run default --first-seed 3
+    python research/scripts/reruns.py queue default:3 default:6 r2:small:3 --commit
+    python research/scripts/reruns.py table            # agreement and reliability, committed data only
+
+Settings: ``default`` (race.presets.DEFAULT), ``r1:NAME`` (research/validation/suite.yaml) and
+``r2:NAME`` (research/validation/round2.yaml), whose pilot grids are built by
+research/scripts/validation.py's ``grid_config(setting, "pilot", 3)`` (read only). Rerun 0 of each
+setting is its committed run: docs/runs/default.results.json.gz for ``default``, the rounds'
+pilot.json.gz for the others.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "research" / "reruns"
+STORAGE = Path(os.environ.get("RACE_RERUNS_STORAGE", "/work/reruns-storage"))
+SUITES = {"r1": ROOT / "research" / "validation" / "suite.yaml", "r2": ROOT / "research" / "validation" / "round2.yaml"}
+COMMITTED = {"r1": ROOT / "research" / "validation" / "runs", "r2": ROOT / "research" / "validation" / "round2" / "runs"}
+DEFAULT_RUN = ROOT / "docs" / "runs" / "default.results.json.gz"
+N_BOOT = 1000
+MIN_BIN = 5
+
+
+def _validation():
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation  # noqa: E402  (read only: grid_config, compact_pilot)
+
+    return validation
+
+
+def setting_config(setting: str) -> dict[str, Any]:
+    """The pilot grid of ``setting`` as a config mapping (seeds 3, from seed 0)."""
+    if setting == "default":
+        from race import presets
+
+        return json.loads(json.dumps(presets.DEFAULT))
+    rnd, _, name = setting.partition(":")
+    if rnd not in SUITES or not name:
+        raise SystemExit(f"unknown setting {setting!r}: expected default, r1:NAME or r2:NAME")
+    V = _validation()
+    suite = V.load_suite(SUITES[rnd])
+    return V.grid_config(V.setting(suite, name), "pilot", 3, suite=suite)
+
+
+def rerun_name(setting: str, first_seed: int) -> str:
+    return f"{setting.replace(':', '-')}-s{first_seed}"
+
+
+def software() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "transformers", "peft", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _commit() -> str:
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def _dirty() -> list[str]:
+    """Files of the package with uncommitted changes when the rerun started (a shared tree)."""
+    r = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "race"], capture_output=True, text=True)
+    return sorted(line[3:] for line in r.stdout.splitlines() if line.strip())
+
+
+def _round(x: Any, digits: int = 6) -> Any:
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}") if math.isfinite(x) else None
+    if isinstance(x, (list, tuple)):
+        return [_round(v, digits) for v in x]
+    if isinstance(x, dict):
+        return {k: _round(v, digits) for k, v in x.items()}
+    return x
+
+
+def point_means(pilots: list[dict], target: str = "reward") -> dict[str, dict[str, Any]]:
+    """ρ target → mean held-out score over its complete seeds, and the per-seed means."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(pilots, key=lambda p: (p["rho_target"], p["seed"])):
+        if p.get("status") != "complete" or target not in (p.get("evals") or {}):
+            continue
+        v = p["evals"][target]
+        row = out.setdefault(f"{float(p['rho_target']):g}", {"seeds": {}})
+        row["seeds"][str(p["seed"])] = round(sum(v) / len(v), 5)
+    for row in out.values():
+        row["mean"] = round(sum(row["seeds"].values()) / len(row["seeds"]), 5)
+    return out
+
+
+def verdict_fields(diag: dict) -> dict[str, Any]:
+    """The primary verdict of a diagnosis dict (CLI JSON or results.json's ``diagnosis``)."""
+    v = (diag.get("verdicts") or {}).get(diag.get("primary_target", "reward"), {})
+    return {"regime": diag.get("regime", v.get("regime")), "rho_range": _round(diag.get("rho_range", v.get("rho_range")), 4),
+            "recommended_rho": _round(diag.get("recommended_rho"), 4), "confidence": diag.get("confidence"),
+            "support": v.get("support") or (v.get("fits") or {}).get("support"), "open_side": diag.get("open_side")}
+
+
+# ---------------------------------------------------------------- running
+
+def run(setting: str, first_seed: int, *, name: str | None = None, storage: Path = STORAGE,
+        extra_config: dict | None = None) -> Path:
+    """Run (or resume) one rerun; write research/reruns/NAME.json and NAME.pilots.json.gz."""
+    import yaml
+
+    name = name or rerun_name(setting, first_seed)
+    cfg = {**setting_config(setting), **(extra_config or {}), "first_seed": int(first_seed)}
+    cfg["name"] = f"rerun-{name}"
+    folder = storage / name
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg_path = folder / "config.yaml"
+    if not cfg_path.exists():
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = folder / "run"
+    argv = [sys.executable, "-m", "race.cli", "pilot", str(cfg_path), "--out", str(out), "--quiet",
+            "--format", "json", "--workers", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    commit, dirty = _commit(), _dirty()
+    t0 = time.time()
+    with open(folder / "stderr.log", "a") as err:
+        r = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    wall = time.time() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{name}: race pilot exited {r.returncode} (see {folder / 'stderr.log'})")
+    diag = json.loads(r.stdout)
+    results = json.loads((out / "results.json").read_text())
+    V = _validation()
+    pilots = [V.compact_pilot({k: v for k, v in p.items() if k != "curve"}) for p in results["pilots"]]
+    versions = sorted({json.dumps((p.get("extra") or {}).get("software"), sort_keys=True) for p in pilots
+                       if (p.get("extra") or {}).get("software")})
+    record = {"name": name, "setting": setting, "first_seed": int(first_seed), "seeds": cfg["seeds"],
+              "seed_ids": list(range(int(first_seed), int(first_seed) + int(cfg["seeds"]))),
+              "budget": float(cfg["budget"]), "grid": cfg["grid"], **verdict_fields(diag),
+              "unstable_pilots": [[u.get("rho_target"), u.get("seed")] for u in (diag.get("stability") or {}).get("unstable", [])
+                                  if isinstance(u, dict)],
+              "points": point_means(pilots), "commit": commit, "uncommitted": dirty, "software": software(),
+              "pilot_software": [json.loads(v) for v in versions],
+              "command": " ".join(shlex.quote(a) for a in ["OMP_NUM_THREADS=1", "python", *argv[1:]]),
+              "made_by": f"python research/scripts/reruns.py run {setting} --first-seed {first_seed}",
+              "wall_seconds": round(wall, 1),
+              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    with gzip.open(OUT / f"{name}.pilots.json.gz", "wt", encoding="utf-8") as fh:
+        json.dump(pilots, fh, separators=(",", ":"))
+    return path
+
+
+def git_commit(paths: list[Path], message: str) -> None:
+    rel = [str(p.relative_to(ROOT)) for p in paths]
+    for _ in range(30):
+        if not (ROOT / ".git" / "index.lock").exists():
+            a = subprocess.run(["git", "-C", str(ROOT), "add", *rel], capture_output=True, text=True)
+            if a.returncode == 0:
+                c = subprocess.run(["git", "-C", str(ROOT), "commit", "-q", "-m", message, "--", *rel],
+                                   capture_output=True, text=True)
+                if c.returncode == 0:
+                    return
+        time.sleep(2)
+    print(f"could not commit {rel}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- reading
+
+def committed_records() -> list[dict]:
+    """Every rerun record in research/reruns/, plus rerun 0 of each of their settings (the
+    committed run, classified as it was stated)."""
+    recs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
+    settings = sorted({r["setting"] for r in recs})
+    for s in settings:
+        zero = rerun_zero(s)
+        if zero is not None:
+            recs.append(zero)
+    return recs
+
+
+def rerun_zero(setting: str) -> dict | None:
+    if setting == "default":
+        d = json.load(gzip.open(DEFAULT_RUN, "rt"))
+        pilots, diag, sw = d["pilots"], d["diagnosis"], (d["pilots"][0].get("extra") or {}).get("software")
+        command = "race pilot (the embedded default grid; README's first run)"
+    else:
+        rnd, _, name = setting.partition(":")
+        path = COMMITTED[rnd] / name / "pilot.json.gz"
+        if not path.is_file():
+            return None
+        d = json.load(gzip.open(path, "rt"))
+        pilots, command = d["pilots"], d.get("command")
+        sw = (pilots[0].get("extra") or {}).get("software")
+        diag = _classify_dict(pilots)
+    return {"name": f"{setting.replace(':', '-')}-s0", "setting": setting, "first_seed": 0, "seeds": 3,
+            **verdict_fields(diag), "points": point_means(pilots), "software": sw, "command": command,
+            "committed_run": True}
+
+
+def _classify_dict(pilots: list[dict]) -> dict:
+    from race.records import PilotResult
+    from race.regime import classify
+
+    ps = [PilotResult.from_dict(p) for p in pilots if p.get("status") == "complete"]
+    diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).to_dict()
+    return diag
+
+
+def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Per verdict: stated confidence c and its observed agreement (the share of the *other*
+    reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c."""
+    by: dict[str, list[dict]] = {}
+    for r in recs:
+        by.setdefault(r["setting"], []).append(r)
+    rows = []
+    for s, rs in by.items():
+        for r in rs:
+            others = [o for o in rs if o is not r]
+            if not others:
+                continue
+            agree = sum(o["regime"] == r["regime"] for o in others) / len(others)
+            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r["confidence"],
+                         "agreement": agree})
+    rows.sort(key=lambda x: x["confidence"])
+    bins, cur = [], []
+    for i, row in enumerate(rows):
+        cur.append(row)
+        left = len(rows) - i - 1
+        if len(cur) >= MIN_BIN and (left >= MIN_BIN or left == 0):
+            bins.append(cur)
+            cur = []
+    if cur:
+        if bins:
+            bins[-1].extend(cur)
+        else:
+            bins.append(cur)
+    out = []
+    for b in bins:
+        c = sum(x["confidence"] for x in b) / len(b)
+        a = sum(x["agreement"] for x in b) / len(b)
+        out.append({"lo": b[0]["confidence"], "hi": b[-1]["confidence"], "n": len(b), "stated": c, "observed": a,
+                    "gap": a - c})
+    return rows, out
+
+
+def table(recs: list[dict]) -> str:
+    lines = []
+    by: dict[str, list[dict]] = {}
+    for r in recs:
+        by.setdefault(r["setting"], []).append(r)
+    for s in sorted(by):
+        rs = sorted(by[s], key=lambda r: r["first_seed"])
+        counts = Counter(r["regime"] for r in rs)
+        mode, k = counts.most_common(1)[0]
+        fresh = [r for r in rs if not r.get("committed_run")]
+        kf = sum(r["regime"] == mode for r in fresh)
+        lines.append(f"## {s}: {len(rs)} runs ({len(fresh)} reruns{' + the committed run' if len(fresh) < len(rs) else ''}); most common regime "
+                     f"{mode} in {k}/{len(rs)} (reruns: {kf}/{len(fresh)}); "
+                     + ", ".join(f"{g} {n}" for g, n in counts.most_common()))
+        lines.append("| run | seeds | regime | ρ range | confidence | means by ρ | transformers |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in rs:
+            rng = r.get("rho_range") or [None, None]
+            rng_s = f"[{rng[0]:.2f}, {rng[1]:.2f}]" if rng and rng[0] is not None else "—"
+            means = " / ".join(f"{v['mean']:.4f}" for _, v in sorted(r["points"].items(), key=lambda kv: float(kv[0])))
+            sw = r.get("software") or {}
+            seeds = f"{r['first_seed']}–{r['first_seed'] + r.get('seeds', 3) - 1}"
+            lines.append(f"| {r['name']}{' (committed)' if r.get('committed_run') else ''} | {seeds} | {r['regime']} | "
+                         f"{rng_s} | {r['confidence']:.3f} | {means} | {sw.get('transformers', '?')} |")
+        lines.append("")
+    rows, bins = reliability(recs)
+    lines.append(f"## Reliability: stated confidence vs agreement with the other runs of the setting "
+                 f"({len(rows)} verdicts, bins of ≥ {MIN_BIN})")
+    lines.append("| confidence bin | verdicts | mean stated | observed agreement | gap |")
+    lines.append("|---|---|---|---|---|")
+    for b in bins:
+        lines.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
+                     f"{b['gap']:+.3f} |")
+    if rows:
+        c = sum(x["confidence"] for x in rows) / len(rows)
+        a = sum(x["agreement"] for x in rows) / len(rows)
+        lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run (or resume) one rerun and write its record")
+    r.add_argument("setting")
+    r.add_argument("--first-seed", type=int, required=True)
+    q = sub.add_parser("queue", help="run SETTING:FIRST_SEED reruns one at a time (records already written are skipped)")
+    q.add_argument("specs", nargs="+")
+    q.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
+    sub.add_parser("table", help="agreement and reliability from the committed records")
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        print(run(a.setting, a.first_seed))
+    elif a.cmd == "queue":
+        for spec in a.specs:
+            setting, _, seed = spec.rpartition(":")
+            name = rerun_name(setting, int(seed))
+            if (OUT / f"{name}.json").exists():
+                continue
+            print(f"{_dt.datetime.now():%H:%M:%S} {name} …", flush=True)
+            try:
+                path = run(setting, int(seed))
+            except SystemExit as e:
+                print(e, flush=True)
+                continue
+            rec = json.loads(path.read_text())
+            print(f"{_dt.datetime.now():%H:%M:%S} {name}: {rec['regime']} {rec['rho_range']} "
+                  f"confidence {rec['confidence']} ({rec['wall_seconds']} s)", flush=True)
+            if a.commit:
+                git_commit([path, OUT / f"{name}.pilots.json.gz"],
+                           f"reruns: {name} — {rec['regime']}, confidence {rec['confidence']} (issue 54)")
+    else:
+        print(table(committed_records()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

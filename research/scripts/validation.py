@@ -73,12 +73,43 @@ def setting(suite: dict, name: str) -> dict[str, Any]:
 GRID_KEYS = {"pilot": "pilot_grid", "full10": "full_grid", "full30": "long_grid", "full100": "longest_grid"}
 
 
-def planned(s: dict, kind: str) -> bool:
+def planned(s: dict, kind: str, suite: dict | None = None) -> bool:
     """Whether the suite plans grid ``kind`` for setting ``s``: every setting has a pilot and a 10 × B
-    grid, only those with a ``long_grid`` a 30 × B one, and a ``longest_grid`` a 100 × B one."""
+    grid, only those with a ``long_grid`` a 30 × B one, and a ``longest_grid`` a 100 × B one. A suite
+    with its own ``kinds`` (round 3) plans a kind for every setting, or for those holding its ``when`` key."""
     if (s.get("replaced_by") or s.get("dropped")) and kind != "pilot":   # round 2's replacement rule: pilots only
         return False
+    if suite is not None and suite.get("kinds"):
+        spec = suite["kinds"].get(kind)
+        return spec is not None and (not spec.get("when") or bool(s.get(spec["when"])))
     return kind in ("pilot", "full10") or bool(s.get(GRID_KEYS[kind]))
+
+
+def kinds_of(suite: dict) -> list[str]:
+    """The grid kinds of a suite, in queue order: its own ``kinds`` (round 3: budgets stated by the full
+    run F), else pilot and the 10 ×, 30 × and 100 × B grids."""
+    if suite.get("kinds"):
+        return list(suite.get("order") or suite["kinds"])
+    return list(KINDS)
+
+
+def budget_of(s: dict, kind: str, suite: dict | None = None) -> float:
+    """FLOPs per run of grid ``kind`` of setting ``s``: B × the kind's factor (rounds 1–2), or, in a suite
+    with its own ``kinds``, the setting's full run F × the kind's factor (round 3: C = F_r + P)."""
+    if suite is not None and suite.get("kinds"):
+        return float(s["full_run"]) * float(suite["kinds"][kind]["factor"])
+    return float(s["pilot_budget"]) * KINDS.get(kind, 1)
+
+
+def grid_of(s: dict, kind: str, suite: dict | None = None) -> list[float]:
+    """The ρ targets of grid ``kind`` of setting ``s``: a grid key of the setting, or one point
+    (round 3's baselines: ``on_policy``, or ``prior``, the suite's ``prior_rho``)."""
+    if suite is not None and suite.get("kinds"):
+        spec = suite["kinds"][kind]
+        if "grid" in spec:
+            return list(s.get(spec["grid"]) or [])
+        return [float(suite["prior_rho"]) if spec["point"] == "prior" else float(s[spec["point"]])]
+    return list(s.get(GRID_KEYS[kind]) or [])
 
 
 def seeds_of(suite: dict, kind: str, s: dict | None = None) -> int:
@@ -121,7 +152,7 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None) -> dict:
+def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None, suite: dict | None = None) -> dict:
     """The config mapping of one grid of setting ``s`` (its budget per pilot: B × the kind's factor).
     Paths in the base config that start ``./`` or ``../`` (a downstream file) are made absolute
     against the base config's folder in ``root`` (the pinned checkout; default this one), since the
@@ -145,8 +176,11 @@ def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None) -> 
             base["eval"]["tasks"] = [near(t) if isinstance(t, str) else {**t, "path": near(t.get("path"))}
                                      for t in tasks]
     cfg = _merge(base, s.get("overrides") or {})
-    budget = float(s["pilot_budget"]) * KINDS[kind]
-    grid = s.get(GRID_KEYS[kind])
+    fn = (cfg.get("reward") or {}).get("function")
+    if isinstance(fn, str) and fn.startswith("RACE_ROOT/"):     # a suite's own reward file, in the pinned checkout
+        cfg["reward"] = {**cfg["reward"], "function": str(root / fn[len("RACE_ROOT/"):])}
+    budget = budget_of(s, kind, suite)
+    grid = grid_of(s, kind, suite)
     if not grid:
         raise SystemExit(f"setting {s['name']!r} has no grid for {kind}")
     cfg.update(name=f"val-{s['name']}-{kind}", budget=budget, grid=list(grid), seeds=seeds)
@@ -172,7 +206,7 @@ def write_record(record: dict, *, partial: bool = False) -> Path:
 
 def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, command: str,
                 wall_seconds: float) -> dict:
-    budget = float(s["pilot_budget"]) * KINDS.get(kind, 1)
+    budget = budget_of(s, kind, suite)
     grid = sorted({p["rho_target"] for p in results["pilots"]})
     return {"setting": s["name"], "kind": kind, "half": s.get("half", "held-out"), "budget": budget, "grid": grid,
             "seeds": seeds_of(suite, kind, s), "on_policy": s.get("on_policy"), "commit": commit,
@@ -225,7 +259,7 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     import yaml
 
     s = setting(suite, name)
-    cfg = grid_config(s, kind, seeds_of(suite, kind, s), root=pin)
+    cfg = grid_config(s, kind, seeds_of(suite, kind, s), root=pin, suite=suite)
     out_dir = storage_root / f"{name}-{kind}"
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
@@ -238,6 +272,8 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
         # equals the solo one only to rounding, and over hundreds of steps the two drift apart as two
         # seeds would (docs/benchmarks.md, "Lockstep pilots"), so one engine keeps grids comparable
         cmd += ["--engine", "solo"]
+    if os.environ.get("RACE_VALIDATION_WORKERS"):     # pilot processes at once (default: race pilot's own choice)
+        cmd += ["--workers", os.environ["RACE_VALIDATION_WORKERS"]]
     partial = data_path(name, kind, partial=True)
     # the storage of an interrupted grid is gone (a new machine or session), or a complete grid gets
     # more seeds: its committed finished pilots go into the new study first, and only the missing ones run
@@ -322,7 +358,7 @@ def snapshot(suite: dict, storage_root: Path, pin: Path) -> list[Path]:
     by ``run``; ``pin`` for grids started before that file existed)."""
     out = []
     for s in suite["settings"]:
-        for kind in KINDS:
+        for kind in kinds_of(suite):
             results_file = storage_root / f"{s['name']}-{kind}" / "results.json"
             if finished(suite, s, kind) or not results_file.is_file():
                 continue
@@ -1170,9 +1206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sn.add_argument("--storage", default=os.environ.get("RACE_VALIDATION_RUNS", "/work/validation-runs"))
     r = sub.add_parser("run")
     r.add_argument("setting")
-    r.add_argument("kind", choices=list(KINDS))
+    r.add_argument("kind")
     q = sub.add_parser("queue")
-    q.add_argument("--kinds", default="pilot,full10,full30")
+    q.add_argument("--kinds", default=None, help="comma-separated kinds (default: pilot,full10,full30; a suite "
+                   "with its own kinds: all of them, in its order)")
     q.add_argument("--half", default=None)
     q.add_argument("--only", default=None, help="comma-separated settings")
     for p in (r, q):
@@ -1205,12 +1242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.storage = str(Path(args.storage) / suite["storage_subdir"])     # a round's own storage folder
     if args.cmd == "status":
         for s in suite["settings"]:
-            have = [k for k in KINDS if data_path(s["name"], k).is_file()]
-            part = [k for k in KINDS if data_path(s["name"], k, partial=True).is_file()]
+            have = [k for k in kinds_of(suite) if data_path(s["name"], k).is_file()]
+            part = [k for k in kinds_of(suite) if data_path(s["name"], k, partial=True).is_file()]
             print(f"{s['name']:<16} {s.get('half', ''):<12} done: {', '.join(have) or '—'}"
                   + (f"; partial: {', '.join(part)}" if part else ""))
         return 0
     if args.cmd == "run":
+        if args.kind not in kinds_of(suite):
+            raise SystemExit(f"kind {args.kind!r} is unknown: expected one of {', '.join(kinds_of(suite))}")
         print(run(args.setting, args.kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage)))
         return 0
     if args.cmd == "extend":
@@ -1232,13 +1271,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        command=args.command, wall_seconds=args.wall_seconds)))
         return 0
     if args.cmd == "queue":
-        kinds = args.kinds.split(",")
+        kinds = args.kinds.split(",") if args.kinds else (kinds_of(suite) if suite.get("kinds")
+                                                           else ["pilot", "full10", "full30"])
         only = set(args.only.split(",")) if args.only else None
         for kind in kinds:
             for s in suite["settings"]:
                 if (only and s["name"] not in only) or (args.half and s.get("half") != args.half):
                     continue
-                if not planned(s, kind):
+                if not planned(s, kind, suite):
                     continue
                 if finished(suite, s, kind):
                     continue
@@ -1253,6 +1293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except SystemExit as e:
                     print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} failed: {e}", flush=True)
         return 0
+    if suite.get("round", 1) >= 3:
+        if args.cmd == "freeze" or suite.get("freeze"):
+            raise SystemExit(f"round {suite['round']}: its freeze and scores come with research/scripts/validation_round3.py "
+                             "(not written yet: the pilot design it scores is not final)")
+        raise SystemExit(f"round {suite['round']} is sealed: no table reads its grids before its freeze "
+                         "(`status` says which grids are committed)")
     r2 = None
     if suite.get("round") == 2:
         sys.modules.setdefault("validation", sys.modules[__name__])   # one module (and RUNS) when run as a script

@@ -86,3 +86,53 @@ def test_a_rerun_seed_is_the_same_pilot_as_that_seed_of_a_grid_from_zero(tmp_pat
         twin = by_key[(p["rho_target"], 1)]
         assert p["evals"] == twin["evals"] and p["flops"] == twin["flops"]
     assert one["config"]["first_seed"] == 1 and "first_seed" not in both["config"]
+
+
+# ---------------------------------------------------------------- the reruns study (research/scripts/reruns.py)
+
+def _reruns():
+    sys.path.insert(0, str(Path(ROOT) / "research" / "scripts"))
+    import reruns
+
+    return reruns
+
+
+def _fake_reruns(out: Path, n: int = 4):
+    """n reruns of a falling synthetic grid, written as research/reruns records would be."""
+    import gzip
+
+    from test_regime import synthetic_results
+
+    reruns = _reruns()
+    for k in range(n):
+        pilots = synthetic_results(response=lambda r: -0.3 * (r - 0.6), n_seeds=3, seed_sd=0.02, n_prompts=200,
+                                   grid=(0.5, 0.62, 0.74, 0.85), seed=50 + k)
+        pilots = [p.to_dict() | {"seed": 3 * (k + 1) + p.seed - 1000} for p in pilots]
+        diag = reruns._classify_dict(pilots)
+        name = f"default-s{3 * (k + 1)}"
+        (out / f"{name}.json").write_text(json.dumps({"name": name, "setting": "default", "first_seed": 3 * (k + 1),
+                                                      "seeds": 3, **reruns.verdict_fields(diag),
+                                                      "points": reruns.point_means(pilots)}))
+        with gzip.open(out / f"{name}.pilots.json.gz", "wt") as fh:
+            json.dump(pilots, fh)
+
+
+def test_reruns_table_reliability_and_pairing_read_committed_records(tmp_path, monkeypatch):
+    reruns = _reruns()
+    monkeypatch.setattr(reruns, "OUT", tmp_path)
+    _fake_reruns(tmp_path)
+    recs = reruns.committed_records()
+    assert len(recs) == 5 and sum(bool(r.get("committed_run")) for r in recs) == 1     # + docs/runs' default run
+    text = reruns.table(recs)
+    assert "## default: 5 runs (4 reruns + the committed run)" in text and "search-heavy" in text
+    rows, bins = reruns.reliability(recs)
+    assert len(rows) == 5 and sum(b["n"] for b in bins) == 5 and all(0 <= r["agreement"] <= 1 for r in rows)
+    lines = "\n".join(reruns.pairing("default"))
+    assert "paired (as run)" in lines and "unpaired" in lines and "all pairs | 72 |" in lines
+
+
+def test_reliability_bins_hold_at_least_five_verdicts():
+    reruns = _reruns()
+    rows = [{"confidence": c / 23, "agreement": 1.0} for c in range(23)]
+    bins = reruns.bins_of(rows, "confidence")
+    assert [b["n"] for b in bins] == [5, 5, 5, 8] and bins[0]["stated"] == pytest.approx(2 / 23)

@@ -38,6 +38,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "research" / "reruns"
 STORAGE = Path(os.environ.get("RACE_RERUNS_STORAGE", "/work/reruns-storage"))
@@ -312,6 +314,164 @@ def table(recs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- a confidence that predicts reruns
+
+def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BOOT, seed: int = 0,
+                    inflate: float = math.sqrt(2.0)) -> dict[str, Any]:
+    """The rule's verdict on ``results`` with two confidences: the stated one (the share of
+    bootstrap replicates whose trend agrees with the verdict) and a predicted rerun agreement.
+
+    A rerun's point means differ from this grid's by two draws of noise (this grid's and the
+    rerun's), not one: with the truth unknown and this grid's replicates as its spread, a rerun's
+    means scatter about this grid's means with √2 times the replicates' spread. Each inflated
+    replicate is classified by the replicate rule (race.regime.replicate_trends, band 2 contrast SEs:
+    a rerun states a trend when its effect clears its own CI), and the predicted agreement is the
+    share that lands on the stated regime — for an inconclusive verdict, the share that is itself
+    indecisive."""
+    from race import regime as R
+    from race.fit import bootstrap_response, response_of_means
+
+    complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
+    diag = R.classify(complete, targets=[target], primary_target=target, n_boot=n_boot, seed=seed)
+    v = diag.primary
+    grid = R._grid(complete, target)
+    boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=R.SEED_RESAMPLING,
+                              seed_scale=R.seed_scale(grid=grid, level=0.9))
+    centre = grid.point_means
+    means = centre + inflate * (boot.point_means - centre)
+    wide = response_of_means(rho=grid.rho, means=means)
+    contrasts = boot.point_means - boot.point_means.mean(axis=1, keepdims=True)
+    band = R.REPLICATE_BAND_SE * float(np.median(contrasts.std(axis=0))) * math.sqrt(2.0)
+    reps = R.replicate_trends(boot=wide, band=band)
+    idx = R._TRENDS.index(v.regime) if v.regime in R._TRENDS else None
+    predicted = float(np.mean(reps == idx)) if idx is not None else float("nan")
+    return {"regime": v.regime.value, "confidence": v.confidence, "predicted_agreement": predicted}
+
+
+def synthetic(repeats: int = 10, *, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float = 0.024, n_seeds: int = 3,
+              n_prompts: int = 500) -> list[dict]:
+    """Synthetic grids with a known answer (tests/test_regime.py::synthetic_results) on the default
+    grid: per true response, ``repeats`` grids with other seeds; each verdict's stated and
+    predicted confidence against its agreement with the other grids of the same truth."""
+    sys.path[:0] = [str(ROOT / "tests")]
+    from test_regime import synthetic_results  # noqa: E402
+
+    grid = (0.5, 0.62, 0.74, 0.85)
+    truths = {f"falling x{a:g}": (lambda a: (lambda r: -0.15 * a * (r - 0.6)))(a) for a in scales}
+    truths.update({f"peaked x{a:g}": (lambda a: (lambda r: -0.4 * a * (math.log(r) - math.log(0.64)) ** 2))(a)
+                   for a in scales if a})
+    rows = []
+    for name, response in truths.items():
+        runs = []
+        for rep in range(repeats):
+            res = synthetic_results(response=response, n_seeds=n_seeds, seed_sd=seed_sd, n_prompts=n_prompts,
+                                    grid=grid, seed=20_000 + rep)
+            runs.append(rerun_agreement(res, seed=rep))
+        for i, r in enumerate(runs):
+            others = [o for j, o in enumerate(runs) if j != i]
+            rows.append({"setting": name, "name": f"{name}#{i}", **r,
+                         "agreement": sum(o["regime"] == r["regime"] for o in others) / len(others)})
+    return rows
+
+
+def bins_of(rows: list[dict], key: str) -> list[dict]:
+    rows = sorted(rows, key=lambda x: x[key])
+    out, cur = [], []
+    for i, row in enumerate(rows):
+        cur.append(row)
+        left = len(rows) - i - 1
+        if len(cur) >= MIN_BIN and (left >= MIN_BIN or left == 0):
+            out.append(cur)
+            cur = []
+    if cur:
+        (out[-1].extend(cur) if out else out.append(cur))
+    return [{"lo": b[0][key], "hi": b[-1][key], "n": len(b), "stated": sum(x[key] for x in b) / len(b),
+             "observed": sum(x["agreement"] for x in b) / len(b)} for b in out]
+
+
+def reliability_lines(rows: list[dict], key: str, title: str) -> list[str]:
+    lines = [f"### {title}", "| bin | verdicts | mean stated | observed agreement | gap |", "|---|---|---|---|---|"]
+    for b in bins_of(rows, key):
+        lines.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
+                     f"{b['observed'] - b['stated']:+.3f} |")
+    c = sum(x[key] for x in rows) / len(rows)
+    a = sum(x["agreement"] for x in rows) / len(rows)
+    lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    return lines
+
+
+# ---------------------------------------------------------------- paired seeds
+
+def load_pilots(name: str) -> list:
+    from race.records import PilotResult
+
+    with gzip.open(OUT / f"{name}.pilots.json.gz", "rt", encoding="utf-8") as fh:
+        return [PilotResult.from_dict(p) for p in json.load(fh) if p.get("status") == "complete"]
+
+
+def pairing(setting: str) -> list[str]:
+    """What pairing (every ρ of a seed with the same adapter init, prompt order and sampling seeds)
+    buys, from the reruns of ``setting`` alone, at equal compute (12 pilots a grid):
+
+    - the correlation across ρ of a seed's deviation from its point mean (pooled over reruns):
+      pairing can only help a contrast between points when it is positive;
+    - paired grids (each rerun as run) against unpaired ones of the same pilots (grid k takes
+      point i from rerun k + i, so no two points share a seed): the rerun-to-rerun SD of the
+      log-linear slope and how often the grids state their most common regime."""
+    from race.fit import fit_loglinear
+    from race.regime import classify
+
+    recs = sorted((json.loads(p.read_text()) for p in OUT.glob("*.json")), key=lambda r: r["first_seed"])
+    recs = [r for r in recs if r["setting"] == setting and (OUT / f"{r['name']}.pilots.json.gz").exists()]
+    if len(recs) < 3:
+        return [f"{setting}: {len(recs)} reruns with pilots; pairing needs at least 3"]
+    runs = [load_pilots(r["name"]) for r in recs]
+    grid = sorted({p.rho_target for p in runs[0]})
+    score = lambda p: float(np.mean(p.evals["reward"]))   # noqa: E731
+    # seed deviations from the point mean, per rerun: dev[rerun][seed][point]
+    pairs: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for ps in runs:
+        by = {(p.rho_target, p.seed): score(p) for p in ps}
+        seeds = sorted({p.seed for p in ps})
+        pm = {r: np.mean([by[(r, s)] for s in seeds if (r, s) in by]) for r in grid}
+        for s in seeds:
+            for i in range(len(grid)):
+                for j in range(i + 1, len(grid)):
+                    if (grid[i], s) in by and (grid[j], s) in by:
+                        pairs.setdefault((i, j), []).append((by[(grid[i], s)] - pm[grid[i]], by[(grid[j], s)] - pm[grid[j]]))
+    lines = [f"## Paired seeds: {setting}, {len(runs)} reruns", "",
+             "| ρ pair | seeds | correlation of seed deviations |", "|---|---|---|"]
+    allx, ally = [], []
+    for (i, j), xy in sorted(pairs.items()):
+        x, y = np.array(xy).T
+        allx += list(x)
+        ally += list(y)
+        lines.append(f"| {grid[i]:g} – {grid[j]:g} | {len(xy)} | {np.corrcoef(x, y)[0, 1]:+.2f} |")
+    lines.append(f"| all pairs | {len(allx)} | {np.corrcoef(allx, ally)[0, 1]:+.2f} |")
+
+    def grid_of(parts: list[list]) -> tuple[float, str, float]:
+        ps = [p for part in parts for p in part]
+        means = np.array([[np.mean([score(p) for p in ps if p.rho_target == r]) for r in grid]])
+        rho = np.array([np.mean([p.rho for p in ps if p.rho_target == r]) for r in grid])
+        slope = float(fit_loglinear(rho=rho, y=means).coef[0, 1])
+        d = classify(ps, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0).primary
+        return slope, d.regime.value, d.confidence
+
+    n = len(runs)
+    paired = [grid_of([[p for p in runs[k]]]) for k in range(n)]
+    unpaired = [grid_of([[p for p in runs[(k + i) % n] if p.rho_target == r] for i, r in enumerate(grid)])
+                for k in range(n)]
+    lines += ["", "| design (same pilots, 12 a grid) | grids | slope mean | slope SD across grids | regimes | "
+              "most common | agreement |", "|---|---|---|---|---|---|---|"]
+    for label, g in (("paired (as run)", paired), ("unpaired (point i from rerun k+i)", unpaired)):
+        slopes = np.array([x[0] for x in g])
+        counts = Counter(x[1] for x in g)
+        mode, k = counts.most_common(1)[0]
+        lines.append(f"| {label} | {len(g)} | {slopes.mean():+.4f} | {slopes.std(ddof=1):.4f} | "
+                     f"{', '.join(f'{a} {b}' for a, b in counts.most_common())} | {mode} | {k}/{len(g)} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -322,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("specs", nargs="+")
     q.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     sub.add_parser("table", help="agreement and reliability from the committed records")
+    pa = sub.add_parser("pairing", help="what paired seeds buy, from a setting's reruns")
+    pa.add_argument("setting", nargs="?", default="default")
+    sy = sub.add_parser("synthetic", help="stated vs predicted confidence against rerun agreement on synthetic grids")
+    sy.add_argument("--repeats", type=int, default=10)
     a = ap.parse_args(argv)
     if a.cmd == "run":
         print(run(a.setting, a.first_seed))
@@ -343,6 +507,23 @@ def main(argv: list[str] | None = None) -> int:
             if a.commit:
                 git_commit([path, OUT / f"{name}.pilots.json.gz"],
                            f"reruns: {name} — {rec['regime']}, confidence {rec['confidence']} (issue 54)")
+    elif a.cmd == "pairing":
+        print("\n".join(pairing(a.setting)))
+    elif a.cmd == "synthetic":
+        rows = synthetic(a.repeats)
+        by = {}
+        for r in rows:
+            by.setdefault(r["setting"], []).append(r)
+        print("| truth | verdicts | mean stated | mean predicted | agreement |\n|---|---|---|---|---|")
+        for s, rs in by.items():
+            counts = Counter(r["regime"] for r in rs)
+            print(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
+                  f"{np.mean([r['confidence'] for r in rs]):.3f} | {np.mean([r['predicted_agreement'] for r in rs]):.3f} | "
+                  f"{np.mean([r['agreement'] for r in rs]):.3f} |")
+        print()
+        print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))
+        print()
+        print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement")))
     else:
         print(table(committed_records()))
     return 0

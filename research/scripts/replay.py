@@ -520,3 +520,462 @@ def rules_lines() -> list[str]:
                            f"{_f(_med([r['equal'] for r in sel]), 2, True)} | {sum(r['full_ckpt'] < 0 for r in sel)}, "
                            f"{_f(_med([r['full_ckpt'] for r in sel]), 2, True)} |")
     return out
+
+
+# ---------------------------------------------------------------- issue 49: pilot designs
+
+# checkpoint fractions the designs read (the pilots' own log-spaced checkpoints nearest B/9 and B/4:
+# no checkpoint sits at 1/9 or 1/4, and a read between two would be no run's)
+EARLY, MID, LATE = 0.0928746, 0.304753, 0.552045
+
+
+def _ckpt(p: dict, frac: float) -> dict:
+    """The pilot's checkpoint at ``frac``, else its latest before it: a pilot of few steps records one
+    checkpoint when a step crosses several fractions (at the largest), so at ``frac`` of its budget it
+    stood where its previous checkpoint was (steps-prm: 3 pilots of 11 steps)."""
+    before = [c for c in p["checkpoints"] if c["fraction"] <= frac + 1e-4]
+    return max(before, key=lambda c: c["fraction"])
+
+
+def truncated(p: dict, frac: float, *, rescale: bool = True):
+    """A pilot (its committed dict) as it stood at budget fraction ``frac`` (one of its checkpoints):
+    evaluations on the checkpoint prompts, FLOPs and measured ρ as spent, the checkpoints up to there
+    (their fractions rescaled to the shorter budget with ``rescale``), the training curve up to there.
+    ``frac`` = 1 gives the pilot as run."""
+    from race.records import PilotResult
+
+    if frac >= 1.0:
+        return PilotResult.from_dict(p)
+    c = _ckpt(p, frac)
+    spent = c["flops"]["total"]
+    cps = [{**x, "fraction": x["fraction"] / frac if rescale else x["fraction"]}
+           for x in p["checkpoints"] if x["fraction"] <= c["fraction"] + 1e-9]
+    curve = [pt for pt in p.get("curve") or [] if pt[0] <= spent] or (p.get("curve") or [])[:1]
+    return PilotResult.from_dict({**p, "evals": dict(c["evals"]), "flops": dict(c["flops"]), "rho": c["flops"]["rho"],
+                                  "checkpoints": cps, "curve": curve})
+
+
+def raw_pilots(name: str) -> list[dict]:
+    return [p for p in load(name, "pilot")["pilots"] if p.get("status") == "complete"]
+
+
+@lru_cache(maxsize=None)
+def loso_population(name: str) -> tuple[float, float]:
+    """The population drift and its spread (max of τ and the mean's SE, as drift.py's backtest) from
+    every other setting of both rounds: the leave-one-setting-out population the designs use."""
+    import drift as D
+
+    suite = {"settings": [s for s in all_settings() if V.planned(s, "full10")]}
+    pop = D.per_setting_drift(_COMBINED.setdefault("suite", suite), exclude=name)
+    return pop["d"], max(pop["tau"], pop["se"])
+
+
+_COMBINED: dict[str, dict] = {}
+
+
+def unlearned_settings() -> frozenset:
+    return frozenset(g["setting"] for i, g in enumerate(grids()) if g["kind"] == "full10" and g["scored"]
+                     and not learned_full(i))
+
+
+@lru_cache(maxsize=None)
+def best_sampling_var(i: int) -> float:
+    """The bootstrap variance (seeds and prompts, validation.boot_means) of a full-run grid's best ρ, measured."""
+    import numpy as np
+
+    g = grids()[i]
+    rhos, reps = V.boot_means(g["full"])
+    meas = V.measured_rho(g["full"])
+    picks = np.array([meas[rhos[j]] for j in np.argmax(reps, axis=1)])
+    return float(picks.var())
+
+
+@lru_cache(maxsize=None)
+def prior_model(name: str) -> tuple[float, float, float]:
+    """(prior ρ, observed SD of the others' best ρ, between-setting SD τ net of their sampling noise)
+    from the other settings' scored 10 × B grids that learned something (rule a)."""
+    skip = unlearned_settings()
+    idx = [i for i, g in enumerate(grids()) if g["kind"] == "full10" and g["scored"] and g["setting"] != name
+           and g["setting"] not in skip]
+    xs = [response(i).best_rho for i in idx]
+    sd = statistics.stdev(xs)
+    tau2 = max(sd ** 2 - statistics.fmean(best_sampling_var(i) for i in idx), 0.05 ** 2)
+    return statistics.median(xs), sd, math.sqrt(tau2)
+
+
+def _seed_var_of_best(pilots: Sequence, *, n_boot: int = N_BOOT) -> float:
+    """The sampling variance of a pilot design's best ρ (measured): seeds resampled within each point."""
+    import numpy as np
+
+    by: dict[float, list] = {}
+    rho: dict[float, list] = {}
+    for p in pilots:
+        by.setdefault(p.rho_target, []).append(statistics.fmean(p.evals["reward"]))
+        rho.setdefault(p.rho_target, []).append(p.flops.rho)
+    ts = sorted(by)
+    axis = [statistics.fmean(rho[t]) for t in ts]
+    rng = np.random.default_rng(0)
+    picks = []
+    for _ in range(n_boot):
+        m = [np.mean(rng.choice(by[t], len(by[t]))) for t in ts]
+        picks.append(axis[int(np.argmax(m))])
+    step = statistics.median(b - a for a, b in zip(axis, axis[1:])) if len(axis) > 1 else 0.1
+    return max(float(np.var(picks)), (step / 2) ** 2 / 3)      # floor: a grid locates no finer than its step
+
+
+DESIGNS: list[tuple[str, dict]] = [
+    ("prior alone (no pilots)", {"kind": "prior"}),
+    ("flat grid: 4 ρ × 3 seeds at B", {"kind": "grid", "frac": 1.0, "seeds": 3, "drop_top": False}),
+    ("flat grid read at 0.55 B", {"kind": "grid", "frac": LATE, "seeds": 3, "drop_top": False}),
+    ("flat grid read at 0.30 B", {"kind": "grid", "frac": MID, "seeds": 3, "drop_top": False}),
+    ("2 seeds × 4 ρ at B", {"kind": "grid", "frac": 1.0, "seeds": 2, "drop_top": False}),
+    ("3 seeds × 3 ρ (top ρ dropped) at B", {"kind": "grid", "frac": 1.0, "seeds": 3, "drop_top": True}),
+    ("2 seeds × 3 ρ (top ρ dropped) at B", {"kind": "grid", "frac": 1.0, "seeds": 2, "drop_top": True}),
+    ("2 seeds × 4 ρ read at 0.30 B", {"kind": "grid", "frac": MID, "seeds": 2, "drop_top": False}),
+    ("halving: all at 0.09 B, CI overlap → B", {"kind": "halving", "frac": EARLY, "keep": "ci"}),
+    ("halving: all at 0.09 B, top half → B", {"kind": "halving", "frac": EARLY, "keep": 2}),
+    ("halving: all at 0.09 B, top 1 → B", {"kind": "halving", "frac": EARLY, "keep": 1}),
+    ("halving: all at 0.30 B, CI overlap → B", {"kind": "halving", "frac": MID, "keep": "ci"}),
+    ("halving: all at 0.30 B, top half → B", {"kind": "halving", "frac": MID, "keep": 2}),
+    ("prior start + flat grid", {"kind": "shrink", "base": "flat grid: 4 ρ × 3 seeds at B"}),
+    ("prior start + flat grid read at 0.30 B", {"kind": "shrink", "base": "flat grid read at 0.30 B"}),
+    ("prior start + 2 seeds × 4 ρ read at 0.30 B", {"kind": "shrink", "base": "2 seeds × 4 ρ read at 0.30 B"}),
+]
+DESIGN = dict(DESIGNS)
+FLAT = DESIGNS[1][0]
+
+
+
+@lru_cache(maxsize=None)
+def evidence(name: str, design: str) -> dict[str, Any]:
+    """What a design's pilots show at B (independent of F): the pilots as read, their diagnosis,
+    their FLOPs in units of B, and for successive halving the survivors and their range at B."""
+    from race.regime import classify
+
+    spec = DESIGN[design]
+    s = next(x for x in all_settings() if x["name"] == name)
+    B = float(s["pilot_budget"])
+    raw = raw_pilots(name)
+    targets = sorted({p["rho_target"] for p in raw})
+    if spec["kind"] == "prior":
+        return {"cost": 0.0}
+    if spec["kind"] == "shrink":
+        return evidence(name, spec["base"])
+    if spec["kind"] == "grid":
+        keep = targets[:-1] if spec["drop_top"] else targets
+        sel = [p for p in raw if p["rho_target"] in keep and p["seed"] < spec["seeds"]]
+        pilots = [truncated(p, spec["frac"]) for p in sel]
+        diag = classify(pilots, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0)
+        return {"cost": sum(p.flops.total for p in pilots) / B, "pilots": pilots, "diag": diag,
+                "budget": B * spec["frac"], "rho_range": tuple(diag.primary.rho_range),
+                "recommended": diag.primary.recommended_rho, "regime": diag.primary.regime.value}
+    if spec["kind"] == "halving":
+        f = spec["frac"]
+        early = {(p["rho_target"], p["seed"]): truncated(p, f) for p in raw}
+        means = {t: statistics.fmean(statistics.fmean(early[k].evals["reward"]) for k in early if k[0] == t)
+                 for t in targets}
+        order = sorted(targets, key=lambda t: -means[t])
+        if spec["keep"] == "ci":
+            # a point survives when its mean is within 2 SEs of a difference (seed SD pooled over the
+            # points, 3 seeds a point) of the best point's: its CI still overlaps the best
+            per = {t: [statistics.fmean(early[k].evals["reward"]) for k in early if k[0] == t] for t in targets}
+            sd = math.sqrt(statistics.fmean(statistics.variance(v) for v in per.values()))
+            n = min(len(v) for v in per.values())
+            keep = [t for t in order if means[order[0]] - means[t] <= 2 * sd * math.sqrt(2 / n)]
+        else:
+            keep = order[:spec["keep"]]
+        full = [truncated(p, 1.0) for p in raw if p["rho_target"] in keep]
+        dropped = [truncated(p, f, rescale=False) for p in raw if p["rho_target"] not in keep]
+        cost = (sum(p.flops.total for p in full) + sum(early[k].flops.total for k in early if k[0] not in keep)) / B
+        fm = {t: statistics.fmean(statistics.fmean(p.evals["reward"]) for p in full if p.rho_target == t) for t in keep}
+        meas = {t: statistics.fmean(p.flops.rho for p in full if p.rho_target == t) for t in keep}
+        best = max(keep, key=lambda t: fm[t])
+        return {"cost": cost, "pilots": full, "drift_pilots": full + dropped, "budget": B, "keep": keep,
+                "rho_range": (min(meas.values()), max(meas.values())), "recommended": meas[best], "regime": None}
+    raise ValueError(spec["kind"])
+
+
+@lru_cache(maxsize=None)
+def design_at(i: int, design: str) -> dict[str, Any]:
+    """A design's range at F and recommended ρ for grid ``i`` (leave one setting out), scored on the
+    frozen reading of its full runs (500 prompts, all runs)."""
+    from race.drift import DriftError, range_for_pilots
+
+    g = grids()[i]
+    spec = DESIGN[design]
+    name = g["setting"]
+    ev = evidence(name, design)
+    pop = loso_population(name)
+    out: dict[str, Any] = {"cost": ev["cost"], "regime": ev.get("regime")}
+    if spec["kind"] == "prior":
+        rho, sd, _ = prior_model(name)
+        lo, hi = rho - Z90 * sd, rho + Z90 * sd
+    elif spec["kind"] in ("grid", "halving"):
+        try:
+            r = range_for_pilots(ev.get("drift_pilots", ev["pilots"]), target="reward", pilot_budget=ev["budget"],
+                                 full_run_budget=g["F"], rho_range=ev["rho_range"], recommended_rho=ev["recommended"],
+                                 constant_rate=g["constant"], population=pop)
+            (lo, hi), rho = r.rho_range, r.recommended_rho
+            out["move_sd"] = r.drift_se * math.log10(r.factor)
+        except DriftError:                  # past the extrapolation limit: the range at B
+            (lo, hi), rho = ev["rho_range"], ev["recommended"]
+            out["move_sd"] = float("nan")
+    else:                                   # the prior as the start, shrunk toward the pilots' evidence
+        base = design_at(i, spec["base"])
+        prior, _, tau = prior_model(name)
+        bev = evidence(name, spec["base"])
+        sigma2 = _seed_var_of_best(bev["pilots"]) + (base.get("move_sd") or 0.0) ** 2
+        w = tau ** 2 / (tau ** 2 + sigma2)
+        rho = prior + w * (base["rho"] - prior)
+        half = Z90 * math.sqrt(w * sigma2)
+        lo, hi = rho - half, rho + half
+        out.update(cost=base["cost"], regime=base["regime"], w=w)
+    rr = response(i)
+    out.update(range=(lo, hi), rho=rho, width=hi - lo, covered=V._within(rr.best_rho, lo, hi), regret=rr.regret(rho))
+    return out
+
+
+def full_regime(i: int) -> str:
+    return V.diagnosis(grids()[i]["full"]).primary.regime.value
+
+
+def design_summary(design: str, sel: Sequence[int]) -> dict[str, Any]:
+    rows = [design_at(i, design) for i in sel]
+    flat = [design_at(i, FLAT) for i in sel]
+    firm = [(r, i) for r, i in zip(rows, sel) if full_regime(i) != "inconclusive" and r["regime"] is not None]
+    ten = [(r, i) for r, i in zip(rows, sel) if grids()[i]["factor"] == 10]
+    return {"n": len(rows), "covered": sum(r["covered"] for r in rows), "width": _med([r["width"] for r in rows]),
+            "regret": _med([r["regret"] for r in rows]), "mean_regret": statistics.fmean(r["regret"] for r in rows),
+            "same": sum(r["regime"] == full_regime(i) for r, i in firm), "firm": len(firm),
+            "of_flat": _med([r["cost"] / f["cost"] for r, f in zip(rows, flat)]),
+            "of_F": _med([r["cost"] * grids()[i]["B"] / grids()[i]["F"] for r, i in ten])}
+
+
+def scored_learned() -> list[int]:
+    return [i for i, g in enumerate(grids()) if g["scored"] and learned_full(i)]
+
+
+def designs_lines() -> list[str]:
+    sel = scored_learned()
+    apart = [label(g) for i, g in enumerate(grids()) if g["scored"] and not learned_full(i)]
+    out = [f"{len(sel)} scored grids that learned something (rule a; apart: {', '.join(apart) or 'none'}), leave one "
+           "setting out. Compute: the design's pilot FLOPs, median over the grids, as a share of the flat grid's and "
+           "of one full run at 10 × B. Coverage: the full-run best ρ inside the design's range at F; width: median "
+           "width of that range in ρ; regret at its recommended ρ in pooled full-run SEs (frozen reading: 500 "
+           "prompts, all runs); same regime where the full runs are conclusive (designs that give a regime).", "",
+           "| design | compute: of the flat grid; of F (10 × B) | coverage | width (median) | regret: median; mean "
+           "| same regime |", "|---|---|---|---|---|---|"]
+    for name, _ in DESIGNS:
+        s = design_summary(name, sel)
+        same = f"{s['same']}/{s['firm']}" if s["firm"] else "—"
+        out.append(f"| {name} | {s['of_flat']:.2f}; {s['of_F']:.2f} | {s['covered']}/{s['n']} | {s['width']:.2f} | "
+                   f"{_f(s['regret'])}; {_f(s['mean_regret'])} | {same} |")
+    out += ["", "Per grid (regret in pooled SEs; ✗ the full-run best ρ outside the range):", "",
+            "| grid | best ρ | " + " | ".join(n for n in PER_GRID) + " |", "|---|---|" + "---|" * len(PER_GRID)]
+    for i in sel:
+        cells = []
+        for n in PER_GRID:
+            d = design_at(i, n)
+            cells.append(f"{d['rho']:.2f} ({_f(d['regret'])})" + ("" if d["covered"] else " ✗"))
+        out.append(f"| {label(grids()[i])} | {response(i).best_rho:.2f} | " + " | ".join(cells) + " |")
+    return out
+
+
+PER_GRID = ("prior alone (no pilots)", FLAT, "flat grid read at 0.30 B", "halving: all at 0.09 B, top 1 → B",
+            "prior start + flat grid", "prior start + flat grid read at 0.30 B")
+
+
+# ---------------------------------------------------------------- issue 49: the base pass rate
+
+P_STAR_8 = 0.083          # the pass rate below which a group of 8 carries too little advantage variance
+
+
+def p_star(g: int) -> float:
+    """The base pass rate p below which p(1 − p)(g − 1)/g, the expected within-group variance of a
+    0/1 reward over a group of g rollouts (what GRPO's advantages are made of), falls under its
+    value at p*(8) = 0.083: the same bar for every group size."""
+    c = P_STAR_8 * (1 - P_STAR_8) * 7 / 8
+    return (1 - math.sqrt(1 - 4 * c * g / (g - 1))) / 2
+
+
+def passrate_rows() -> list[dict[str, Any]]:
+    """Per setting with a pilot grid: the base policy's pass rate (pass@1 on the checkpoint prompts
+    at step 0, mean over the pilots), the group sizes (rollouts per prompt) of its pilot grid, the
+    rule's call at the largest group, and whether its pilot grid and its 10 × B full runs learned
+    (race.checkpoints.learned)."""
+    from race.checkpoints import learned
+
+    out = []
+    for s in all_settings():
+        pilot = load(s["name"], "pilot")
+        if pilot is None:
+            continue
+        ps = V.pilots_of(pilot)
+        base = [c for p in ps for c in p.checkpoints if c.fraction == 0 and c.evals.get("pass@1")]
+        p = statistics.fmean(statistics.fmean(c.evals["pass@1"]) for c in base)
+        gs = sorted({q.schedule.n_gen for q in ps})
+        thr = p_star(max(gs))
+        lp = learned(ps, "reward")
+        full = load(s["name"], "full10")
+        lf = learned(V.pilots_of(full), "reward") if full is not None else None
+        collapsed_share = (sum(V.collapses(full).values()) / len(V.pilots_of(full))) if full is not None else None
+        out.append({"setting": s["name"], "round": s["round"], "p": p, "groups": gs, "p_star": thr,
+                    "predicted": p < thr or p > 1 - thr, "pilot_learned": bool(lp and lp[0]),
+                    "full_learned": None if lf is None else bool(lf[0]), "full_collapsed": collapsed_share})
+    return out
+
+
+def passrate_lines() -> list[str]:
+    rows = passrate_rows()
+    out = ["| setting | round | base pass rate p | group sizes g | p*(largest g) | rule: no signal | pilot grid learned "
+           "| 10 × B full runs learned (share collapsed) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        full = "—" if r["full_learned"] is None else (f"{'yes' if r['full_learned'] else '**no**'} "
+                                                       f"({r['full_collapsed']:.0%})")
+        out.append(f"| {r['setting']} | {r['round']} | {r['p']:.3f} | {', '.join(map(str, r['groups']))} | "
+                   f"{r['p_star']:.3f} | {'**yes**' if r['predicted'] else 'no'} | "
+                   f"{'yes' if r['pilot_learned'] else '**no**'} | {full} |")
+    nothing = [r for r in rows if not r["pilot_learned"] or r["full_learned"] is False]
+    named = [r for r in nothing if r["predicted"]]
+    false = [r for r in rows if r["predicted"] and r not in nothing]
+    out += ["", f"Learned nothing (pilot grid or 10 × B full runs, race.checkpoints.learned): "
+                f"{', '.join(r['setting'] for r in nothing)}. The rule names {len(named)} of them "
+                f"({', '.join(r['setting'] for r in named) or 'none'}), misses "
+                f"{', '.join(r['setting'] for r in nothing if not r['predicted']) or 'none'}, and names "
+                f"{len(false)} setting{'s' if len(false) != 1 else ''} that learned"
+                + (f" ({', '.join(r['setting'] for r in false)})" if false else "") + "."]
+    return out
+
+
+# ---------------------------------------------------------------- issue 49: pairing
+
+def pairing_row(rec: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | None:
+    """Within one grid: the correlation across ρ of per-seed results sharing a seed index (each
+    point's mean removed; pooled over every pair of points), and what pairing would buy: the
+    variance of a paired difference of two points over that of an unpaired one (1 − the correlation)."""
+    by: dict[float, dict[int, float]] = {}
+    for p in V.pilots_of(rec):
+        if drop_collapsed and collapsed(p):
+            continue
+        by.setdefault(p.rho_target, {})[p.seed] = statistics.fmean(p.evals["reward"])
+    res = {t: {s: x - statistics.fmean(v.values()) for s, x in v.items()} for t, v in by.items() if len(v) > 1}
+    ts = sorted(res)
+    sab = saa = sbb = 0.0
+    n = 0
+    for a in range(len(ts)):
+        for b in range(a + 1, len(ts)):
+            common = set(res[ts[a]]) & set(res[ts[b]])
+            for s in common:
+                sab += res[ts[a]][s] * res[ts[b]][s]
+                saa += res[ts[a]][s] ** 2
+                sbb += res[ts[b]][s] ** 2
+                n += 1
+    if not n or saa <= 0 or sbb <= 0:
+        return None
+    return {"corr": sab / math.sqrt(saa * sbb), "pairs": n}
+
+
+def pairing_lines() -> list[str]:
+    out = ["| grid | seeds per point | correlation across ρ, all runs | without collapsed runs |", "|---|---|---|---|"]
+    vals: dict[str, list[float]] = {"pilot": [], "full": [], "full_clean": []}
+    for s in all_settings():
+        for kind in ("pilot", *FULL_KINDS):
+            rec = load(s["name"], kind)
+            if rec is None or (kind != "pilot" and not V.planned(s, kind)):
+                continue
+            a, b = pairing_row(rec), pairing_row(rec, drop_collapsed=True)
+            if a is None:
+                continue
+            key = "pilot" if kind == "pilot" else "full"
+            vals[key].append(a["corr"])
+            if b is not None and key == "full":
+                vals["full_clean"].append(b["corr"])
+            seeds = max(len(v) for v in V.point_means(rec).values())
+            out.append(f"| {s['name']} {kind} | {seeds} | {a['corr']:+.2f} | {'—' if b is None else format(b['corr'], '+.2f')} |")
+    out.append("")
+    for key, name in (("pilot", "pilot grids"), ("full", "full-run grids"), ("full_clean", "full-run grids without collapsed runs")):
+        xs = vals[key]
+        out.append(f"- {name}: median correlation {_med(xs):+.2f} over {len(xs)} grids ({sum(x > 0 for x in xs)} positive); "
+                   f"a paired difference of two points would have {1 - _med(xs):.2f} × the variance of an unpaired one.")
+    return out
+
+
+def target_lines() -> list[str]:
+    """Issue 49's targets against the replay."""
+    sel = scored_learned()
+    summ = {n: design_summary(n, sel) for n, _ in DESIGNS}
+    flat = summ[FLAT]
+    cheap = [(n, s) for n, s in summ.items() if 0 < s["of_flat"] <= 1 / 3 + 1e-9]
+    best_cheap = max(cheap, key=lambda x: (x[1]["covered"], -x[1]["regret"]))
+    hit = [n for n, s in cheap if s["covered"] >= flat["covered"]]
+    low = [f"{n} ({_f(s['regret'])})" for n, s in summ.items() if s["regret"] <= 0.5]
+    prior = summ[DESIGNS[0][0]]
+    reasoners = [i for i in sel if grids()[i]["setting"] in ("reasoner", "reasoner-math")]
+    out = ["| target | measured | |", "|---|---|---|",
+           f"| the flat grid's coverage ({flat['covered']}/{flat['n']}) at ≤ 1/3 of its compute | "
+           + (", ".join(hit) if hit else f"best at ≤ 1/3: {best_cheap[0]}, {best_cheap[1]['covered']}/{best_cheap[1]['n']} "
+              f"at {best_cheap[1]['of_flat']:.2f} of the flat grid") + f" | {'met' if hit else 'missed'} |",
+           f"| median regret ≤ 0.5 pooled SEs | {'; '.join(low) or 'none'} (flat grid {_f(flat['regret'])}, prior "
+           f"{_f(prior['regret'])}) | {'met' if low else 'missed'} |"]
+    for n, spec in DESIGNS:
+        if spec["kind"] != "shrink":
+            continue
+        s = summ[n]
+        per = [(label(grids()[i]), design_at(i, n)["regret"], design_at(i, DESIGNS[0][0])["regret"]) for i in reasoners]
+        both = all(a < b for _, a, b in per)
+        out.append(f"| {n}: median regret no worse than the prior's, better on both reasoners | "
+                   f"{_f(s['regret'])} against {_f(prior['regret'])}; "
+                   + "; ".join(f"{lab} {_f(a)} against {_f(b)}" for lab, a, b in per)
+                   + f" | {'met' if s['regret'] <= prior['regret'] and both else 'missed'} |")
+    return out
+
+
+SECTIONS = (("The no-pilot prior against RACE (frozen reading: 500 prompts, all runs)", prior_lines),
+            ("Equal total compute: RACE's run after paying for its pilots", compute_lines),
+            ("Issue 48 item 5: the scoring rules, beside the frozen figures", rules_lines),
+            ("Pilot designs replayed (leave one setting out)", designs_lines),
+            ("Issue 49's targets", target_lines),
+            ("The base pass rate and the grids that learned nothing", passrate_lines),
+            ("Pairing: are the seeds of different ρ correlated?", pairing_lines))
+
+
+def tables() -> str:
+    import warnings
+
+    lines: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for head, fn in SECTIONS:
+            lines += [f"#### {head}", "", *fn(), ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "passrate", "pairing", "tables"])
+    ap.add_argument("--check", default=None, help="tables: exit 1 if this doc's replay block differs")
+    ap.add_argument("--write", default=None, help="tables: rewrite this doc's replay block")
+    args = ap.parse_args(argv)
+    if args.cmd == "tables":
+        text = tables()
+        if args.check:
+            doc = Path(args.check).read_text(encoding="utf-8")
+            if BEGIN not in doc or V._doc_tables(doc, BEGIN, END) != text:
+                sys.stderr.write(f"{args.check}: the replay tables differ from what the committed data gives; run: "
+                                 f"python research/scripts/replay.py tables --write {args.check}\n")
+                return 1
+        elif args.write:
+            doc = Path(args.write).read_text(encoding="utf-8")
+            head, rest = doc.split(BEGIN, 1)
+            Path(args.write).write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1], encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+        return 0
+    fn = {"prior": prior_lines, "compute": compute_lines, "rules": rules_lines, "designs": designs_lines,
+          "targets": target_lines, "passrate": passrate_lines, "pairing": pairing_lines}[args.cmd]
+    print("\n".join(fn()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

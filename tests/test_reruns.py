@@ -122,11 +122,11 @@ def test_reruns_table_reliability_and_pairing_read_committed_records(tmp_path, m
     monkeypatch.setattr(reruns, "OUT", tmp_path)
     _fake_reruns(tmp_path)
     recs = reruns.committed_records()
-    assert len(recs) == 5 and sum(bool(r.get("committed_run")) for r in recs) == 1     # + docs/runs' default run
+    assert len(recs) == 6 and sum(bool(r.get("committed_run")) for r in recs) == 2     # + the two committed runs
     text = reruns.table(recs)
-    assert "## default: 5 runs (4 reruns + the committed run)" in text and "search-heavy" in text
+    assert "## default: 6 runs (4 reruns + 2 committed)" in text and "search-heavy" in text
     rows, bins = reruns.reliability(recs)
-    assert len(rows) == 5 and sum(b["n"] for b in bins) == 5 and all(0 <= r["agreement"] <= 1 for r in rows)
+    assert len(rows) == 6 and sum(b["n"] for b in bins) == 6 and all(0 <= r["agreement"] <= 1 for r in rows)
     lines = "\n".join(reruns.pairing("default"))
     assert "paired (as run)" in lines and "unpaired" in lines and "all pairs | 72 |" in lines
 

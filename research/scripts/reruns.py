@@ -199,13 +199,19 @@ def git_commit(paths: list[Path], message: str) -> None:
 
 def committed_records() -> list[dict]:
     """Every rerun record in research/reruns/, plus rerun 0 of each of their settings (the
-    committed run, classified as it was stated)."""
+    committed run, classified as it was stated); ``default`` has two: docs/runs' (the README's)
+    and round 1's `default` pilot grid (the same config and seeds 0–2, transformers 5.19.0, run
+    at an older commit, commit 84614f2, before the lockstep engine: another noise draw)."""
     recs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
     settings = sorted({r["setting"] for r in recs})
     for s in settings:
         zero = rerun_zero(s)
         if zero is not None:
             recs.append(zero)
+        if s == "default":                  # round 1's `default` pilot grid: the same grid and seeds, an older commit
+            other = rerun_zero("r1:default")
+            if other is not None:
+                recs.append({**other, "setting": "default", "name": "r1-default-s0"})
     return recs
 
 
@@ -285,7 +291,8 @@ def table(recs: list[dict]) -> str:
         mode, k = counts.most_common(1)[0]
         fresh = [r for r in rs if not r.get("committed_run")]
         kf = sum(r["regime"] == mode for r in fresh)
-        lines.append(f"## {s}: {len(rs)} runs ({len(fresh)} reruns{' + the committed run' if len(fresh) < len(rs) else ''}); most common regime "
+        nz = len(rs) - len(fresh)
+        lines.append(f"## {s}: {len(rs)} runs ({len(fresh)} reruns{f' + {nz} committed' if nz else ''}); most common regime "
                      f"{mode} in {k}/{len(rs)} (reruns: {kf}/{len(fresh)}); "
                      + ", ".join(f"{g} {n}" for g, n in counts.most_common()))
         lines.append("| run | seeds | regime | ρ range | confidence | means by ρ | transformers |")
@@ -345,7 +352,23 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     reps = R.replicate_trends(boot=wide, band=band)
     idx = R._TRENDS.index(v.regime) if v.regime in R._TRENDS else None
     predicted = float(np.mean(reps == idx)) if idx is not None else float("nan")
-    return {"regime": v.regime.value, "confidence": v.confidence, "predicted_agreement": predicted}
+    # the rule itself on each simulated rerun, its CIs as wide as this grid's (same design):
+    # search-heavy when the slope's upper bound is < 0, update-heavy when the lower is > 0, balanced
+    # when the curvature's upper bound is < 0 and the argmax's interval lies inside the grid
+    slope_hat, curv_hat = float(np.median(boot.slope)), float(np.median(boot.curvature))
+    s_lo, s_hi = np.percentile(boot.slope, [5, 95])
+    c_hi = float(np.percentile(boot.curvature, 95))
+    inside = boot.interior & boot.concave
+    w_log = (1.645 * float(np.std(np.log(boot.argmax_rho[inside]))) if inside.sum() > 10 else np.inf)
+    lo, hi = math.log(float(grid.rho.min())), math.log(float(grid.rho.max()))
+    la = np.log(np.where(wide.concave, wide.argmax_rho, 1.0))
+    balanced = (wide.curvature + (c_hi - curv_hat) < 0) & wide.concave & (la - w_log > lo) & (la + w_log < hi)
+    update = wide.slope - (slope_hat - s_lo) > 0
+    search = wide.slope + (s_hi - slope_hat) < 0
+    rule = np.where(balanced, 0, np.where(update, 1, np.where(search, 2, 3)))
+    predicted_rule = float(np.mean(rule == idx)) if idx is not None else float("nan")
+    return {"regime": v.regime.value, "confidence": v.confidence, "predicted_agreement": predicted,
+            "predicted_rule": predicted_rule}
 
 
 def synthetic(repeats: int = 10, *, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float = 0.024, n_seeds: int = 3,
@@ -514,16 +537,19 @@ def main(argv: list[str] | None = None) -> int:
         by = {}
         for r in rows:
             by.setdefault(r["setting"], []).append(r)
-        print("| truth | verdicts | mean stated | mean predicted | agreement |\n|---|---|---|---|---|")
+        print("| truth | verdicts | mean stated | predicted (replicates) | predicted (rule) | agreement |\n|---|---|---|---|---|---|")
         for s, rs in by.items():
             counts = Counter(r["regime"] for r in rs)
             print(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
                   f"{np.mean([r['confidence'] for r in rs]):.3f} | {np.mean([r['predicted_agreement'] for r in rs]):.3f} | "
+                  f"{np.mean([r['predicted_rule'] for r in rs]):.3f} | "
                   f"{np.mean([r['agreement'] for r in rs]):.3f} |")
         print()
         print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))
         print()
-        print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement")))
+        print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement (replicate rule)")))
+        print()
+        print("\n".join(reliability_lines(rows, "predicted_rule", "predicted rerun agreement (the rule, CIs as wide as this grid's)")))
     else:
         print(table(committed_records()))
     return 0

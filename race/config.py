@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from race.errors import ConfigError  # noqa: F401  (defined there; race.config.ConfigError is the name users know)
+from race.arguments import whole       # the argument checks the public API shares
 from race.safeio import quote          # a bad value in a message: at most ~200 characters of it
 
 MAX_CHECKPOINTS = 64            # eval.checkpoints: at most this many held-out evaluations per pilot (race.checkpoints)
@@ -291,8 +292,7 @@ def parse_models(value: Any) -> tuple[str, ...]:
 
 
 def _positive_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"{name} {v!r} must be a positive integer")
+    whole(name, v, ge=1, error=ConfigError, expected="a positive integer", floats=False)
 
 
 def _non_negative_int(name: str, v: Any) -> None:

@@ -25,7 +25,8 @@ The population figures below are pooled from both validation rounds' development
 Round 2 was scored by the figures frozen from round 1 (-0.055, SD 0.052, 11 settings), which its scorer
 passes as ``population``. Invariants:
 nothing here runs a pilot or imports torch; ``range_at`` never returns a range outside (0, 1) and
-never a guess past the validated factor.
+never a guess past the validated factor; every public function checks its arguments on entry
+(race.arguments: a ``DriftError`` naming the argument, its value and what was expected).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from race import arguments as A
 from race.checkpoints import find_instability
 from race.errors import RaceError
 from race.records import PilotResult
@@ -84,6 +86,11 @@ def fit_joint(obs: Sequence[Observation], *, se_floor: float = 0.005) -> JointFi
     import numpy as np
     from scipy.optimize import least_squares
 
+    obs = A.items("obs", obs, error=DriftError, what="Observation")
+    for i, o in enumerate(obs):
+        if not isinstance(o, Observation):
+            raise DriftError(f"obs[{i}] {str(o)[:60]!r} must be a race.drift.Observation")
+    se_floor = A.number("se_floor", se_floor, gt=0, error=DriftError)
     by_level: dict[int, list[Observation]] = {}
     for o in obs:
         by_level.setdefault(o.level, []).append(o)
@@ -132,11 +139,21 @@ def shrink(d_own: float, se_own: float, d_pop: float = POPULATION_DRIFT,
            spread: float = POPULATION_SPREAD) -> tuple[float, float]:
     """The setting's drift shrunk toward the population's: precision-weighted mean of its own
     estimate (SE ``se_own``) and the population drift (between-setting SD ``spread``); returns the
-    estimate and its SE. An unidentified own drift (SE inf) gives the population's."""
+    estimate and its SE. An unidentified own drift (SE inf, or a NaN drift) gives the population's."""
+    d_own = A.number("d_own", d_own, finite=False, error=DriftError)
+    se_own = A.number("se_own", se_own, finite=False, error=DriftError)
+    d_pop = A.number("d_pop", d_pop, error=DriftError)
+    spread = A.number("spread", spread, gt=0, error=DriftError)
     if not math.isfinite(se_own) or se_own <= 0 or not math.isfinite(d_own):
         return d_pop, spread
-    w_own, w_pop = 1.0 / se_own ** 2, 1.0 / spread ** 2
-    return (w_own * d_own + w_pop * d_pop) / (w_own + w_pop), math.sqrt(1.0 / (w_own + w_pop))
+    # the precision weights as the ratio r = se_own / spread (no overflow at extreme SEs)
+    r = se_own / spread
+    if r > 1e150:
+        return d_pop, spread
+    if r < 1e-150:
+        return d_own, se_own
+    k = 1.0 / (1.0 + r * r)                  # = w_own / (w_own + w_pop)
+    return k * d_own + (1.0 - k) * d_pop, se_own / math.sqrt(1.0 + r * r)
 
 
 @dataclass(frozen=True)
@@ -187,9 +204,16 @@ def range_at(rho_range: tuple[float, float], recommended_rho: float, *, pilot_bu
     """The range at F: the closed range at B (``rho_range``, a range open at a grid edge included:
     the drift says where past the edge) moved by ``drift`` × log10(F / B), widened on each side by
     the 90 % CI of that move, clipped to [0.01, 0.99]. Refused (DriftError) past
-    ``validated_factor`` or for F < B."""
-    if not (pilot_budget > 0 and full_run_budget > 0):
-        raise DriftError(f"budgets must be > 0 FLOPs, got pilot {pilot_budget!r} and full run {full_run_budget!r}")
+    ``validated_factor`` or for F < B; every argument is checked first (an inverted range, NaN, a
+    negative SE, a budget that is not a positive finite FLOP count: DriftError naming it)."""
+    rho_range = A.interval("rho_range", rho_range, ge=0.0, le=1.0, error=DriftError)
+    recommended_rho = A.number("recommended_rho", recommended_rho, ge=0.0, le=1.0, error=DriftError)
+    pilot_budget = A.number("pilot_budget", pilot_budget, gt=0, error=DriftError, expected="a positive finite FLOP count")
+    full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=DriftError,
+                               expected="a positive finite FLOP count")
+    drift = A.number("drift", drift, error=DriftError)
+    drift_se = A.number("drift_se", drift_se, ge=0, error=DriftError)
+    validated_factor = A.number("validated_factor", validated_factor, ge=1, error=DriftError)
     factor = full_run_budget / pilot_budget
     if factor < 1.0:
         raise DriftError(f"F = {full_run_budget:.3g} FLOPs is smaller than a pilot ({pilot_budget:.3g}): "
@@ -215,6 +239,23 @@ def range_at(rho_range: tuple[float, float], recommended_rho: float, *, pilot_bu
                          drift=drift, drift_se=drift_se, validated_factor=validated_factor)
 
 
+def _pilots(pilots: Sequence[PilotResult]) -> list[PilotResult]:
+    out = A.items("pilots", pilots, error=DriftError, what="PilotResult")
+    for i, p in enumerate(out):
+        if not isinstance(p, PilotResult):
+            raise DriftError(f"pilots[{i}] {str(p)[:60]!r} must be a race.records.PilotResult")
+    return out
+
+
+def _population(population: tuple[float, float]) -> tuple[float, float]:
+    """``(drift per decade, between-setting SD)``: two finite numbers, the SD > 0."""
+    pair = A.items("population", population, error=DriftError, what="two numbers (drift, spread)")
+    if len(pair) != 2:
+        raise DriftError(f"population {str(population)[:60]!r} must be two numbers (drift per decade, spread)")
+    return (A.number("population[0]", pair[0], error=DriftError),
+            A.number("population[1]", pair[1], gt=0, error=DriftError))
+
+
 def observations_from_pilots(pilots: Sequence[PilotResult], pilot_budget: float, target: str, *,
                              constant_rate: bool = True) -> list[Observation]:
     """A grid's budget levels from its pilots' held-out checkpoints: one level per checkpoint
@@ -223,6 +264,10 @@ def observations_from_pilots(pilots: Sequence[PilotResult], pilot_budget: float,
     (its earlier checkpoints are not IsoFLOP points: the rate had not decayed yet)."""
     import statistics
 
+    pilots = _pilots(pilots)
+    pilot_budget = A.number("pilot_budget", pilot_budget, gt=0, error=DriftError, expected="a positive finite FLOP count")
+    target = A.text("target", target, error=DriftError)
+    constant_rate = A.flag("constant_rate", constant_rate, error=DriftError)
     cells: dict[tuple[float, float], list[float]] = {}
     flops: dict[float, list[float]] = {}
     rho_of: dict[float, list[float]] = {}
@@ -256,6 +301,11 @@ def range_for_pilots(pilots: Sequence[PilotResult], *, target: str, pilot_budget
     """The range at F for one pilot grid: its own drift (``fit_joint`` on its checkpoints), shrunk
     toward the population's (``population``: its drift per decade and between-setting SD), applied to
     its range at B (``range_at``; DriftError past MAX_FACTOR)."""
+    population = _population(population)
+    pilots = _pilots(pilots)             # argument errors before the fit, whose own DriftError is caught below
+    A.number("pilot_budget", pilot_budget, gt=0, error=DriftError, expected="a positive finite FLOP count")
+    A.text("target", target, error=DriftError)
+    A.flag("constant_rate", constant_rate, error=DriftError)
     try:
         own = fit_joint(observations_from_pilots(pilots, pilot_budget, target, constant_rate=constant_rate))
     except DriftError:
@@ -274,6 +324,9 @@ def range_for_pilots(pilots: Sequence[PilotResult], *, target: str, pilot_budget
 def init_line(pilot_budget: float, full_run_budget: float) -> str:
     """What ``race init``'s header says before any pilot: how far the population drift moves the
     range at B to F, and whether F is within the validated factor."""
+    pilot_budget = A.number("pilot_budget", pilot_budget, gt=0, error=DriftError, expected="a positive finite FLOP count")
+    full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=DriftError,
+                               expected="a positive finite FLOP count")
     factor = full_run_budget / pilot_budget
     head = (f"Range at F: the pilots' range at B will be moved by the budget drift ({MODEL_NAME}; "
             f"population {POPULATION_DRIFT:+.3f} ρ per decade, between-setting SD {POPULATION_SPREAD:.3f}, "
@@ -295,6 +348,10 @@ def range_record(pilots: Sequence[PilotResult], diagnosis, *, pilot_budget: floa
                  population: tuple[float, float] = (POPULATION_DRIFT, POPULATION_SPREAD)) -> dict:
     """``range_for_pilots`` on a diagnosis' primary verdict, as a record: ``RangeAtBudget.to_dict()``,
     or ``{"refused": the one-line reason}`` (what the forecast and race recipe both store)."""
+    if not hasattr(diagnosis, "primary") or not hasattr(diagnosis, "primary_target"):
+        raise DriftError(f"diagnosis {str(diagnosis)[:60]!r} must be a race.records.Diagnosis")
+    A.flag("constant_rate", constant_rate, error=DriftError)
+    population = _population(population)
     v = diagnosis.primary
     try:
         return range_for_pilots(pilots, target=diagnosis.primary_target, pilot_budget=pilot_budget,

@@ -59,6 +59,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race import arguments as A
 from race.checkpoints import stability, stability_at
 from race.errors import RaceError
 from race.records import Backtest, Forecast, ForecastPoint, PilotResult, Regime
@@ -136,9 +137,23 @@ def _fraction_key(f: float) -> float:
     return round(float(f), _FRACTION_DIGITS)
 
 
+def _runs(runs: Any) -> None:
+    """``runs``: a list of (pilots, pilot budget) pairs, each budget a positive finite FLOP count."""
+    for i, run in enumerate(A.items("runs", runs, error=ForecastError, what="(pilots, pilot budget) pairs")):
+        pair = A.items(f"runs[{i}]", run, error=ForecastError, what="(pilots, pilot budget)")
+        if len(pair) != 2:
+            raise ForecastError(f"runs[{i}] has {len(pair)} items: expected (pilots, pilot budget)")
+        for j, p in enumerate(A.items(f"runs[{i}][0]", pair[0], error=ForecastError, what="PilotResult")):
+            if not isinstance(p, PilotResult):
+                raise ForecastError(f"runs[{i}][0][{j}] {str(p)[:60]!r} must be a race.records.PilotResult")
+        A.number(f"runs[{i}][1]", pair[1], gt=0, error=ForecastError, expected="a positive finite FLOP count")
+
+
 def collect_curves(runs: Sequence[tuple[Sequence[PilotResult], float]], target: str) -> Curves:
     """Group the complete pilots of ``runs`` (each: pilots, pilot budget) with checkpoints of
     ``target``. Raises ForecastError when no grid point at the largest budget has any."""
+    _runs(runs)
+    A.text("target", target, error=ForecastError)
     if not runs:
         raise ForecastError("no pilots to forecast from")
     notes: list[str] = []
@@ -494,10 +509,17 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
     several runs of one setup are pooled). Never raises for data it cannot forecast from: the
     result is then ``status == "refused"`` with a one-line ``message``. Raises RaceError only for
     a non-positive budget or n_boot."""
-    if not (isinstance(full_run_budget, (int, float)) and math.isfinite(full_run_budget) and full_run_budget > 0):
-        raise RaceError(f"full-run budget {full_run_budget!r} must be a positive finite FLOP count, e.g. 6e12")
-    if n_boot < 1:
-        raise RaceError(f"n_boot {n_boot!r} must be ≥ 1")
+    full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=ForecastError,
+                               expected="a positive finite FLOP count, e.g. 6e12")
+    n_boot = A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+    seed = A.whole("seed", seed, ge=0, error=ForecastError)
+    A.flag("force", force, error=ForecastError)
+    A.text("target", target, error=ForecastError)
+    confidence_level = A.number("confidence_level", confidence_level, gt=0, lt=1, error=ForecastError)
+    reward_share_threshold = A.number("reward_share_threshold", reward_share_threshold, ge=0, le=1,
+                                      error=ForecastError)
+    pilot_best_rho = A.number("pilot_best_rho", pilot_best_rho, gt=0, lt=1, error=ForecastError)
+    _runs(runs)
     settings = {"n_boot": n_boot, "seed": seed, "confidence_level": confidence_level,
                 "reward_share_threshold": reward_share_threshold, "backtest_cut": BACKTEST_CUT,
                 "min_prefix_points": MIN_PREFIX_POINTS, "hold_share": HOLD_SHARE, "scalerl_factor": SCALERL_FACTOR,
@@ -641,9 +663,15 @@ def _curve_of(curves: Curves, point: int) -> tuple[tuple[float, float], ...]:
 
 # ----------------------------------------------------------------------------- results files
 
+def _results(results: Any, name: str) -> None:
+    if not all(hasattr(results, k) for k in ("pilots", "diagnosis", "config")):
+        raise ForecastError(f"{name} {str(results)[:60]!r} must be a race.results.Results (race.results.load_results)")
+
+
 def results_budget(results: Any) -> float:
     """The pilot budget of a ``race.results.Results``: its config's, else the diagnosis meta's, else
     the largest FLOPs a complete pilot spent."""
+    _results(results, "results")
     meta = results.diagnosis.meta if results.diagnosis is not None else {}
     budget = (results.config or {}).get("budget") or meta.get("budget_per_pilot") \
         or max((p.flops.total for p in results.pilots if p.status == "complete"), default=0.0)
@@ -662,6 +690,15 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
     from race.config import LearningRate, parse_flops
     from race.results import diagnose_results
 
+    _results(results, "results")
+    A.flag("force", force, error=ForecastError)
+    A.flag("refit", refit, error=ForecastError)
+    for i, other in enumerate(A.items("pool", pool, error=ForecastError, what="Results")):
+        _results(other, f"pool[{i}]")
+    if n_boot is not None:
+        A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+    if full_run_budget is not None:
+        parse_flops(full_run_budget, "full_run_budget")
     diag = diagnose_results(results, refit=refit)
     stored = diag.forecast
     raw = full_run_budget if full_run_budget is not None else (results.config or {}).get("full_run_budget")

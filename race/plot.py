@@ -146,9 +146,17 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
     fig.suptitle(" · ".join(str(meta[k]) for k in ("model", "task", "reward") if meta.get(k)) or "RACE diagnosis",
                  fontsize=11)
     if path is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=150)
+        save_figure(fig, path)
     return fig
+
+
+def save_figure(fig: Any, path: str) -> str:
+    """``fig`` written to ``path`` through race.safeio.write_inside (the format from its extension)."""
+    from race.safeio import write_inside
+
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    return write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path),
+                        lambda fh: fig.savefig(fh, dpi=150, format=fmt), what="figure")
 
 
 def drift_points(pilots: Sequence[PilotResult], pilot_budget: float, target: str) -> list[tuple[float, float]]:
@@ -363,6 +371,5 @@ def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | 
     ax_c.set_title("what each policy bought", fontsize=10)
     fig.suptitle(f"grid over models at {fmt_flops(view.budget)} FLOPs per pilot", fontsize=11)
     if path is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=150)
+        save_figure(fig, path)
     return fig

@@ -21,21 +21,29 @@ From the stability line at F (race.checkpoints.stability_at) and, when one ran, 
 
 ``full_run_rate`` returns a record: ``scale`` (the factor on η_ref), ``schedule``, ``warmup``,
 ``rule`` (1–5; 5 is listed after 2, the case it splits off) and ``line``; ``apply_rate`` turns it into the ``LearningRate`` a recipe uses.
-Invariant: the recommendation never raises η.
+Invariant: the recommendation never raises η. Every public function checks its arguments on entry
+(race.arguments; a ``RateError`` naming the argument, its value and what was expected).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any, Mapping
 
+from race import arguments as A
 from race.checkpoints import LONG_RUN
-from race.config import LearningRate, ScheduleKnobs
+from race.config import LR_SCHEDULES, LearningRate, ScheduleKnobs
+from race.errors import RaceError
 
 RATE_CUT = 3.0          # at risk: η divided by this
 LONG_WARMUP = 0.05      # warm-up share of the decayed schedules recommended
 # rule 5's evidence (research/scripts/stability.py rates, the rate variants of both rounds): grids flagged at
 # risk by the length probe alone, and the full runs at the same η with cosine decay on them
 GRADED_GRIDS, GRADED_RUNS = 4, 12
+STATUSES = ("stable", "at risk", "not tested")      # race.checkpoints.stability_at's
+
+
+class RateError(RaceError):
+    """Bad input to the rate for F (a status it does not know, η that is not a positive number …)."""
 
 
 def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: float,
@@ -43,6 +51,17 @@ def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: floa
     """The recommendation (see the module docstring). ``status`` and ``cause``: the stability line's
     (race.checkpoints.stability_at); ``factor``: F over the pilot budget; ``full_lr``: η of the full
     run at F by the config (√B rule or fixed)."""
+    if not isinstance(lr, LearningRate):
+        raise RateError(f"lr {str(lr)[:60]!r} must be a race.config.LearningRate")
+    A.one_of("status", status, STATUSES, error=RateError)
+    factor = A.number("factor", factor, gt=0, error=RateError)
+    full_lr = A.number("full_lr", full_lr, gt=0, error=RateError)
+    if cause is not None:
+        A.text("cause", cause, error=RateError)
+    if probe is not None:
+        A.mapping("probe", probe, error=RateError)
+        if probe.get("learning_rate") is not None:
+            A.number("probe['learning_rate']", probe["learning_rate"], gt=0, error=RateError)
     plr = float(probe["learning_rate"]) if probe and probe.get("learning_rate") else None
     if probe and probe.get("status") == "held" and plr is not None and plr < full_lr * (1 - 1e-6):
         scale = plr / full_lr
@@ -77,16 +96,30 @@ def configured_lr(raw: Mapping[str, Any]) -> tuple[LearningRate, float]:
     import math
     from dataclasses import fields
 
+    A.mapping("raw", raw, error=RateError)
     given = raw.get("learning_rate") if isinstance(raw.get("learning_rate"), Mapping) else {}
-    kinds = {"ref": float, "ref_batch": int, "fixed": bool, "schedule": str, "warmup": float, "decay": float}
-    lr = LearningRate(**{f.name: kinds[f.name](given[f.name]) for f in fields(LearningRate) if f.name in given})
+    kinds = {"ref": lambda n, v: A.number(n, v, gt=0, strings=True, error=RateError),
+             "ref_batch": lambda n, v: A.whole(n, v, ge=1, error=RateError),
+             "fixed": lambda n, v: A.flag(n, v, error=RateError),        # the string 'false' is not True
+             "schedule": lambda n, v: A.one_of(n, v, LR_SCHEDULES, error=RateError),
+             "warmup": lambda n, v: A.number(n, v, ge=0, lt=1, strings=True, error=RateError),
+             "decay": lambda n, v: A.number(n, v, ge=0, le=1, strings=True, error=RateError)}
+    lr = LearningRate(**{f.name: kinds[f.name](f"learning_rate.{f.name}", given[f.name])
+                         for f in fields(LearningRate) if f.name in given})
     sched = raw.get("schedule") if isinstance(raw.get("schedule"), Mapping) else {}
-    batch = int(sched.get("prompts_per_step", ScheduleKnobs.prompts_per_step)) * int(
-        sched.get("n_train", ScheduleKnobs.n_train))
+    batch = A.whole("schedule.prompts_per_step", sched.get("prompts_per_step", ScheduleKnobs.prompts_per_step),
+                    ge=1, error=RateError) * A.whole("schedule.n_train", sched.get("n_train", ScheduleKnobs.n_train),
+                                                     ge=1, error=RateError)
     return lr, (float(lr.ref) if lr.fixed else float(lr.ref) * math.sqrt(batch / float(lr.ref_batch)))
 
 
 def apply_rate(lr: LearningRate, rate: Mapping[str, Any]) -> LearningRate:
     """The ``LearningRate`` of the recommendation (η_ref scaled; schedule and warm-up set)."""
+    if not isinstance(lr, LearningRate):
+        raise RateError(f"lr {str(lr)[:60]!r} must be a race.config.LearningRate")
+    A.mapping("rate", rate, error=RateError)
+    A.number("rate['scale']", rate.get("scale"), gt=0, le=1, error=RateError)   # the rate for F never raises η
+    A.one_of("rate['schedule']", rate.get("schedule"), LR_SCHEDULES, error=RateError)
+    A.number("rate['warmup']", rate.get("warmup"), ge=0, lt=1, error=RateError)
     return replace(lr, ref=lr.ref * float(rate["scale"]), schedule=str(rate["schedule"]),
                    warmup=float(rate["warmup"]))

@@ -213,3 +213,192 @@ def test_a_probe_that_ran_short_of_its_plan_says_so_and_vouches_for_nothing_more
     line = stability_at(None, full_run_budget=3e13, pilot_budget=1e12, probe=rec)
     assert line["status"] == "not tested" and "stopped before the share it planned, 100%" in line["line"]
     assert "stable" not in line["line"]
+
+
+# ------------------------------------------------------------------ 4. one validation layer for the API
+
+def test_the_api_refuses_bad_arguments_with_a_race_error_naming_them(tmp_path):
+    from race.config import LearningRate
+    from race.drift import DriftError, range_at, shrink
+    from race.forecast import ForecastError, forecast
+    from race.rate import RateError, apply_rate, configured_lr, full_run_rate
+    from race.records import Regime
+    from race.watch import Watch, WatchError, check_means, check_scores, verl_history
+
+    cases = [
+        (lambda: range_at((0.6, 0.3), 0.5, pilot_budget=1e12, full_run_budget=1e13), DriftError, "is inverted"),
+        (lambda: range_at((0.3, 0.6), float("nan"), pilot_budget=1e12, full_run_budget=1e13), DriftError,
+         "recommended_rho nan"),
+        (lambda: range_at((0.3, 0.6), 0.5, pilot_budget=1e12, full_run_budget=1e13, drift_se=-1), DriftError,
+         "drift_se -1"),
+        (lambda: range_at("0.3-0.6", 0.5, pilot_budget=1e12, full_run_budget=1e13), DriftError, "a pair"),
+        (lambda: shrink(0.1, 0.1, spread=0), DriftError, "spread 0 must be a finite number > 0"),
+        (lambda: full_run_rate(LearningRate(), status="stable", factor=10, full_lr=float("nan")), RateError,
+         "full_lr nan"),
+        (lambda: full_run_rate(LearningRate(), status="stable", factor=10, full_lr=-1e-3), RateError, "full_lr -0.001"),
+        (lambda: full_run_rate(LearningRate(), status="fine", factor=10, full_lr=1e-3), RateError, "status 'fine'"),
+        (lambda: configured_lr({"learning_rate": {"fixed": "false"}}), RateError,
+         "learning_rate.fixed 'false' must be True or False"),
+        (lambda: apply_rate(LearningRate(), {"scale": 3.0, "schedule": "cosine", "warmup": 0.05}), RateError,
+         "rate['scale'] 3.0"),
+        (lambda: Watch(total_steps="100"), WatchError, "total_steps '100'"),
+        (lambda: Watch(total_steps=100).due(-1), WatchError, "step -1"),
+        (lambda: Watch(total_steps=100, checkpoints=[0.5, 2]), WatchError, "checkpoints[1] 2"),
+        (lambda: check_scores([(0, [0.5]), ("x", [0.5])]), WatchError, "history[1] step 'x'"),
+        (lambda: check_means([(0, 0.5)], prompts=True), WatchError, "prompts True"),
+        (lambda: verl_history(str(tmp_path / "none")), WatchError, "is not a folder"),
+        (lambda: forecast([], target="reward", full_run_budget=float("inf"), pilot_regime=Regime.BALANCED,
+                          pilot_best_rho=0.5), ForecastError, "full_run_budget inf"),
+        (lambda: forecast([], target="reward", full_run_budget=1e13, pilot_regime=Regime.BALANCED,
+                          pilot_best_rho=0.5, force="no"), ForecastError, "force 'no'"),
+    ]
+    for call, error, text in cases:
+        with pytest.raises(error) as info:
+            call()
+        assert text in str(info.value) and "\n" not in str(info.value), (text, str(info.value))
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "0.jsonl").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(WatchError, match="not a UTF-8 JSON-lines file"):
+        verl_history(str(tmp_path / "dump"))
+    (tmp_path / "dump" / "0.jsonl").write_text('{"input": "a", "score": 1, "score": 0}\n')
+    with pytest.raises(WatchError, match="repeats the key 'score'"):
+        verl_history(str(tmp_path / "dump"))
+
+
+def test_property_the_api_numbers_give_an_answer_or_a_race_error():
+    """Over any floats (NaN, ±inf, negative, huge, inverted ranges) range_at, shrink and
+    full_run_rate return a well-formed answer or raise the module's RaceError, nothing else."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from race.config import LearningRate
+    from race.drift import DriftError, range_at, shrink
+    from race.rate import RateError, full_run_rate
+
+    anything = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10 ** 6, 10 ** 6),
+                         st.booleans(), st.text(max_size=5), st.none())
+
+    @settings(max_examples=300, deadline=None)
+    @given(lo=anything, hi=anything, rec=anything, b=anything, f=anything, d=anything, se=anything)
+    def ranges(lo, hi, rec, b, f, d, se):
+        try:
+            r = range_at((lo, hi), rec, pilot_budget=b, full_run_budget=f, drift=d, drift_se=se)
+        except DriftError as e:
+            assert "\n" not in str(e)
+            return
+        assert 0.01 <= r.rho_range[0] <= r.rho_range[1] <= 0.99
+        assert r.rho_range[0] <= r.recommended_rho <= r.rho_range[1] and math.isfinite(r.shift)
+        assert lo <= hi and 1.0 <= r.factor
+
+    @settings(max_examples=200, deadline=None)
+    @given(d=anything, s=anything, p=anything, sp=anything)
+    def shrunk(d, s, p, sp):
+        try:
+            est, err = shrink(d, s, p, sp)
+        except DriftError:
+            return
+        assert math.isfinite(est) and math.isfinite(err) and err > 0
+
+    @settings(max_examples=200, deadline=None)
+    @given(factor=anything, full_lr=anything, plr=anything)
+    def rates(factor, full_lr, plr):
+        try:
+            rate = full_run_rate(LearningRate(), status="at risk", factor=factor, full_lr=full_lr,
+                                 probe={"status": "held", "learning_rate": plr})
+        except RateError:
+            return
+        assert 0 < rate["scale"] <= 1 and rate["schedule"] in ("constant", "cosine")
+
+    ranges()
+    shrunk()
+    rates()
+
+
+# ------------------------------------------------------------------ 5. a watch that cannot take the run down
+
+class _Enc(dict):
+    def to(self, device):
+        return self
+
+
+class _Tok:
+    padding_side, pad_token_id = "right", 0
+
+    def __call__(self, chunk, return_tensors=None, padding=None):
+        import torch
+
+        return _Enc(input_ids=torch.zeros((len(chunk), 2), dtype=torch.long))
+
+    def batch_decode(self, out, skip_special_tokens=True):
+        return ["7"] * out.shape[0]
+
+
+class _Model:
+    training, device = True, "cpu"
+
+    def eval(self):
+        self.training = False
+
+    def train(self, mode=True):
+        self.training = mode
+
+    def generate(self, input_ids=None, **kw):
+        import torch
+
+        return torch.zeros((input_ids.shape[0], 3), dtype=torch.long)
+
+    def named_parameters(self):
+        return iter(())
+
+
+def _train(cb, steps=4):
+    """The hooks a trainer calls, in order, on a stand-in model: what reaches the trainer."""
+    from types import SimpleNamespace
+
+    state, control = SimpleNamespace(max_steps=steps, global_step=0), SimpleNamespace(should_training_stop=False)
+    kw = dict(model=_Model(), processing_class=_Tok())
+    cb.on_train_begin(None, state, control, **kw)
+    for s in range(1, steps + 1):
+        state.global_step = s
+        cb.on_step_end(None, state, control, **kw)
+    cb.on_train_end(None, state, control, **kw)
+    return control
+
+
+def test_a_checker_that_raises_hangs_or_talks_nonsense_never_stops_the_training():
+    from race.watch import WatchError, trl_callback
+
+    hang = threading.Event()
+
+    def raises(prompts, completions, **kw):
+        raise ValueError("boom")
+
+    def hangs(prompts, completions, **kw):
+        hang.wait(30)
+        return [1.0] * len(prompts)
+
+    def nonsense(prompts, completions, **kw):
+        return ["a lot"] * len(prompts)
+
+    for checker, said in ((raises, "ValueError: boom"), (hangs, "did not return within 0.5 s"),
+                          (nonsense, "expected a finite number")):
+        lines = []
+        t0 = time.monotonic()
+        control = _train(trl_callback(["1+1=", "2+5="], checker, timeout=0.5, log=lines.append))
+        assert time.monotonic() - t0 < 10 and not control.should_training_stop
+        assert len(lines) == 1 and said in lines[0] and "training goes on" in lines[0], lines
+    hang.set()
+    # the user can ask for the run to stop, or for the error itself
+    lines = []
+    assert _train(trl_callback(["1+1="], raises, on_error="stop", log=lines.append)).should_training_stop
+    assert "the run is stopped" in lines[0]
+    with pytest.raises(WatchError, match="ValueError: boom"):
+        _train(trl_callback(["1+1="], raises, on_error="raise", log=lines.append))
+    # and a checker that works still watches
+    good = trl_callback(["1+1="], lambda prompts, completions, **kw: [1.0] * len(prompts), log=lines.append)
+    _train(good)
+    assert len(good.watch.history) >= 2
+    with pytest.raises(WatchError, match="on_error 'ignore' must be one of"):
+        trl_callback(["1+1="], raises, on_error="ignore")
+    with pytest.raises(WatchError, match="stop 'false' must be True or False"):
+        trl_callback(["1+1="], raises, stop="false")

@@ -35,6 +35,7 @@ no torch.
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -235,12 +236,11 @@ def compose(rng: random.Random, steps: int, *, style: str, max_operand: int, max
 # ------------------------------------------------------------------------------ writers
 
 def _write(path: str, rows: Iterable[dict]) -> int:
-    count = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    return count
+    from race.safeio import write_inside
+
+    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
+    write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path), "".join(lines), what="task file")
+    return len(lines)
 
 
 def write_gsm8k(problems: Iterable[Problem], path: str) -> int:

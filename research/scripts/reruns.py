@@ -367,8 +367,22 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     search = wide.slope + (s_hi - slope_hat) < 0
     rule = np.where(balanced, 0, np.where(update, 1, np.where(search, 2, 3)))
     predicted_rule = float(np.mean(rule == idx)) if idx is not None else float("nan")
+    # and its support gate (race.regime.MIN_SUPPORT of decisive replicates): a rerun's replicates
+    # scatter about its own means as this grid's do about its means, so the share beyond the band
+    # is a normal tail; a rerun whose decisive share falls short of the gate states inconclusive
+    from statistics import NormalDist
+
+    ndist = NormalDist()
+    x_lo, x_hi = math.log(float(grid.rho.min())), math.log(float(grid.rho.max()))
+    change = boot.slope * (x_hi - x_lo)
+    sd = max(float(np.std(change)), 1e-12)
+    band1 = R.REPLICATE_BAND_SE * float(np.median(contrasts.std(axis=0)))
+    wide_change = wide.slope * (x_hi - x_lo)
+    p_dec = np.array([ndist.cdf((-band1 - c) / sd) + 1 - ndist.cdf((band1 - c) / sd) for c in wide_change])
+    gated = np.where(p_dec >= R.MIN_SUPPORT, rule, 3)
+    predicted_gate = float(np.mean(gated == idx)) if idx is not None else float("nan")
     return {"regime": v.regime.value, "confidence": v.confidence, "predicted_agreement": predicted,
-            "predicted_rule": predicted_rule}
+            "predicted_rule": predicted_rule, "predicted_gate": predicted_gate}
 
 
 def synthetic(repeats: int = 10, *, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float = 0.024, n_seeds: int = 3,
@@ -546,10 +560,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{np.mean([r['agreement'] for r in rs]):.3f} |")
         print()
         print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))
+        for label, part in (("decisive", [r for r in rows if r["regime"] != "inconclusive"]),
+                            ("inconclusive", [r for r in rows if r["regime"] == "inconclusive"])):
+            for key in ("confidence", "predicted_agreement", "predicted_rule", "predicted_gate"):
+                if part:
+                    print()
+                    print("\n".join(reliability_lines(part, key, f"{key}, {label} verdicts")))
         print()
         print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement (replicate rule)")))
         print()
         print("\n".join(reliability_lines(rows, "predicted_rule", "predicted rerun agreement (the rule, CIs as wide as this grid's)")))
+        print()
+        print("\n".join(reliability_lines(rows, "predicted_gate", "predicted rerun agreement (the rule and its support gate)")))
     else:
         print(table(committed_records()))
     return 0

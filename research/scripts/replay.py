@@ -547,11 +547,12 @@ def truncated(p: dict, frac: float, *, rescale: bool = True):
     if frac >= 1.0:
         return PilotResult.from_dict(p)
     c = _ckpt(p, frac)
-    spent = c["flops"]["total"]
+    spent = sum(c["flops"].get(k, 0.0) for k in ("search", "learning", "reward"))
     cps = [{**x, "fraction": x["fraction"] / frac if rescale else x["fraction"]}
            for x in p["checkpoints"] if x["fraction"] <= c["fraction"] + 1e-9]
     curve = [pt for pt in p.get("curve") or [] if pt[0] <= spent] or (p.get("curve") or [])[:1]
-    return PilotResult.from_dict({**p, "evals": dict(c["evals"]), "flops": dict(c["flops"]), "rho": c["flops"]["rho"],
+    return PilotResult.from_dict({**p, "evals": dict(c["evals"]), "flops": dict(c["flops"]),
+                                  "rho": c["flops"]["learning"] / spent if spent else p["rho"],
                                   "checkpoints": cps, "curve": curve})
 
 

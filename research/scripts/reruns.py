@@ -324,7 +324,7 @@ def table(recs: list[dict]) -> str:
 # ---------------------------------------------------------------- a confidence that predicts reruns
 
 def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BOOT, seed: int = 0,
-                    inflate: float = math.sqrt(2.0)) -> dict[str, Any]:
+                    inflate: float = math.sqrt(2.0), unwiden: bool = False) -> dict[str, Any]:
     """The rule's verdict on ``results`` with two confidences: the stated one (the share of
     bootstrap replicates whose trend agrees with the verdict) and a predicted rerun agreement.
 
@@ -345,7 +345,10 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=R.SEED_RESAMPLING,
                               seed_scale=R.seed_scale(grid=grid, level=0.9))
     centre = grid.point_means
-    means = centre + inflate * (boot.point_means - centre)
+    # unwiden: the simulated reruns scatter without the t/z widening of the seed part (the widening is
+    # there for this grid's CIs; a rerun's noise is the noise itself)
+    scale = R.seed_scale(grid=grid, level=0.9) if unwiden else 1.0
+    means = centre + inflate / scale * (boot.point_means - centre)
     wide = response_of_means(rho=grid.rho, means=means)
     contrasts = boot.point_means - boot.point_means.mean(axis=1, keepdims=True)
     band = R.REPLICATE_BAND_SE * float(np.median(contrasts.std(axis=0))) * math.sqrt(2.0)
@@ -385,7 +388,7 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
             "predicted_rule": predicted_rule, "predicted_gate": predicted_gate}
 
 
-def synthetic(repeats: int = 10, *, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float = 0.024, n_seeds: int = 3,
+def synthetic(repeats: int = 10, *, unwiden: bool = False, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float = 0.024, n_seeds: int = 3,
               n_prompts: int = 500) -> list[dict]:
     """Synthetic grids with a known answer (tests/test_regime.py::synthetic_results) on the default
     grid: per true response, ``repeats`` grids with other seeds; each verdict's stated and
@@ -403,7 +406,7 @@ def synthetic(repeats: int = 10, *, scales=(0.0, 0.5, 1.0, 1.5), seed_sd: float 
         for rep in range(repeats):
             res = synthetic_results(response=response, n_seeds=n_seeds, seed_sd=seed_sd, n_prompts=n_prompts,
                                     grid=grid, seed=20_000 + rep)
-            runs.append(rerun_agreement(res, seed=rep))
+            runs.append(rerun_agreement(res, seed=rep, unwiden=unwiden))
         for i, r in enumerate(runs):
             others = [o for j, o in enumerate(runs) if j != i]
             rows.append({"setting": name, "name": f"{name}#{i}", **r,
@@ -523,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     pa.add_argument("setting", nargs="?", default="default")
     sy = sub.add_parser("synthetic", help="stated vs predicted confidence against rerun agreement on synthetic grids")
     sy.add_argument("--repeats", type=int, default=10)
+    sy.add_argument("--unwiden", action="store_true", help="simulated reruns without the t/z widening of the seed noise")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         print(run(a.setting, a.first_seed))
@@ -547,16 +551,16 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "pairing":
         print("\n".join(pairing(a.setting)))
     elif a.cmd == "synthetic":
-        rows = synthetic(a.repeats)
+        rows = synthetic(a.repeats, unwiden=a.unwiden)
         by = {}
         for r in rows:
             by.setdefault(r["setting"], []).append(r)
-        print("| truth | verdicts | mean stated | predicted (replicates) | predicted (rule) | agreement |\n|---|---|---|---|---|---|")
+        print("| truth | verdicts | mean stated | predicted (replicates) | predicted (rule) | predicted (rule + gate) | agreement |\n|---|---|---|---|---|---|---|")
         for s, rs in by.items():
             counts = Counter(r["regime"] for r in rs)
             print(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
                   f"{np.mean([r['confidence'] for r in rs]):.3f} | {np.mean([r['predicted_agreement'] for r in rs]):.3f} | "
-                  f"{np.mean([r['predicted_rule'] for r in rs]):.3f} | "
+                  f"{np.mean([r['predicted_rule'] for r in rs]):.3f} | {np.mean([r['predicted_gate'] for r in rs]):.3f} | "
                   f"{np.mean([r['agreement'] for r in rs]):.3f} |")
         print()
         print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))

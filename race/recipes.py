@@ -51,8 +51,8 @@ from race.records import FlopBreakdown, Schedule
 TRAINERS = ("trl", "verl", "openrlhf")
 FORMATS = ("text", "yaml", "json")
 # where each trainer's parameter names and behaviour were read (docs/recipes.md)
-VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.8.0",
-            "openrlhf": "OpenRLHF 0.11.0"}
+VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.9.1",
+            "openrlhf": "OpenRLHF 0.11.2"}
 DEFAULT_MICRO_BATCH = 8     # sequences per forward/backward when the config sets no grpo.micro_batch
 
 
@@ -394,14 +394,23 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
         cfg = replace(cfg, learning_rate=apply_rate(cfg.learning_rate, rate))
     lr = learning_rate(cfg, bp * n)
     planned = cm.cost(n, mu, n).per_prompt.scaled(bp)
+    from race.emit import data_settings, emit, model_location, openrlhf_passes
+
+    rows = emit(cfg, key, emit_dir, force=force)["rows"] if emit_dir else None
+    if key == "openrlhf" and rows is not None:     # whole batches, episodes × batches ≤ steps (race.emit)
+        episodes, samples = openrlhf_passes(steps, bp, rows)
+        drawn = episodes * samples // bp if samples >= bp else steps
+        if drawn < steps:
+            notes.append(f"steps {steps} → {drawn}: OpenRLHF walks its whole dataset every episode, and "
+                         f"{episodes} episode(s) of {samples // bp} whole batches of the {rows:,}-prompt split is "
+                         "the most that does not exceed F")
+            steps = drawn
     schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
                         learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
                         flops=planned.scaled(steps))
-    settings, model, more = _SETTINGS[key](cfg, schedule, P, shape)
+    settings, model, more = _SETTINGS[key](replace(cfg, model=model_location(cfg.model, emit_dir)), schedule, P,
+                                           shape)
     notes += more
-    from race.emit import data_settings, emit
-
-    rows = emit(cfg, key, emit_dir, force=force)["rows"] if emit_dir else None
     data, more = data_settings(key, emit_dir, steps=steps, prompts_per_step=bp, rows=rows)
     if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
         model = {**model, **data}
@@ -481,7 +490,9 @@ def _trl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, di
         "loss_type": g.loss_agg,
         "scale_rewards": "group" if g.advantage == "grpo" else "none",
         "entropy_coef": g.entropy_coef,
-        "gradient_checkpointing": g.grad_checkpointing,
+        # transformers ≥ 5.2x: gradient_checkpointing is a deprecated alias (FutureWarning), and TRL sets it
+        # True by default: the new name, set explicitly, silences both
+        "activation_checkpointing": g.grad_checkpointing,
         "use_vllm": False,
     }
     if lr.schedule == "wsd":       # transformers' get_wsd_schedule: the decay's length, linear to 0 as RACE's
@@ -665,15 +676,24 @@ def _value(v: Any) -> str:
 def trainer_lines(rec: Recipe) -> list[str]:
     """The configuration alone, as the trainer takes it: TRL Python, verl / OpenRLHF command lines."""
     s = rec.settings
-    if rec.trainer == "trl":
+    if rec.trainer == "trl":      # a script that runs as printed (python - < it), on the --emit folder's files
         m = rec.model
-        lines = ["from peft import LoraConfig", "from trl import GRPOConfig, GRPOTrainer", "",
+        d = os.path.dirname(str(m.get("dataset_name", os.path.join("RACE_EMIT_DIR", "data"))))
+        lines = ["import sys", "", "import torch", "from datasets import load_dataset", "from peft import LoraConfig",
+                 "from trl import GRPOConfig, GRPOTrainer", "",
+                 f"sys.path.insert(0, {d!r})            # race_reward.py, written by --emit",
+                 "from race_reward import reward  # noqa: E402", "",
+                 "cpu = not torch.cuda.is_available()",
                  "args = GRPOConfig("]
         lines += [f"    {k}={_value(v)}," for k, v in s.items()]
-        lines += [")", f"peft_config = LoraConfig(r={m['lora_r']}, lora_alpha={m['lora_alpha']}, "
-                       f"target_modules={m['lora_target_modules']!r})",
-                  f"trainer = GRPOTrainer(model={m['model_name_or_path']!r}, reward_funcs=..., args=args, "
-                  "train_dataset=..., peft_config=peft_config)"]
+        lines += [f"    output_dir={os.path.join(d, 'out')!r}, report_to='none', save_strategy='no',",
+                  "    use_cpu=cpu, bf16=not cpu,",
+                  ")", f"peft_config = LoraConfig(r={m['lora_r']}, lora_alpha={m['lora_alpha']}, "
+                       f"target_modules={m['lora_target_modules']!r}, task_type='CAUSAL_LM')",
+                  f"data = load_dataset('json', data_files={os.path.join(d, 'data', 'train.jsonl')!r}, split='train')",
+                  f"trainer = GRPOTrainer(model={m['model_name_or_path']!r}, reward_funcs=reward, args=args, "
+                  "train_dataset=data, peft_config=peft_config)",
+                  "trainer.train()"]
         return lines
     if rec.trainer == "verl":
         def ov(k: str, v: Any) -> str:
@@ -740,10 +760,16 @@ def render_recipe(rec: Recipe, fmt: str = "text") -> str:
                             "use --format text for the command, or --format json")
         comments = head + flop_lines(rec) + notes
         if rec.trainer == "trl":
-            comments.append("for `trl grpo --config FILE`: add dataset_name and reward_funcs")
+            placeholder = str(rec.model.get("dataset_name", "")).startswith("RACE_EMIT_DIR")
+            comments.append("for `trl grpo --config FILE --output_dir OUT`, run from the --emit folder (race_reward.py "
+                            "is imported from there)" + ("; dataset_name and reward_funcs are placeholders until "
+                                                         "race recipe … --emit DIR" if placeholder else "")
+                            + "; on a machine without a GPU add --use_cpu true --bf16 false")
         text = yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
         return "".join(f"# {c}\n" for c in comments) + text
-    return "\n".join(head + [""] + trainer_lines(rec) + [""] + flop_lines(rec) + notes) + "\n"
+    # everything but the configuration is a comment (# in Python and in a shell), so the text runs as printed
+    return "\n".join([f"# {x}" for x in head] + [""] + trainer_lines(rec) + [""]
+                      + [f"# {x}" for x in flop_lines(rec) + notes]) + "\n"
 
 
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:

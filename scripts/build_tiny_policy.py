@@ -191,13 +191,22 @@ def measure(model, tok) -> dict[str, float]:
     return out
 
 
+# The chat template a trainer applies to a prompt (verl always does; TRL and OpenRLHF on request): the
+# user turns' text as it is, nothing around it, which is the format RACE's pilots feed the policy, so a
+# trainer's rendering of a prompt tokenizes exactly as RACE's does (tests/test_trainer_runs.py).
+# A system turn is left out (this policy never saw one); no generation prompt is added.
+CHAT_TEMPLATE = ("{%- for message in messages -%}{%- if message['role'] == 'user' -%}"
+                 "{{- message['content'] -}}{%- endif -%}{%- endfor -%}")
+
+
 def _portable_tokenizer_config(out: str) -> None:
     """Name the generic fast-tokenizer class, which transformers 4.x and 5.x both resolve
-    (5.x writes its own alias, ``TokenizersBackend``, unknown to 4.x)."""
+    (5.x writes its own alias, ``TokenizersBackend``, unknown to 4.x), and carry the chat template."""
     path = os.path.join(out, "tokenizer_config.json")
     with open(path, encoding="utf-8") as f:
         cfg = json.load(f)
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg["chat_template"] = CHAT_TEMPLATE
     with open(path, "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")

@@ -397,14 +397,19 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
             assert rows[0]["reward_model"]["ground_truth"] == train[0].answer and len(rows) == len(train)
             assert pq.read_table(out / "data" / "test.parquet").num_rows == len(held)
             assert rec.settings["trainer.total_epochs"] == epochs(s.steps, s.prompts_per_step, len(train))
-            assert rec.settings["custom_reward_function.path"] == str(out / "race_reward.py")
+            # verl 0.9 reads the reward function under reward. only (main_ppo no longer migrates the old key)
+            assert rec.settings["reward.custom_reward_function.path"] == str(out / "race_reward.py")
+            assert not any(k.startswith("custom_reward_function") for k in rec.settings)
+            assert rec.settings["actor_rollout_ref.model.path"] == str(out / "model")        # the shipped policy, copied
         else:
             lines = (out / "data" / "train.jsonl").read_text().splitlines()
             assert len(lines) == len(train) and json.loads(lines[0]) == {"prompt": train[0].prompt,
                                                                          "answer": train[0].answer}
         if trainer == "openrlhf":
             f = rec.settings
-            assert f["--data.max_samples"] * f["--train.num_episodes"] >= s.steps * s.prompts_per_step
+            drawn = f["--train.num_episodes"] * min(f["--data.max_samples"], len(train))
+            assert 0.98 * s.steps * s.prompts_per_step <= drawn <= s.steps * s.prompts_per_step
+            assert f["--actor.model_name_or_path"] == str(out / "model")
             assert f["--reward.remote_url"] == str(out / "race_reward.py")
         if trainer == "trl":
             assert rec.model["dataset_name"] == str(out / "data") and rec.model["reward_funcs"] == ["race_reward.reward"]

@@ -38,7 +38,7 @@ def _recipes(trainer: str):
 
 def _verl_config_dir() -> str:
     path = os.path.join(SOURCES, "verl", "verl", "trainer", "config")
-    require(os.path.isfile(os.path.join(path, "ppo_trainer.yaml")), f"verl 0.8.0's config (in {SOURCES})")
+    require(os.path.isfile(os.path.join(path, "ppo_trainer.yaml")), f"verl 0.9.1's config (in {SOURCES})")
     return path
 
 
@@ -71,6 +71,11 @@ def test_verl_overrides_compose_with_its_config_and_resolve():
         assert per_gpu > 0 and actor["ppo_mini_batch_size"] * s.n_gen % world == 0
         assert per_gpu % actor["ppo_micro_batch_size_per_gpu"] == 0
         assert resolved["trainer"]["total_epochs"] >= resolved["trainer"]["total_training_steps"] == s.steps
+        # the reward function where verl 0.9.1's main_ppo reads it (reward.custom_reward_function), and
+        # nothing left at the legacy top-level key, which 0.9.1's main_ppo ignores
+        fn = resolved["reward"]["custom_reward_function"]
+        assert fn["path"] == rec.settings["reward.custom_reward_function.path"] and fn["name"] == "compute_score"
+        assert all(v is None for v in resolved["custom_reward_function"].values())
 
 
 def _openrlhf_parser():
@@ -80,7 +85,7 @@ def _openrlhf_parser():
     import datetime
 
     found = glob.glob(os.path.join(SOURCES, "openrlhf", "*", "purelib", "openrlhf", "cli", "train_ppo_ray.py"))
-    require(bool(found), f"OpenRLHF 0.11.0's train_ppo_ray.py (in {SOURCES})")
+    require(bool(found), f"OpenRLHF 0.11.2's train_ppo_ray.py (in {SOURCES})")
     tree = ast.parse(open(found[0], encoding="utf-8").read())
     main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
     body = []

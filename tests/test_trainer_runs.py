@@ -1,0 +1,290 @@
+"""Recipes that run (issue 51): what each trainer does with an emitted recipe, checked with the
+trainers' own code where it runs on CPU, and the reward file run without RACE.
+
+- The reward: ``race_reward.py`` runs in a bare interpreter in which ``import race`` fails, under
+  each trainer's signature, through verl's own loader (``verl.utils.import_utils.load_extern_object``)
+  and OpenRLHF's (``SingleTurnAgentExecutor``: its file loader and its reward call).
+- The budget: the prompts OpenRLHF 0.11.2 draws, counted with its own dataset code
+  (``blending_datasets`` and the ``select`` of ``prepare_datasets``) and batching
+  (``_collect_prompt_batch``), and its LR schedule's length (``prepare_datasets``' max_steps), are
+  within 2 % of the recipe's steps and never more, at F = 1e12 and 1e13; verl's loader
+  (``drop_last``) gives the recipe's steps before its epochs run out.
+- The chat template: each shipped policy's template renders a prompt to the tokens RACE's pilots feed it.
+- TRL: ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
+
+The trainers' sources are their release wheels, unpacked (.ci/trainers.sh, $RACE_TRAINER_SOURCES); CI
+fails without them (conftest.require)."""
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, require
+from race.recipes import recipe, render_recipe
+
+SOURCES = os.environ.get("RACE_TRAINER_SOURCES") or os.path.join(ROOT, ".ci", "cache", "trainers")
+RESULTS = os.path.join(ROOT, "docs", "runs", "default.results.json.gz")
+
+
+def _openrlhf_root() -> str:
+    found = glob.glob(os.path.join(SOURCES, "openrlhf", "*", "purelib"))
+    require(bool(found), f"OpenRLHF 0.11.2's sources (in {SOURCES})")
+    return found[0]
+
+
+def _verl_root() -> str:
+    path = os.path.join(SOURCES, "verl")
+    require(os.path.isfile(os.path.join(path, "verl", "utils", "import_utils.py")), f"verl 0.9.1's sources (in {SOURCES})")
+    return path
+
+
+def _bare(code: str, cwd: str) -> subprocess.CompletedProcess:
+    """``code`` in an isolated interpreter (-I: no PYTHONPATH, no user site, not the cwd) where
+    ``import race`` raises ImportError."""
+    prelude = "import sys\nsys.modules['race'] = None\n"
+    return subprocess.run([sys.executable, "-I", "-c", prelude + code], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+# ----------------------------------------------------------------------------- the reward, without RACE
+
+@pytest.mark.parametrize("trainer", ["verl", "openrlhf"])
+def test_the_emitted_reward_runs_through_the_trainers_own_loader_without_race(tmp_path, trainer):
+    out = tmp_path / "emit"
+    rec = recipe(RESULTS, trainer=trainer, full_run_budget=1e13, emit_dir=str(out))
+    text = (out / "race_reward.py").read_text()
+    assert "from race" not in text and "import race" not in text and "race-rl" not in text
+    rows = [json.loads(x) for x in (out / "data" / "train.jsonl").read_text().splitlines()[:4]] \
+        if trainer == "openrlhf" else None
+    if trainer == "verl":
+        root = _verl_root()
+        path = rec.settings["reward.custom_reward_function.path"]
+        code = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("verl_import_utils", {os.path.join(root, 'verl', 'utils', 'import_utils.py')!r})
+iu = importlib.util.module_from_spec(spec); spec.loader.exec_module(iu)
+fn = iu.load_extern_object(module_path={path!r}, object_name={rec.settings['reward.custom_reward_function.name']!r})
+# as verl's naive reward manager calls it (keyword arguments)
+print([fn(data_source="race", solution_str=s, ground_truth="46", extra_info={{"prompt": "12+34="}})
+       for s in ("46", "47", "46 ")])
+"""
+        r = _bare(code, str(tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.strip().splitlines()[-1] == "[1.0, 0.0, 1.0]"
+        return
+    root = _openrlhf_root()
+    agent = os.path.join(root, "openrlhf", "utils", "agent.py")
+    prompts = [x["prompt"] for x in rows]
+    answers = [x["answer"] for x in rows]
+    code = f"""
+import asyncio, importlib.util, logging, types
+pytest_skip = False
+try:
+    import aiohttp  # noqa: F401 (OpenRLHF's agent module imports it)
+except ImportError:
+    sys.modules["aiohttp"] = types.ModuleType("aiohttp")
+for name in ("openrlhf", "openrlhf.utils"):
+    m = types.ModuleType(name); m.__path__ = []; sys.modules[name] = m
+lu = types.ModuleType("openrlhf.utils.logging_utils"); lu.init_logger = logging.getLogger
+sys.modules["openrlhf.utils.logging_utils"] = lu
+spec = importlib.util.spec_from_file_location("openrlhf.utils.agent", {agent!r})
+agent = importlib.util.module_from_spec(spec); spec.loader.exec_module(agent)
+ex = agent.SingleTurnAgentExecutor(remote_rm_url={rec.settings['--reward.remote_url']!r})
+import torch
+out = []
+for p, a, c in zip({prompts!r}, {answers!r}, ({answers!r}[0], "x", {answers!r}[2], "1")):
+    info = asyncio.run(ex._fetch_rewards_via_func([p + c], [p], [a]))[0]
+    out.append(torch.tensor([info.get("rewards")]).flatten().tolist())   # as samples_generator stores it
+print(out)
+"""
+    r = _bare(code, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = ast.literal_eval(r.stdout.strip().splitlines()[-1])
+    assert got[0] == [1.0] and got[1] == [0.0] and got[2] == [1.0]
+
+
+def test_a_math_reward_checks_in_its_own_worker_without_race(tmp_path):
+    """math-verify through the copied checker: its worker is race_reward.py itself, not race."""
+    pytest.importorskip("math_verify")
+    from race import presets
+    from race.config import config_from_dict
+
+    cfg = config_from_dict({**presets.DEFAULT, "reward": {"kind": "mix", "mix": {"math": 0.9, "format": 0.1}}})
+    out = tmp_path / "emit"
+    recipe(cfg, trainer="verl", rho=0.7, full_run_budget=1e13, emit_dir=str(out))
+    code = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("rr", {str(out / 'race_reward.py')!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+print([round(m.compute_score("race", s, "0.5"), 6) for s in
+       ("The answer is \\\\frac{{1}}{{2}}.</s>", "\\\\boxed{{x^2}}</s>", "no answer")])
+"""
+    r = _bare(code, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == [1.0, 0.1, 0.0]
+
+
+def test_a_custom_reward_is_copied_beside_it(tmp_path):
+    from race import presets
+    from race.config import config_from_dict
+
+    fn = tmp_path / "my_reward.py"
+    fn.write_text("def score(prompt, completion, reference):\n    return 0.5 if completion.strip() == reference else 0.0\n")
+    cfg = config_from_dict({**presets.DEFAULT, "reward": {"kind": "custom", "function": f"{fn}:score"}})
+    out = tmp_path / "emit"
+    recipe(cfg, trainer="openrlhf", rho=0.7, full_run_budget=1e13, emit_dir=str(out))
+    assert (out / "race_custom_reward.py").read_text() == fn.read_text()
+    fn.unlink()                                                      # the copy is what runs
+    code = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("rr", {str(out / 'race_reward.py')!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+print(m.reward(["46", "4"], ["46", "46"]))
+"""
+    r = _bare(code, str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "[0.5, 0.0]"
+
+
+# ----------------------------------------------------------------------------- budgets, by the trainers' code
+
+def _collect_prompt_batch():
+    """OpenRLHF 0.11.2's own ``_collect_prompt_batch`` (samples_generator.py), compiled alone (the
+    module imports ray)."""
+    path = os.path.join(_openrlhf_root(), "openrlhf", "trainer", "ppo_utils", "samples_generator.py")
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_collect_prompt_batch")
+    space: dict = {}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), space)    # noqa: S102 — a pinned release
+    return space["_collect_prompt_batch"]
+
+
+def _openrlhf_blending():
+    import importlib.util
+
+    path = os.path.join(_openrlhf_root(), "openrlhf", "datasets", "utils.py")
+    spec = importlib.util.spec_from_file_location("openrlhf_datasets_utils", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.blending_datasets
+
+
+@pytest.mark.parametrize("full", [1e12, 1e13])
+def test_openrlhf_draws_the_budgets_rollouts_by_its_own_dataset_and_batching_code(tmp_path, full):
+    pytest.importorskip("datasets")
+    from types import SimpleNamespace
+
+    rec = recipe(RESULTS, trainer="openrlhf", full_run_budget=full, emit_dir=str(tmp_path / "emit"))
+    f, s = rec.settings, rec.schedule
+    blending, collect = _openrlhf_blending(), _collect_prompt_batch()
+    strategy = SimpleNamespace(print=lambda *a, **k: None, is_rank_0=lambda: False,
+                               args=SimpleNamespace(use_ms=False))
+    # prepare_datasets: blending_datasets(…, max_count=max_samples), then select(range(min(max_samples, len)))
+    data = blending(f["--data.prompt_dataset"], None, strategy, 42, max_count=f["--data.max_samples"],
+                    dataset_split="train")
+    data = data.select(range(min(f["--data.max_samples"], len(data))))
+    bp, n = f["--rollout.batch_size"], f["--rollout.n_samples_per_prompt"]
+    # fit(): every episode walks the dataloader (batch size 1) to exhaustion, a rollout batch at a time
+    drawn, steps = 0, 0
+    for _ in range(f["--train.num_episodes"]):
+        it = iter([(None, [p], [None], [None]) for p in range(len(data))])
+        while True:
+            prompts, _, _, exhausted = collect(it, bp)
+            if prompts:
+                drawn += len(prompts) * n
+                steps += 1
+            if exhausted or not prompts:
+                break
+    planned = s.steps * s.prompts_per_step * s.n_gen
+    assert 0.98 * planned <= drawn <= planned, (drawn, planned)
+    assert steps == s.steps and rec.flops.total <= full
+    # prepare_datasets' max_steps: the LR schedule's length
+    max_steps = len(data) * n // f["--train.batch_size"] * f["--train.num_episodes"] * f["--train.max_epochs"]
+    assert max_steps == s.steps * s.mu
+
+
+@pytest.mark.parametrize("full", [1e12, 1e13])
+def test_verl_runs_the_recipes_steps_before_its_epochs_end(tmp_path, full):
+    """verl's StatefulDataLoader drops the last partial batch (drop_last=True): total_epochs ×
+    ⌊rows / train_batch_size⌋ must reach total_training_steps, which ends the run."""
+    rec = recipe(RESULTS, trainer="verl", full_run_budget=full, emit_dir=str(tmp_path / "emit"))
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(rec.settings["data.train_files"]).num_rows
+    per_epoch = rows // rec.settings["data.train_batch_size"]
+    assert rec.settings["trainer.total_epochs"] * per_epoch >= rec.settings["trainer.total_training_steps"]
+    assert (rec.settings["trainer.total_epochs"] - 1) * per_epoch < rec.settings["trainer.total_training_steps"]
+
+
+# ----------------------------------------------------------------------------- chat templates
+
+@pytest.mark.parametrize("policy", ["tiny-arith", "tiny-arith-l", "tiny-arith-s", "tiny-arith-steps", "tiny-reasoner"])
+def test_the_shipped_chat_template_renders_races_prompt_token_for_token(policy):
+    """verl renders every prompt with the tokenizer's chat template (RLHFDataset: apply_chat_template
+    of the user turn, add_generation_prompt=True, tokenized without special tokens); the tokens must
+    be the ones RACE's pilots feed the policy (race.taskdata.policy_prompts, then the backends'
+    tokenizer call) — for the tiny arithmetic policies also the prompt's own tokens, as before the template."""
+    from transformers import AutoTokenizer
+
+    from race.config import config_from_dict
+    from race.models import resolve_model_path
+    from race.taskdata import policy_prompts
+    from race.tasks import load_task
+
+    path = resolve_model_path(f"race/{policy}")
+    meta = json.load(open(os.path.join(path, "race_meta.json")))
+    task = {"tiny-reasoner": "word-problems", "tiny-arith-steps": "arithmetic-steps"}.get(policy, "arithmetic-easy")
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok.chat_template, policy
+    cfg = config_from_dict({"model": f"race/{policy}", "task": task, "budget": 1e12})
+    problems = load_task(task, split="train", n=16)
+    race_ids = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in policy_prompts(cfg, problems, tok)]
+    for p, want in zip(problems, race_ids):
+        text = tok.apply_chat_template([{"role": "user", "content": p.prompt}], add_generation_prompt=True,
+                                       tokenize=False)
+        assert tok(text, add_special_tokens=False)["input_ids"] == want
+        if policy != "tiny-reasoner":
+            assert want == tok(p.prompt, add_special_tokens=False)["input_ids"]
+    assert meta
+
+
+# ----------------------------------------------------------------------------- TRL's CLI
+
+def test_trl_grpo_config_trains_the_shipped_policy_from_the_emitted_folder(tmp_path):
+    """`trl grpo --config` on the emitted YAML, run from the --emit folder: TRL loads the copied
+    policy (DIR/model), the data (DIR/data) and race_reward.reward, and trains 3 steps; no warning of
+    TRL's or of its training arguments (gradient_checkpointing's FutureWarning)."""
+    import shutil
+
+    trl_cli = shutil.which("trl", path=os.path.dirname(sys.executable)) or shutil.which("trl")
+    require(trl_cli is not None, "TRL's `trl` command")
+    from race.config import config_from_dict
+
+    cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e12, "lengths": {"prompt": 6, "completion": 6},
+                            "schedule": {"prompts_per_step": 2, "n_train": 4, "max_n_gen": 4, "mu": 1},
+                            "grpo": {"max_completion_len": 6, "micro_batch": 4}})
+    from race.grid import CostModel
+    from race.specs import policy_arch, reward_spec
+
+    rho = CostModel(cfg, policy_arch(cfg), reward_spec(cfg), 6, 6).cost(4, 1, 4).per_prompt.rho
+    out = tmp_path / "emit"
+    rec = recipe(cfg, trainer="trl", rho=rho, full_run_budget=1e12, emit_dir=str(out))
+    (out / "grpo.yaml").write_text(render_recipe(rec, "yaml"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", PYTHONWARNINGS="always", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    r = subprocess.run([trl_cli, "grpo", "--config", "grpo.yaml", "--output_dir", str(tmp_path / "run"),
+                        "--max_steps", "3", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
+                        "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"],
+                       cwd=str(out), capture_output=True, text=True, env=env, timeout=900)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-4000:]
+    assert "'train_runtime'" in log or "train_runtime" in log
+    assert log.count("'loss'") >= 3 or log.count("loss") >= 3
+    assert "`gradient_checkpointing` is deprecated" not in log         # the recipe's own settings (TrainingArguments)
+    assert not [x for x in log.splitlines() if "Warning" in x and "/trl/" in x], log[-4000:]

@@ -211,7 +211,7 @@ def committed_records() -> list[dict]:
         if s == "default":                  # round 1's `default` pilot grid: the same grid and seeds, an older commit
             other = rerun_zero("r1:default")
             if other is not None:
-                recs.append({**other, "setting": "default", "name": "r1-default-s0"})
+                recs.append({**other, "setting": "default", "name": "r1-default-s0-committed"})
     return recs
 
 
@@ -229,7 +229,7 @@ def rerun_zero(setting: str) -> dict | None:
         pilots, command = d["pilots"], d.get("command")
         sw = (pilots[0].get("extra") or {}).get("software")
         diag = _classify_dict(pilots)
-    return {"name": f"{setting.replace(':', '-')}-s0", "setting": setting, "first_seed": 0, "seeds": 3,
+    return {"name": f"{setting.replace(':', '-')}-s0-committed", "setting": setting, "first_seed": 0, "seeds": 3,
             **verdict_fields(diag), "points": point_means(pilots), "software": sw, "command": command,
             "committed_run": True}
 

@@ -231,7 +231,7 @@ def rerun_zero(setting: str) -> dict | None:
         diag = _classify_dict(pilots)
     return {"name": f"{setting.replace(':', '-')}-s0-committed", "setting": setting, "first_seed": 0, "seeds": 3,
             **verdict_fields(diag), "points": point_means(pilots), "software": sw, "command": command,
-            "committed_run": True}
+            "committed_run": True, "_pilots": pilots}
 
 
 def _classify_dict(pilots: list[dict]) -> dict:
@@ -280,8 +280,25 @@ def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
     return rows, out
 
 
-def table(recs: list[dict]) -> str:
+def add_predicted(recs: list[dict]) -> None:
+    """Each record's predicted rerun agreement (``rerun_agreement``, unwidened: the candidates of
+    research/reruns/synthetic.md), from its pilots."""
+    from race.records import PilotResult
+
+    for r in recs:
+        if "_pilots" in r:
+            ps = [PilotResult.from_dict(p) for p in r["_pilots"] if p.get("status") == "complete"]
+        elif (OUT / f"{r['name']}.pilots.json.gz").exists():
+            ps = load_pilots(r["name"])
+        else:
+            continue
+        r.update({k: v for k, v in rerun_agreement(ps, unwiden=True).items() if k.startswith("predicted")})
+
+
+def table(recs: list[dict], *, predicted: bool = False) -> str:
     lines = []
+    if predicted:
+        add_predicted(recs)
     by: dict[str, list[dict]] = {}
     for r in recs:
         by.setdefault(r["setting"], []).append(r)
@@ -295,16 +312,21 @@ def table(recs: list[dict]) -> str:
         lines.append(f"## {s}: {len(rs)} runs ({len(fresh)} reruns{f' + {nz} committed' if nz else ''}); most common regime "
                      f"{mode} in {k}/{len(rs)} (reruns: {kf}/{len(fresh)}); "
                      + ", ".join(f"{g} {n}" for g, n in counts.most_common()))
-        lines.append("| run | seeds | regime | ρ range | confidence | means by ρ | transformers |")
-        lines.append("|---|---|---|---|---|---|---|")
+        if predicted:
+            lines.append("| run | seeds | regime | ρ range | confidence | predicted agreement | means by ρ | transformers |")
+            lines.append("|---|---|---|---|---|---|---|---|")
+        else:
+            lines.append("| run | seeds | regime | ρ range | confidence | means by ρ | transformers |")
+            lines.append("|---|---|---|---|---|---|---|")
         for r in rs:
             rng = r.get("rho_range") or [None, None]
             rng_s = f"[{rng[0]:.2f}, {rng[1]:.2f}]" if rng and rng[0] is not None else "—"
             means = " / ".join(f"{v['mean']:.4f}" for _, v in sorted(r["points"].items(), key=lambda kv: float(kv[0])))
             sw = r.get("software") or {}
             seeds = f"{r['first_seed']}–{r['first_seed'] + r.get('seeds', 3) - 1}"
-            lines.append(f"| {r['name']}{' (committed)' if r.get('committed_run') else ''} | {seeds} | {r['regime']} | "
-                         f"{rng_s} | {r['confidence']:.3f} | {means} | {sw.get('transformers', '?')} |")
+            pred = f" {r['predicted_agreement']:.3f} |" if predicted and "predicted_agreement" in r else (" — |" if predicted else "")
+            lines.append(f"| {r['name']} | {seeds} | {r['regime']} | "
+                         f"{rng_s} | {r['confidence']:.3f} |{pred} {means} | {sw.get('transformers', '?')} |")
         lines.append("")
     rows, bins = reliability(recs)
     lines.append(f"## Reliability: stated confidence vs agreement with the other runs of the setting "
@@ -318,6 +340,12 @@ def table(recs: list[dict]) -> str:
         c = sum(x["confidence"] for x in rows) / len(rows)
         a = sum(x["agreement"] for x in rows) / len(rows)
         lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    if predicted:
+        by_name = {r["name"]: r for r in recs}
+        for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
+            part = [{**row, key: by_name[row["name"]][key]} for row in rows if key in by_name[row["name"]]]
+            if part:
+                lines += ["", *reliability_lines(part, key, f"{key} (unwidened) vs observed agreement")]
     return "\n".join(lines)
 
 
@@ -521,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("queue", help="run SETTING:FIRST_SEED reruns one at a time (records already written are skipped)")
     q.add_argument("specs", nargs="+")
     q.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
-    sub.add_parser("table", help="agreement and reliability from the committed records")
+    tb = sub.add_parser("table", help="agreement and reliability from the committed records")
+    tb.add_argument("--predicted", action="store_true", help="and the predicted-agreement candidates, from the pilots")
     pa = sub.add_parser("pairing", help="what paired seeds buy, from a setting's reruns")
     pa.add_argument("setting", nargs="?", default="default")
     sy = sub.add_parser("synthetic", help="stated vs predicted confidence against rerun agreement on synthetic grids")
@@ -577,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("\n".join(reliability_lines(rows, "predicted_gate", "predicted rerun agreement (the rule and its support gate)")))
     else:
-        print(table(committed_records()))
+        print(table(committed_records(), predicted=a.predicted))
     return 0
 
 

@@ -195,7 +195,8 @@ def probe_problem(record: Any) -> str | None:
 
 
 def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
-                 ran: bool = True, probe: Mapping[str, Any] | None = None) -> dict[str, str]:
+                 ran: bool = True, probe: Mapping[str, Any] | None = None,
+                 partial_probe: bool = True) -> dict[str, str]:
     """The stability line at the full-run budget: ``{"status", "line"}`` (and ``cause`` when at risk),
     status one of ``stable``, ``at risk`` or ``not tested``. The rule (frozen for the second validation round, docs/stability.md):
 
@@ -239,7 +240,9 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                                    f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
                                    "the probe ended below its base in every setting that lost a full run: decay η "
                                    f"over the run or lower it (race recipe gives the rate for F), and {watch}"}
-        if covers < 1 - 1e-9:            # it held over what it ran, and says nothing of the rest
+        # it held over what it ran, and says nothing of the rest; ``partial_probe=False``: the rule as
+        # frozen for the second validation round (f6862b9), where a probe that held was stable whatever it covered
+        if partial_probe and covers < 1 - 1e-9:
             short = ("it stopped before the share it planned, "
                      f"{float(probe['planned_covers']):.0%}" if float(probe.get("planned_covers", covers)) > covers + 1e-9
                      else f"capped at a quarter of the pilot grid's compute")

@@ -347,11 +347,19 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--gpu-memory", default=None, help="Memory of one GPU, e.g. 80GiB: refuse schedules whose "
               "estimated peak exceeds it (overrides the config's gpu_memory).")
+@click.option("--full-run", "full_run", default=None, metavar="F",
+              help="FLOPs of the full run the pilots advise, e.g. 6e12: also state what the grid costs of it, what a "
+                   "share of it buys, and what pilots are worth against the prior (docs/pilot.md).")
+@click.option("--share", type=float, default=None,
+              help="With --full-run: the share of the full run for pilots, held-out evaluation counted "
+                   "(default 0.1, race init's).")
 @ALLOW_APPROXIMATE
 @_user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
-         as_json: bool, gpu_memory: str | None, allow_approximate: bool) -> None:
-    """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown."""
+         as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None,
+         allow_approximate: bool) -> None:
+    """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown; with
+    --full-run F, what the pilots cost of F, what a share of F buys, and what pilots are worth."""
     import os
 
     from race.config import load_config
@@ -374,7 +382,21 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
         else:
             _echo("\n".join(f"{heading(f'policy {k}', fmt)}\n\n{v}" for k, v in parts), nl=False)
         return
-    _echo(render_plan(plan_grid(cfg), fmt), nl=False)
+    from race.config import parse_flops
+
+    if share is not None and full_run is None:
+        raise click.UsageError("--share is the share of a full run: give --full-run F too")
+    full = parse_flops(full_run, "--full-run") if full_run is not None else None
+    planned = plan_grid(cfg)
+    if full is None:
+        _echo(render_plan(planned, fmt), nl=False)
+    else:
+        from race.design import DEFAULT_SHARE, render_share
+        from race.grid import eval_share, policy_arch
+
+        ev = eval_share(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
+        _echo(render_share(planned, full_run=full, share=DEFAULT_SHARE if share is None else share, eval_share=ev,
+                           fmt=fmt), nl=False)
     from race.init import DATA_SUFFIXES, set_warnings, task_sizes
     from race.safeio import one_line
 

@@ -367,7 +367,7 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
         parts.append(_targets_table(others, fmt))
         parts.append(heading("agreement across targets", fmt))
         parts.append(_agreement_table(diag, fmt))
-    notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning") if meta.get(k)] \
+    notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning", "signal_warning") if meta.get(k)] \
         + list(diag.warnings)
     if notes:
         parts.append(render_lines([f"warning: {w}" for w in notes], fmt))

@@ -85,6 +85,18 @@ def results_lock(path: str) -> Any:
     return locked(results_file(path), what="results file")
 
 
+def stored_probes(path: str) -> list:
+    """The length-probe records (race probe) stored in the results file at ``path`` (a file or a folder),
+    so that a resumed grid that rewrites the file keeps them; [] when there is no readable file or none."""
+    path = results_file(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            probes = json.load(fh).get("probes")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return list(probes) if isinstance(probes, list) else []
+
+
 def save_results(path: str, results: Results) -> str:
     """Write ``results`` to ``path`` (a file, or a folder → ``folder/results.json``)."""
     path = results_file(path)

@@ -25,7 +25,7 @@ from race.options import RunOptions
 # the pre-run checks moved to race.prechecks; their names stay importable from here for one release
 from race.prechecks import check_eval_tasks, check_importable, check_share, check_task_size  # noqa: F401
 from race.records import PilotResult, Schedule
-from race.results import Results, pilots_meta, save_results
+from race.results import Results, pilots_meta, results_lock, save_results, stored_probes
 
 Key = tuple[float, int]
 DEFAULT_SHARE = 0.5       # pilots of an adaptive grid, as a share of the full grid's
@@ -354,6 +354,16 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
 run_grid = run_study
 
 
+def signal_line(pass_rate: float | None, group: int) -> str | None:
+    """One line, before any pilot, when the base pass rate leaves most groups without a reward that
+    varies (race.design.signal: the grid would learn nothing); None when it does not, or cannot tell."""
+    from race.design import signal
+
+    if pass_rate is None or group < 2:
+        return None
+    return signal(pass_rate, group).line
+
+
 def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, backend: str, calibration: Any,
            classify_kw: dict | None) -> Results:
     """Create or resume the study in ``st``, then coordinate it (``o``: the run's options)."""
@@ -395,13 +405,15 @@ def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, ba
                 meta["reward_source"] = {"function": config.reward.function, "file": src, "sha256": source_digest(src)}
         if plan.warnings:
             meta["flop_warnings"] = list(plan.warnings)
-        for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning())):
+        for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning()),
+                          ("signal_warning", signal_line(cal.pass_rate, run_cfg.schedule.n_train))):
             if line:
                 meta[key] = line
         if not quiet:
             from race.safeio import one_line
 
-            for w in [*plan.warnings, *(meta[k] for k in ("data_warning", "reward_warning") if k in meta)]:
+            for w in [*plan.warnings, *(meta[k] for k in ("data_warning", "reward_warning", "signal_warning")
+                                        if k in meta)]:
                 print(f"warning: {one_line(w)}", file=sys.stderr, flush=True)
         plan_dict = {**plan.to_dict(), "calibration": cal.to_dict()}
         if import_pilots:            # the imported schedules against this plan, before the study exists
@@ -488,13 +500,17 @@ def _coordinate(st: Any, config: GridConfig, o: RunOptions, *, policy: str | Non
         pilots = st.pilots()
         have = {(p.rho_target, p.seed) for p in pilots}
         failures = st.failed_pilots(k for k in given_up if k not in have)
-        res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
-                      diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
-                      meta={"backend": info.meta.get("backend"), "device": device, "storage": st.masked,
-                            "study": st.name, **({"adaptive": ADAPTIVE_ATTRS[policy]["policy"]} if policy else {}),
-                            **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings") else {}),
-                            **({"failed": list(failed)} if failed else {})})
-        save_results(out_dir, res)
+        with results_lock(out_dir):        # one writer; a length probe stored in the file (race probe) is kept
+            probes = stored_probes(out_dir)
+            res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
+                          diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
+                          meta={"backend": info.meta.get("backend"), "device": device, "storage": st.masked,
+                                "study": st.name, **({"adaptive": ADAPTIVE_ATTRS[policy]["policy"]} if policy else {}),
+                                **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings")
+                                   else {}),
+                                **({"failed": list(failed)} if failed else {}),
+                                **({"probes": probes} if probes else {})})
+            save_results(out_dir, res)
         return res
 
     loop.on_change = lambda: save()

@@ -204,3 +204,31 @@ def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp
     assert sorted((p["rho_target"], p["seed"]) for p in wide["pilots"]) == [(r, s) for r in (0.5, 0.62, 0.74)
                                                                           for s in (0, 1)]
     assert [p["evals"] for p in wide["pilots"] if p["seed"] == 0] == [p["evals"] for p in full["pilots"]]
+
+
+def test_a_resumed_grid_keeps_the_length_probe_stored_in_its_results(tmp_path):
+    """`race probe DIR` stores its record in DIR/results.json; `race pilot` on the same DIR again (a resume
+    with nothing left to run) rewrites the file from its storage and must keep that record."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: race/tiny-arith\nbudget: 1e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
+                   "lengths: {prompt: 5.9, completion: 3.5}\ngrpo: {max_completion_len: 6}\n"
+                   "schedule: {lower_rho_by: keep, min_n_train: 2}\neval: {prompts: 20, samples: 2, checkpoints: 2}\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def race_(*args):
+        return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+
+    first = race_("pilot", str(cfg), "--out", "a", "--quiet", "--format", "json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    path = tmp_path / "a" / "results.json"
+    raw = json.loads(path.read_text())
+    probe = {"full_run_budget": 1e11, "learning_rate": 1e-3, "steps": 12, "covers": 1.0, "status": "held",
+             "curve": [{"fraction": 0.0, "step": 0, "mean": 0.3}, {"fraction": 1.0, "step": 12, "mean": 0.35}]}
+    path.write_text(json.dumps({**raw, "probes": [probe]}))
+    again = race_("pilot", str(cfg), "--out", "a", "--quiet", "--format", "json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(path.read_text())["probes"] == [probe]

@@ -788,23 +788,22 @@ PER_GRID = ("prior alone (no pilots)", FLAT, "flat grid read at 0.30 B", "halvin
 
 # ---------------------------------------------------------------- issue 49: the base pass rate
 
-P_STAR_8 = 0.083          # the pass rate below which a group of 8 carries too little advantage variance
-
-
 def p_star(g: int) -> float:
-    """The base pass rate p below which p(1 − p)(g − 1)/g, the expected within-group variance of a
-    0/1 reward over a group of g rollouts (what GRPO's advantages are made of), falls under its
-    value at p*(8) = 0.083: the same bar for every group size."""
-    c = P_STAR_8 * (1 - P_STAR_8) * 7 / 8
-    return (1 - math.sqrt(1 - 4 * c * g / (g - 1))) / 2
+    """race.design.p_star: the base pass rate below which fewer than half the groups of g rollouts hold
+    two different 0/1 rewards, 1 − 2^(−1/g) (0.083 for g = 8; the check `race pilot` runs after calibration)."""
+    from race.design import p_star as rule
+
+    return rule(g)
 
 
 def passrate_rows() -> list[dict[str, Any]]:
     """Per setting with a pilot grid: the base policy's pass rate (pass@1 on the checkpoint prompts
     at step 0, mean over the pilots), the group sizes (rollouts per prompt) of its pilot grid, the
-    rule's call at the largest group, and whether its pilot grid and its 10 × B full runs learned
+    rule's call (race.design.signal) at the configured group n_train (the largest trained in the grid:
+    what `race pilot` checks after calibration), and whether its pilot grid and its 10 × B full runs learned
     (race.checkpoints.learned)."""
     from race.checkpoints import learned
+    from race.design import signal
 
     out = []
     for s in all_settings():
@@ -814,21 +813,21 @@ def passrate_rows() -> list[dict[str, Any]]:
         ps = V.pilots_of(pilot)
         base = [c for p in ps for c in p.checkpoints if c.fraction == 0 and c.evals.get("pass@1")]
         p = statistics.fmean(statistics.fmean(c.evals["pass@1"]) for c in base)
-        gs = sorted({q.schedule.n_gen for q in ps})
+        gs = sorted({q.schedule.n_train for q in ps})
         thr = p_star(max(gs))
         lp = learned(ps, "reward")
         full = load(s["name"], "full10")
         lf = learned(V.pilots_of(full), "reward") if full is not None else None
         collapsed_share = (sum(V.collapses(full).values()) / len(V.pilots_of(full))) if full is not None else None
         out.append({"setting": s["name"], "round": s["round"], "p": p, "groups": gs, "p_star": thr,
-                    "predicted": p < thr or p > 1 - thr, "pilot_learned": bool(lp and lp[0]),
+                    "predicted": signal(p, max(gs)).status != "ok", "pilot_learned": bool(lp and lp[0]),
                     "full_learned": None if lf is None else bool(lf[0]), "full_collapsed": collapsed_share})
     return out
 
 
 def passrate_lines() -> list[str]:
     rows = passrate_rows()
-    out = ["| setting | round | base pass rate p | group sizes g | p*(largest g) | rule: no signal | pilot grid learned "
+    out = ["| setting | round | base pass rate p | trained group sizes g | p*(configured g) | rule: no signal | pilot grid learned "
            "| 10 × B full runs learned (share collapsed) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         full = "—" if r["full_learned"] is None else (f"{'yes' if r['full_learned'] else '**no**'} "
@@ -931,13 +930,43 @@ def target_lines() -> list[str]:
     return out
 
 
+def slope_rows() -> list[dict[str, Any]]:
+    """Per 10 × B grid: what the last stretch of compute buys at the full-run best point, in pooled SEs
+    per doubling of compute (the checkpoint prompts at 0.55 F and at F: (R(F) − R(0.55 F)) / pooled SE /
+    log2(1 / 0.55)). It prices the pilots in the units of their value: a share s of the compute spent on
+    pilots costs the run about this × log2(1 / (1 − s)) pooled SEs (race.design.pilot_value)."""
+    out = []
+    for i, g in enumerate(grids()):
+        if g["kind"] != "full10":
+            continue
+        end, mid = response(i, "ckpt", 1.0), response(i, "ckpt", 0.55)
+        if not end.pse > 0 or end.best_t not in mid.means:
+            continue
+        t = end.best_t
+        per = (statistics.fmean(end.means[t]) - statistics.fmean(mid.means[t])) / end.pse / math.log2(1 / 0.55)
+        out.append({"grid": label(g), "best": end.best_rho, "per_doubling": per})
+    return out
+
+
+def slope_lines() -> list[str]:
+    rows = slope_rows()
+    out = ["| grid | full-run best ρ | pooled SEs per doubling of compute near F |", "|---|---|---|"]
+    out += [f"| {r['grid']} | {r['best']:.2f} | {r['per_doubling']:+.2f} |" for r in rows]
+    med = statistics.median(r["per_doubling"] for r in rows)
+    out += ["", f"Median over {len(rows)} grids: {med:.2f} pooled SEs per doubling (race.design.SE_PER_DOUBLING). "
+                f"A 10 % share spent on pilots costs the run about {med * math.log2(1 / 0.9):.2f} pooled SEs; the "
+                f"prior alone's median regret above is what the pilots can win back."]
+    return out
+
+
 SECTIONS = (("The no-pilot prior against RACE (frozen reading: 500 prompts, all runs)", prior_lines),
             ("Equal total compute: RACE's run after paying for its pilots", compute_lines),
             ("Issue 48 item 5: the scoring rules, beside the frozen figures", rules_lines),
             ("Pilot designs replayed (leave one setting out)", designs_lines),
             ("Issue 49's targets", target_lines),
             ("The base pass rate and the grids that learned nothing", passrate_lines),
-            ("Pairing: are the seeds of different ρ correlated?", pairing_lines))
+            ("Pairing: are the seeds of different ρ correlated?", pairing_lines),
+            ("What the last stretch of compute buys: the price of a pilot share", slope_lines))
 
 
 def tables() -> str:
@@ -953,7 +982,8 @@ def tables() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "passrate", "pairing", "tables"])
+    ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "passrate", "pairing", "slope",
+                                        "tables"])
     ap.add_argument("--check", default=None, help="tables: exit 1 if this doc's replay block differs")
     ap.add_argument("--write", default=None, help="tables: rewrite this doc's replay block")
     args = ap.parse_args(argv)
@@ -973,7 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text)
         return 0
     fn = {"prior": prior_lines, "compute": compute_lines, "rules": rules_lines, "designs": designs_lines,
-          "targets": target_lines, "passrate": passrate_lines, "pairing": pairing_lines}[args.cmd]
+          "targets": target_lines, "passrate": passrate_lines, "pairing": pairing_lines, "slope": slope_lines}[args.cmd]
     print("\n".join(fn()))
     return 0
 

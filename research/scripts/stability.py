@@ -185,7 +185,8 @@ def rate_plan(s: dict, kind: str) -> dict:
     rho = float(rng["recommended_rho"]) if "refused" not in rng else float(diag.primary.recommended_rho)
     probe = load_probe(s["name"], kind)
     probe = probe_as_record(probe) if probe else None
-    at_f = stability_at(stability(pilots, "reward"), full_run_budget=F, pilot_budget=B, probe=probe)
+    at_f = stability_at(stability(pilots, "reward"), full_run_budget=F, pilot_budget=B, probe=probe,
+                        partial_probe=False)
     # no cause: the rate as frozen at f6862b9 for the rate runs (η ÷ 3 whenever at risk; rule 5 came after them)
     rate = full_run_rate(lr, status=at_f["status"], factor=F / B, full_lr=full_lr, probe=probe)
     raw["learning_rate"] = {**(raw.get("learning_rate") or {}), "ref": lr.ref * rate["scale"],

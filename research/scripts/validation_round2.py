@@ -228,7 +228,7 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     _, gain_ci_f = v.regret_gain_ci(full, rec_f, on_policy)
     probe = probe_record(suite, s["name"], kind)
     st = stability(pilots, "reward")
-    at_f = stability_at(st, full_run_budget=F, pilot_budget=B, probe=probe)
+    at_f = stability_at(st, full_run_budget=F, pilot_budget=B, probe=probe, partial_probe=False)
     full_pilots = v.pilots_of(full)
     runs = len(full_pilots)
     fell = sum(row["collapses"].values())

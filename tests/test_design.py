@@ -1,0 +1,138 @@
+"""race.design: the population prior (tied to the committed validation data), the signal check
+(by hand, and on every grid of rounds 1–2 that learned nothing for want of signal), the shrinkage
+toward the prior, and pilots sized within a share of the full run."""
+import gzip
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from race import design as D
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_p_star_and_the_signal_share_by_hand():
+    assert D.p_star(8) == pytest.approx(0.0830, abs=1e-4)      # Aphale & Liu's p*(8) ≈ 0.083
+    assert D.p_star(16) == pytest.approx(1 - 2 ** (-1 / 16))
+    p = 0.31
+    assert D.signal_share(p, 8) == pytest.approx(1 - 0.31 ** 8 - 0.69 ** 8)
+    # at p*(g) half the groups hold a reward that varies (up to the negligible pᵍ term)
+    assert D.signal_share(D.p_star(8), 8) == pytest.approx(0.5, abs=1e-6)
+
+
+@pytest.mark.parametrize("p, status", [(0.007, "too hard"), (0.053, "too hard"), (0.31, "ok"), (0.41, "ok"),
+                                       (0.833, "ok"), (0.99, "saturated")])
+def test_signal_names_the_grids_that_learned_nothing_for_want_of_signal(p, status):
+    """Base pass rates of rounds 1–2 (docs/pilot.md): hard 0.007 and small / small-reserve 0.053 learned
+    nothing; every other setting (0.31 … 0.833) learned. A saturated reward is named too."""
+    s = D.signal(p, 8)
+    assert s.status == status
+    assert (s.line is None) == (status == "ok")
+    if status == "too hard":
+        assert "learn nothing" in s.line and "n_train" in s.line
+        assert "a group of" in s.line and "rollouts per prompt (schedule.n_train)" in s.line
+
+
+def test_shrinkage_to_the_prior_by_hand():
+    none = D.shrink_to_prior(None, None)
+    assert (none.rho, none.weight) == (D.POPULATION_RHO, 0.0)
+    tau, sig = D.POPULATION_RHO_SD, 0.1
+    w = tau ** 2 / (tau ** 2 + sig ** 2)
+    s = D.shrink_to_prior(0.7, sig)
+    assert s.weight == pytest.approx(w)
+    assert s.rho == pytest.approx(D.POPULATION_RHO + w * (0.7 - D.POPULATION_RHO))
+    assert s.sd == pytest.approx(math.sqrt(w) * sig)
+    assert s.low == pytest.approx(s.rho - 1.6449 * s.sd) and s.high == pytest.approx(s.rho + 1.6449 * s.sd)
+    assert D.shrink_to_prior(0.7, 0.0).rho == 0.7        # exact evidence: the prior gives way
+    with pytest.raises(D.DesignError, match="own_rho"):
+        D.shrink_to_prior(1.5, 0.1)
+
+
+def test_a_share_of_the_full_run_counts_evaluation_and_refuses_what_buys_nothing():
+    plan = D.plan_share(6e12, pilots=12, share=0.1, eval_share=0.05)
+    assert plan.budget == pytest.approx(0.1 * 6e12 / (12 * 1.05))
+    assert plan.spent == pytest.approx(0.1 * 6e12)
+    assert plan.factor == pytest.approx(6e12 / plan.budget)
+    with pytest.raises(D.DesignError, match="buy nothing"):
+        D.plan_share(1e11, pilots=12, share=0.1, min_budget=5e10)
+    with pytest.raises(D.DesignError, match="extrapolates"):
+        D.plan_share(1e15, pilots=12, share=0.01, max_factor=1000)
+    for bad in (dict(share=0), dict(share=1.5), dict(share=True), dict(pilots=0)):
+        with pytest.raises(D.DesignError):
+            D.plan_share(1e12, **{"pilots": 4, **bad})
+
+
+def _best_measured_rho(path: Path) -> tuple[float, float]:
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation as V
+
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        rec = json.load(fh)
+    means = V.point_means(rec)
+    best = max(means, key=lambda r: statistics.mean(means[r]))
+    return V.measured_rho(rec)[best], statistics.mean(means[best])
+
+
+def test_the_population_prior_is_the_committed_data():
+    """POPULATION_RHO / _SD / _GRIDS recomputed from rounds 1–2's committed 10 × B grids: the best point
+    by mean final held-out reward, its measured ρ; grids that learned nothing (best mean < 0.05: `hard`)
+    or where every run collapsed (`lr-x3`, `lr-x3-cosine`) left out."""
+    skip = {"hard", "lr-x3", "lr-x3-cosine"}
+    paths = sorted((ROOT / "research/validation/runs").glob("*/full10.json.gz")) + sorted(
+        (ROOT / "research/validation/round2/runs").glob("*/full10.json.gz"))
+    rhos = [_best_measured_rho(p)[0] for p in paths if p.parent.name not in skip]
+    assert len(rhos) == D.POPULATION_GRIDS
+    assert round(statistics.median(rhos), 2) == D.POPULATION_RHO
+    assert round(statistics.stdev(rhos), 3) == D.POPULATION_RHO_SD
+
+
+def test_the_pilot_value_prices_a_share_in_pooled_ses():
+    v = D.pilot_value(0.1)
+    assert v.cost == pytest.approx(D.SE_PER_DOUBLING * math.log2(1 / 0.9))
+    assert v.best_case == pytest.approx(D.PRIOR_REGRET - v.cost)
+    assert D.pilot_value(0.1).pays and not D.pilot_value(0.2).pays
+    assert "would not pay for themselves" in D.pilot_value(0.2).line()
+    assert D.pilot_value(0.0).cost == 0.0
+
+
+def test_the_design_constants_are_the_replays_tables():
+    """PRIOR_REGRET, FLAT_GRID_REGRET and SE_PER_DOUBLING are what docs/pilot.md's replay tables print
+    (those tables are regenerated from the committed data by tests/test_replay.py)."""
+    doc = (ROOT / "docs" / "pilot.md").read_text(encoding="utf-8")
+    assert f"| prior alone (no pilots) | 0.00; 0.00 | 19/24 | 0.46 | {D.PRIOR_REGRET:.2f};" in doc
+    assert f"| flat grid: 4 ρ × 3 seeds at B | 1.00; 1.20 | 21/24 | 0.29 | {D.FLAT_GRID_REGRET:.2f};" in doc
+    assert f"Median over 23 grids: {D.SE_PER_DOUBLING:.2f} pooled SEs per doubling" in doc
+
+
+def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
+    from click.testing import CliRunner
+
+    from race.cli import main
+
+    cfg = str(ROOT / "pilots" / "tiny-steps-sparse.yaml")
+    out = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e13", "--json"])
+    assert out.exit_code == 0, out.output
+    info = json.loads(out.output)["full_run"]
+    fit = info["within_share"]
+    assert fit["pilots"] == 12 and fit["spent"] == pytest.approx(0.1 * 6e13)
+    assert fit["budget"] == pytest.approx(0.1 * 6e13 / (12 * (1 + fit["eval_share"])))
+    assert info["grid_factor"] == pytest.approx(6e13 / 3e11)
+    text = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e13", "--share", "0.2"]).output
+    assert "within a 20% share" in text and "What pilots can buy" in text and "not pay for themselves" in text
+    bad = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12"])
+    assert bad.exit_code == 2 and "buy nothing" in bad.output and "Traceback" not in bad.output
+    assert CliRunner().invoke(main, ["plan", cfg, "--share", "0.1"]).exit_code == 2
+
+
+def test_race_pilot_warns_before_any_pilot_when_the_base_pass_rate_gives_no_signal():
+    """The coordinator's line after calibration (race.scheduler.signal_line): it goes to stderr and the
+    study's meta before the first pilot, and the report repeats it (race.report: signal_warning)."""
+    from race.scheduler import signal_line
+
+    assert "learn nothing" in signal_line(0.007, 8)
+    assert signal_line(0.31, 8) is None
+    assert signal_line(None, 8) is None and signal_line(0.0, 1) is None

@@ -202,7 +202,9 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
 
     1. some pilot fell back (``find_instability``): **at risk**, the pilots named (``cause`` "pilots");
     2. else a length probe at F (race.probe; ``probe`` its record): **at risk** when it ended below
-       its base policy (``probe_fall``; ``cause`` "probe"), **stable** when it held;
+       its base policy (``probe_fall``; ``cause`` "probe"), **stable** when it held over the whole run,
+       **not tested** past the share of the run it covered when it held over less (``partial_probe``
+       False: the rule as frozen for round 2, stable whatever it covered; its tables keep that);
     3. else **stable** when the run is under LONG_RUN pilot budgets long, **not tested** otherwise
        (and when the pilots have no checkpoints; ``ran`` False: no pilot has run yet).
 

@@ -406,7 +406,7 @@ def _start(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, ba
         if plan.warnings:
             meta["flop_warnings"] = list(plan.warnings)
         for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning()),
-                          ("signal_warning", signal_line(cal.pass_rate, run_cfg.schedule.n_train))):
+                          ("signal_warning", signal_line(getattr(cal, "pass_rate", None), run_cfg.schedule.n_train))):
             if line:
                 meta[key] = line
         if not quiet:

@@ -192,7 +192,7 @@ def test_pilots_without_checkpoints_or_with_too_few_are_refused_not_raised():
     few = synthetic_pilots({r: sigmoid(*p) for r, p in SIGMOIDS.items()}, fractions=(0.5,))
     fc = _forecast(few, 2e12)
     assert fc.status == "refused" and "no backtest can be run" in fc.message
-    with pytest.raises(FC.RaceError, match="full-run budget -1.0 must be a positive"):
+    with pytest.raises(FC.RaceError, match="full_run_budget -1.0 must be a positive"):
         _forecast(few, -1.0)
 
 

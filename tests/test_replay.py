@@ -84,8 +84,9 @@ def test_a_truncated_pilot_stands_where_its_checkpoint_was():
 
 
 def test_the_pass_rate_bar():
-    assert R.p_star(8) == pytest.approx(R.P_STAR_8)
-    assert R.p_star(4) > R.p_star(8) > R.p_star(16) > 0.07
+    """The replay uses race.design's rule: half the groups of g carry a reward that varies."""
+    assert R.p_star(8) == pytest.approx(0.083, abs=1e-3)
+    assert R.p_star(4) > R.p_star(8) > R.p_star(16) > 0.04
 
 
 def test_the_docs_replay_tables_are_recomputed_from_the_committed_data():

@@ -312,3 +312,28 @@ def test_a_settings_more_seeds_resumes_its_complete_grid_and_snapshots_it(tmp_pa
         part = json.load(fh)
     assert part["seeds"] == 7 and [p["seed"] for p in part["pilots"]] == [0, 5]
     assert V.data_path("x", "full10").is_file()
+
+
+def test_the_third_round_is_sealed_and_budgeted_by_its_full_run():
+    """Round 3 (research/validation/round3.yaml): no table reads it before its freeze (one line, exit 1),
+    its kinds spend the setting's full run F × their factor (C = F + P = 1.1 F for the baselines at
+    F / P = 10), the prior runs at the suite's ρ and on-policy at the setting's point, and a longer
+    ratio is planned only where the setting has its grid."""
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation as V
+
+    suite_path = ROOT / "research" / "validation" / "round3.yaml"
+    out = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(suite_path), "tables"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 1 and "sealed" in out.stderr and out.stdout == ""
+    suite = V.load_suite(suite_path)
+    assert not suite.get("freeze") and all(V.sealed(suite, k) for k in V.kinds_of(suite))
+    s = V.setting(suite, "clip-higher")
+    import pytest
+
+    assert V.budget_of(s, "full10", suite) == 6e12 and V.budget_of(s, "prior10", suite) == pytest.approx(6.6e12)
+    assert V.grid_of(s, "prior10", suite) == [suite["prior_rho"]] == [0.46]
+    assert V.grid_of(s, "onpolicy10", suite) == [0.7]
+    assert V.planned(s, "full30", suite) and not V.planned(s, "full100", suite)
+    noisy = V.grid_config(V.setting(suite, "noisy"), "full10", 5, suite=suite)
+    assert noisy["reward"]["function"] == str(ROOT / "research/validation/round3/noisy_verifier.py") + ":score"

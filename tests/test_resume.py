@@ -157,22 +157,28 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
     assert len(_results(out)["pilots"]) == 6
 
 
-def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp_path):
-    """A grid whose storage is lost resumes from its results.json: the pilots there are recorded as
-    complete in the new study and only the missing one runs; another config is one line, exit 2."""
+def _small_grid(tmp_path, evals: str = "prompts: 30, samples: 2, checkpoints: 3"):
+    """A 3-point, 1-seed grid of the tiny arithmetic policy at 1e10 FLOPs in ``tmp_path/c.yaml``, and a
+    function running ``python -m race.cli ARGS`` there (this checkout on PYTHONPATH)."""
     import subprocess
     import sys
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model: race/tiny-arith\nbudget: 1e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
                    "lengths: {prompt: 5.9, completion: 3.5}\ngrpo: {max_completion_len: 6}\n"
-                   "schedule: {lower_rho_by: keep, min_n_train: 2}\neval: {prompts: 30, samples: 2, checkpoints: 3}\n")
+                   "schedule: {lower_rho_by: keep, min_n_train: 2}\neval: {" + evals + "}\n")
     env = {**os.environ, "PYTHONPATH": ROOT}
 
-    def race(*args):
+    def run(*args):
         return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=tmp_path,
                               env=env, timeout=600)
+    return cfg, run
 
+
+def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp_path):
+    """A grid whose storage is lost resumes from its results.json: the pilots there are recorded as
+    complete in the new study and only the missing one runs; another config is one line, exit 2."""
+    cfg, race = _small_grid(tmp_path)
     first = race("pilot", str(cfg), "--out", "a", "--quiet", "--format", "json")
     assert first.returncode == 0, first.stderr[-2000:]
     full = json.loads((tmp_path / "a" / "results.json").read_text())
@@ -209,19 +215,7 @@ def test_finished_pilots_are_imported_from_a_results_file_into_a_new_storage(tmp
 def test_a_resumed_grid_keeps_the_length_probe_stored_in_its_results(tmp_path):
     """`race probe DIR` stores its record in DIR/results.json; `race pilot` on the same DIR again (a resume
     with nothing left to run) rewrites the file from its storage and must keep that record."""
-    import subprocess
-    import sys
-
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("model: race/tiny-arith\nbudget: 1e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
-                   "lengths: {prompt: 5.9, completion: 3.5}\ngrpo: {max_completion_len: 6}\n"
-                   "schedule: {lower_rho_by: keep, min_n_train: 2}\neval: {prompts: 20, samples: 2, checkpoints: 2}\n")
-    env = {**os.environ, "PYTHONPATH": ROOT}
-
-    def race_(*args):
-        return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=tmp_path,
-                              env=env, timeout=600)
-
+    cfg, race_ = _small_grid(tmp_path, evals="prompts: 20, samples: 2, checkpoints: 2")
     first = race_("pilot", str(cfg), "--out", "a", "--quiet", "--format", "json")
     assert first.returncode == 0, first.stderr[-2000:]
     path = tmp_path / "a" / "results.json"

@@ -259,25 +259,7 @@ def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
             rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r["confidence"],
                          "agreement": agree})
     rows.sort(key=lambda x: x["confidence"])
-    bins, cur = [], []
-    for i, row in enumerate(rows):
-        cur.append(row)
-        left = len(rows) - i - 1
-        if len(cur) >= MIN_BIN and (left >= MIN_BIN or left == 0):
-            bins.append(cur)
-            cur = []
-    if cur:
-        if bins:
-            bins[-1].extend(cur)
-        else:
-            bins.append(cur)
-    out = []
-    for b in bins:
-        c = sum(x["confidence"] for x in b) / len(b)
-        a = sum(x["agreement"] for x in b) / len(b)
-        out.append({"lo": b[0]["confidence"], "hi": b[-1]["confidence"], "n": len(b), "stated": c, "observed": a,
-                    "gap": a - c})
-    return rows, out
+    return rows, [{**b, "gap": b["observed"] - b["stated"]} for b in bins_of(rows, "confidence")]
 
 
 def add_predicted(recs: list[dict]) -> None:

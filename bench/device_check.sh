@@ -32,7 +32,7 @@ tests=$?
 pilot=skipped
 if "$PY" -c "import optuna" 2>/dev/null; then
   # 3. the product path as a user runs it: calibration, plan, 3 pilots on the GPU, the verdict
-  timeout 110 "$PY" -m race.cli pilot --device cuda --budget 2e10 --seeds 1 --grid 0.5,0.62,0.74 \
+  timeout 110 "$PY" -m race pilot --device cuda --budget 2e10 --seeds 1 --grid 0.5,0.62,0.74 \
     --out /tmp/race-pilot --plot "$OUT/pilot.png" 2>&1 | tee "$OUT/pilot.txt"
   pilot=$?
   cp /tmp/race-pilot/results.json "$OUT/pilot-results.json" 2>/dev/null

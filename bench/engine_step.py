@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/engine_step.py [--point 1] [--steps 205] [--warmup 5]
 
-Builds ``race.pilot.PilotEngine`` for the embedded default config at one grid point (index into
+Builds ``race.engine.pilot.PilotEngine`` for the embedded default config at one grid point (index into
 its schedules; 1 = ρ 0.62), 1 torch thread, seed 0, and times ``--steps`` steps on the task's
 training prompts in order, dropping the first ``--warmup``. Prints the median step time, the
 mean seconds per phase (rollout, reward, update, sync) and the mean metered FLOPs per step, so
@@ -31,10 +31,10 @@ def main() -> int:
 
     torch.set_num_threads(1)
     import race
-    from race import presets
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.pilot import PilotEngine
+    from race.config import presets
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import PilotEngine
     from race.tasks import load_task
 
     cfg = build_config(presets.DEFAULT)

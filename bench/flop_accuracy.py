@@ -1,4 +1,4 @@
-"""How close are race.flops' formulas to torch's FlopCounterMode?
+"""How close are race.flops.formulas' formulas to torch's FlopCounterMode?
 
     python bench/flop_accuracy.py            # markdown table: architecture × quantity
     python bench/flop_accuracy.py --json     # the same rows as JSON
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from race import flops  # noqa: E402
-from race.architectures import peft_target_modules, read_arch, resolve_lora_targets  # noqa: E402
+from race.flops import formulas as flops  # noqa: E402
+from race.flops.architectures import peft_target_modules, read_arch, resolve_lora_targets  # noqa: E402
 
 PROMPT_LEN, COMPLETION_LEN, SEQUENCES, LORA_RANK = 10, 12, 2, 4
 _COMMON = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -70,7 +70,7 @@ def is_moe(arch_name: str) -> bool:
 
 def build_model(arch_name: str, auto_class: str = "AutoModelForCausalLM", **extra):
     """(random-init float32 model with eager attention, its ``ArchSpec`` read back from
-    the HF config dict, so ``race.architectures.read_arch`` is exercised too)."""
+    the HF config dict, so ``race.flops.architectures.read_arch`` is exercised too)."""
     import torch
     import transformers
 
@@ -118,7 +118,7 @@ def _completion_logprob_loss(model, ids, prompt_len: int):
 
 
 def _kept_logits_loss(model, ids, completion_len: int):
-    """The same loss from ``logits_to_keep=C + 1`` (TRL, race.grpo): the last C + 1
+    """The same loss from ``logits_to_keep=C + 1`` (TRL, race.engine.grpo): the last C + 1
     positions, of which the first C predict the completion tokens."""
     logits = model(input_ids=ids, logits_to_keep=completion_len + 1).logits[:, :-1]
     logp = logits.log_softmax(-1)
@@ -135,7 +135,7 @@ def _decode(model, prompt, steps: int) -> None:
 
 def measure(arch_name: str, quantity: str, *, prompt_len: int = PROMPT_LEN,
             completion_len: int = COMPLETION_LEN) -> tuple[int, float]:
-    """(FLOPs counted by FlopCounterMode, FLOPs from race.flops) for one computation."""
+    """(FLOPs counted by FlopCounterMode, FLOPs from race.flops.formulas) for one computation."""
     import torch
 
     p, c, b = prompt_len, completion_len, SEQUENCES
@@ -176,7 +176,7 @@ def measure(arch_name: str, quantity: str, *, prompt_len: int = PROMPT_LEN,
                 _completion_logprob_loss(model, ids, p).backward()
         return count(step), flops.learning_flops(arch, sequences=b, lora=lora, mu=2,
                                                  ref_logprobs=True, causal=False, **lengths)
-    if quantity == "grpo_step_kept_logits":  # race.grpo: old log-probs from iteration 1
+    if quantity == "grpo_step_kept_logits":  # race.engine.grpo: old log-probs from iteration 1
         model, lora = add_lora(model, arch)
 
         def step():

@@ -8,15 +8,15 @@ Needs torch, transformers, peft, PyYAML, tabulate — no network, no vLLM, no op
 backend samples). Per model it builds a random bf16 model from race/assets/configs, saves it
 with the shipped tiny policy's character tokenizer (ids < 23, valid in any vocabulary; a random
 model rarely emits its end token, so completions run to full length), and runs
-``race.pilot.PilotEngine`` steps — the same rollout, reward, GRPO update and adapter sync a
+``race.engine.pilot.PilotEngine`` steps — the same rollout, reward, GRPO update and adapter sync a
 pilot runs — with arithmetic prompts. It prints, after ``--warmup`` untimed steps:
 
 - rollout tokens/s (completion tokens sampled / rollout seconds);
 - update tokens/s (prompt + completion tokens trained, × μ / update seconds);
 - update-phase MFU: the FLOP meter's C_learning / update seconds, against a bf16 (fp32 with
   --cpu) matmul peak measured in the same run;
-- peak memory (torch.cuda.max_memory_allocated) against race.memory's plan for the schedule;
-- then the same for a lockstep group (``--lockstep S``, default 3 seeds: race.lockstep), whose
+- peak memory (torch.cuda.max_memory_allocated) against race.flops.memory's plan for the schedule;
+- then the same for a lockstep group (``--lockstep S``, default 3 seeds: race.engine.lean_engine), whose
   tokens/s are the group's, beside the solo row (the plan column stays the solo pilot's).
 
 Target (recorded, not asserted): update-phase MFU ≥ 40 % of the measured peak for 1.5B + LoRA.
@@ -89,17 +89,17 @@ def build_random_model(config: dict, folder: str, dtype, device: str) -> str:
 
 
 def check_model(name: str, config: dict, args, device: str, peak: float, workdir: str, *, seeds: int = 1) -> dict:
-    """One model's row: ``seeds`` 1 runs ``race.pilot.PilotEngine`` (a solo pilot); more run one
-    ``race.lockstep.LockstepEngine`` carrying that many seeds in one batch (throughput is then the
+    """One model's row: ``seeds`` 1 runs ``race.engine.pilot.PilotEngine`` (a solo pilot); more run one
+    ``race.engine.lean_engine.LockstepEngine`` carrying that many seeds in one batch (throughput is then the
     group's: tokens of all seeds per second)."""
     import torch
 
-    from race import flops as F
-    from race.architectures import read_arch
-    from race.config import config_from_dict
-    from race.memory import schedule_memory
-    from race.pilot import PilotEngine
-    from race.records import FlopBreakdown, Schedule
+    from race.flops import formulas as F
+    from race.flops.architectures import read_arch
+    from race.config.configfile import config_from_dict
+    from race.flops.memory import schedule_memory
+    from race.engine.pilot import PilotEngine
+    from race.core.records import FlopBreakdown, Schedule
     from race.tasks import load_task
 
     cuda = device.startswith("cuda")
@@ -138,7 +138,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
         lengths.append((sum(map(len, batch.prompt_ids)) * n, sum(len(c) for g in batch.completion_ids for c in g)))
 
     if seeds > 1:
-        from race.lockstep import LockstepEngine
+        from race.engine.lean_engine import LockstepEngine
 
         engine = LockstepEngine(cfg, schedule, list(range(seeds)), device=device)
         generate_seeds = engine.backend.generate_seeds
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from race.models import load_hf_config
+    from race.flops.catalog import load_hf_config
 
     if not args.cpu and not torch.cuda.is_available():
         p.error("no CUDA GPU: run on a GPU machine, or pass --cpu for the reduced check")

@@ -16,7 +16,7 @@ lockstep step carries all seeds. Reported: median step time per seed for both, t
 lockstep engine's metered FLOP/s as a fraction of a torch fp32 matmul peak measured in the same
 run at the same thread count (bench/step_vs_trl.py's ``matmul_peak``). ``--grid`` runs
 ``race pilot`` (the default grid) twice, ``--engine solo`` then ``--engine auto`` (lockstep, in
-groups ``race.lockstep.balanced_group_size`` picks), and reports both wall times. Nothing in race/ is modified.
+groups ``race.engine.lean_engine.balanced_group_size`` picks), and reports both wall times. Nothing in race/ is modified.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def default_configs(reasoner: bool, extra: list[str] | None = None) -> list[tupl
     """(label, config, schedule) to time: the default grid's points, the TRL bench's config,
     with ``reasoner`` the tiny reasoner's ρ 0.55 point, and each ``extra`` "CONFIG.yaml@ρ" (that
     grid point of any pilot config, e.g. pilots/tiny-steps-sparse.yaml@0.55)."""
-    from race.api import build_config
-    from race.grid import plan_grid
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
 
     out = []
     cfg = build_config(None)
@@ -66,11 +66,11 @@ def default_configs(reasoner: bool, extra: list[str] | None = None) -> list[tupl
 
 def _trl_config():
     """The config and schedule of bench/step_vs_trl.py's ``RaceRunner`` (4 prompts × 8 rollouts)."""
-    from race.api import build_config
-    from race.grid import CostModel, reward_spec
-    from race.models import load_arch
-    from race.presets import DEFAULT
-    from race.records import Schedule
+    from race.run.api import build_config
+    from race.flops.grid import CostModel, reward_spec
+    from race.flops.catalog import load_arch
+    from race.config.presets import DEFAULT
+    from race.core.records import Schedule
     from step_vs_trl import ALPHA, LR, MAX_COMPLETION, MODEL, N_GEN, PROMPTS, RANK, TASK, TEMPERATURE
 
     cfg = dict(DEFAULT)
@@ -93,8 +93,9 @@ def time_config(label: str, cfg, sch, *, seeds: list[int], steps: int, rounds: i
                 threads: int) -> dict:
     import torch
 
-    from race.lockstep import LockstepEngine
-    from race.pilot import PilotEngine, task_problems
+    from race.engine.lean_engine import LockstepEngine
+    from race.engine.pilot import PilotEngine
+    from race.tasks.taskdata import task_problems
 
     torch.set_num_threads(threads)
     solo = [PilotEngine(cfg, sch, s) for s in seeds]
@@ -151,7 +152,7 @@ def grid_wall(keep: str | None = None) -> dict:
         with tempfile.TemporaryDirectory(prefix=f"race-bench-{name}-") as tmp:
             d = os.path.join(keep, name) if keep else tmp
             t = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "race.cli", "pilot", "--engine", engine, "--out", d, "--quiet",
+            r = subprocess.run([sys.executable, "-m", "race", "pilot", "--engine", engine, "--out", d, "--quiet",
                                 "--format", "text"], check=True, capture_output=True, text=True,
                                cwd=str(Path(__file__).resolve().parents[1]))
             out[name] = {"wall_s": time.perf_counter() - t, "load_after": loadavg(), "engine_flag": engine}

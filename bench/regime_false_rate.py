@@ -31,8 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import numpy as np  # noqa: E402
 
-from race import regime  # noqa: E402
-from race.records import Regime  # noqa: E402
+from race.stats import regime  # noqa: E402
+from race.core.records import Regime  # noqa: E402
 from test_regime import FALLING, FLAT, GRID, PEAKED, RISING, synthetic_results  # noqa: E402
 
 

@@ -106,12 +106,12 @@ class RaceRunner:
     """A ``PilotEngine`` with the benchmark's schedule; ``run(n)`` times n steps."""
 
     def __init__(self, seed: int):
-        from race.api import build_config
-        from race.grid import CostModel, reward_spec
-        from race.models import load_arch
-        from race.pilot import PilotEngine
-        from race.presets import DEFAULT
-        from race.records import Schedule
+        from race.run.api import build_config
+        from race.flops.grid import CostModel, reward_spec
+        from race.flops.catalog import load_arch
+        from race.engine.pilot import PilotEngine
+        from race.config.presets import DEFAULT
+        from race.core.records import Schedule
         from race.tasks import load_task
 
         cfg = dict(DEFAULT)
@@ -187,8 +187,8 @@ class TrlRunner:
         from transformers.utils import logging as hf_logging
         from trl import GRPOConfig, GRPOTrainer
 
-        from race.models import resolve_model_path
-        from race.rewards.rules import sparse
+        from race.flops.catalog import resolve_model_path
+        from race.tasks.rewards.rules import sparse
         from race.tasks import load_task
 
         hf_logging.set_verbosity_error()
@@ -200,7 +200,7 @@ class TrlRunner:
         ds = Dataset.from_dict({"prompt": [p.prompt for p in train], "answer": [p.answer for p in train]})
 
         def exact_match(prompts, completions, answer, **_):
-            """race.rewards.rules.sparse: 1.0 iff the text before any EOS, stripped, equals the answer."""
+            """race.tasks.rewards.rules.sparse: 1.0 iff the text before any EOS, stripped, equals the answer."""
             return [sparse(p, c, a) for p, c, a in zip(prompts, completions, answer)]
 
         args = GRPOConfig(

@@ -6,7 +6,7 @@ The recipe of a tiny config is emitted (race recipe --for trl --emit), its train
 steps on CPU under FlopCounterMode, and each generation batch's phases are recorded as TRL runs them:
 ``generate`` (rows, prompt width, decode steps), the no-grad old-log-prob forward, the training forwards
 (rows, width, logits_to_keep) and the backwards. Their FLOPs are printed beside RACE's statement for TRL
-(race.recipes.trainer_step_cost) at each batch's padded lengths. ``arith``: race/tiny-arith on
+(race.fullrun.recipes.trainer_step_cost) at each batch's padded lengths. ``arith``: race/tiny-arith on
 arithmetic-easy, 2 prompts × 4 generations, ≤ 6 new tokens, each μ of ``--mu``; ``reasoner``:
 race/tiny-reasoner on its word problems (pilots/tiny-reasoner.yaml), 2 prompts × 4 generations, μ = 2,
 worked solutions whose lengths vary within a batch. docs/recipes.md shows the output.
@@ -65,7 +65,7 @@ def flop_counter():
 def reasoner_config(mu: int = 2):
     import yaml
 
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     raw = yaml.safe_load(open(ROOT / "pilots" / "tiny-reasoner.yaml"))
     raw.update(budget=1e12, schedule={**raw["schedule"], "prompts_per_step": 2, "n_train": 4, "max_n_gen": 4,
@@ -74,7 +74,7 @@ def reasoner_config(mu: int = 2):
 
 
 def arith_config(mu: int = 2):
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     return config_from_dict({"model": "race/tiny-arith", "budget": 1e12, "lengths": {"prompt": 6, "completion": 6},
                              "schedule": {"prompts_per_step": 2, "n_train": 4, "max_n_gen": 4, "mu": mu},
@@ -82,8 +82,8 @@ def arith_config(mu: int = 2):
 
 
 def on_policy_rho(cfg, n: int = 4) -> float:
-    from race.grid import CostModel
-    from race.specs import policy_arch, reward_spec
+    from race.flops.grid import CostModel
+    from race.flops.specs import policy_arch, reward_spec
 
     mu = cfg.schedule.mu
     return CostModel(cfg, policy_arch(cfg), reward_spec(cfg), cfg.prompt_len, cfg.completion_len) \
@@ -102,7 +102,7 @@ def run_emitted(cfg, rho: float, out_dir, *, steps: float = 2.5, triton_head: bo
     import torch
     import trl.trainer.utils as trl_utils
 
-    from race import recipes as R
+    from race.fullrun import recipes as R
 
     torch.manual_seed(0)
     out_dir = Path(out_dir)
@@ -201,9 +201,9 @@ def stated(cfg, batches, *, as_counted: bool = True):
     with the LM head where TRL ran it (``as_counted``: T² attention; ``head_positions``: T − 1 per row on
     CPU, the real completion tokens with ``triton_head``), or as the recipe states it (causal attention,
     the head on C positions per row)."""
-    from race import recipes as R
-    from race.records import FlopBreakdown
-    from race.specs import lora_spec, policy_arch
+    from race.fullrun import recipes as R
+    from race.core.records import FlopBreakdown
+    from race.flops.specs import lora_spec, policy_arch
 
     arch = policy_arch(cfg)
     s = cfg.schedule
@@ -218,9 +218,9 @@ def stated(cfg, batches, *, as_counted: bool = True):
 
 
 def stated_phases(cfg, b, *, as_counted: bool = True) -> dict:
-    """The statement's pieces for one batch, phase by phase (race.flops; their sum is ``stated``)."""
-    from race import flops as F
-    from race.specs import lora_spec, policy_arch
+    """The statement's pieces for one batch, phase by phase (race.flops.formulas; their sum is ``stated``)."""
+    from race.flops import formulas as F
+    from race.flops.specs import lora_spec, policy_arch
 
     arch = policy_arch(cfg)
     lora = lora_spec(cfg, arch)

@@ -10,9 +10,9 @@ schedule (B_p, n_gen, n_train, μ, steps) a team would launch, with its FLOP spl
 import argparse
 
 import race
-from race.config import config_from_dict
-from race.presets import DEFAULT
-from race.report import render_diagnosis, render_plan
+from race.config.configfile import config_from_dict
+from race.config.presets import DEFAULT
+from race.stats.report import render_diagnosis, render_plan
 
 
 def main() -> None:

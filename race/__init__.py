@@ -3,15 +3,15 @@
 ``import race`` is light: it pulls in no torch, transformers, vllm or optuna.
 Heavy pieces load when they are used.
 """
-from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
+from race.core.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
                           TargetVerdict)
 
-from race.version import __version__  # noqa: E402
+from race.core.version import __version__  # noqa: E402
 
-_LAZY = {"diagnose": "race.api", "plan_grid": "race.grid", "classify": "race.regime",
-         "GridConfig": "race.config", "load_config": "race.config", "load_results": "race.results",
-         "plot_results": "race.plot", "recipe": "race.recipes", "run_models": "race.api",
-         "plot_models": "race.plot"}
+_LAZY = {"diagnose": "race.run.api", "plan_grid": "race.flops.grid", "classify": "race.stats.regime",
+         "GridConfig": "race.config.configfile", "load_config": "race.config.configfile", "load_results": "race.stats.results",
+         "plot_results": "race.run.plot", "recipe": "race.fullrun.recipes", "run_models": "race.run.api",
+         "plot_models": "race.run.plot"}
 
 
 def __getattr__(name: str):

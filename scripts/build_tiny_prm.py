@@ -44,7 +44,7 @@ from build_tiny_policy import (_portable_tokenizer_config, build_config, build_t
                                check_rebuild, optimizer_step, write_meta)
 from build_tiny_step_policy import generate  # noqa: E402
 
-from race.rewards.prm import STEP_TOKEN, ProcessRewardModel, roc_auc  # noqa: E402
+from race.tasks.rewards.prm import STEP_TOKEN, ProcessRewardModel, roc_auc  # noqa: E402
 from race.tasks import load_task  # noqa: E402
 from race.tasks.steps import canonical_steps, corrupted_steps, parse_prompt, split_steps, step_labels  # noqa: E402
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, build_config,  # noqa: E402
                                build_tokenizer, check_rebuild, make_batch, optimizer_step, write_meta)
 
-from race.rewards.rules import sparse  # noqa: E402
+from race.tasks.rewards.rules import sparse  # noqa: E402
 from race.tasks import load_task  # noqa: E402
 from race.tasks.steps import process_score  # noqa: E402
 

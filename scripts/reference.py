@@ -1,6 +1,6 @@
 """The generated reference pages: docs/reference/cli.md from the click commands,
-docs/reference/config.md from the config dataclasses (race/config.py: fields, types, defaults and
-the comment beside each field) with the schema's ranges (race/schema.py CONSTRAINTS), and
+docs/reference/config.md from the config dataclasses (race/config/configfile.py: fields, types, defaults and
+the comment beside each field) with the schema's ranges (race/config/schema.py CONSTRAINTS), and
 docs/reference/api.md from the public Python names (``race.__all__`` and the modules a user calls:
 their signatures and docstrings).
 
@@ -28,7 +28,7 @@ WIDTH = 100
 def cli_page() -> str:
     import click
 
-    from race.cli import main
+    from race.run.cli import main
 
     lines = ["# Command-line reference", "",
              "Generated from the click commands by `python scripts/reference.py --write`; do not edit by hand.", ""]
@@ -43,7 +43,7 @@ def cli_page() -> str:
 
 
 def _comments(cls: type) -> dict[str, str]:
-    """field → the comment beside it in race/config.py (and the comment-only lines under it)."""
+    """field → the comment beside it in race/config/configfile.py (and the comment-only lines under it)."""
     import inspect
 
     src, start = inspect.getsourcelines(cls)
@@ -80,14 +80,14 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def config_page() -> str:
-    from race import config as C
-    from race.schema import CONSTRAINTS
+    from race.config import configfile as C
+    from race.config.schema import CONSTRAINTS
 
     sections = [("", C.GridConfig)] + [(name, cls) for name, cls in C._SECTIONS.items()] + [
         ("eval.tasks[]", C.EvalTask)]
     lines = ["# Config reference", "",
              "Every field of a pilot-grid config (YAML), with its type, default, range and meaning. Generated from",
-             "race/config.py and race/schema.py by `python scripts/reference.py --write`; do not edit by hand.",
+             "race/config/configfile.py and race/config/schema.py by `python scripts/reference.py --write`; do not edit by hand.",
              "Unknown keys are refused, and so are values of the wrong type, each in one line naming the field.", ""]
     for prefix, cls in sections:
         notes = _comments(cls)
@@ -107,13 +107,14 @@ def config_page() -> str:
 
 
 # the modules whose public functions a planning script calls besides ``race.*`` (docs/guide.md)
-API_MODULES = {"race.watch": ("Watch", "check_scores", "check_means", "verl_history", "trl_callback"),
-               "race.probe": ("plan_probe", "probe_for"),
-               "race.api": ("run_probe",),
-               "race.forecast": ("with_forecast",),
-               "race.drift": ("range_at",),
-               "race.rate": ("full_run_rate",),
-               "race.checkpoints": ("stability_at", "find_instability")}
+API_MODULES = {"race.fullrun.watch": ("Watch", "check_scores", "check_means", "verl_history", "trl_callback"),
+               "race.fullrun.probe": ("plan_probe",),
+               "race.stats.results": ("probe_for",),
+               "race.run.api": ("run_probe",),
+               "race.stats.forecast": ("with_forecast",),
+               "race.stats.drift": ("range_at",),
+               "race.stats.rate": ("full_run_rate",),
+               "race.stats.instability": ("stability_at", "find_instability")}
 
 
 def _entry(qual: str, obj) -> list[str]:

@@ -1,6 +1,6 @@
 """A reward that kills its pilot once: the test double for a pilot dying mid-run (OOM kill).
 
-Custom rewards run in a child process of the pilot (race.rewards.isolated), so the OOM killer
+Custom rewards run in a child process of the pilot (race.tasks.rewards.isolated), so the OOM killer
 is played by SIGKILL on the parent. Pilot processes fork from a server started earlier, so they
 do not see environment variables set by a test later; the trigger is a marker file at a fixed
 path instead.

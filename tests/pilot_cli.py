@@ -9,14 +9,14 @@ from conftest import ROOT
 
 
 def race(*args) -> list[str]:
-    return [sys.executable, "-m", "race.cli", *map(str, args)]
+    return [sys.executable, "-m", "race", *map(str, args)]
 
 
 def write_config(path, **overrides) -> str:
     """A YAML config: the embedded tiny default with small budgets (≈ 2 s per pilot on one core)."""
     import yaml
 
-    from race import presets
+    from race.config import presets
 
     cfg = {**presets.DEFAULT, "budget": 2e10, "grid": [0.6, 0.75, 0.92], "seeds": 1,
            "eval": {"prompts": 50, "samples": 2, "temperature": 1.0}, **overrides}
@@ -56,8 +56,8 @@ def read(log_prefix) -> tuple[str, str]:
 
 
 def open_study(url: str, name: str, *, timeout: float = 300, proc: subprocess.Popen | None = None):
-    """The race.store.Store of ``name`` once its creator has set it up."""
-    from race.store import Store
+    """The race.run.store.Store of ``name`` once its creator has set it up."""
+    from race.run.store import Store
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

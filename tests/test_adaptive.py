@@ -1,10 +1,10 @@
-"""Adaptive grids (race.scheduler): which pilots each policy asks for, checked by hand."""
+"""Adaptive grids (race.run.scheduler): which pilots each policy asks for, checked by hand."""
 import math
 
 import pytest
 
-from race.config import ConfigError
-from race.scheduler import (adaptive_cap, adaptive_needed, allocate_seeds, informative_seeds, resolve_adaptive,
+from race.config.configfile import ConfigError
+from race.run.scheduler import (adaptive_cap, adaptive_needed, allocate_seeds, informative_seeds, resolve_adaptive,
                             successive_halving)
 
 
@@ -71,7 +71,7 @@ def test_policy_names():
 
 
 def test_the_adaptive_share():
-    from race.prechecks import check_share
+    from race.run.prechecks import check_share
 
     assert adaptive_cap(4, 3, 2 / 3) == 8 and adaptive_cap(5, 4, 0.67) == 13 and adaptive_cap(5, 4, 1.0) == 20
     assert adaptive_cap(4, 3, 0.1) == 5                      # never below one second seed

@@ -1,4 +1,4 @@
-"""race.architectures: every supported model type counted exactly, LoRA targets as peft builds
+"""race.flops.architectures: every supported model type counted exactly, LoRA targets as peft builds
 them, transformers' config defaults, and refusal (or a warned opt-in) for everything else.
 
 The accuracy test builds each model type from a small config at random weights (eager
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from race import flops as F
-from race.architectures import (FAMILIES, SUPPORTED_MODEL_TYPES, UnsupportedArchitecture, adaptable_modules,
+from race.flops import formulas as F
+from race.flops.architectures import (FAMILIES, SUPPORTED_MODEL_TYPES, UnsupportedArchitecture, adaptable_modules,
                                 check_adapted_modules, peft_target_modules, read_arch, resolve_lora_targets,
                                 sliding_window_warning)
 
@@ -162,7 +162,7 @@ def test_sliding_window_is_warned_only_when_shorter_than_the_sequences():
     assert "2 of 2 layers" in sliding_window_warning(mistral, 8192)
     qwen = read_arch({**base, "model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}).arch
     assert sliding_window_warning(qwen, 10 ** 6) is None
-    from race.models import load_arch
+    from race.flops.catalog import load_arch
     for name in ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"):   # window set, not used
         assert sliding_window_warning(load_arch(name), 10 ** 6) is None
 
@@ -198,9 +198,9 @@ def _tiny_model_folder(tmp_path: Path, model_type: str, **extra) -> str:
 @pytest.mark.parametrize("model_type", ["phi3", "starcoder2"])
 def test_a_pilot_policy_gets_the_adapters_the_count_assumes(tmp_path, model_type):
     """load_policy gives peft the family's module names and checks what it built."""
-    from race.config import config_from_dict
-    from race.grid import lora_spec, policy_arch
-    from race.pilot import load_policy
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import lora_spec, policy_arch
+    from race.engine.loading import load_policy
 
     folder = _tiny_model_folder(tmp_path, model_type)
     cfg = config_from_dict({"model": folder, "budget": 1e9, "lora": {"rank": 4}})
@@ -211,7 +211,7 @@ def test_a_pilot_policy_gets_the_adapters_the_count_assumes(tmp_path, model_type
 
 
 def _race(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "race", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -284,8 +284,8 @@ def test_the_python_api_raises_for_an_unknown_type_before_any_pilot(tmp_path):
         race.diagnose(model=str(folder), budget=1e12, out_dir=str(tmp_path / "run"))
     assert not (tmp_path / "run" / "results.json").exists()
     # a judge model outside the table is refused the same way
-    from race.config import ConfigError, config_from_dict
-    from race.grid import flop_warnings
+    from race.config.configfile import ConfigError, config_from_dict
+    from race.flops.grid import flop_warnings
 
     cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e12, "eval": {"judge_model": str(folder)}})
     with pytest.raises(UnsupportedArchitecture, match="judge model type 'falcon'"):

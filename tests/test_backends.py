@@ -2,9 +2,9 @@
 checkpointing on the peft path, and the micro-batched update — all on CPU."""
 import pytest
 
-import race.backends as B
-from race.api import build_config
-from race import presets
+import race.engine.backends as B
+from race.run.api import build_config
+from race.config import presets
 
 
 @pytest.mark.parametrize("installed, cuda, expected", [(True, True, "vllm"), (True, False, "hf"),
@@ -19,7 +19,7 @@ def test_auto_is_vllm_only_with_the_package_and_a_gpu(monkeypatch, installed, cu
 def test_vllm_without_the_package_is_a_clear_user_error(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     monkeypatch.setattr(B, "vllm_installed", lambda: False)
     with pytest.raises(ValueError, match="backend 'vllm' needs the vllm package"):
@@ -33,7 +33,7 @@ def test_backend_registry_is_lazy():
     import subprocess
     import sys
 
-    code = ("import sys, race.backends as b\n"
+    code = ("import sys, race.engine.backends as b\n"
             "assert set(b.BACKENDS) == {'hf', 'vllm'}\n"
             "print(','.join(m for m in ('vllm', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -46,7 +46,7 @@ def test_backend_registry_is_lazy():
 def test_report_names_the_backend_that_produced_the_pilots():
     from dataclasses import replace
 
-    from race.report import render_diagnosis
+    from race.stats.report import render_diagnosis
     from test_report import _diag
 
     diag = replace(_diag(), meta={"model": "m", "backend": "vllm"})
@@ -57,7 +57,7 @@ def test_report_names_the_backend_that_produced_the_pilots():
 def test_device_dtype_selection():
     import torch
 
-    from race.pilot import model_load_kwargs
+    from race.engine.loading import model_load_kwargs
 
     assert model_load_kwargs("cuda") == {"dtype": torch.bfloat16, "attn_implementation": "sdpa"}
     assert model_load_kwargs("cuda:1")["dtype"] == torch.bfloat16
@@ -71,7 +71,7 @@ def test_hf_sampling_copy_takes_the_policy_dtype():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from conftest import TINY_MODEL
-    from race.backends.hf import HFBackend
+    from race.engine.backends.hf import HFBackend
 
     model = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.bfloat16)
     policy = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
@@ -92,7 +92,7 @@ def _layer_calls(policy, batch, **kw):
     non-reentrant recomputation stops once the saved tensors exist again)."""
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     calls = []
     layer = next(m for n, m in policy.named_modules() if n.endswith("layers.0.self_attn.q_proj"))
@@ -104,7 +104,7 @@ def _layer_calls(policy, batch, **kw):
 
 
 def _batch():
-    from race import grpo
+    from race.engine import grpo
 
     return grpo.pack([[4, 5, 6], [7, 8]], [[9, 2], [10, 11, 2], [12, 2], [9, 9, 2]], [0, 0, 1, 1],
                      [1.0, -1.0, 0.5, -0.5], 0)
@@ -115,8 +115,8 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
     path has none), so each layer's forward is recomputed in backward, as the FLOP meter counts."""
     from peft import PeftModel
 
-    from race.backends.lockstep import LockstepLM
-    from race.pilot import load_policy
+    from race.engine.backends.lockstep import LockstepLM
+    from race.engine.loading import load_policy
 
     _, ckpt, _ = load_policy(_cfg(grad_checkpointing=True))
     assert isinstance(ckpt, PeftModel) and ckpt.base_model.model.is_gradient_checkpointing and ckpt.training
@@ -125,7 +125,7 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
     assert isinstance(load_policy(_cfg())[1], LockstepLM)
     assert _layer_calls(ckpt, _batch()) == 2
     assert _layer_calls(plain, _batch()) == 1
-    from race.grid import shares_prefix
+    from race.flops.grid import shares_prefix
 
     assert not shares_prefix(_cfg(grad_checkpointing=True)) and shares_prefix(_cfg())
 
@@ -135,9 +135,9 @@ def test_micro_batched_update_equals_the_full_batch(loss_agg):
     """grpo.micro_batch splits the update into whole prompt groups and accumulates: same step."""
     import torch
 
-    from race import grpo
-    from race.config import GridConfig
-    from race.pilot import load_policy
+    from race.engine import grpo
+    from race.config.configfile import GridConfig
+    from race.engine.loading import load_policy
 
     cfg = GridConfig(model="race/tiny-arith", budget=1e12)
     results = []
@@ -163,10 +163,10 @@ def test_micro_batched_update_equals_the_full_batch(loss_agg):
 def test_unmerged_adapter_sampling_is_metered_at_2_n_plus_n_lora():
     """FLOP parity: a backend that samples through the unmerged adapter (vLLM) is metered at
     2·(N + N_lora) per token it feeds, one that merges (HF) at 2·N."""
-    from race import flops as F
-    from race.backends.vllm import VLLMBackend
-    from race.models import load_arch
-    from race.pilot import FlopMeter
+    from race.flops import formulas as F
+    from race.engine.backends.vllm import VLLMBackend
+    from race.flops.catalog import load_arch
+    from race.flops.meter import FlopMeter
 
     assert VLLMBackend.sampling_uses_adapter is True
     arch, lora = load_arch("Qwen/Qwen2.5-1.5B-Instruct"), F.LoRASpec(rank=8)
@@ -179,14 +179,14 @@ def test_unmerged_adapter_sampling_is_metered_at_2_n_plus_n_lora():
 
 def test_vllm_gpu_memory_share_comes_from_the_memory_plan(monkeypatch):
     """On a GPU, vLLM's gpu_memory_utilization is its weights + one rollout batch's KV cache from
-    race.memory, as a fraction of the device; nothing is passed on CPU or to the HF backend."""
+    race.flops.memory, as a fraction of the device; nothing is passed on CPU or to the HF backend."""
     import types
 
     import torch
 
-    from race.grid import plan_grid
-    from race.memory import schedule_memory, vllm_memory_fraction
-    from race.pilot import backend_options
+    from race.flops.grid import plan_grid
+    from race.flops.memory import schedule_memory, vllm_memory_fraction
+    from race.engine.loading import backend_options
 
     cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
                         "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024}, "budget": 5e16,
@@ -210,9 +210,9 @@ def test_vllm_sleep_comes_from_the_memory_plan(monkeypatch):
 
     import torch
 
-    from race.grid import plan_grid
-    from race.memory import schedule_memory
-    from race.pilot import backend_options
+    from race.flops.grid import plan_grid
+    from race.flops.memory import schedule_memory
+    from race.engine.loading import backend_options
 
     cfg = build_config({**presets.DEFAULT, "model": "Qwen/Qwen2.5-1.5B-Instruct", "backend": "vllm",
                         "grpo": {**presets.DEFAULT["grpo"], "max_completion_len": 1024, "micro_batch": 8},
@@ -233,9 +233,9 @@ def test_vllm_sleep_comes_from_the_memory_plan(monkeypatch):
 def test_backend_is_paused_for_exactly_the_update(monkeypatch, fast_path):
     """The pilot step frees the sampler (vLLM sleep) for the update and wakes it before sync: on the
     lean path's seed-axis engine (a solo pilot is a group of one) and on the peft path."""
-    from race import grpo
-    from race.grid import plan_grid
-    from race.pilot import PilotEngine
+    from race.engine import grpo
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import PilotEngine
 
     cfg = build_config({**presets.DEFAULT, "budget": 6e10, "seeds": 1,
                         "grpo": {**presets.DEFAULT["grpo"], "fast_path": fast_path}})
@@ -262,7 +262,7 @@ def test_backend_is_paused_for_exactly_the_update(monkeypatch, fast_path):
 def test_sdpa_where_available_else_the_default_attention(monkeypatch):
     import transformers
 
-    from race.backends.hf import load_causal_lm
+    from race.engine.backends.hf import load_causal_lm
 
     calls = []
 
@@ -285,8 +285,8 @@ def test_sdpa_where_available_else_the_default_attention(monkeypatch):
 def _steps_policy():
     from transformers import AutoTokenizer
 
-    from race.models import resolve_model_path
-    from race.backends.hf import load_causal_lm
+    from race.flops.catalog import resolve_model_path
+    from race.engine.backends.hf import load_causal_lm
 
     path = resolve_model_path("race/tiny-arith-steps")
     return load_causal_lm(path).eval(), AutoTokenizer.from_pretrained(path)
@@ -299,9 +299,9 @@ def test_finished_rows_leave_the_batch_without_changing_any_completion(monkeypat
     never, on the HF cache and on the lean path's own cache."""
     import torch
 
-    import race.backends.hf as hf
+    import race.engine.backends.hf as hf
 
-    import race.backends.lockstep as ls
+    import race.engine.backends.lockstep as ls
 
     model, tok = _steps_policy()
     if lean:
@@ -331,8 +331,8 @@ def test_sampling_stops_at_any_stop_token():
     (here: the tiny policy's EOS plus ';', which every worked solution writes after its first step)."""
     import torch
 
-    from race.backends.base import stop_token_ids
-    from race.backends.hf import sample
+    from race.engine.backends.base import stop_token_ids
+    from race.engine.backends.hf import sample
 
     model, tok = _steps_policy()
     semi = tok.convert_tokens_to_ids(";")
@@ -347,16 +347,16 @@ def test_sampling_stops_at_any_stop_token():
 
 
 def test_every_rollout_backend_has_what_the_protocol_names():
-    """race.backends.base.RolloutBackend is what the engine, evaluation and calibration call: the
+    """race.engine.backends.base.RolloutBackend is what the engine, evaluation and calibration call: the
     HF backend, a lockstep seed's view, and (by their class attributes and methods) both vLLM
     backends have all of it, so no caller probes with hasattr."""
     import inspect
 
-    from race.backends.base import RolloutBackend
-    from race.backends.hf import HFBackend
-    from race.backends.lockstep import SeedView
-    from race.config import config_from_dict
-    from race.loading import load_policy
+    from race.engine.backends.base import RolloutBackend
+    from race.engine.backends.hf import HFBackend
+    from race.engine.backends.lockstep import SeedView
+    from race.config.configfile import config_from_dict
+    from race.engine.loading import load_policy
 
     tok, policy, path = load_policy(config_from_dict({"model": "race/tiny-arith", "budget": 1e10,
                                                       "grpo": {"fast_path": False}}))
@@ -371,7 +371,7 @@ def test_every_rollout_backend_has_what_the_protocol_names():
     wanted = {m for m in dir(RolloutBackend) if not m.startswith("_")}
     import ast
 
-    src = inspect.getsource(__import__("race.backends.vllm", fromlist=["x"]))
+    src = inspect.getsource(__import__("race.engine.backends.vllm", fromlist=["x"]))
     tree = ast.parse(src)
     for cls in ("VLLMBackend",):
         node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)

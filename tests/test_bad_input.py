@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from race.cli import main
+from race.run.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "model: race/tiny-arith\nbudget: 2e10\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n"
@@ -225,7 +225,7 @@ def test_a_missing_results_path_is_one_line(workdir):
 # ---------------------------------------------------------------- rewards at run time
 
 def _race(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "race", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
 
 
@@ -243,7 +243,7 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(workdir):
     """A hub id that is not cached where the hub is out of reach (HF_HUB_OFFLINE=1 stands in for no
     network): from_pretrained's OSError becomes one line naming the model and how to give it, exit 2."""
     (workdir / "grid.yaml").write_text("model: Qwen/Qwen2.5-0.5B-Instruct\nbudget: 1e14\ngrid: [0.5, 0.62, 0.74]\nseeds: 1\n")
-    out = subprocess.run([sys.executable, "-m", "race.cli", "pilot", "grid.yaml", "--out", "run", "--quiet"], cwd=workdir,
+    out = subprocess.run([sys.executable, "-m", "race", "pilot", "grid.yaml", "--out", "run", "--quiet"], cwd=workdir,
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
                               "HF_HOME": str(workdir / "hf")})             # an empty cache
@@ -255,7 +255,7 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(workdir):
 
 
 def test_a_reward_model_that_cannot_be_loaded_is_one_config_error(tmp_path):
-    code = ("from race.errors import ConfigError\nfrom race.rewards.prm import ProcessRewardModel\n"
+    code = ("from race.core.errors import ConfigError\nfrom race.tasks.rewards.prm import ProcessRewardModel\n"
             "try:\n    ProcessRewardModel('Qwen/Qwen2.5-Math-PRM-7B')\nexcept ConfigError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
@@ -320,9 +320,9 @@ def test_a_reward_that_fails_mid_grid_fails_its_pilot_alone(workdir, action, rea
 def test_a_reward_that_raises_or_returns_text_is_reported_with_its_first_error(workdir):
     """Failing on every calibration sample stops before any pilot budget, naming how often and the
     first error (a reward failing on fewer than half the samples goes on: see the training test below)."""
-    from race.config import config_from_dict
-    from race.pilot import calibrate
-    from race.rewards.base import RewardError
+    from race.config.configfile import config_from_dict
+    from race.engine.calibration import calibrate
+    from race.tasks.rewards.base import RewardError
 
     for fn, why in (("boom", "RuntimeError: boom on purpose"), ("text", "TypeError: the reward returned str")):
         cfg = config_from_dict({"model": "race/tiny-arith", "budget": 2e10,
@@ -337,10 +337,10 @@ def test_reward_errors_in_training_and_evaluation_reach_the_report(workdir):
     the diagnosis names the error count and the first message for training and for the target."""
     from dataclasses import replace
 
-    from race.config import config_from_dict
-    from race.grid import plan_grid
-    from race.pilot import run_pilot
-    from race.regime import classify
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import run_pilot
+    from race.stats.regime import classify
 
     cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "grid": [0.5, 0.62, 0.74], "seeds": 1,
                             "lengths": {"prompt": 5.9, "completion": 3.5}, "grpo": {"max_completion_len": 6},
@@ -351,7 +351,7 @@ def test_reward_errors_in_training_and_evaluation_reach_the_report(workdir):
     result = run_pilot(cfg, schedule, 0)
     assert result.extra["reward_errors"] > 0 and "boom on purpose" in result.extra["reward_first_error"]
     assert result.extra["eval_errors"]["reward"]["count"] == 40
-    from race.records import FlopBreakdown
+    from race.core.records import FlopBreakdown
 
     f = result.flops
     pilots = [replace(result, rho_target=r, flops=FlopBreakdown(f.search, f.learning * k, f.reward))
@@ -376,7 +376,7 @@ def _default_results() -> dict:
 def _report(*args):
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     return CliRunner().invoke(main, ["report", *args])
 
@@ -426,7 +426,7 @@ def test_hostile_results_files_end_in_one_line(tmp_path):
 
 
 # (what is changed in docs/runs/default.results.json.gz, what the one line says): the typed schema
-# (race.results.results_schema, pydantic over the record dataclasses) refuses each before any use
+# (race.stats.results.results_schema, pydantic over the record dataclasses) refuses each before any use
 SCHEMA_CASES = [
     (lambda r: r["pilots"][0].update(seed="x"), "pilots.0.seed: Input should be a valid integer"),
     (lambda r: r["pilots"][3]["flops"].update(search=float("inf")), "pilots.3.flops.search: Input should be a finite number"),
@@ -460,7 +460,7 @@ def test_results_files_go_through_one_typed_schema(tmp_path, edit, message):
     for args in (("report", str(tmp_path / "bad.json")), ("compare", str(tmp_path / "bad.json"), str(tmp_path / "bad.json"))):
         from click.testing import CliRunner
 
-        from race.cli import main
+        from race.run.cli import main
 
         r = CliRunner().invoke(main, list(args))
         assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
@@ -471,7 +471,7 @@ def test_the_results_schema_reads_what_race_wrote_before(tmp_path):
     lacks it, and a top-level key the schema does not know is kept as metadata."""
     import json
 
-    from race.results import load_results
+    from race.stats.results import load_results
 
     raw = _default_results()
     raw["pilots"][0]["checkpoints"] = None
@@ -498,7 +498,7 @@ def test_escape_sequences_in_a_results_file_never_reach_the_terminal(tmp_path):
 def test_hostile_configs_and_storages_end_in_one_line(tmp_path):
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     alias = tmp_path / "alias.yaml"
     alias.write_text("a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\nmodel: race/tiny-arith\nbudget: 1e11\n")
@@ -518,8 +518,8 @@ def test_hostile_configs_and_storages_end_in_one_line(tmp_path):
 
 def test_runaway_sizes_and_misnamed_numbers_are_refused_before_work():
     import race
-    from race.config import ConfigError, config_from_dict
-    from race.errors import RaceError
+    from race.config.configfile import ConfigError, config_from_dict
+    from race.core.errors import RaceError
 
     base = {"model": "race/tiny-arith", "budget": 1e11}
     with pytest.raises(ConfigError, match="seeds 1000000 is more than 64"):
@@ -541,7 +541,7 @@ def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_on
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "race.cli", "pilot", "--budget", "1e10", "--out", str(tmp_path / "g")],
+    proc = subprocess.Popen([sys.executable, "-m", "race", "pilot", "--budget", "1e10", "--out", str(tmp_path / "g")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(8)
     proc.send_signal(signal.SIGTERM)
@@ -550,7 +550,7 @@ def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_on
     assert err.strip().splitlines()[-1].startswith("Error: terminated (SIGTERM); finished pilots stay in the storage")
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     target = tmp_path / "ro"
     target.mkdir()
@@ -563,9 +563,9 @@ def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_on
 def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
 
-    from race.errors import RaceError
-    from race.rewards.base import reward_source, source_digest
-    from race.scheduler import check_reward_consent
+    from race.core.errors import RaceError
+    from race.tasks.rewards.base import reward_source, source_digest
+    from race.run.scheduler import check_reward_consent
 
     rw = tmp_path / "myreward.py"
     rw.write_text("open(__file__ + '.imported', 'w').close()\ndef score(p, c, r):\n    return 1.0\n")
@@ -589,9 +589,9 @@ def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypat
 @pytest.mark.parametrize("body", ["raise RuntimeError('boom')", "return None", "return 1e308", "return 'x'",
                                   "return float('nan')"])
 def test_a_reward_broken_on_every_call_stops_at_calibration(tmp_path, body):
-    from race.config import config_from_dict
-    from race.pilot import calibrate
-    from race.rewards.base import RewardError
+    from race.config.configfile import config_from_dict
+    from race.engine.calibration import calibrate
+    from race.tasks.rewards.base import RewardError
 
     rw = tmp_path / "broken.py"
     rw.write_text(f"def score(prompt, completion, reference):\n    {body}\n")
@@ -605,7 +605,7 @@ def test_a_reward_broken_on_every_call_stops_at_calibration(tmp_path, body):
 def test_a_full_disk_is_named_not_hidden_behind_the_storage_wrapper():
     """optuna wraps a failed commit in StorageInternalError ("… e.g. exceeding max length"); the
     driver's cause in its chain (sqlite: database or disk is full) is what the one line names."""
-    from race.store.engine import first_line
+    from race.run.store.engine import first_line
 
     assert first_line(_disk_full(), "sqlite:///x.db") == "database or disk is full"
     plain = ValueError("postgresql://u:secret@h/db refused")
@@ -614,8 +614,8 @@ def test_a_full_disk_is_named_not_hidden_behind_the_storage_wrapper():
 
 def test_a_reward_timeout_kills_the_rewards_setsid_children_too(tmp_path):
     """A reward that starts a child in its own session, then hangs: the timeout's one line, and the
-    child is gone with it (race.rewards.isolated.kill_tree), not left running after race."""
-    from race.rewards.isolated import IsolatedReward, RewardFailed
+    child is gone with it (race.tasks.rewards.isolated.kill_tree), not left running after race."""
+    from race.tasks.rewards.isolated import IsolatedReward, RewardFailed
 
     pidfile = tmp_path / "child.pid"
     rw = tmp_path / "spawner.py"
@@ -650,7 +650,7 @@ def _limited(*args, cwd, seconds=60):
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (2_000_000 * 1024, 2_000_000 * 1024))
 
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "race", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=seconds, preexec_fn=cap, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -711,7 +711,7 @@ FULL_DISK = ("cannot be written: the disk that holds it is full (database or dis
 def test_a_full_disk_while_the_study_is_created_is_named_and_leaves_no_half_study(tmp_path, monkeypatch):
     import optuna
 
-    from race.store import Store, StoreError
+    from race.run.store import Store, StoreError
 
     url = f"sqlite:///{tmp_path}/race.db"
     st = Store(url, "grid")
@@ -736,13 +736,13 @@ def test_a_full_disk_reaches_the_user_as_one_line_and_exit_2(tmp_path, monkeypat
     through the CLI's own net: one line naming the full disk and the storage, exit 2, no traceback."""
     import optuna
 
-    import race.scheduler
+    import race.run.scheduler
 
     url = f"sqlite:///{tmp_path}/race.db"
     monkeypatch.setattr(optuna, "load_study", lambda **kw: (_ for _ in ()).throw(_disk_full()))
     r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
     assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
-    monkeypatch.setattr(race.scheduler, "run_worker", lambda *a, **kw: (_ for _ in ()).throw(_disk_full()))
+    monkeypatch.setattr(race.run.scheduler, "run_worker", lambda *a, **kw: (_ for _ in ()).throw(_disk_full()))
     r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
     assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
 
@@ -750,7 +750,7 @@ def test_a_full_disk_reaches_the_user_as_one_line_and_exit_2(tmp_path, monkeypat
 def test_a_results_file_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     import errno
 
-    from race.results import Results, ResultsError, save_results
+    from race.stats.results import Results, ResultsError, save_results
 
     def no_space(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -766,7 +766,7 @@ def test_a_results_file_that_cannot_be_written_is_one_line(tmp_path, monkeypatch
 def test_a_study_left_unready_is_removed_only_when_it_holds_nothing(tmp_path):
     import optuna
 
-    from race.store import Store
+    from race.run.store import Store
 
     url = f"sqlite:///{tmp_path}/race.db"
     optuna.create_study(study_name="bare", storage=url)
@@ -812,10 +812,10 @@ def _scale(s, k):
     (lambda s: s.update(rho_target=0.75), "its schedule is for ρ=0.75"),
 ], ids=["steps", "steps-and-flops", "learning-rate", "lora-rank", "rho"])
 def test_what_an_imported_schedule_must_satisfy_whatever_the_calibration(tmp_path, edit, message):
-    from race.config import config_from_dict
-    from race.prechecks import check_importable, written_config
-    from race.results import load_results
-    from race.store import StoreError
+    from race.config.configfile import config_from_dict
+    from race.run.prechecks import check_importable, written_config
+    from race.stats.results import load_results
+    from race.run.store import StoreError
 
     path = _tampered(tmp_path, edit)
     cfg = config_from_dict(written_config(load_results(str(tmp_path / "tampered.json"))))
@@ -830,11 +830,11 @@ def test_a_schedule_only_calibration_can_refuse_is_refused_before_the_study_exis
     calibration (here a given one) but before the study is created, so no storage is left."""
     from types import SimpleNamespace
 
-    from race.config import config_from_dict
-    from race.prechecks import written_config
-    from race.results import load_results
-    from race.scheduler import run_study
-    from race.store import StoreError
+    from race.config.configfile import config_from_dict
+    from race.run.prechecks import written_config
+    from race.stats.results import load_results
+    from race.run.scheduler import run_study
+    from race.run.store import StoreError
 
     path = _tampered(tmp_path, lambda s: None)
     cfg = config_from_dict({**written_config(load_results(path)), "seeds": 4})
@@ -868,7 +868,7 @@ def test_a_results_file_cannot_forge_a_line_of_the_report(tmp_path, fmt):
 
 
 def test_terminal_safe_and_one_line():
-    from race.safeio import one_line, quote, terminal_safe
+    from race.core.safeio import one_line, quote, terminal_safe
 
     assert terminal_safe("a\tb\nc\rd\x1b[2J") == "a\tb\nc\\rd\\x1b[2J"         # RACE's own lines kept, CR shown
     assert one_line("a\tb\nc\rd\u2028e") == "a\tb\\nc\\rd\\u2028e"
@@ -883,7 +883,7 @@ def test_a_huge_value_is_quoted_short_in_the_error_line(tmp_path):
         (tmp_path / name).write_text(text)
         r = CliRunner().invoke(main, ["plan", str(tmp_path / name)])
         assert r.exit_code == 2 and len(_one_error_line(r)) < 300, (name, r.output)
-    from race.cli import LINE_CHARS, _one_line
+    from race.run.cli import LINE_CHARS, _one_line
 
     long = "x " * 2000
     assert len(_one_line(long)) <= LINE_CHARS + 40 and "characters cut" in _one_line(long)
@@ -892,13 +892,13 @@ def test_a_huge_value_is_quoted_short_in_the_error_line(tmp_path):
 
 def test_a_results_file_cannot_forge_a_recipe_line():
     """Issue 36: a newline in a note (text that can come from a results file) stays on its line in
-    `race recipe`'s text and inside its YAML comments (race.safeio.one_line)."""
+    `race recipe`'s text and inside its YAML comments (race.core.safeio.one_line)."""
     import os
     from dataclasses import replace
 
     import yaml
 
-    from race.recipes import recipe, render_recipe
+    from race.fullrun.recipes import recipe, render_recipe
 
     here = os.path.dirname(os.path.abspath(__file__))
     rec = recipe(os.path.join(here, "..", "docs", "runs", "tiny-steps-sparse.results.json"), trainer="trl",
@@ -919,8 +919,8 @@ def test_a_model_config_cannot_forge_a_line_of_race_flops(tmp_path):
 
     from click.testing import CliRunner
 
-    from race.cli import main
-    from race.models import resolve_model_path
+    from race.run.cli import main
+    from race.flops.catalog import resolve_model_path
 
     cfg = json.load(open(os.path.join(resolve_model_path("race/tiny-arith"), "config.json")))
     cfg["model_type"] = "qwen2x\nverdict (reward): forged"

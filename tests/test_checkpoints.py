@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from race.checkpoints import (CHECKPOINT_FIRST, DROP_SE, MIN_DROP, checkpoint_fractions, checkpoint_seed,
-                              find_instability, stability)
-from race.config import ConfigError, config_from_dict
-from race.records import Checkpoint, Diagnosis, FlopBreakdown, PilotResult
+from race.config.checkpoints import CHECKPOINT_FIRST, checkpoint_fractions, checkpoint_seed
+from race.stats.instability import DROP_SE, MIN_DROP, find_instability, stability
+from race.config.configfile import ConfigError, config_from_dict
+from race.core.records import Checkpoint, Diagnosis, FlopBreakdown, PilotResult
 
 
 def test_fractions_are_log_spaced_from_a_64th_to_the_end():
@@ -141,7 +141,7 @@ def test_pilot_results_with_checkpoints_round_trip_and_old_ones_still_load():
     assert PilotResult.from_dict(d) == p
     del d["checkpoints"]                                                   # a results.json of an older RACE
     assert PilotResult.from_dict(d).checkpoints == ()
-    from race.store import pilot_attrs, pilot_from_attrs
+    from race.run.store import pilot_attrs, pilot_from_attrs
 
     attrs = json.loads(json.dumps(pilot_attrs(p)))
     assert pilot_from_attrs(attrs) == p and len(attrs["checkpoints"]) < 30_000
@@ -158,7 +158,7 @@ def test_a_grid_where_half_the_pilots_fell_back_is_named_unstable():
     """UNSTABLE_GRID_SHARE: 3 of 6 pilots fallen → an "unstable grid" warning with the count and the
     fix; 2 of 6 (or one, as in _grid) → no such warning but the softer "pilots fell back" one (the
     validation study: 2 of 12 fallen pilots came before 15 of 15 collapsed full runs); none → neither."""
-    from race.regime import UNSTABLE_GRID_SHARE, classify, unstable_grid
+    from race.stats.regime import UNSTABLE_GRID_SHARE, classify, unstable_grid
 
     assert UNSTABLE_GRID_SHARE == 0.5
 
@@ -181,8 +181,8 @@ def test_a_grid_where_half_the_pilots_fell_back_is_named_unstable():
 
 @pytest.mark.parametrize("fmt", ["text", "md", "latex", "json"])
 def test_every_report_format_flags_the_unstable_pilot(fmt):
-    from race.regime import classify
-    from race.report import render_diagnosis
+    from race.stats.regime import classify
+    from race.stats.report import render_diagnosis
 
     diag = classify(_grid(), n_boot=50)
     assert diag.stability is not None and [(u.rho_target, u.seed) for u in diag.stability.unstable] == [(0.74, 1)]
@@ -201,9 +201,9 @@ def test_every_report_format_flags_the_unstable_pilot(fmt):
 
 def test_stored_results_without_checkpoints_report_as_before(tmp_path):
     """An older results file (no checkpoints, no stability) renders without the section, refit too."""
-    from race.regime import classify
-    from race.report import render_diagnosis
-    from race.results import Results, diagnose_results, load_results, save_results
+    from race.stats.regime import classify
+    from race.stats.report import render_diagnosis
+    from race.stats.results import Results, diagnose_results, load_results, save_results
 
     old = [PilotResult(p.rho_target, p.seed, p.flops, p.evals) for p in _grid()]
     save_results(str(tmp_path), Results(pilots=tuple(old), diagnosis=classify(old, n_boot=50)))
@@ -219,9 +219,9 @@ def test_stored_results_without_checkpoints_report_as_before(tmp_path):
 
 def test_a_study_from_before_a_setting_existed_resumes_at_its_default(tmp_path):
     """A study config without eval.checkpoints (older RACE) is the default; another value is refused."""
-    from race import presets
-    from race.api import build_config
-    from race.store import Store, StoreError
+    from race.config import presets
+    from race.run.api import build_config
+    from race.run.store import Store, StoreError
 
     cfg = build_config({**presets.DEFAULT, "name": "old", "grid": [0.5, 0.6, 0.7], "seeds": 1})
     old = cfg.to_dict()
@@ -241,10 +241,10 @@ def test_a_pilot_is_bit_identical_with_and_without_checkpoints(fast_path, torch_
     """Same pilot, checkpoints off and on (8, on 40 prompts): the same FLOPs, curve, final
     evaluations and steps, bit for bit; the checkpoints fire when the FLOPs first reach their
     fraction, start with the base policy, end with the final evaluation, and cost apart."""
-    from race import presets
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.pilot import run_pilot
+    from race.config import presets
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import run_pilot
 
     raw = {**presets.DEFAULT, "budget": 1.2e10, "seeds": 1, "grpo": {**presets.DEFAULT["grpo"], "fast_path": fast_path}}
     off = build_config({**raw, "eval": {"prompts": 60, "samples": 2, "checkpoints": 0}})
@@ -271,8 +271,8 @@ def test_a_pilot_is_bit_identical_with_and_without_checkpoints(fast_path, torch_
 
 
 def test_the_stability_line_at_f_by_status():
-    from race.checkpoints import LONG_RUN, stability_at
-    from race.records import Stability, StabilityPoint
+    from race.stats.instability import LONG_RUN, stability_at
+    from race.core.records import Stability, StabilityPoint
 
     pts = tuple(StabilityPoint(rho_target=r, pilots=3, unstable=0, checkpoints=9, prompts=100, eval_flops=1.0)
                 for r in (0.5, 0.7))

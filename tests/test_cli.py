@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import PILOTS
-from race.cli import main
-from race.records import FlopBreakdown, PilotResult
-from race.results import Results, save_results
+from race.run.cli import main
+from race.core.records import FlopBreakdown, PilotResult
+from race.stats.results import Results, save_results
 
 
 def run(*args):

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from race.cli import main
-from race.compare import RunSummary, budget_trends, render_comparison, summarize_run
-from race.regime import classify
-from race.results import Results, save_results
+from race.run.cli import main
+from race.run.compare import RunSummary, budget_trends, render_comparison, summarize_run
+from race.stats.regime import classify
+from race.stats.results import Results, save_results
 from test_regime import FALLING, RISING, synthetic_results
 
 
@@ -57,7 +57,7 @@ def test_budget_line_resolves_a_change_only_for_disjoint_cis():
 
 
 def test_labels_are_unique():
-    from race.compare import _unique_labels
+    from race.run.compare import _unique_labels
 
     runs = [replace(_row(b, (-0.3, -0.2)), label=n) for n, b in (("g", 3e11), ("g", 6e11), ("g", 6e11), ("h", 6e11))]
     assert [r.label for r in _unique_labels(runs)] == ["g@3e+11", "g@6e+11", "g@6e+11#2", "h"]

@@ -1,6 +1,6 @@
 import pytest
 
-from race.config import ConfigError, GridConfig, config_from_dict, load_config, parse_flops, parse_grid
+from race.config.configfile import ConfigError, GridConfig, config_from_dict, load_config, parse_flops, parse_grid
 
 
 def test_parse_flops_accepts_yaml_strings():
@@ -86,7 +86,7 @@ def test_vllm_sleep_reads_yaml_on_and_off():
 
 
 def test_dot_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
-    from race.config import load_config
+    from race.config.configfile import load_config
 
     sub = tmp_path / "cfg"
     sub.mkdir()

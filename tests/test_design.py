@@ -1,4 +1,4 @@
-"""race.design: the population prior (tied to the committed validation data), the signal check
+"""race.stats.design: the population prior (tied to the committed validation data), the signal check
 (by hand, and on every grid of rounds 1–2 that learned nothing for want of signal), the shrinkage
 toward the prior, and pilots sized within a share of the full run."""
 import gzip
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from race import design as D
+from race.stats import design as D
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_the_design_constants_are_the_replays_tables():
 def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     cfg = str(ROOT / "pilots" / "tiny-steps-sparse.yaml")
     out = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e13", "--json"])
@@ -129,9 +129,9 @@ def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
 
 
 def test_race_pilot_warns_before_any_pilot_when_the_base_pass_rate_gives_no_signal():
-    """The coordinator's line after calibration (race.scheduler.signal_line): it goes to stderr and the
-    study's meta before the first pilot, and the report repeats it (race.report: signal_warning)."""
-    from race.scheduler import signal_line
+    """The coordinator's line after calibration (race.run.scheduler.signal_line): it goes to stderr and the
+    study's meta before the first pilot, and the report repeats it (race.stats.report: signal_warning)."""
+    from race.run.scheduler import signal_line
 
     assert "learn nothing" in signal_line(0.007, 8)
     assert signal_line(0.31, 8) is None

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from race.config import ConfigError, config_from_dict
-from race.records import Diagnosis, FlopBreakdown, PointSummary, Regime, TargetVerdict
+from race.config.configfile import ConfigError, config_from_dict
+from race.core.records import Diagnosis, FlopBreakdown, PointSummary, Regime, TargetVerdict
 
 
 def _cfg(**eval_kw):
@@ -65,7 +65,7 @@ def _two_targets():
 
 
 def test_target_agreement_compares_every_target_with_the_primary():
-    from race.fit import target_agreement
+    from race.stats.fit import target_agreement
 
     rows = {r["target"]: r for r in target_agreement(_two_targets())}
     assert list(rows) == ["reward", "pass@1", "shift/pass@1", "shift/pass@4"]
@@ -80,7 +80,7 @@ def test_target_agreement_compares_every_target_with_the_primary():
 
 @pytest.mark.parametrize("fmt", ["text", "md", "latex", "json"])
 def test_the_disagreement_table_is_in_every_report_format(fmt):
-    from race.report import render_diagnosis
+    from race.stats.report import render_diagnosis
 
     out = render_diagnosis(_two_targets(), fmt)
     if fmt == "json":
@@ -96,9 +96,9 @@ def test_downstream_targets_get_their_own_verdict_end_to_end(tmp_path, torch_one
     """A real grid of the tiny policy with a downstream file (harder sums) and a built-in set: each
     adds NAME/pass@1 and NAME/pass@k to every pilot, a verdict per target, and the agreement table
     to the report."""
-    from race.api import build_config
-    from race.report import render_diagnosis
-    from race.scheduler import run_grid
+    from race.run.api import build_config
+    from race.stats.report import render_diagnosis
+    from race.run.scheduler import run_grid
     from race.tasks import load_task
 
     rows = [{"prompt": p.prompt, "answer": p.answer} for p in load_task("arithmetic-hard", split="eval", n=40)]
@@ -121,7 +121,7 @@ def test_downstream_targets_get_their_own_verdict_end_to_end(tmp_path, torch_one
 def test_pass_at_k_uses_the_tasks_own_checker(tmp_path):
     """exact match for the built-in arithmetic; math-verify's answer check for GSM8K / MATH rows or a
     math reward (a worked solution ending '#### 1,234' is right for 1234; exact match says no)."""
-    from race.pilot import answer_check, answer_check_name
+    from race.tasks.taskdata import answer_check, answer_check_name
     from race.tasks import load_task
     from race.tasks.datasets import load_jsonl
 

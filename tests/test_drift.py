@@ -1,4 +1,4 @@
-"""The budget-drift model (race.drift): the joint surface recovers a known drift, claims none on a
+"""The budget-drift model (race.stats.drift): the joint surface recovers a known drift, claims none on a
 flat surface, the range at F moves, widens past the validated factor and is refused past the
 largest; the frozen population figures are what the first round's data give."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from race import drift as D
+from race.stats import drift as D
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_the_population_figures_are_what_both_rounds_data_give():
 
 
 def test_a_recipe_from_results_runs_at_the_range_at_f_and_says_so():
-    from race.recipes import recipe
+    from race.fullrun.recipes import recipe
 
     src = str(ROOT / "docs" / "runs" / "tiny-steps-sparse.results.json")
     at_b = recipe(src, trainer="trl", full_run_budget=3e11)           # 1 × B: nothing moves

@@ -1,4 +1,4 @@
-"""Extending a grid past the edge where its best point lies (race.extend, race pilot --extend)."""
+"""Extending a grid past the edge where its best point lies (race.run.extend, race pilot --extend)."""
 from __future__ import annotations
 
 import json
@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from race import extend as X
-from race import scheduler
-from race.api import build_config
-from race.errors import RaceError
-from race.regime import classify, edge_point
-from race.results import Results, save_results
+from race.run import extend as X
+from race.run import scheduler
+from race.run.api import build_config
+from race.core.errors import RaceError
+from race.stats.regime import classify, edge_point
+from race.stats.results import Results, save_results
 
 from test_regime import synthetic_results
 
@@ -51,7 +51,7 @@ def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_
     calibration, and the round whose point is unreachable for the schedule is not run."""
     calls = []
 
-    def fake_run_grid(config, options, *, calibration=None, **kw):    # race.options.RunOptions, passed whole
+    def fake_run_grid(config, options, *, calibration=None, **kw):    # race.run.options.RunOptions, passed whole
         out_dir = options.out_dir
         calls.append({"grid": tuple(config.grid), "study": options.study, "import": options.import_pilots,
                       "cal": calibration})
@@ -113,7 +113,7 @@ def test_a_real_round_imports_every_finished_pilot_and_runs_only_the_new_point(t
 def test_the_cli_refuses_extend_with_an_adaptive_grid_before_anything_is_written(tmp_path):
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     out = tmp_path / "run"
     r = CliRunner().invoke(main, ["pilot", "--extend", "1", "--adaptive", "--out", str(out), "--quiet"])
@@ -125,9 +125,9 @@ def test_the_cli_refuses_extend_with_an_adaptive_grid_before_anything_is_written
 
 def test_results_written_before_a_setting_existed_import_as_run_at_its_default(tmp_path):
     """A results file lacks the settings added after it was written (they ran at their defaults):
-    it imports; a setting it has with another value is still refused (race.scheduler)."""
-    from race.prechecks import check_importable
-    from race.store import StoreError
+    it imports; a setting it has with another value is still refused (race.run.scheduler)."""
+    from race.run.prechecks import check_importable
+    from race.run.store import StoreError
 
     cfg = build_config(SMALL)
     old = {k: v for k, v in cfg.to_dict().items() if k not in ("chat_template", "system_prompt")}
@@ -142,7 +142,7 @@ def test_results_written_before_a_setting_existed_import_as_run_at_its_default(t
 
 
 def test_a_schedule_kept_at_six_significant_digits_is_the_same_schedule():
-    from race.prechecks import schedule_difference
+    from race.run.prechecks import schedule_difference
 
     planned = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068154422.5, "rho": 0.516297}}
     kept = {"rho_target": 0.5, "n_gen": 8, "steps": 885, "flops": {"learning": 302068000000.0, "rho": 0.5163}}

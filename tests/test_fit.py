@@ -1,4 +1,4 @@
-"""race.fit: fits checked by hand, the paired bootstrap's structure, determinism and speed."""
+"""race.stats.fit: fits checked by hand, the paired bootstrap's structure, determinism and speed."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from race import fit
+from race.stats import fit
 
 RHO = np.array([0.3, 0.45, 0.6, 0.72, 0.85])
 X = np.log(RHO)

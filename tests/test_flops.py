@@ -1,4 +1,4 @@
-"""race.flops: hand-checked numbers, identities between formulas, and agreement with
+"""race.flops.formulas: hand-checked numbers, identities between formulas, and agreement with
 torch's FlopCounterMode on tiny real models (via bench/flop_accuracy.py, which prints
 the same comparisons as a table)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from race.architectures import read_arch
-from race.flops import (ArchSpec, LoRASpec, RewardModelSpec, attention_flops, forward_flops,
+from race.flops.architectures import read_arch
+from race.flops.formulas import (ArchSpec, LoRASpec, RewardModelSpec, attention_flops, forward_flops,
                         forward_flops_per_token, learning_flops, lora_param_count, matmul_params,
                         param_count, reward_flops, search_flops, summarize)
 
@@ -97,7 +97,7 @@ def test_learning_terms_compose():
     assert learning_flops(QWEN15, mu=3, **kw) == pytest.approx(3 * one + fwd_lora)
     assert learning_flops(QWEN15, ref_logprobs=True, **kw) == pytest.approx(one + fwd_base)
     assert learning_flops(QWEN15, grad_checkpointing=True, **kw) > one + 0.8 * fwd_lora
-    # race.grpo: old log-probs from iteration 1; logits only on the last C + 1 positions,
+    # race.engine.grpo: old log-probs from iteration 1; logits only on the last C + 1 positions,
     # which saves the LM head (2·V·h forward + 2·V·h backward with LoRA) on P − 1 positions
     lean = learning_flops(QWEN15, mu=3, old_logprob_forward=False, **kw)
     assert lean == pytest.approx(3 * one)
@@ -181,7 +181,7 @@ def test_read_arch_families():
 
 
 def test_flops_module_imports_without_torch():
-    code = "import sys, race.flops, race.models; sys.exit('torch' in sys.modules)"
+    code = "import sys, race.flops.formulas, race.flops.catalog; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
@@ -206,7 +206,7 @@ COUNTER_CASES = [
     ("mistral", "forward"), ("mistral", "lora_fwd_bwd"),
     ("qwen2", "lora_grad_ckpt"), ("gemma2", "lora_grad_ckpt"),   # early stop / post-MLP norm
     ("qwen2", "grpo_step"),                                       # μ=2, old + ref log-probs
-    ("qwen3", "grpo_step_kept_logits"),                           # as race.grpo runs it
+    ("qwen3", "grpo_step_kept_logits"),                           # as race.engine.grpo runs it
     ("qwen2", "search_kv"), ("qwen3", "search_kv"), ("llama", "search_lora_kv"),
     ("qwen2", "generate_n2"),
     ("qwen2", "reward_seqcls"), ("llama", "reward_prm_head"),

@@ -1,4 +1,4 @@
-"""race/forecast.py: reward against FLOPs per ρ from held-out checkpoints, the backtests that choose
+"""race/stats/forecast.py: reward against FLOPs per ρ from held-out checkpoints, the backtests that choose
 the model and bound the extrapolation, the refusal, the prediction at the full-run budget, and where
 it shows (reports, results.json, CLI, API, figure). Synthetic pilots, plus one stored tiny real grid
 (tests/data/tiny-grid-2e10.json: `race pilot --budget 2e10 --seeds 2 --grid 0.5,0.62,0.74`,
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from race import forecast as FC
-from race.checkpoints import checkpoint_fractions
-from race.cli import main
-from race.records import Backtest, Checkpoint, Diagnosis, FlopBreakdown, PilotResult, Regime
-from race.regime import classify
-from race.report import render_diagnosis
-from race.results import Results, load_results, save_results
+from race.stats import forecast as FC
+from race.config.checkpoints import checkpoint_fractions
+from race.run.cli import main
+from race.core.records import Backtest, Checkpoint, Diagnosis, FlopBreakdown, PilotResult, Regime
+from race.stats.regime import classify
+from race.stats.report import render_diagnosis
+from race.stats.results import Results, load_results, save_results
 
 TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tiny-grid-2e10.json")
 BUDGET = 1e12
@@ -185,7 +185,7 @@ def test_pilots_without_checkpoints_or_with_too_few_are_refused_not_raised():
     fc = _forecast(pilots, 2e12)
     assert fc.status == "refused" and "have no held-out checkpoints of 'reward'" in fc.message
     assert fc.r0 is None and json.loads(json.dumps(fc.to_dict(), allow_nan=False))["r0"] is None
-    from race.plot import plot_results                       # a refused forecast without data still draws
+    from race.run.plot import plot_results                       # a refused forecast without data still draws
 
     res = Results(pilots=tuple(pilots), diagnosis=replace(classify(pilots, n_boot=50), forecast=fc))
     assert "forecast refused at 2× the pilots (no backtest held)" in plot_results(res).axes[3].get_title()
@@ -268,7 +268,7 @@ def test_race_report_full_run_on_a_stored_tiny_real_grid(tmp_path):
 
 def test_the_api_refuses_a_bad_full_run_budget_before_any_pilot(tmp_path):
     import race
-    from race.config import ConfigError
+    from race.config.configfile import ConfigError
 
     with pytest.raises(ConfigError, match="full_run_budget 0 must be a positive finite FLOP count"):
         race.diagnose(full_run_budget=0, out_dir=str(tmp_path / "run"))
@@ -276,7 +276,7 @@ def test_the_api_refuses_a_bad_full_run_budget_before_any_pilot(tmp_path):
 
 
 def test_the_figure_gets_a_forecast_panel(tmp_path):
-    from race.plot import plot_results
+    from race.run.plot import plot_results
 
     res, diag = _diagnosis()
     fig = plot_results(replace(res, diagnosis=diag), str(tmp_path / "f.png"))
@@ -291,7 +291,7 @@ def test_the_figure_gets_a_forecast_panel(tmp_path):
 
 
 def _tiny_with_diagnosis():
-    from race.results import diagnose_results
+    from race.stats.results import diagnose_results
 
     res = load_results(TINY)
     return replace(res, diagnosis=diagnose_results(res))
@@ -301,9 +301,9 @@ def test_race_diagnose_and_race_pilot_add_the_forecast_and_store_it(tmp_path, mo
     """The API and `race pilot --full-run` forecast after the grid and rewrite results.json (the
     grid itself replaced by the stored tiny one: nothing runs)."""
     import race
-    import race.scheduler
+    import race.run.scheduler
 
-    monkeypatch.setattr(race.scheduler, "run_grid", lambda cfg, *a, **kw: _tiny_with_diagnosis())
+    monkeypatch.setattr(race.run.scheduler, "run_grid", lambda cfg, *a, **kw: _tiny_with_diagnosis())
     diag = race.diagnose(full_run_budget="1e10", out_dir=str(tmp_path / "api"))
     assert diag.forecast.status == "predicted" and diag.forecast.factor == pytest.approx(0.5, rel=0.01)
     assert "interpolated inside the pilot budget" in diag.forecast.message
@@ -339,7 +339,7 @@ def test_every_forecast_carries_the_stability_line_at_f_whatever_the_status():
     """Checkpoints cannot forecast a late collapse (docs/validation.md: full runs fell over where no
     pilot had), so a forecast ≥ LONG_RUN pilot budgets says "not tested at this length", predicted
     or refused, whatever the schedule; a shorter one "stable"; the report prints it."""
-    from race.checkpoints import LONG_RUN
+    from race.stats.instability import LONG_RUN
 
     pilots = synthetic_pilots({r: sigmoid(*p) for r, p in SIGMOIDS.items()})
 

@@ -4,7 +4,7 @@ README's test command). On a GPU machine, from source, with no network and no op
     PYTHONPATH=. python -m pytest -m gpu -q tests/test_gpu.py
 
 They exercise what CPU runs cannot: bf16 weights, CUDA sampling, the fused optimizer on the
-device, and race.memory's plan against torch.cuda.max_memory_allocated.
+device, and race.flops.memory's plan against torch.cuda.max_memory_allocated.
 """
 import os
 import sys
@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.gpu,
 
 def test_bf16_training_logprobs_on_cuda_match_fp32_on_cpu():
     """The update's log-probs of the same tokens, bf16 on the GPU against fp32 on the CPU."""
-    from race import grpo
-    from race.api import build_config
-    from race.pilot import load_policy, seed_everything
+    from race.engine import grpo
+    from race.run.api import build_config
+    from race.engine.loading import load_policy, seed_everything
     from race.tasks import load_task
 
     cfg = build_config(None)
@@ -50,10 +50,12 @@ def test_bf16_training_logprobs_on_cuda_match_fp32_on_cpu():
 
 def test_a_cuda_pilot_raises_heldout_accuracy():
     """The CPU test's seeded on-policy pilot (2e11 FLOPs), run on the GPU in bf16."""
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.pilot import evaluate, load_rollout, run_pilot
-    from race.rewards import get_reward
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.engine.evaluation import evaluate
+    from race.engine.loading import load_rollout
+    from race.engine.pilot import run_pilot
+    from race.tasks.rewards import get_reward
     from race.tasks import load_task
 
     cfg = build_config(None, budget=2e11, grid="0.6,0.73,0.84")
@@ -71,7 +73,7 @@ def test_a_cuda_pilot_raises_heldout_accuracy():
 
 
 def test_memory_plan_bounds_the_measured_peak_on_cuda(tmp_path):
-    """race.memory's plan for a random Qwen2.5-0.5B schedule against max_memory_allocated.
+    """race.flops.memory's plan for a random Qwen2.5-0.5B schedule against max_memory_allocated.
 
     The plan must not under-estimate (it refuses schedules on it) and should not be more than
     twice the measured peak. The plan's flat 1 GiB overhead (CUDA context, allocator slack) is
@@ -79,7 +81,7 @@ def test_memory_plan_bounds_the_measured_peak_on_cuda(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import gpu_check
 
-    from race.models import load_hf_config
+    from race.flops.catalog import load_hf_config
 
     args = gpu_check.argparse.Namespace(prompts=4, n_gen=8, completion_len=128, micro_batch=16, mu=1,
                                         lora_rank=8, steps=1, warmup=1, grad_checkpointing=False)

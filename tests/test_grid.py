@@ -3,10 +3,10 @@ import math
 import pytest
 
 from conftest import TINY_MODEL
-from race import flops as F
-from race.config import ConfigError, GridConfig, LearningRate, RewardSettings, ScheduleKnobs
-from race.grid import ENGINE_LEARNING_KW, grouped_learning, plan_grid, shares_prefix
-from race.models import load_arch
+from race.flops import formulas as F
+from race.config.configfile import ConfigError, GridConfig, LearningRate, RewardSettings, ScheduleKnobs
+from race.flops.grid import ENGINE_LEARNING_KW, grouped_learning, plan_grid, shares_prefix
+from race.flops.catalog import load_arch
 
 
 def tiny(**kw):
@@ -108,7 +108,7 @@ def test_reward_model_cost_enters_the_plan():
 def test_planner_follows_the_engine_path():
     """Without the lean fast path each sequence carries its prompt: learning costs more per
     trained sequence, so the same ρ needs more generations."""
-    from race.config import GRPOSettings
+    from race.config.configfile import GRPOSettings
 
     lean = plan_grid(tiny(grid=(0.6,))).schedules[0]
     whole = plan_grid(tiny(grid=(0.6,), grpo=GRPOSettings(fast_path=False))).schedules[0]
@@ -131,7 +131,7 @@ def test_keep_mode_lowers_rho_by_training_fewer_of_a_fixed_group():
 def test_keep_mode_unreachable_and_bad_values():
     with pytest.raises(ConfigError, match=r"ρ=0.1 is unreachable: the lowest reachable is 0\.\d+ keeping 2 of n_gen ≤ 64"):
         plan_grid(tiny(grid=(0.1,), schedule=ScheduleKnobs(n_train=8, lower_rho_by="keep")))
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
     with pytest.raises(ConfigError, match="lower_rho_by must be 'generate' or 'keep', got 'drop'"):
         config_from_dict({"model": TINY_MODEL, "budget": 1e12, "schedule": {"lower_rho_by": "drop"}})
     with pytest.raises(ConfigError, match=r"min_n_train \(9\) must be ≤ the group size"):
@@ -142,11 +142,11 @@ def test_keep_mode_unreachable_and_bad_values():
 def test_held_out_evaluation_above_a_tenth_of_the_budget_is_a_warning_with_its_knobs():
     """(8 checkpoint evaluations × 100 prompts + the final 500) × 4 samples of the default grid's
     task: under 10 % of its 6e11 pilots, 56 % of a 6e10 one; off with fewer checkpoint prompts."""
-    from race import flops as F
-    from race import presets
-    from race.config import config_from_dict
-    from race.grid import EVAL_SHARE_WARN, eval_share, plan_grid
-    from race.specs import lora_spec, policy_arch
+    from race.flops import formulas as F
+    from race.config import presets
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import EVAL_SHARE_WARN, eval_share, plan_grid
+    from race.flops.specs import lora_spec, policy_arch
 
     cfg = config_from_dict(presets.DEFAULT)
     arch = policy_arch(cfg)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from race import grpo
+from race.engine import grpo
 
 
 def test_group_advantages_grpo_by_hand():
@@ -120,11 +120,11 @@ def test_completion_logprobs_match_a_manual_forward():
 
 
 def test_grouped_prefix_gives_the_same_logprobs_and_gradients():
-    """Running each prompt once for its group (the lean policy, race.backends.lockstep) is exact,
+    """Running each prompt once for its group (the lean policy, race.engine.backends.lockstep) is exact,
     gradients included."""
     from types import SimpleNamespace
 
-    from race.backends.lockstep import LockstepLM
+    from race.engine.backends.lockstep import LockstepLM
 
     model = _tiny_qwen2()
     lean = LockstepLM(model, rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"), seeds=[0])
@@ -161,7 +161,7 @@ def test_clip_higher_by_hand():
 
 
 def test_clip_eps_high_in_the_config():
-    from race.config import ConfigError, config_from_dict
+    from race.config.configfile import ConfigError, config_from_dict
 
     base = {"model": "race/tiny-arith", "budget": 1e11, "grid": [0.5, 0.7]}
     assert config_from_dict({**base, "grpo": {"clip_eps_high": 0.28}}).grpo.clip_eps_high == 0.28

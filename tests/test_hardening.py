@@ -16,14 +16,14 @@ import time
 
 import pytest
 
-from race.errors import RaceError
+from race.core.errors import RaceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "runs", "tiny-steps-sparse.results.json")
 
 
 def _race(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "race", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
 
 
@@ -32,7 +32,7 @@ def _race(*args, cwd):
 def test_a_planted_symlink_is_never_written_through(tmp_path):
     """race recipe --emit DIR --force, with race_reward.py planted as a link to a file elsewhere and
     data/ as a link to a folder elsewhere: refused in one line, and nothing outside DIR changes."""
-    from race.safeio import UnsafeWrite, write_inside
+    from race.core.safeio import UnsafeWrite, write_inside
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -65,8 +65,8 @@ def test_a_planted_symlink_is_never_written_through(tmp_path):
 
 
 def test_results_files_are_written_through_the_helper_and_refuse_a_link(tmp_path):
-    from race.results import ResultsError, load_results, save_results
-    from race.safeio import UnsafeWrite
+    from race.stats.results import ResultsError, load_results, save_results
+    from race.core.safeio import UnsafeWrite
 
     res = load_results(RESULTS)
     victim = tmp_path / "victim.json"
@@ -105,8 +105,8 @@ def test_emit_refuses_a_non_empty_folder_and_force_replaces_only_races_files(tmp
 
 _FAKE_PROBE = r"""
 import sys, time
-import race.pilot
-from race.results import load_results
+import race.engine.pilot
+from race.stats.results import load_results
 
 res = load_results(sys.argv[1])
 pilot = next(p for p in res.pilots if p.status == "complete")
@@ -115,8 +115,8 @@ def fake(config, schedule, seed, device="cpu", progress=None, **kw):
     time.sleep(2.0)                 # both probes "run" at once, then store
     return pilot
 
-race.pilot.run_pilot = fake
-from race.api import run_probe
+race.engine.pilot.run_pilot = fake
+from race.run.api import run_probe
 
 run_probe(sys.argv[1], full_run_budget=float(sys.argv[2]), lr=float(sys.argv[3]), out=sys.argv[1])
 print("ok")
@@ -139,7 +139,7 @@ def test_two_probes_on_one_folder_both_keep_their_record(tmp_path):
 
 
 def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path):
-    from race.safeio import Busy, locked
+    from race.core.safeio import Busy, locked
 
     path = str(tmp_path / "results.json")
     with locked(path):
@@ -153,7 +153,7 @@ def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path):
 
 
 def test_duplicated_keys_in_a_results_file_are_refused(tmp_path):
-    from race.results import ResultsError, load_results
+    from race.stats.results import ResultsError, load_results
 
     text = open(RESULTS).read()
     bad = text.replace('"schema_version": 1,', '"schema_version": 1, "schema_version": 1,', 1)
@@ -166,8 +166,8 @@ def test_duplicated_keys_in_a_results_file_are_refused(tmp_path):
 # ------------------------------------------------------------------ 3. honest coverage, refusals before compute
 
 def test_probe_refusals_come_before_any_compute_and_name_what_is_wrong(tmp_path):
-    from race.probe import MIN_COVER, check_full_run, plan_probe
-    from race.results import load_results
+    from race.fullrun.probe import MIN_COVER, check_full_run, plan_probe
+    from race.stats.results import load_results
 
     res = load_results(RESULTS)
     B = float(res.config["budget"])
@@ -191,8 +191,8 @@ def test_probe_refusals_come_before_any_compute_and_name_what_is_wrong(tmp_path)
 
 
 def test_a_tampered_probe_record_names_the_file_and_the_field(tmp_path):
-    from race.checkpoints import stability_at
-    from race.results import ResultsError, load_results
+    from race.stats.instability import stability_at
+    from race.stats.results import ResultsError, load_results
 
     doc = json.loads(open(RESULTS).read())
     doc["probes"] = [{"full_run_budget": 1e13, "status": "held", "learning_rate": 1e-3, "steps": 10,
@@ -206,7 +206,7 @@ def test_a_tampered_probe_record_names_the_file_and_the_field(tmp_path):
 
 
 def test_a_probe_that_ran_short_of_its_plan_says_so_and_vouches_for_nothing_more():
-    from race.checkpoints import stability_at
+    from race.stats.instability import stability_at
 
     rec = {"status": "held", "learning_rate": 1e-3, "steps": 300, "covers": 0.3, "planned_covers": 1.0,
            "curve": [{"mean": 0.3}, {"mean": 0.4}]}
@@ -218,12 +218,12 @@ def test_a_probe_that_ran_short_of_its_plan_says_so_and_vouches_for_nothing_more
 # ------------------------------------------------------------------ 4. one validation layer for the API
 
 def test_the_api_refuses_bad_arguments_with_a_race_error_naming_them(tmp_path):
-    from race.config import LearningRate
-    from race.drift import DriftError, range_at, shrink
-    from race.forecast import ForecastError, forecast
-    from race.rate import RateError, apply_rate, configured_lr, full_run_rate
-    from race.records import Regime
-    from race.watch import Watch, WatchError, check_means, check_scores, verl_history
+    from race.config.configfile import LearningRate
+    from race.stats.drift import DriftError, range_at, shrink
+    from race.stats.forecast import ForecastError, forecast
+    from race.stats.rate import RateError, apply_rate, configured_lr, full_run_rate
+    from race.core.records import Regime
+    from race.fullrun.watch import Watch, WatchError, check_means, check_scores, verl_history
 
     cases = [
         (lambda: range_at((0.6, 0.3), 0.5, pilot_budget=1e12, full_run_budget=1e13), DriftError, "is inverted"),
@@ -271,9 +271,9 @@ def test_property_the_api_numbers_give_an_answer_or_a_race_error():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from race.config import LearningRate
-    from race.drift import DriftError, range_at, shrink
-    from race.rate import RateError, full_run_rate
+    from race.config.configfile import LearningRate
+    from race.stats.drift import DriftError, range_at, shrink
+    from race.stats.rate import RateError, full_run_rate
 
     anything = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10 ** 6, 10 ** 6),
                          st.booleans(), st.text(max_size=5), st.none())
@@ -366,7 +366,7 @@ def _train(cb, steps=4):
 
 
 def test_a_checker_that_raises_hangs_or_talks_nonsense_never_stops_the_training():
-    from race.watch import WatchError, trl_callback
+    from race.fullrun.watch import WatchError, trl_callback
 
     hang = threading.Event()
 

@@ -5,8 +5,8 @@ HEAVY = ("torch", "transformers", "vllm", "optuna", "peft", "sklearn", "matplotl
 
 
 def test_import_race_is_light():
-    code = ("import sys, race, race.config, race.grid, race.flops, race.models, race.report, race.results, "
-            "race.records, race.fit, race.regime, race.cli, race.tasks, race.rewards, race.api, race.presets, race.memory, race.backends, race.plot, race.compare, race.checkpoints, race.forecast\n"
+    code = ("import sys, race, race.config.configfile, race.flops.grid, race.flops.formulas, race.flops.catalog, race.stats.report, race.stats.results, "
+            "race.core.records, race.stats.fit, race.stats.regime, race.run.cli, race.tasks, race.tasks.rewards, race.run.api, race.config.presets, race.flops.memory, race.engine.backends, race.run.plot, race.run.compare, race.stats.instability, race.stats.forecast\n"
             f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
             "print(','.join(heavy))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -17,7 +17,7 @@ def test_planning_a_real_model_stays_light():
     """race plan / race init plan from config.json and formulas alone: no torch (it used to come
     in through the lean backend's list of model types, 2.5 s of a 1.5B plan)."""
     code = ("import sys, os\n"
-            "from race.config import load_config\nfrom race.grid import plan_grid\n"
+            "from race.config.configfile import load_config\nfrom race.flops.grid import plan_grid\n"
             "plan_grid(load_config(os.path.join('pilots', 'qwen2.5-1.5b-sparse.yaml')))\n"
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n")
     import os

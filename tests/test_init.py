@@ -8,10 +8,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from race.cli import main
-from race.config import ConfigError, config_from_dict, load_config
-from race.grid import plan_grid
-from race.init import fit_memory, init_raw, render_init
+from race.run.cli import main
+from race.config.configfile import ConfigError, config_from_dict, load_config
+from race.flops.grid import plan_grid
+from race.run.newconfig import fit_memory, init_raw, render_init
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -100,7 +100,7 @@ def test_cli_init_errors(extra, msg):
 
 
 def test_default_names():
-    from race.init import _reward_label
+    from race.run.newconfig import _reward_label
 
     assert [_reward_label(r) for r in ("sparse", "myreward:score", "/a/b/my_r.py:score", "pkg.mod:fn")] == [
         "sparse", "myreward", "my_r", "mod"]
@@ -111,7 +111,7 @@ def test_init_fits_the_grid_to_the_budget_or_names_the_smallest_full_run():
     """A full run whose pilots cannot plan the low-ρ points (too few prompt-steps to meet the
     budget within 2 %) drops them from the low end, down to 3 points, and says so with the full run
     that keeps them all; below that, the error names the smallest full run that fits."""
-    from race.init import fit_grid, smallest_full_run
+    from race.run.newconfig import fit_grid, smallest_full_run
 
     raw = init_raw(model="race/tiny-arith", task="arithmetic-easy", full_run=1.5e14)
     fitted, note = fit_grid(raw, share=0.1)
@@ -130,7 +130,7 @@ def test_init_fits_the_grid_to_the_budget_or_names_the_smallest_full_run():
 def test_small_datasets_are_named_by_init_and_plan(tmp_path):
     """30 rows: 3 held out resolve only √(2/3) = 0.82 between grid points (200 resolve 0.10), and a
     pilot draws each training problem several times: init's header and race plan both say so."""
-    from race.init import resolvable
+    from race.run.newconfig import resolvable
 
     assert resolvable(200) == pytest.approx(0.1) and resolvable(3) == pytest.approx(0.8165, abs=1e-4)
     data = tmp_path / "t30.jsonl"
@@ -152,7 +152,7 @@ def test_a_shipped_policy_is_sized_with_its_own_lengths(tmp_path):
     init measures its prompts (5.8 tokens on arithmetic-easy, as its tokenizer reads them) and takes
     its completion (3.5) and cap (6), so the 6e12-FLOP full run of the validation study, which the LLM
     defaults refused, plans all 5 points. Any other model keeps the LLM defaults; given values win."""
-    from race.init import LLM_LENGTHS, expected_lengths
+    from race.run.newconfig import LLM_LENGTHS, expected_lengths
 
     out = tmp_path / "grid.yaml"
     r = CliRunner().invoke(main, ["init", "--model", "race/tiny-arith", "--task", "arithmetic-easy",

@@ -1,6 +1,8 @@
-"""The house in order (docs/architecture.md): import-linter's contracts hold (layers, pure modules
-free of torch / transformers / peft / vllm / optuna), every module of race/ is placed in a layer,
-and no import circle exists among race modules, imports inside functions included."""
+"""The house in order (docs/architecture.md): import-linter's contracts hold (the packages layered,
+the modules inside each package layered, pure packages free of torch / transformers / peft / vllm /
+optuna), every module of race/ is placed in its package's layers, no import circle exists among race
+modules (imports inside functions included), each package's ``__init__`` states its interface, and
+the map in docs/architecture.md names every module."""
 from __future__ import annotations
 
 import configparser
@@ -16,7 +18,7 @@ def test_import_linter_contracts_hold():
     exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
     out = subprocess.run([exe, "--config", str(ROOT / ".importlinter")], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert "2 kept, 0 broken" in out.stdout
+    assert "10 kept, 0 broken" in out.stdout
 
 
 def _graph():
@@ -26,15 +28,71 @@ def _graph():
     return grimp.build_graph("race", include_external_packages=False)
 
 
-def test_every_module_is_placed_in_a_layer():
+def _contracts() -> dict[str, list[str]]:
+    """Each layers contract of .importlinter → the names it places (packages or modules)."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / ".importlinter")
-    placed = {name.strip() for line in cfg["importlinter:contract:layers"]["layers"].splitlines()
-              for part in line.replace(":", "|").split("|") for name in [part] if name.strip()}
+    out = {}
+    for section in cfg.sections():
+        if cfg[section].get("type") == "layers":
+            out[section.split(":")[-1]] = [name.strip() for line in cfg[section]["layers"].splitlines()
+                                           for name in line.replace(":", "|").split("|") if name.strip()]
+    return out
+
+
+def _packages() -> list[str]:
+    return sorted(p.name for p in (ROOT / "race").iterdir() if (p / "__init__.py").is_file())
+
+
+def test_every_module_is_placed_in_a_layer():
+    """The packages are layered, and every module of a package sits in that package's own layers."""
+    contracts = _contracts()
+    packages = _packages()
+    assert len(packages) <= 8, f"{len(packages)} packages under race/ (at most 8): {packages}"
+    assert set(contracts["packages"]) >= {f"race.{p}" for p in packages}, contracts["packages"]
     graph = _graph()
-    loose = [m for m in graph.modules if m != "race"
-             and not any(m == p or m.startswith(p + ".") for p in placed)]
-    assert not loose, f"modules in no layer of .importlinter: {sorted(loose)}"
+    loose = []
+    for m in graph.modules:
+        parts = m.split(".")
+        if m == "race" or (len(parts) == 2 and m in contracts["packages"]) or m in {f"race.{p}" for p in packages}:
+            continue
+        inner = contracts.get(parts[1], [])
+        if not any(m == p or m.startswith(p + ".") for p in inner):
+            loose.append(m)
+    assert not loose, f"modules in no layer of their package's contract in .importlinter: {sorted(loose)}"
+
+
+def test_every_package_states_its_interface():
+    """Each package's ``__init__`` docstring says what the package holds, names its interface (an
+    ``Interface:`` list naming each of its modules) and its invariants."""
+    import ast
+
+    for name in _packages():
+        folder = ROOT / "race" / name
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+        assert "Interface:" in doc and "Invariants:" in doc, f"race/{name}/__init__.py: no Interface / Invariants"
+        modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+        modules += sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+        missing = [m for m in modules if f"``{m}``" not in doc]
+        assert not missing, f"race/{name}/__init__.py does not name {missing}"
+
+
+def test_the_map_names_every_module():
+    """docs/architecture.md names every module of race/ by its path under race/."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = []
+    for path in sorted((ROOT / "race").rglob("*.py")):
+        rel = path.relative_to(ROOT / "race")
+        if rel.name == "__init__.py" and len(rel.parts) > 2:
+            continue                             # a subpackage's __init__: named with its folder
+        name = rel.as_posix() if rel.name != "__init__.py" else rel.parent.as_posix() + "/"
+        if rel.as_posix() in ("__init__.py", "__main__.py"):
+            continue
+        if len(rel.parts) > 2:                   # inside a subpackage: its folder names it
+            name = rel.parent.as_posix() + "/"
+        if f"`{name}`" not in text and f"`{rel.as_posix()}`" not in text:
+            missing.append(name)
+    assert not missing, f"docs/architecture.md does not name: {sorted(set(missing))}"
 
 
 def test_no_import_circles_lazy_imports_included():

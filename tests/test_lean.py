@@ -1,13 +1,13 @@
 """The lean forward matches Transformers (and its LoRA matches peft) on tiny random models.
 
-The lean policy is race.backends.lockstep.LockstepLM (race.backends.lean's decoder with one adapter
+The lean policy is race.engine.backends.lockstep.LockstepLM (race.engine.backends.lean's decoder with one adapter
 per seed); a solo pilot's is a group of one seed, which these tests run: inputs carry a leading
 seed axis of 1."""
 import pytest
 import torch
 
-from race.backends.lean import supports
-from race.backends.lockstep import LockstepLM
+from race.engine.backends.lean import supports
+from race.engine.backends.lockstep import LockstepLM
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -151,9 +151,9 @@ def test_grouped_update_flops_match_the_counter():
     """The shared-prefix update costs what grid.grouped_learning says (eager attention, exact)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race import flops as F
-    from race import grpo
-    from race.grid import ENGINE_LEARNING_KW, grouped_learning
+    from race.flops import formulas as F
+    from race.engine import grpo
+    from race.flops.grid import ENGINE_LEARNING_KW, grouped_learning
 
     model = _model("llama")
     lean = _lean(model)
@@ -162,7 +162,7 @@ def test_grouped_update_flops_match_the_counter():
     with FlopCounterMode(display=False) as counter:
         logp, _ = grpo.completion_logprobs(lean, grpo.stack_batches([b], pad_id=0))
         logp.sum().backward()
-    from race.architectures import read_arch
+    from race.flops.architectures import read_arch
 
     arch = read_arch(model.config.to_dict()).arch
     lora = F.LoRASpec(rank=4, target_modules=TARGETS)

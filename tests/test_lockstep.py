@@ -1,4 +1,4 @@
-"""Lockstep pilots (race.lockstep, race.backends.lockstep): the seeds of a grid point as one batch.
+"""Lockstep pilots (race.engine.lean_engine, race.engine.backends.lockstep): the seeds of a grid point as one batch.
 
 A solo pilot on the lean path is a group of one seed. Equivalence of a seed in a group with the
 same seed alone, measured bit for bit: per-seed logits, losses, gradients and updated adapters,
@@ -8,8 +8,8 @@ Then the runner: a group runs in one process, a group that dies fails only its u
 and a stored grid resumes without re-running finished ones."""
 import pytest
 
-from race.api import build_config
-from race.grid import plan_grid
+from race.run.api import build_config
+from race.flops.grid import plan_grid
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SEEDS = [0, 1, 2]
@@ -23,10 +23,10 @@ def models():
     torch's global stream."""
     import torch
 
-    from race.backends.hf import load_causal_lm
-    from race.backends.lockstep import LockstepLM
-    from race.models import resolve_model_path
-    from race.pilot import seed_everything
+    from race.engine.backends.hf import load_causal_lm
+    from race.engine.backends.lockstep import LockstepLM
+    from race.flops.catalog import resolve_model_path
+    from race.engine.loading import seed_everything
 
     torch.set_num_threads(1)
     hf = load_causal_lm(resolve_model_path("race/tiny-arith"))
@@ -52,7 +52,7 @@ def _batches(seed: int = 0):
     """Per-seed GRPO batches of one shape (4 prompts × 3 rollouts) with different lengths."""
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     gen = torch.Generator().manual_seed(seed)
 
@@ -74,7 +74,7 @@ def test_each_seed_starts_from_its_solo_pilots_adapter(models):
 def test_lockstep_logits_equal_the_solo_ones_bit_for_bit(models):
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     solo, group, _ = models
     batches = _batches()
@@ -98,7 +98,7 @@ def test_lockstep_losses_and_gradients_equal_the_solo_ones(models):
     equal the solo ones to fp32 tolerance."""
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     solo, group, _ = models
     batches = _batches(1)
@@ -141,7 +141,7 @@ def test_lockstep_updates_track_the_solo_ones(models):
 
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     solo, group, _ = models
     solo, group = copy.deepcopy(solo), copy.deepcopy(group)
@@ -166,7 +166,7 @@ def test_a_seed_that_left_the_batch_is_frozen(models):
 
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     _, group, _ = models
     group = copy.deepcopy(group)
@@ -186,7 +186,7 @@ def test_lockstep_sampling_equals_solo_sampling_and_ignores_its_company(models):
     beside the others gives the same tokens."""
     import torch
 
-    from race.backends.lockstep import sample_lockstep
+    from race.engine.backends.lockstep import sample_lockstep
 
     solo, group, _ = models
     for lm in solo:
@@ -240,8 +240,8 @@ def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
     the seed-axis engine): same steps, FLOPs, reward curve, held-out scores and checkpoints, bit for
     bit (measured on this CPU's kernels); the sync check reads rounding noise in both; the lockstep
     pilots say so in ``extra["engine"]``."""
-    from race.lockstep import run_lockstep
-    from race.pilot import run_pilot
+    from race.engine.lean_engine import run_lockstep
+    from race.engine.pilot import run_pilot
 
     cfg = _tiny()
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
@@ -265,8 +265,8 @@ def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
 def test_group_size_follows_the_engine_and_what_can_run():
     from dataclasses import replace
 
-    from race.errors import ConfigError
-    from race.lockstep import group_size_for
+    from race.core.errors import ConfigError
+    from race.engine.lean_engine import group_size_for
 
     cfg = _tiny()
     assert group_size_for(cfg, "auto", "cpu") == cfg.seeds == 3
@@ -290,7 +290,7 @@ def test_group_size_follows_the_engine_and_what_can_run():
 
 def test_balanced_group_size_by_hand():
     """rounds × g × share (share 1 for g = 1), computed by hand for three grids on 2 workers."""
-    from race.lockstep import LOCKSTEP_STEP_SHARE, balanced_group_size
+    from race.engine.lean_engine import LOCKSTEP_STEP_SHARE, balanced_group_size
 
     assert LOCKSTEP_STEP_SHARE == 0.9
     # 4 × 3: g=1 → 6 rounds × 1 = 6; g=2 → 8 groups, 4 rounds × 2 × .9 = 7.2; g=3 → 2 rounds × 3 × .9 = 5.4
@@ -309,7 +309,7 @@ def test_auto_groups_only_where_lockstep_was_measured_faster():
     per-step ratios); auto groups the default grid's seeds and runs the reasoner's solo."""
     from dataclasses import replace
 
-    from race.lockstep import group_size_for, lockstep_share
+    from race.engine.lean_engine import group_size_for, lockstep_share
 
     cfg = _tiny(budget=1e10)
     assert cfg.grpo.max_completion_len <= 8 and lockstep_share(cfg) == 0.9
@@ -328,7 +328,7 @@ def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
     import os
 
     import crash_reward
-    from race.runner import Job, lockstep_groups, run_jobs
+    from race.run.processes import Job, lockstep_groups, run_jobs
 
     for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
         if os.path.exists(path):
@@ -363,7 +363,7 @@ def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerun
 
     from conftest import ROOT
     from pilot_cli import by_state, kill_leftovers, midway, open_study, race, read, start, wait_for, write_config
-    from race.store import key_of
+    from race.run.store import key_of
 
     cfg = write_config(tmp_path / "c.yaml", name="lockstep-e2e", budget=4e10, seeds=2)
     out = tmp_path / "run"
@@ -405,13 +405,13 @@ def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerun
 
 
 def test_a_gpu_group_is_cut_to_the_seeds_whose_memory_plan_fits():
-    """race.memory.group_estimate: shared weights and overhead, the rest per seed; group_size_for on
+    """race.flops.memory.group_estimate: shared weights and overhead, the rest per seed; group_size_for on
     CUDA keeps the most seeds whose plan fits the GPU (planning only: no GPU needed)."""
-    from race.config import config_from_dict
-    from race.grid import plan_grid
-    from race.init import init_raw
-    from race.lockstep import group_size_for
-    from race.memory import group_estimate, schedule_memory
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import plan_grid
+    from race.run.newconfig import init_raw
+    from race.engine.lean_engine import group_size_for
+    from race.flops.memory import group_estimate, schedule_memory
 
     cfg = config_from_dict(init_raw(model="Qwen/Qwen2.5-0.5B-Instruct", task="polaris", full_run=5e18,
                                     grid="0.4,0.6,0.8", seeds=3))

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from race.config import ConfigError, config_from_dict
-from race.grid import lr_factor
+from race.config.configfile import ConfigError, config_from_dict
+from race.flops.grid import lr_factor
 
 
 def test_factors_by_hand():
@@ -68,10 +68,10 @@ def test_a_pilot_steps_its_rate_once_per_optimizer_step(torch_one_thread):
     optimizer step ran with is η · (0, 1/2, 1, 5/6, 4/6, 3/6, 2/6, 1/6), by hand."""
     from dataclasses import replace
 
-    from race import presets
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.pilot import PilotEngine
+    from race.config import presets
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import PilotEngine
     from race.tasks import load_task
 
     raw = {**presets.DEFAULT, "budget": 1e10, "seeds": 1}
@@ -92,9 +92,9 @@ def test_a_pilot_steps_its_rate_once_per_optimizer_step(torch_one_thread):
 
 def test_the_plan_names_a_schedule_and_the_default_says_nothing():
     from conftest import TINY_MODEL
-    from race.config import GridConfig, LearningRate
-    from race.grid import plan_grid
-    from race.report import render_plan
+    from race.config.configfile import GridConfig, LearningRate
+    from race.flops.grid import plan_grid
+    from race.stats.report import render_plan
 
     cfg = GridConfig(model=TINY_MODEL, budget=1.5e12, prompt_len=6, completion_len=4, grid=(0.5, 0.6, 0.75),
                      learning_rate=LearningRate(schedule="cosine", warmup=0.05))

@@ -1,4 +1,4 @@
-"""The rewards for worked solutions (race.rewards.answers, race.rewards.mix): final-answer
+"""The rewards for worked solutions (race.tasks.rewards.answers, race.tasks.rewards.mix): final-answer
 extraction, the ``math`` reward's equivalences and refusals, the ``format`` reward, weighted
 ``mix`` rewards, the checker's time limit and safety, GSM8K / MATH rows in user datasets, and
 ``answer_checker``."""
@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from race.rewards import REWARDS, RULE_REWARDS, answer_checker, build_reward, checker_for, extract_answer, \
+from race.tasks.rewards import REWARDS, RULE_REWARDS, answer_checker, build_reward, checker_for, extract_answer, \
     get_reward, mix_reward, score_completions
-from race.rewards import answers as A
-from race.rewards.base import RewardError
+from race.tasks.rewards import answers as A
+from race.tasks.rewards.base import RewardError
 
 # (completion, reference, math reward): equivalent and malformed answers
 MATH_CASES = [
@@ -216,7 +216,7 @@ def test_model_text_is_never_evaluated(tmp_path, payload):
 # ---------------------------------------------------------------------------------- mix
 
 def _config(kind, **reward):
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     return config_from_dict({"model": "race/tiny-arith", "budget": 1e10, "reward": {"kind": kind, **reward}})
 
@@ -251,7 +251,7 @@ def test_mix_reward_refuses_bad_weights_in_one_line(weights, message):
 
 
 def test_kinds_math_format_and_mix_are_accepted_everywhere_a_kind_is():
-    from race.config import REWARD_KINDS, RULE_REWARDS as CONFIG_RULES
+    from race.config.configfile import REWARD_KINDS, RULE_REWARDS as CONFIG_RULES
 
     assert tuple(CONFIG_RULES) == tuple(RULE_REWARDS) == tuple(REWARDS)
     assert {"math", "format", "mix"} <= set(REWARD_KINDS)
@@ -260,7 +260,7 @@ def test_kinds_math_format_and_mix_are_accepted_everywhere_a_kind_is():
     assert build_reward(_config("format"))("", "\\boxed{1}</s>", "") == 1.0
     assert build_reward(_config("math", check_timeout=0.7)).__name__ == "math"
     cfg = _config("mix", mix={"math": 0.9, "format": 0.1})
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     assert config_from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg     # a stored config round-trips
     hash(cfg)
@@ -284,7 +284,7 @@ def test_answer_checker():
 def test_import_race_stays_light():
     import subprocess
 
-    code = ("import sys, race, race.rewards, race.rewards.answers, race.config; "
+    code = ("import sys, race, race.tasks.rewards, race.tasks.rewards.answers, race.config.configfile; "
             "print(sorted(m for m in ('math_verify', 'sympy', 'torch', 'latex2sympy2_extended') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -350,8 +350,8 @@ def test_parquet_worked_rows(tmp_path):
 
 
 def test_race_init_and_the_python_api_accept_math_and_format():
-    from race.api import build_config
-    from race.init import init_raw
+    from race.run.api import build_config
+    from race.run.newconfig import init_raw
 
     raw = init_raw(model="race/tiny-arith", task="t.jsonl", full_run=1e13, reward="math")
     assert raw["reward"] == {"kind": "math"}

@@ -1,4 +1,4 @@
-"""Memory planning (race.memory): hand-computed numbers, the plan's refusal, and the terms
+"""Memory planning (race.flops.memory): hand-computed numbers, the plan's refusal, and the terms
 checked against the tensors the engine really allocates on CPU."""
 import os
 
@@ -6,11 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import PILOTS
-from race import flops as F
-from race.config import ConfigError
-from race.memory import (GiB, activation_bytes, estimate_memory, kv_cache_bytes, parse_bytes,
+from race.flops import formulas as F
+from race.config.configfile import ConfigError
+from race.flops.memory import (GiB, activation_bytes, estimate_memory, kv_cache_bytes, parse_bytes,
                          sampling_copy_bytes, update_sequences)
-from race.models import load_arch
+from race.flops.catalog import load_arch
 
 TINY = load_arch("race/tiny-arith")          # h 128, 3 layers, 4 heads (d 32), 2 KV heads, MLP 512, V 23
 QWEN15 = load_arch("Qwen/Qwen2.5-1.5B-Instruct")
@@ -50,7 +50,7 @@ def test_terms_by_hand_qwen_1_5b():
 
 
 def test_micro_batch_sequences():
-    from race.records import FlopBreakdown, Schedule
+    from race.core.records import FlopBreakdown, Schedule
 
     s = Schedule(rho_target=0.5, prompts_per_step=8, n_gen=16, n_train=8, mu=1, steps=10, learning_rate=1e-5, lora_rank=8,
                  flops_per_step=FlopBreakdown(1, 1, 0), flops=FlopBreakdown(10, 10, 0))
@@ -61,7 +61,7 @@ def test_micro_batch_sequences():
 
 
 def test_plan_shows_memory_and_refuses_what_cannot_fit():
-    from race.cli import main
+    from race.run.cli import main
 
     cfg = os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")
     r = CliRunner().invoke(main, ["plan", cfg, "--gpu-memory", "141GiB"])
@@ -81,7 +81,7 @@ def test_gpu_memory_in_config_and_json_plan(tmp_path):
 
     import yaml
 
-    from race.cli import main
+    from race.run.cli import main
 
     raw = yaml.safe_load(open(os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")))
     raw["gpu_memory"] = "4GiB"
@@ -104,7 +104,7 @@ def lean():
     from transformers import AutoModelForCausalLM
 
     from conftest import TINY_MODEL
-    from race.backends.lockstep import LockstepLM
+    from race.engine.backends.lockstep import LockstepLM
 
     m = AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32)
     m.requires_grad_(False)
@@ -148,7 +148,7 @@ def test_activation_formula_against_saved_tensors(lean):
     tokens, which autograd saves whole.)"""
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     G, n, P, C = 4, 8, 10, 6
     batch = grpo.pack([[5] * P] * G, [[6] * C] * (G * n), [i for i in range(G) for _ in range(n)],
@@ -180,7 +180,7 @@ def test_activation_formula_against_saved_tensors(lean):
 def _vllm_sparse(**over):
     import yaml
 
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     raw = yaml.safe_load(open(os.path.join(PILOTS, "qwen2.5-1.5b-sparse.yaml")))
     return config_from_dict({**raw, "backend": "vllm", **over})
@@ -205,8 +205,8 @@ def test_vllm_engine_holds_its_pool_unless_it_sleeps():
 
 
 def test_vllm_sleep_auto_turns_on_only_when_the_awake_plan_does_not_fit():
-    from race.grid import plan_grid
-    from race.memory import schedule_memory, wants_vllm_sleep
+    from race.flops.grid import plan_grid
+    from race.flops.memory import schedule_memory, wants_vllm_sleep
 
     cfg = _vllm_sparse()
     plan = plan_grid(cfg)
@@ -221,7 +221,7 @@ def test_vllm_sleep_auto_turns_on_only_when_the_awake_plan_does_not_fit():
     fits = plan_grid(cfg.with_overrides(gpu_memory=gpu))
     engines = [m["engine"] for m in fits.extra["memory"]]
     assert engines == ["asleep" if a.peak > gpu else "awake" for a in awake] and "asleep" in engines
-    from race.report import render_plan
+    from race.stats.report import render_plan
 
     assert "(vLLM sleeps)" in render_plan(fits)
     with pytest.raises(ConfigError, match="set vllm_sleep: auto"):

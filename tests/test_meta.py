@@ -18,7 +18,7 @@ def test_the_readme_is_short_shows_the_real_report_and_indexes_every_docs_page()
 
     from click.testing import CliRunner
 
-    from race.cli import main
+    from race.run.cli import main
 
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     assert len(readme.splitlines()) <= 150

@@ -1,12 +1,12 @@
-"""race.models: shipped configs, lookup rules, error messages, published sizes."""
+"""race.flops.catalog: shipped configs, lookup rules, error messages, published sizes."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from race.flops import param_count
-from race.models import known_models, load_arch, load_hf_config, load_reward_model
+from race.flops.formulas import param_count
+from race.flops.catalog import known_models, load_arch, load_hf_config, load_reward_model
 
 SHIPPED = ["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct",
            "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-Math-PRM-7B", "meta-llama/Llama-3.1-8B"]

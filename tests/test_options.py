@@ -1,4 +1,4 @@
-"""race.options.RunOptions: one typed object for how a grid runs, checked once and passed down whole
+"""race.run.options.RunOptions: one typed object for how a grid runs, checked once and passed down whole
 (issue 34); and race pilot --help grouped by concern."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from race.cli import main
-from race.errors import RaceError
-from race.options import RunOptions
+from race.run.cli import main
+from race.core.errors import RaceError
+from race.run.options import RunOptions
 
 
 def test_run_options_are_checked_once_in_one_line():
@@ -39,12 +39,12 @@ def test_race_pilot_help_groups_its_options_and_json_is_a_deprecated_alias(tmp_p
 
 
 def test_the_checks_before_a_run_are_one_table_run_in_order(tmp_path, monkeypatch):
-    """race.prechecks.CHECKS runs in its order, and the first failure stops the rest: here the grid
+    """race.run.prechecks.CHECKS runs in its order, and the first failure stops the rest: here the grid
     check refuses a one-point grid before the later checks (memory, engine) run or anything is written."""
-    from race import prechecks
-    from race.api import build_config
-    from race.errors import ConfigError
-    from race.options import RunOptions
+    from race.run import prechecks
+    from race.run.api import build_config
+    from race.core.errors import ConfigError
+    from race.run.options import RunOptions
 
     names = [c.name for c in prechecks.CHECKS]
     assert len(set(names)) == len(names) and names[0] == "adaptive share" and names[-1] == "engine"

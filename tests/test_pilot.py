@@ -3,16 +3,18 @@ import json
 
 import pytest
 
-from race.api import build_config
-from race.grid import plan_grid
+from race.run.api import build_config
+from race.flops.grid import plan_grid
 
 
 def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
     """A seeded on-policy pilot of 2e11 FLOPs lifts held-out sampled accuracy by ≥ 0.05.
 
     Evaluation: 500 held-out problems × 4 samples at temperature 1 (evaluation noise ≈ 0.008)."""
-    from race.pilot import evaluate, load_rollout, run_pilot
-    from race.rewards import get_reward
+    from race.engine.evaluation import evaluate
+    from race.engine.loading import load_rollout
+    from race.engine.pilot import run_pilot
+    from race.tasks.rewards import get_reward
     from race.tasks import load_task
 
     cfg = build_config(None, budget=2e11, grid="0.6,0.73,0.84")
@@ -38,7 +40,7 @@ def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
 
 def test_same_seed_same_curves_in_fresh_folders(tmp_path):
     """Two grids with the same seeds, each pilot in its own process, give identical results."""
-    from race.scheduler import run_grid
+    from race.run.scheduler import run_grid
 
     cfg = build_config({**_tiny_dict(), "budget": 2e10, "grid": [0.6, 0.75, 0.92], "seeds": 1,
                         "eval": {"prompts": 100, "samples": 2}})
@@ -54,7 +56,7 @@ def test_same_seed_same_curves_in_fresh_folders(tmp_path):
 
 
 def _tiny_dict():
-    from race import presets
+    from race.config import presets
 
     return dict(presets.DEFAULT)
 
@@ -64,7 +66,7 @@ def test_a_dying_pilot_takes_only_itself_down():
     import os
 
     import crash_reward
-    from race.runner import Job, run_jobs
+    from race.run.processes import Job, run_jobs
 
     for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
         if os.path.exists(path):
@@ -89,7 +91,7 @@ def test_a_stopped_caller_takes_its_pilots_down_and_they_print_nothing(capfd):
     import os
     import time
 
-    from race.runner import Job, run_jobs
+    from race.run.processes import Job, run_jobs
 
     cfg = build_config({**_tiny_dict(), "budget": 2e11, "grid": [0.6, 0.73, 0.84], "eval": {"prompts": 50, "samples": 2}})
     jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]
@@ -113,7 +115,7 @@ def test_hf_peft_path_runs_a_pilot(torch_one_thread):
     """With the lean path off (or for other architectures) the pilot runs HF + peft, whole sequences."""
     from peft import PeftModel
 
-    from race.pilot import PilotEngine, run_pilot
+    from race.engine.pilot import PilotEngine, run_pilot
 
     cfg = build_config({**_tiny_dict(), "budget": 3e10, "grid": [0.6, 0.73, 0.84], "seeds": 1,
                         "grpo": {**_tiny_dict()["grpo"], "fast_path": False}, "eval": {"prompts": 50, "samples": 2}})
@@ -126,7 +128,7 @@ def test_hf_peft_path_runs_a_pilot(torch_one_thread):
 
 
 def test_eta_is_the_pace_so_far_times_what_is_left():
-    from race.runner import eta_seconds
+    from race.run.processes import eta_seconds
 
     assert eta_seconds(elapsed=60.0, done=3, total=12) == pytest.approx(180.0)   # 20 s a pilot, 9 left
     assert eta_seconds(elapsed=60.0, done=12, total=12) == 0.0

@@ -1,4 +1,4 @@
-"""race/plot.py: the figure shows what the diagnosis says (data read back from the artists)."""
+"""race/run/plot.py: the figure shows what the diagnosis says (data read back from the artists)."""
 from __future__ import annotations
 
 import math
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from race.cli import main
-from race.plot import PlotError, binned_curve, check_plot_path, checkpoint_curve, fit_curve, plot_results
-from race.records import Regime, TargetVerdict
-from race.regime import classify
-from race.results import Results, load_results, save_results
+from race.run.cli import main
+from race.run.plot import PlotError, binned_curve, check_plot_path, checkpoint_curve, fit_curve, plot_results
+from race.core.records import Regime, TargetVerdict
+from race.stats.regime import classify
+from race.stats.results import Results, load_results, save_results
 from test_regime import FALLING, synthetic_results
 
 
@@ -93,7 +93,7 @@ def test_the_figure_draws_the_diagnosis(tmp_path):
 
 
 def test_held_out_checkpoints_are_drawn_as_seed_means(tmp_path):
-    from race.records import Checkpoint, FlopBreakdown
+    from race.core.records import Checkpoint, FlopBreakdown
 
     def cps(scores, scale=1.0):
         return tuple(Checkpoint(i / 4, i, FlopBreakdown(scale * i * 1e9), {"reward": (s, s)}) for i, s in enumerate(scores))
@@ -166,12 +166,12 @@ def test_stored_diagnosis_and_refit_draw_the_same_verdict(tmp_path):
 
 def test_a_range_at_f_adds_the_drift_panel(tmp_path):
     """With a full-run budget the figure gets a fifth panel: ρ*(C) at the pilots' checkpoint budgets,
-    the ranges at B and at F and the drift between (race.drift)."""
+    the ranges at B and at F and the drift between (race.stats.drift)."""
     from pathlib import Path
 
-    from race.forecast import with_forecast
-    from race.plot import drift_points, plot_results
-    from race.results import load_results
+    from race.stats.forecast import with_forecast
+    from race.run.plot import drift_points, plot_results
+    from race.stats.results import load_results
 
     src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "tiny-reasoner.results.json.gz"
     res = load_results(str(src))

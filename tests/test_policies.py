@@ -1,4 +1,4 @@
-"""A grid over policies (race.policies): the models: key, the paired bootstrap, the joint view,
+"""A grid over policies (race.run.multimodel): the models: key, the paired bootstrap, the joint view,
 and a two-policy grid run end to end through the CLI at a tiny budget."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from race.cli import main
-from race.config import ConfigError, config_from_dict
-from race.fit import bootstrap_paired_grids, grid_scores
-from race.policies import gave_up, joint_view, part_configs, part_labels, point_costs, render_joint
-from race.presets import DEFAULT
-from race.records import FlopBreakdown, Schedule
-from race.regime import classify
-from race.results import Results
+from race.run.cli import main
+from race.config.configfile import ConfigError, config_from_dict
+from race.stats.fit import bootstrap_paired_grids, grid_scores
+from race.run.multimodel import gave_up, joint_view, part_configs, part_labels, point_costs, render_joint
+from race.config.presets import DEFAULT
+from race.core.records import FlopBreakdown, Schedule
+from race.stats.regime import classify
+from race.stats.results import Results
 from test_regime import FALLING, FLOPS_PER_PILOT, RISING, synthetic_results
 
 BASE = {k: v for k, v in DEFAULT.items() if k != "model"}
@@ -80,12 +80,12 @@ def test_bad_models_on_the_command_line_exit_2_before_anything_is_written(tmp_pa
 
 def test_one_policy_entry_points_refuse_a_grid_over_models(tmp_path):
     """race.diagnose returns one diagnosis and a study is one policy: both say where to go instead."""
-    from race.api import diagnose
-    from race.errors import RaceError
-    from race.scheduler import run_study
+    from race.run.api import diagnose
+    from race.core.errors import RaceError
+    from race.run.scheduler import run_study
 
     cfg = config_from_dict({**BASE, "models": ["race/tiny-arith-s", "race/tiny-arith"]})
-    with pytest.raises(RaceError, match="call race.api.run_models"):
+    with pytest.raises(RaceError, match="call race.run.api.run_models"):
         diagnose(config=cfg, out_dir=str(tmp_path / "d"))
     with pytest.raises(ConfigError, match="one study per policy"):
         run_study(cfg, out_dir=str(tmp_path / "s"))

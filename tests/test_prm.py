@@ -1,4 +1,4 @@
-"""Process reward models (race.rewards.prm) and the shipped tiny PRMs.
+"""Process reward models (race.tasks.rewards.prm) and the shipped tiny PRMs.
 
 - step aggregation on hand-made scores;
 - the shipped tiny PRMs load through ``from_pretrained`` and follow the Qwen2.5-Math-PRM
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from race.rewards.prm import (AGGREGATIONS, PRMError, ProcessRewardModel, aggregate, detect_convention,
+from race.tasks.rewards.prm import (AGGREGATIONS, PRMError, ProcessRewardModel, aggregate, detect_convention,
                               roc_auc, split_steps)
 from race.tasks import load_task
 from race.tasks.steps import corrupted_steps, parse_prompt, solution, step_labels
@@ -82,8 +82,8 @@ def test_shipped_prm_loads_through_from_pretrained(name):
 
 
 def test_large_prm_is_several_times_the_policy():
-    from race.flops import param_count
-    from race.models import load_arch
+    from race.flops.formulas import param_count
+    from race.flops.catalog import load_arch
 
     policy = param_count(load_arch("race/tiny-arith-steps"))
     small, large = (param_count(load_arch(f"race/{n}")) for n in PRMS)
@@ -220,9 +220,9 @@ def test_spec_from_a_loaded_config_matches_the_shipped_one(name):
     """A PRM that RACE has no config file for (a hub id) is costed from its loaded config."""
     from transformers import AutoConfig
 
-    from race.flops import reward_flops
-    from race.models import load_reward_model
-    from race.models import reward_model_spec
+    from race.flops.formulas import reward_flops
+    from race.flops.catalog import load_reward_model
+    from race.flops.catalog import reward_model_spec
 
     a = reward_model_spec(AutoConfig.from_pretrained(ASSETS / name).to_dict(), name)
     b = load_reward_model(f"race/{name}")
@@ -238,11 +238,12 @@ def test_judge_model_is_a_target_scored_on_the_evaluation_samples(tmp_path):
     exactly those scores, and a bad judge fails at the pilot's start with one line."""
     import torch
 
-    from race.api import build_config
-    from race.backends.hf import HFBackend
-    from race.config import ConfigError
-    from race.pilot import evaluate, load_policy, model_judges
-    from race.rewards import build_reward
+    from race.run.api import build_config
+    from race.engine.backends.hf import HFBackend
+    from race.config.configfile import ConfigError
+    from race.engine.evaluation import evaluate, model_judges
+    from race.engine.loading import load_policy
+    from race.tasks.rewards import build_reward
 
     raw = {"model": "race/tiny-arith-steps", "task": "arithmetic-steps", "budget": 1e10,
            "eval": {"prompts": 12, "samples": 3, "judge_model": "race/tiny-prm-s", "judge_aggregation": "mean"}}

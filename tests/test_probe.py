@@ -1,5 +1,5 @@
-"""The length probe (race/probe.py), its rule (race.checkpoints.probe_fall), the stability line it
-feeds, and the rate for F (race/rate.py). The real probe runs on the committed default grid."""
+"""The length probe (race/fullrun/probe.py), its rule (race.stats.instability.probe_fall), the stability line it
+feeds, and the rate for F (race/stats/rate.py). The real probe runs on the committed default grid."""
 from __future__ import annotations
 
 import math
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from race.checkpoints import probe_fall, stability_at
-from race.config import LearningRate
-from race.rate import RATE_CUT, apply_rate, configured_lr, full_run_rate
-from race.records import Checkpoint, FlopBreakdown, Stability, StabilityPoint
+from race.stats.instability import probe_fall, stability_at
+from race.config.configfile import LearningRate
+from race.stats.rate import RATE_CUT, apply_rate, configured_lr, full_run_rate
+from race.core.records import Checkpoint, FlopBreakdown, Stability, StabilityPoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RESULTS = os.path.join(ROOT, "docs", "runs", "default.results.json.gz")
@@ -95,7 +95,7 @@ def test_the_rate_for_f_is_graded_by_what_flagged_the_run():
     """At risk because pilots fell back: η ÷ 3 with cosine decay (rule 2). At risk by the length probe
     alone, the probe run at the full run's η: that η with cosine decay (rule 5). A probe that fell at a
     lower η than the run's says nothing for the run's η: η ÷ 3 again. No cause given: rule 2, as frozen."""
-    from race.rate import GRADED_GRIDS, GRADED_RUNS
+    from race.stats.rate import GRADED_GRIDS, GRADED_RUNS
 
     lr = LearningRate(ref=1e-3)
     fell_pt = StabilityPoint(rho_target=0.5, pilots=3, unstable=1, checkpoints=9, prompts=100, eval_flops=1.0)
@@ -117,13 +117,13 @@ def test_the_rate_for_f_is_graded_by_what_flagged_the_run():
 
 
 def _default_results():
-    from race.results import load_results
+    from race.stats.results import load_results
 
     return load_results(DEFAULT_RESULTS)
 
 
 def test_plan_probe_keeps_the_full_runs_steps_and_eta_at_one_prompt_per_step_under_the_cap():
-    from race.probe import PROBE_SHARE, plan_probe
+    from race.fullrun.probe import PROBE_SHARE, plan_probe
 
     res = _default_results()
     grid = sum(p.flops.total for p in res.pilots if p.status == "complete")
@@ -138,7 +138,7 @@ def test_plan_probe_keeps_the_full_runs_steps_and_eta_at_one_prompt_per_step_und
     assert capped.budget <= PROBE_SHARE * grid * 1.0001 and capped.covers < 1
     assert capped.learning_rate == capped.schedule.learning_rate == 3e-4
     assert f"{capped.covers:.0%} of the full run's" in capped.line()
-    from race.errors import RaceError
+    from race.core.errors import RaceError
 
     with pytest.raises(RaceError, match="is not above the pilot budget"):
         plan_probe(res, float(res.config["budget"]))
@@ -147,7 +147,7 @@ def test_plan_probe_keeps_the_full_runs_steps_and_eta_at_one_prompt_per_step_und
 
 
 def _race(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "race", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "PYTHONPATH": ROOT})
 
 
@@ -183,7 +183,7 @@ def test_a_real_probe_is_stored_and_read_by_the_report_and_the_recipe(tmp_path):
 
 
 def test_the_probe_says_its_progress_at_each_tenth_of_its_budget_with_the_time_left():
-    from race.probe import ProgressLines, _clock
+    from race.fullrun.probe import ProgressLines, _clock
 
     said, now = [], [100.0]
     lines = ProgressLines(1000.0, 500, say=said.append, clock=lambda: now[0])
@@ -204,7 +204,7 @@ def test_the_probe_says_its_progress_at_each_tenth_of_its_budget_with_the_time_l
 
 
 def test_a_stopped_probe_is_not_told_it_resumes():
-    from race.cli import _what_is_kept
+    from race.run.cli import _what_is_kept
 
     assert "runs it again from the start" in _what_is_kept(["probe", "runs/g", "--full-run", "6e12"])
     assert "finished pilots stay in the storage" in _what_is_kept(["pilot", "grid.yaml"])

@@ -1,6 +1,6 @@
 """The word-problem tasks (race/tasks/wordproblems.py) and the tiny reasoner they train
 (race/assets/tiny-reasoner): generator, splits, file formats, tokenizer, chat template, EOS,
-loading through transformers and race.models, FLOPs against FlopCounterMode, accuracy."""
+loading through transformers and race.flops.catalog, FLOPs against FlopCounterMode, accuracy."""
 from __future__ import annotations
 
 import importlib.util
@@ -98,7 +98,7 @@ def test_writers_and_shipped_files(tmp_path):
 def tok():
     from transformers import AutoTokenizer
 
-    from race.models import resolve_model_path
+    from race.flops.catalog import resolve_model_path
 
     return AutoTokenizer.from_pretrained(resolve_model_path("race/tiny-reasoner"))
 
@@ -141,8 +141,8 @@ def test_chat_template_and_end_of_turn(tok):
 def test_model_loads_and_is_counted_by_race(tok):
     from transformers import AutoModelForCausalLM
 
-    from race import flops as F
-    from race.models import load_arch, resolve_model_path, shipped_models
+    from race.flops import formulas as F
+    from race.flops.catalog import load_arch, resolve_model_path, shipped_models
 
     assert "race/tiny-reasoner" in shipped_models()
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("race/tiny-reasoner"))
@@ -156,12 +156,12 @@ def test_model_loads_and_is_counted_by_race(tok):
 
 
 def test_flops_match_flop_counter():
-    """Forward, full fwd+bwd and LoRA fwd+bwd of the shipped model: race.flops vs FlopCounterMode."""
+    """Forward, full fwd+bwd and LoRA fwd+bwd of the shipped model: race.flops.formulas vs FlopCounterMode."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from race import flops as F
-    from race.models import load_arch
+    from race.flops import formulas as F
+    from race.flops.catalog import load_arch
 
     spec = importlib.util.spec_from_file_location("flop_accuracy", ROOT / "bench" / "flop_accuracy.py")
     bench = importlib.util.module_from_spec(spec)
@@ -211,10 +211,13 @@ def test_a_short_pilot_raises_the_reasoners_heldout_pass_at_1(torch_one_thread):
     rollouts and update in sync (gap ≤ 1e-4)."""
     from dataclasses import replace
 
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.pilot import answer_check, evaluate, load_rollout, run_pilot, task_problems
-    from race.rewards import build_reward
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.tasks.taskdata import answer_check, task_problems
+    from race.engine.evaluation import evaluate
+    from race.engine.loading import load_rollout
+    from race.engine.pilot import run_pilot
+    from race.tasks.rewards import build_reward
 
     cfg = build_config(str(ROOT / "pilots" / "tiny-reasoner-smoke.yaml")).with_overrides(budget=1.2e12)
     cfg = replace(cfg, eval=replace(cfg.eval, prompts=200, checkpoints=0, tasks=()))

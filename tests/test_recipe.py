@@ -14,13 +14,13 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from race import presets
-from race.cli import main
-from race.config import config_from_dict
-from race.errors import RaceError
-from race.grid import CostModel
-from race.recipes import TRAINERS, recipe, render_recipe
-from race.specs import policy_arch, reward_spec
+from race.config import presets
+from race.run.cli import main
+from race.config.configfile import config_from_dict
+from race.core.errors import RaceError
+from race.flops.grid import CostModel
+from race.fullrun.recipes import TRAINERS, recipe, render_recipe
+from race.flops.specs import policy_arch, reward_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "runs", "tiny-steps-sparse.results.json")
@@ -98,7 +98,7 @@ def test_trl_measured_split_matches_the_recipe():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from race.models import resolve_model_path
+    from race.flops.catalog import resolve_model_path
 
     torch.manual_seed(0)
     path = resolve_model_path("race/tiny-arith")
@@ -165,12 +165,12 @@ def test_verl_and_openrlhf_give_mu_optimizer_steps_per_batch():
     assert len(r.notes) == 6 and "token-level" in r.notes[1] and "\n" not in r.notes[1]   # no per-sequence mean
     assert "issue #1349" in r.notes[0] and "race recipe --for verl" in r.notes[0]   # LoRA + vLLM at 0.11.0
     # the watch: a validation every K steps (20 over the run), and the function for the means it logs
-    assert f["--eval.steps"] == max(1, round(s.steps / 20)) and "race.watch.check_means(" in r.notes[2]
+    assert f["--eval.steps"] == max(1, round(s.steps / 20)) and "race.fullrun.watch.check_means(" in r.notes[2]
     assert o["trainer.test_freq"] == max(1, round(v.schedule.steps / 20)) and o["trainer.val_before_train"] is True
-    assert o["trainer.validation_data_dir"] == "race_watch_val" and "race.watch.verl_history(" in " ".join(v.notes)
+    assert o["trainer.validation_data_dir"] == "race_watch_val" and "race.fullrun.watch.verl_history(" in " ".join(v.notes)
     assert r.notes[3].startswith("data and reward: the paths under RACE_EMIT_DIR are placeholders")
     assert r.notes[4].startswith("stability at F (10 × B): not tested: no pilot has run yet")   # a config
-    # a constant rate over 10 pilot budgets: the rate for F is cosine decay (race.rate, rule 3), used
+    # a constant rate over 10 pilot budgets: the rate for F is cosine decay (race.stats.rate, rule 3), used
     assert r.notes[5].startswith("rate for F: η ") and "cosine decay to 0 with 5% warm-up" in r.notes[5]
     assert f["--actor.lr_scheduler"] == "cosine" and f["--actor.lr_warmup_ratio"] == 0.05
     assert o["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "cosine"
@@ -181,8 +181,8 @@ def test_every_recipe_carries_one_stability_line_at_f():
     pilot budgets, not tested at or past it; results with a fallen pilot: at risk, naming it."""
     from dataclasses import replace
 
-    from race.checkpoints import LONG_RUN
-    from race.results import load_results
+    from race.stats.instability import LONG_RUN
+    from race.stats.results import load_results
 
     cfg = tiny_config()
     rho = on_policy_rho(cfg)
@@ -194,7 +194,7 @@ def test_every_recipe_carries_one_stability_line_at_f():
     lines = [n for n in recipe(src, trainer="trl", full_run_budget=2 * b).notes if n.startswith("stability at F")]
     assert len(lines) == 1 and lines[0].startswith("stability at F (2 × B): AT RISK: 1 of 12 pilots fell back on "
                                                    "their held-out checkpoints (ρ 0.40: 1 of 3)")
-    assert "lower η" in lines[0] and "race.watch" in lines[0]
+    assert "lower η" in lines[0] and "race.fullrun.watch" in lines[0]
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
@@ -232,7 +232,7 @@ def test_keep_is_inexpressible_one_line_and_the_nearest_recipe(trainer):
 
 
 def test_results_use_the_recommended_rho():
-    from race.results import load_results
+    from race.stats.results import load_results
 
     res = load_results(RESULTS)
     d = res.diagnosis
@@ -241,7 +241,7 @@ def test_results_use_the_recommended_rho():
     rec = recipe(RESULTS, trainer="trl", full_run_budget=res.config["budget"])
     assert d.open_side is None and rec.rho == pytest.approx(round(sum(d.rho_range) / 2, 4))
     assert rec.rho == pytest.approx(round(d.recommended_rho, 4))
-    # longer: the range at F (race.drift), said in the first note
+    # longer: the range at F (race.stats.drift), said in the first note
     far = recipe(RESULTS, trainer="trl", full_run_budget=1e13)
     assert far.rho != rec.rho and far.notes[0].startswith(f"ρ={far.rho:g} is the recommended ρ of the range at F")
     assert rec.prompt_len == 6.0 and rec.completion_len == pytest.approx(21.50390625)   # calibrated lengths
@@ -380,10 +380,10 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
 
     import pyarrow.parquet as pq
 
-    from race.emit import epochs
+    from race.fullrun.emit import epochs
     from race.tasks import load_task
 
-    from race.results import load_results
+    from race.stats.results import load_results
 
     task = load_results(RESULTS).config["task"]
     train, held = load_task(task, split="train"), load_task(task, split="eval")
@@ -444,7 +444,7 @@ def _trl_split():
 
 def _check_split(bench, cfg, m):
     """Measured = stated within 2 %: search, learning and each phase of each generation batch, with the
-    statement (race.recipes.trainer_step_cost) at the batch's padded lengths, T² attention and the LM head
+    statement (race.fullrun.recipes.trainer_step_cost) at the batch's padded lengths, T² attention and the LM head
     where TRL ran it; TRL padded every row to the batch's longest prompt and completion."""
     want = bench.stated(cfg, m["batches"])
     assert m["search"] == pytest.approx(want.search, rel=0.02)
@@ -465,7 +465,7 @@ def test_the_emitted_trl_script_runs_and_its_flops_match_the_statement_at_the_le
     """race recipe --for trl --emit DIR writes train_trl.py; two of its steps run here on the shipped
     policy, completions of the length the policy gives (no forced length), under FlopCounterMode.
     Generation FLOPs are search, the rest learning, and each phase matches RACE's statement for TRL
-    (race.recipes.trainer_step_cost) at each batch's padded lengths, within 2 %: that checks the
+    (race.fullrun.recipes.trainer_step_cost) at each batch's padded lengths, within 2 %: that checks the
     LM-head recompute and the batch-wide padding at more than one length."""
     bench = _trl_split()
     cfg = tiny_config(mu=2, micro=None)

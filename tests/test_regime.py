@@ -16,12 +16,12 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from race import regime
-from race.records import FlopBreakdown, PilotResult, Regime, Schedule
-from race.regime import classify
+from race.stats import regime
+from race.core.records import FlopBreakdown, PilotResult, Regime, Schedule
+from race.stats.regime import classify
 
 GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
-SEED_SD = 0.024          # seed-to-seed SD measured on the tiny policy (race/presets.py)
+SEED_SD = 0.024          # seed-to-seed SD measured on the tiny policy (race/config/presets.py)
 FLOPS_PER_PILOT = 1.5e12
 
 
@@ -262,8 +262,8 @@ def test_reward_heavy_targets_whose_trends_disagree_are_flagged():
 
 def test_seeds_that_agree_exactly_do_not_crash_the_noise_advice():
     """Every pilot scoring 0 (a hard task at a small budget): inconclusive, no division by zero."""
-    from race.records import FlopBreakdown, PilotResult
-    from race.regime import classify
+    from race.core.records import FlopBreakdown, PilotResult
+    from race.stats.regime import classify
 
     pilots = [PilotResult(rho, seed, FlopBreakdown(1e12 * (1 - rho), 1e12 * rho), {"reward": (0.0,) * 50})
               for rho in (0.45, 0.6, 0.73) for seed in range(2)]
@@ -301,9 +301,9 @@ def test_a_training_reward_that_never_moved_is_flagged():
 @pytest.mark.parametrize("response, n_seeds, reward_fraction", [(FALLING, 2, 0.0), (PEAKED, 3, 0.0),
                                                                  (FALLING, 2, 0.5)])
 def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_seeds, reward_fraction):
-    """race.forecast classifies predicted scores with response_verdict: fed a grid's own point
+    """race.stats.forecast classifies predicted scores with response_verdict: fed a grid's own point
     means and bootstrap replicates it returns that grid's regime, range, confidence and slope CI."""
-    from race.fit import bootstrap_response
+    from race.stats.fit import bootstrap_response
 
     results = synthetic_results(response=response, n_seeds=n_seeds, reward_fraction=reward_fraction, seed=3)
     v = classify(results, n_boot=300).primary
@@ -352,7 +352,7 @@ def test_open_side_rule(regime_, best, n, expected):
 
 
 def test_open_side_round_trips_and_old_files_read_closed():
-    from race.records import Diagnosis, TargetVerdict
+    from race.core.records import Diagnosis, TargetVerdict
 
     diag = classify(synthetic_results(response=FALLING, n_seeds=2, seed=7), n_boot=200)
     d = diag.to_dict()

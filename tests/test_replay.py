@@ -42,7 +42,7 @@ def test_the_prior_is_the_median_best_rho_of_the_other_settings(monkeypatch):
 
     fake = (grid("a", 0.30, 0.60), grid("b", 0.50, 0.20), grid("c", 0.70, 0.40))
     monkeypatch.setattr(R, "grids", lambda: fake)
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     monkeypatch.setattr(V, "pilots_of", lambda rec: [PilotResult.from_dict({**p, "schedule": _schedule(p)})
                                                      for p in rec["pilots"]])
@@ -77,14 +77,14 @@ def test_a_truncated_pilot_stands_where_its_checkpoint_was():
     # no checkpoint at 0.5: the pilot stood at its latest one before (0.3)
     assert R.truncated(p, 0.5).evals["reward"] == (0.4,) * 4
     # the log-FLOP interpolation the equal-compute read uses sits between the two checkpoints
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     mid = R._interp_fraction(PilotResult.from_dict(p), 0.45)
     assert 0.4 < mid[0] < 0.7
 
 
 def test_the_pass_rate_bar():
-    """The replay uses race.design's rule: half the groups of g carry a reward that varies."""
+    """The replay uses race.stats.design's rule: half the groups of g carry a reward that varies."""
     assert R.p_star(8) == pytest.approx(0.083, abs=1e-3)
     assert R.p_star(4) > R.p_star(8) > R.p_star(16) > 0.04
 

@@ -3,10 +3,10 @@ from dataclasses import replace
 
 import pytest
 
-from race.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
+from race.core.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
                           TargetVerdict)
-from race.report import render_diagnosis, render_plan
-from race.results import Results, diagnose_results, load_results, save_results, ResultsError
+from race.stats.report import render_diagnosis, render_plan
+from race.stats.results import Results, diagnose_results, load_results, save_results, ResultsError
 
 
 def _sched(rho):
@@ -19,7 +19,7 @@ def _diag():
                              (0.49 - 0.1 * r, 0.51 - 0.1 * r), _sched(r)) for r in (0.3, 0.6, 0.85))
     v = TargetVerdict("reward", Regime.SEARCH_HEAVY, (0.3, 0.45), 0.93, 0.3, 0.47, -0.09, (-0.12, -0.05),
                       None, pts, {"loglinear": {"a": 0.4, "b": -0.09}}, ("best at grid boundary (ρ=0.30)",),
-                      open_side="below")      # search-heavy with the best at the lowest ρ: race.regime opens it
+                      open_side="below")      # search-heavy with the best at the lowest ρ: race.stats.regime opens it
     return Diagnosis("reward", {"reward": v}, ("targets disagree",), {"model": "tiny", "backend": "hf"})
 
 
@@ -72,8 +72,8 @@ def test_results_roundtrip_and_errors(tmp_path):
 
 def test_render_plan_formats():
     from conftest import TINY_MODEL
-    from race.config import GridConfig
-    from race.grid import plan_grid
+    from race.config.configfile import GridConfig
+    from race.flops.grid import plan_grid
 
     plan = plan_grid(GridConfig(model=TINY_MODEL, budget=1.5e12, prompt_len=6, completion_len=4, grid=(0.5, 0.6, 0.75, 0.85, 0.92),
                                 full_run_budget=1e15))
@@ -91,7 +91,7 @@ def test_the_report_names_the_backend_and_software_the_pilots_ran():
     report prints them in its head."""
     from dataclasses import replace
 
-    from race.results import pilots_meta
+    from race.stats.results import pilots_meta
 
     sw = {"race": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.19.0", "peft": "0.21.2"}
     other = {**sw, "torch": "2.11.0+cu130", "transformers": "5.17.0"}

@@ -1,4 +1,4 @@
-"""Reruns of a grid with other seeds (issue 54): ``first_seed`` (race.config) and the reruns study
+"""Reruns of a grid with other seeds (issue 54): ``first_seed`` (race.config.configfile) and the reruns study
 (research/scripts/reruns.py: records, agreement, reliability table)."""
 import json
 import subprocess
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from race import presets
-from race.api import build_config
-from race.config import ConfigError, default_settings
-from race.scheduler import adaptive_needed, informative_seeds, successive_halving
+from race.config import presets
+from race.run.api import build_config
+from race.config.configfile import ConfigError, default_settings
+from race.run.scheduler import adaptive_needed, informative_seeds, successive_halving
 
 
 # ---------------------------------------------------------------- first_seed
@@ -43,8 +43,8 @@ def test_adaptive_designs_offset_their_seeds():
 
 
 def test_study_keys_and_trials_use_the_offset_seeds(tmp_path):
-    from race.store import Store
-    from race.store.study import StudyInfo
+    from race.run.store import Store
+    from race.run.store.study import StudyInfo
 
     cfg = build_config({**presets.DEFAULT, "name": "fs", "first_seed": 3, "seeds": 2, "grid": [0.5, 0.62, 0.74]})
     info = StudyInfo(cfg.to_dict(), cfg.to_dict(), {}, {}, {}, None, 0.0)
@@ -68,7 +68,7 @@ def _pilot_cli(cfg: dict, out: Path) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg))
-    r = subprocess.run([sys.executable, "-m", "race.cli", "pilot", str(out / "config.yaml"), "--out", str(out / "run"),
+    r = subprocess.run([sys.executable, "-m", "race", "pilot", str(out / "config.yaml"), "--out", str(out / "run"),
                         "--quiet", "--format", "json", "--workers", "1"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads((out / "run" / "results.json").read_text())

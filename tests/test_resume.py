@@ -10,8 +10,8 @@ import pytest
 
 from conftest import ROOT, untimed, untimed_diagnosis
 from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
-from race.scheduler import allocate_seeds
-from race.store import key_of
+from race.run.scheduler import allocate_seeds
+from race.run.store import key_of
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,7 @@ def test_adaptive_grid_then_the_full_grid(tmp_path):
 
 def _small_grid(tmp_path, evals: str = "prompts: 30, samples: 2, checkpoints: 3"):
     """A 3-point, 1-seed grid of the tiny arithmetic policy at 1e10 FLOPs in ``tmp_path/c.yaml``, and a
-    function running ``python -m race.cli ARGS`` there (this checkout on PYTHONPATH)."""
+    function running ``python -m race ARGS`` there (this checkout on PYTHONPATH)."""
     import subprocess
     import sys
 
@@ -170,7 +170,7 @@ def _small_grid(tmp_path, evals: str = "prompts: 30, samples: 2, checkpoints: 3"
     env = {**os.environ, "PYTHONPATH": ROOT}
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+        return subprocess.run([sys.executable, "-m", "race", *args], capture_output=True, text=True, cwd=tmp_path,
                               env=env, timeout=600)
     return cfg, run
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from race.rewards import (REWARDS, RewardBatch, RewardError, dense, final_answer, get_reward,
+from race.tasks.rewards import (REWARDS, RewardBatch, RewardError, dense, final_answer, get_reward,
                           score_completions, sparse, structured)
 
 
@@ -66,7 +66,7 @@ def test_rewards_lie_in_unit_interval():
 
 def test_get_reward_names_strings_callables():
     assert get_reward("sparse") is sparse and get_reward("dense") is dense
-    assert get_reward("race.rewards.rules:structured") is structured
+    assert get_reward("race.tasks.rewards.rules:structured") is structured
     assert get_reward("math:isfinite") is math.isfinite
 
     def mine(p, c, r):
@@ -78,8 +78,8 @@ def test_get_reward_names_strings_callables():
 @pytest.mark.parametrize("name, match", [
     ("sparce", "unknown: expected one of sparse, structured, dense"),
     ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
-    ("race.rewards.rules:nothing", "has no attribute 'nothing'"),
-    ("race.rewards.rules:EOS_MARKERS", "is not callable"),
+    ("race.tasks.rewards.rules:nothing", "has no attribute 'nothing'"),
+    ("race.tasks.rewards.rules:EOS_MARKERS", "is not callable"),
     (3, "must be a name"),
 ])
 def test_get_reward_errors(name, match):
@@ -146,7 +146,7 @@ def test_a_reward_file_path(tmp_path):
 
 
 def test_a_config_finds_its_reward_beside_it_from_any_directory(tmp_path, monkeypatch):
-    from race.config import load_config
+    from race.config.configfile import load_config
 
     cfgdir = tmp_path / "configs"
     cfgdir.mkdir()
@@ -176,8 +176,8 @@ def test_a_config_finds_its_reward_beside_it_from_any_directory(tmp_path, monkey
 
 
 def test_calibration_warns_when_the_reward_never_varies():
-    from race.config import config_from_dict
-    from race.pilot import Calibration, reward_check
+    from race.config.configfile import config_from_dict
+    from race.engine.calibration import Calibration, reward_check
     from race.tasks import Problem
 
     cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e10})          # sparse reward

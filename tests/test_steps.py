@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from race.config import ConfigError, config_from_dict
-from race.rewards import build_reward, dense, score_completions, sparse, structured
-from race.rewards.rules import final_answer
+from race.config.configfile import ConfigError, config_from_dict
+from race.tasks.rewards import build_reward, dense, score_completions, sparse, structured
+from race.tasks.rewards.rules import final_answer
 from race.tasks import judges, load_task
 from race.tasks.steps import (canonical_steps, corrupted_steps, parse_prompt, process_score, solution,
                               step_labels)
@@ -110,8 +110,8 @@ def test_build_reward_gives_a_batched_prm():
 def test_prm_pilot_meters_reward_share_and_step_targets():
     """A short real pilot with the larger tiny PRM: the reward share it measures (from the tokens
     the PRM read) matches the plan's and is ≥ 20 %; the step task's targets are evaluated."""
-    from race.grid import plan_grid
-    from race.pilot import run_pilot
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import run_pilot
 
     cfg = config_from_dict({
         "model": "race/tiny-arith-steps", "task": "arithmetic-steps", "budget": 2e10, "grid": [0.3],
@@ -136,8 +136,8 @@ def test_step_pilot_configs_share_policy_task_grid_and_budget():
     budget; with the larger tiny PRM, reward takes ≥ 20 % of every planned grid point."""
     from pathlib import Path
 
-    from race.config import load_config
-    from race.grid import plan_grid
+    from race.config.configfile import load_config
+    from race.flops.grid import plan_grid
 
     root = Path(__file__).resolve().parents[1] / "pilots"
     cfgs = {k: load_config(str(root / f"tiny-steps-{k}.yaml")) for k in ("sparse", "dense", "proxy-prm", "prm")}
@@ -152,8 +152,8 @@ def test_step_pilot_configs_share_policy_task_grid_and_budget():
 
 
 def test_reward_heavy_advice_prices_the_feedback_levers():
-    from race.records import FlopBreakdown, Regime
-    from race.regime import feedback_advice
+    from race.core.records import FlopBreakdown, Regime
+    from race.stats.regime import feedback_advice
 
     best = FlopBreakdown(search=30.0, learning=20.0, reward=50.0)
     (line,) = feedback_advice(best, regime=Regime.REWARD_HEAVY)

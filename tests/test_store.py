@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, require
-from race.cli import main
-from race.records import FlopBreakdown, PilotResult, Schedule
+from race.run.cli import main
+from race.core.records import FlopBreakdown, PilotResult, Schedule
 
 PG_URL = os.environ.get("RACE_TEST_POSTGRES_URL", "")
 
@@ -46,14 +46,14 @@ STORAGES = ["postgres", "sqlite", "journal"]
 
 
 def tiny_config(**kw):
-    from race import presets
-    from race.api import build_config
+    from race.config import presets
+    from race.run.api import build_config
 
     return build_config({**presets.DEFAULT, "name": kw.pop("name", "t"), **kw})
 
 
 def make_store(url: str, name: str, config):
-    from race.store import Store
+    from race.run.store import Store
 
     store = Store(url, name, heartbeat=1)
     schedule = Schedule(0.6, 8, 16, 8, 1, 10, 1e-3, 8, FlopBreakdown(1e9, 2e9), FlopBreakdown(1e10, 2e10))
@@ -72,7 +72,7 @@ def a_pilot(rho=0.6, seed=0, prompts=500, steps=2500) -> PilotResult:
              "pass@1": tuple(rng.random() for _ in range(prompts))}
     curve = tuple((1e7 * (i + 1) + rng.random(), rng.random()) for i in range(steps))
     sched = Schedule(rho, 8, 16, 8, 1, steps, 1e-3, 8, FlopBreakdown(1e7, 2e7), FlopBreakdown(1e10, 2e10))
-    from race.records import Checkpoint
+    from race.core.records import Checkpoint
 
     # held-out checkpoints: 9 × 2 targets × 500 per-prompt scores, more than one attribute holds as JSON
     checkpoints = tuple(Checkpoint(i / 8, i * 300, FlopBreakdown(1e9 * i + rng.random(), 2e9 * i),
@@ -90,8 +90,8 @@ def a_pilot(rho=0.6, seed=0, prompts=500, steps=2500) -> PilotResult:
     ("postgresql://nopass@h/db", "postgresql://nopass@h/db"),
 ])
 def test_mask_url(url, masked):
-    from race.store import mask_url
-    from race.urls import redact
+    from race.run.store import mask_url
+    from race.core.urls import redact
 
     assert mask_url(url) == masked
     assert redact(f"error at {url} (refused)", url) == f"error at {masked} (refused)"
@@ -112,7 +112,7 @@ def test_pilot_round_trips_through_storage(kind, tmp_path):
     pilot = a_pilot(0.6, 1)
     store.complete(claim, pilot, "reward")
     assert store.claim() is None
-    from race.store import Store
+    from race.run.store import Store
 
     again = Store(url, name)
     again.load()
@@ -128,7 +128,7 @@ def test_pilot_round_trips_through_storage(kind, tmp_path):
 
 CLAIMER = r"""
 import json, sys, time
-from race.store import Store
+from race.run.store import Store
 s = Store(sys.argv[1], sys.argv[2], heartbeat=1)
 s.load()
 time.sleep(max(0.0, float(sys.argv[3]) - time.time()))     # all three start claiming together

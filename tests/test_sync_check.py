@@ -1,12 +1,12 @@
 """The sync check: every step compares the sampler's log-probs of the sampled tokens with the
-training model's (race.grpo.SyncGap); healthy pilots sit at rounding noise, a sampler left on
+training model's (race.engine.grpo.SyncGap); healthy pilots sit at rounding noise, a sampler left on
 stale weights is flagged within one step, and a pilot far beyond the limit stops in one line."""
 import pytest
 import torch
 
-from race import grpo
-from race.api import build_config
-from race.grid import plan_grid
+from race.engine import grpo
+from race.run.api import build_config
+from race.flops.grid import plan_grid
 
 
 def test_sync_gap_by_hand():
@@ -19,8 +19,8 @@ def test_sync_gap_by_hand():
 
 
 def _engine(fast_path=True, **grpo_kw):
-    from race import presets
-    from race.pilot import PilotEngine
+    from race.config import presets
+    from race.engine.pilot import PilotEngine
 
     raw = dict(presets.DEFAULT)
     cfg = build_config({**raw, "budget": 2e10, "grid": [0.6, 0.73, 0.84],
@@ -51,7 +51,7 @@ def test_a_skipped_adapter_update_is_flagged_within_one_step(torch_one_thread, f
     """The fault of the trackers' reports: from step 2 on, the adapter update no longer reaches the
     sampler (its sync is skipped). Step 3, the first to sample from stale weights, crosses the
     warning level at once."""
-    from race.pilot import sync_warn_level
+    from race.engine.loop import sync_warn_level
 
     _, engine = _engine(fast_path)
     first = _steps(engine, 1)[0]
@@ -69,8 +69,8 @@ def test_a_skipped_adapter_update_is_flagged_within_one_step(torch_one_thread, f
 def test_pilot_records_and_report_name_the_gap(torch_one_thread, monkeypatch):
     """run_pilot keeps the per-step gaps; classify names flagged pilots; a gap past the hard limit
     fails the pilot with a one-line reason."""
-    import race.pilot as P
-    from race.pilot import run_pilot
+    from race.engine.loop import SyncFailed
+    from race.engine.pilot import run_pilot
 
     cfg = build_config(None, budget=2e10, grid="0.6,0.73,0.84")
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
@@ -81,9 +81,9 @@ def test_pilot_records_and_report_name_the_gap(torch_one_thread, monkeypatch):
 
     from dataclasses import replace
 
-    from race.regime import classify
+    from race.stats.regime import classify
 
-    from race.records import FlopBreakdown
+    from race.core.records import FlopBreakdown
 
     bad = [replace(res, rho_target=r, seed=s, flops=FlopBreakdown(2e10 * (1 - r), 2e10 * r, 0.0), extra={**res.extra, "sync": {**sync, "gap_max": 0.2, "n_flagged": 3,
                                                                               "flagged_steps": [5, 6, 7]}})
@@ -91,8 +91,8 @@ def test_pilot_records_and_report_name_the_gap(torch_one_thread, monkeypatch):
     notes = " ".join(classify(bad, n_boot=50).warnings)
     assert "the sync check flagged 6 of 6 pilots" in notes and "up to 0.2 per token" in notes
 
-    import race.pilotloop as L
+    import race.engine.loop as L
 
     monkeypatch.setattr(L, "SYNC_FAIL", -1.0)
-    with pytest.raises(P.SyncFailed, match="rollouts are not coming from the weights being trained"):
+    with pytest.raises(SyncFailed, match="rollouts are not coming from the weights being trained"):
         run_pilot(cfg, schedule, seed=0)

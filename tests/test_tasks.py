@@ -205,7 +205,7 @@ def test_problem_is_frozen_and_hashable():
 
 
 def test_tasks_import_is_light():
-    code = ("import sys, race.tasks, race.rewards\n"
+    code = ("import sys, race.tasks, race.tasks.rewards\n"
             "print([m for m in ('torch', 'transformers', 'datasets', 'pyarrow') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

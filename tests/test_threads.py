@@ -1,7 +1,7 @@
-"""Torch threads per pilot process (race.runner.pilot_threads) and the busy-machine warning."""
+"""Torch threads per pilot process (race.run.processes.pilot_threads) and the busy-machine warning."""
 import os
 
-from race import runner
+from race.run import processes as runner
 
 
 def test_threads_share_the_cores_and_omp_num_threads_wins(monkeypatch):

@@ -68,7 +68,7 @@ def _completions(tok, model, prompts, *, sample, seed=0):
 
 
 def test_sampled_accuracy_leaves_room_for_rl(tiny):
-    from race.rewards import sparse, structured
+    from race.tasks.rewards import sparse, structured
     from race.tasks import load_task
     tok, model = tiny
     probs = load_task("arithmetic-easy", split="eval", n=200)
@@ -84,7 +84,7 @@ def test_sampled_accuracy_leaves_room_for_rl(tiny):
 
 
 def test_hard_split_is_hard(tiny):
-    from race.rewards import sparse
+    from race.tasks.rewards import sparse
     from race.tasks import load_task
     tok, model = tiny
     probs = load_task("arithmetic-hard", split="eval", n=200)

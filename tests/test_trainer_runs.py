@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from conftest import ROOT, require
-from race.recipes import recipe, render_recipe
+from race.fullrun.recipes import recipe, render_recipe
 
 SOURCES = os.environ.get("RACE_TRAINER_SOURCES") or os.path.join(ROOT, ".ci", "cache", "trainers")
 RESULTS = os.path.join(ROOT, "docs", "runs", "default.results.json.gz")
@@ -112,8 +112,8 @@ print(out)
 def test_a_math_reward_checks_in_its_own_worker_without_race(tmp_path):
     """math-verify through the copied checker: its worker is race_reward.py itself, not race."""
     pytest.importorskip("math_verify")
-    from race import presets
-    from race.config import config_from_dict
+    from race.config import presets
+    from race.config.configfile import config_from_dict
 
     cfg = config_from_dict({**presets.DEFAULT, "reward": {"kind": "mix", "mix": {"math": 0.9, "format": 0.1}}})
     out = tmp_path / "emit"
@@ -131,8 +131,8 @@ print([round(m.compute_score("race", s, "0.5"), 6) for s in
 
 
 def test_a_custom_reward_is_copied_beside_it(tmp_path):
-    from race import presets
-    from race.config import config_from_dict
+    from race.config import presets
+    from race.config.configfile import config_from_dict
 
     fn = tmp_path / "my_reward.py"
     fn.write_text("def score(prompt, completion, reference):\n    return 0.5 if completion.strip() == reference else 0.0\n")
@@ -228,13 +228,13 @@ def test_verl_runs_the_recipes_steps_before_its_epochs_end(tmp_path, full):
 def test_the_shipped_chat_template_renders_races_prompt_token_for_token(policy):
     """verl renders every prompt with the tokenizer's chat template (RLHFDataset: apply_chat_template
     of the user turn, add_generation_prompt=True, tokenized without special tokens); the tokens must
-    be the ones RACE's pilots feed the policy (race.taskdata.policy_prompts, then the backends'
+    be the ones RACE's pilots feed the policy (race.tasks.taskdata.policy_prompts, then the backends'
     tokenizer call) — for the tiny arithmetic policies also the prompt's own tokens, as before the template."""
     from transformers import AutoTokenizer
 
-    from race.config import config_from_dict
-    from race.models import resolve_model_path
-    from race.taskdata import policy_prompts
+    from race.config.configfile import config_from_dict
+    from race.flops.catalog import resolve_model_path
+    from race.tasks.taskdata import policy_prompts
     from race.tasks import load_task
 
     path = resolve_model_path(f"race/{policy}")
@@ -264,13 +264,13 @@ def test_trl_grpo_config_trains_the_shipped_policy_from_the_emitted_folder(tmp_p
 
     trl_cli = shutil.which("trl", path=os.path.dirname(sys.executable)) or shutil.which("trl")
     require(trl_cli is not None, "TRL's `trl` command")
-    from race.config import config_from_dict
+    from race.config.configfile import config_from_dict
 
     cfg = config_from_dict({"model": "race/tiny-arith", "budget": 1e12, "lengths": {"prompt": 6, "completion": 6},
                             "schedule": {"prompts_per_step": 2, "n_train": 4, "max_n_gen": 4, "mu": 1},
                             "grpo": {"max_completion_len": 6, "micro_batch": 4}})
-    from race.grid import CostModel
-    from race.specs import policy_arch, reward_spec
+    from race.flops.grid import CostModel
+    from race.flops.specs import policy_arch, reward_spec
 
     rho = CostModel(cfg, policy_arch(cfg), reward_spec(cfg), 6, 6).cost(4, 1, 4).per_prompt.rho
     out = tmp_path / "emit"

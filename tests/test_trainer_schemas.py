@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import ROOT, require
-from race.recipes import recipe
+from race.fullrun.recipes import recipe
 
 SOURCES = os.environ.get("RACE_TRAINER_SOURCES") or os.path.join(ROOT, ".ci", "cache", "trainers")
 RESULTS = os.path.join(ROOT, "docs", "runs", "default.results.json.gz")
@@ -25,8 +25,8 @@ UNUSED_MANDATORY = {"reward.reward_model.rollout.name"}
 def _recipes(trainer: str):
     """Recipes over the axes that change their keys: the default grid and the reasoner, 8 GPUs and
     an odd shape, β > 0, a dr_grpo loss, μ > 1."""
-    from race.config import config_from_dict
-    from race.results import load_results
+    from race.config.configfile import config_from_dict
+    from race.stats.results import load_results
 
     yield recipe(RESULTS, trainer=trainer, full_run_budget=6e12)
     yield recipe(REASONER, trainer=trainer, full_run_budget=1e14, gpus=3, nodes=2)

@@ -1,4 +1,4 @@
-"""race.urls: storage passwords never leak, whatever characters they hold.
+"""race.core.urls: storage passwords never leak, whatever characters they hold.
 
 Checked at every place a storage URL is printed or stored: error lines of `race pilot`,
 `race worker` and `race report` on an unreachable server (no PostgreSQL needed), and a real
@@ -18,8 +18,8 @@ from urllib.parse import quote
 import pytest
 
 from conftest import require
-from race.config import ConfigError
-from race.urls import check, masked, passwords, redact
+from race.config.configfile import ConfigError
+from race.core.urls import check, masked, passwords, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ["ab/cd", "p@ss@word", "u:s:e:r", "100%sure", "with space s", "pässwörd-€", "a/b@c:d%e f€"]
@@ -60,7 +60,7 @@ def test_more_than_one_unescaped_at_is_refused_without_echoing_the_url():
 
 
 def _race(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "race", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
 
 
@@ -110,7 +110,7 @@ def test_a_real_grid_on_postgresql_stores_and_prints_no_spelling_of_a_hostile_pa
     assert rep.returncode == 0, rep.stderr
     worker = _race("worker", "--storage", url, "--study", study, "--wait", "0", cwd=tmp_path)   # nothing left to run
     assert worker.returncode == 0, worker.stderr
-    from race.store import open_storage
+    from race.run.store import open_storage
 
     storage = open_storage(url)
     sid = storage.get_study_id_from_name(study)

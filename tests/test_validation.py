@@ -28,12 +28,12 @@ def test_the_second_rounds_tables_are_recomputed_from_its_committed_data():
 
 
 def test_the_at_risk_line_quotes_the_second_rounds_counts_as_its_tables_print_them():
-    """The at-risk line (race.checkpoints.stability_at: some pilot fell back) quotes round 2's collapsed
+    """The at-risk line (race.stats.instability.stability_at: some pilot fell back) quotes round 2's collapsed
     full runs of the settings whose pilots fell back; those counts are the ones the tables print."""
     import re
 
-    from race.checkpoints import stability_at
-    from race.records import Stability, StabilityPoint
+    from race.stats.instability import stability_at
+    from race.core.records import Stability, StabilityPoint
 
     doc = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
     line = next(x for x in doc.splitlines() if x.startswith("Settings whose pilots fell back at B"))
@@ -148,7 +148,7 @@ def test_regret_and_gain_cis_bracket_the_point_figures_of_a_grid():
 
 
 def test_the_candidate_low_side_rule_moves_only_the_lower_bound_one_grid_point_down():
-    """candidate_range on verdicts built by hand (test doubles of race.records.TargetVerdict): a
+    """candidate_range on verdicts built by hand (test doubles of race.core.records.TargetVerdict): a
     closed range drops its lower bound to the next measured grid point below and is read at the
     new centre; one open below, or already at the grid's lowest point, is unchanged."""
     from types import SimpleNamespace
@@ -232,10 +232,10 @@ def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path)
 
 
 def test_the_learned_rule_by_hand():
-    """race.checkpoints.learned (round 2's replacement rule, the report's "nothing learned"): some
+    """race.stats.instability.learned (round 2's replacement rule, the report's "nothing learned"): some
     point's mean gain over the base (paired by seed, checkpoint prompts) above both 2 seed SEs and 0.01."""
-    from race.checkpoints import learned
-    from race.records import Checkpoint, FlopBreakdown, PilotResult
+    from race.stats.instability import learned
+    from race.core.records import Checkpoint, FlopBreakdown, PilotResult
 
     def pilot(rho, seed, base, final):
         cps = (Checkpoint(0.0, 0, FlopBreakdown(), {"reward": tuple(base)}),
@@ -260,8 +260,8 @@ def test_a_grid_that_learned_nothing_is_advised_so_not_told_to_add_seeds():
     sys.path.insert(0, str(ROOT / "research" / "scripts"))
     import validation
 
-    from race.regime import classify
-    from race.report import render_diagnosis
+    from race.stats.regime import classify
+    from race.stats.report import render_diagnosis
 
     hard = classify(validation.pilots_of(validation.load_run("hard", "pilot")), n_boot=100)
     text = render_diagnosis(hard)

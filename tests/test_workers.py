@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
-from race.store import key_of
+from race.run.store import key_of
 from test_store import STORAGES, storage_url
 
 KEYS = [(0.6, 0), (0.75, 0), (0.92, 0)]
@@ -83,7 +83,7 @@ def test_workers_share_a_study(kind, tmp_path):
                          cwd=ROOT, timeout=120)
     assert rep.returncode == 0 and rep.stdout == stdout and "RACE diagnosis" in stdout
     if kind == "postgres":   # the password of the storage URL is in no output and no file
-        from race.urls import passwords
+        from race.core.urls import passwords
 
         secret = passwords(url)[0]
         texts = [*read(tmp_path / "coord"), *read(tmp_path / "w0"), *read(tmp_path / "w1"), rep.stdout, rep.stderr,

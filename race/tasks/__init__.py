@@ -5,7 +5,14 @@ or a Hugging Face dataset name, and returns ``Problem`` rows of one split. Train
 evaluation prompts are disjoint by a hash of the prompt text; evaluation prompts come in
 a fixed order that does not depend on ``seed``.
 
-No torch or transformers here; optional libraries load only when a loader needs them.
+Interface:
+- ``load_task``, ``TASKS``, ``judges``: built-in tasks (``arithmetic``, ``steps``, ``wordproblems``) and
+  datasets (``datasets``: JSONL / Parquet / Hugging Face rows, GSM8K and MATH forms).
+- ``taskdata``: a task's problems in the chat template and within the context; downstream sets of
+  ``eval.tasks``; the answer checker pass@k uses.
+- ``rewards``: the reward functions a pilot trains on and what they cost.
+
+Invariants: no torch or transformers here; optional libraries load only when a loader needs them.
 """
 from __future__ import annotations
 

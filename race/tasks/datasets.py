@@ -143,7 +143,7 @@ def _worked_problem(row: dict, fmt: str, index: int, where: str) -> Problem | No
                 or (isinstance(answer, float) and not math.isfinite(answer)):
             raise TaskError(f"{where}: field 'answer' is {_kind(answer)}: expected a string or a number")
     else:
-        from race.rewards.answers import extract_answer
+        from race.tasks.rewards.answers import extract_answer
 
         answer = extract_answer(solution)
         if not answer:
@@ -211,7 +211,7 @@ def _existing_file(path: str) -> None:
     """A regular file of at most ``MAX_DATASET_BYTES``, or a one-line ``TaskError`` saying what it is."""
     import stat
 
-    from race.safeio import quote
+    from race.core.safeio import quote
 
     try:
         st = os.stat(path)

@@ -12,7 +12,7 @@ A column step is ``x+y+c=ss``: the column's two digits, the carry from the previ
 (0 or 1) and their sum written with two digits. Every step has the same width and sits at
 the same place in every solution, so a small model can learn to check it. The last
 segment is the final answer. The reference of a problem stays the final answer
-(``"132"``): ``race.rewards.rules.final_answer`` reads the last segment of a completion
+(``"132"``): ``race.tasks.rewards.rules.final_answer`` reads the last segment of a completion
 in this grammar, so the rule-based rewards judge the answer, not the work.
 
 ``step_labels`` is the rule that judges each step (the process checker): column step
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from race.tasks.arithmetic import ArithmeticTask
 from race.tasks.datasets import Problem
 
-from race.rewards.rules import STEP_SEPARATOR, split_steps as _split_steps
+from race.tasks.rewards.rules import STEP_SEPARATOR, split_steps as _split_steps
 _PROMPT = re.compile(r"^(\d+)\+(\d+)=$")
 STEP_GRAMMAR = re.compile(r"\d(\+\d)*=\d+")     # one column step (any digits, right or wrong)
 
@@ -69,7 +69,7 @@ def parse_prompt(prompt: str) -> tuple[int, int] | None:
 
 def split_steps(completion: str) -> list[str]:
     """The steps of a completion: its text up to the first EOS marker, split at ``;``, each
-    stripped, empty ones dropped (as ``race.rewards.prm.split_steps`` does for a PRM)."""
+    stripped, empty ones dropped (as ``race.tasks.rewards.prm.split_steps`` does for a PRM)."""
     return _split_steps(completion, STEP_SEPARATOR)
 
 
@@ -93,7 +93,7 @@ def process_score(prompt: str, completion: str, reference: str = "") -> float:
 
 def final_answer_correct(prompt: str, completion: str, reference: str) -> float:
     """1.0 iff the final answer (``rules.final_answer``) equals ``reference``."""
-    from race.rewards.rules import sparse
+    from race.tasks.rewards.rules import sparse
 
     return sparse(prompt, completion, reference)
 

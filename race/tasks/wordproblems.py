@@ -236,7 +236,7 @@ def compose(rng: random.Random, steps: int, *, style: str, max_operand: int, max
 # ------------------------------------------------------------------------------ writers
 
 def _write(path: str, rows: Iterable[dict]) -> int:
-    from race.safeio import write_inside
+    from race.core.safeio import write_inside
 
     lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
     write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path), "".join(lines), what="task file")

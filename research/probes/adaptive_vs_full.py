@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from race import presets
-from race.api import build_config
-from race.regime import classify
-from race.scheduler import run_grid
-from race.scheduler import ADAPTIVE_POLICIES, adaptive_subset
-from race.store import Store, default_url
+from race.config import presets
+from race.run.api import build_config
+from race.stats.regime import classify
+from race.run.scheduler import run_grid
+from race.run.scheduler import ADAPTIVE_POLICIES, adaptive_subset
+from race.run.store import Store, default_url
 
 
 def replay(policy: str, info, pilots, primary: str) -> list:

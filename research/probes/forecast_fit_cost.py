@@ -4,9 +4,9 @@
     python research/probes/forecast_fit_cost.py --cap 200   # the cap before 2026-12-02
 
 For every committed pilot grid (and extended grid) of research/validation/runs/ with its 10 × B full runs,
-runs race.forecast at the full-run budget as research/scripts/validation.py does, counting every
+runs race.stats.forecast at the full-run budget as research/scripts/validation.py does, counting every
 scipy.optimize.least_squares call the sigmoid fits make: the forecast's wall time, its status,
-how many fits stopped at the evaluation cap (race.forecast.MAX_NFEV_PER_PARAM × parameters) and
+how many fits stopped at the evaluation cap (race.stats.forecast.MAX_NFEV_PER_PARAM × parameters) and
 the most evaluations a fit took that stopped before it (a converged fit).
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ def main() -> int:
     import scipy.optimize
 
     import validation as v
-    from race import forecast as fmod
-    from race.records import Regime
+    from race.stats import forecast as fmod
+    from race.core.records import Regime
 
     calls: list[tuple[int, int]] = []          # (evaluations, cap) per least_squares call
     real = scipy.optimize.least_squares

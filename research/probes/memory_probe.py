@@ -1,4 +1,4 @@
-"""race.memory's update-phase plan against the memory a real update takes, on the CPU.
+"""race.flops.memory's update-phase plan against the memory a real update takes, on the CPU.
 
     python research/probes/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 64
     python research/probes/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 128
@@ -8,7 +8,7 @@ its end token, so completions run to full length), runs two real ``PilotEngine``
 reward, GRPO update, adapter sync) and measures the second step's update as the rise of the
 process's peak resident memory over its resident memory just before the update (Linux:
 ``/proc/self/clear_refs`` resets VmHWM; tensors this large are mmapped, so freeing returns them).
-It prints that next to the plan's update phase (activations + update logits: race.memory's
+It prints that next to the plan's update phase (activations + update logits: race.flops.memory's
 ``update_peak − static``, fp32). On the CPU, SDPA's math fallback also keeps the attention
 scores, which the plan (written for GPU kernels that do not) leaves out; they grow with the
 square of the sequence length. Linux only.
@@ -45,12 +45,12 @@ def main() -> None:
     import torch
 
     import gpu_check
-    from race import grpo
-    from race.config import config_from_dict
-    from race.memory import schedule_memory
-    from race.models import load_hf_config
-    from race.pilot import PilotEngine
-    from race.records import FlopBreakdown, Schedule
+    from race.engine import grpo
+    from race.config.configfile import config_from_dict
+    from race.flops.memory import schedule_memory
+    from race.flops.catalog import load_hf_config
+    from race.engine.pilot import PilotEngine
+    from race.core.records import FlopBreakdown, Schedule
     from race.tasks import load_task
 
     work = tempfile.TemporaryDirectory(prefix="race-memory-probe-")     # ~2 GB of random weights, removed at exit

@@ -2,17 +2,17 @@
 
     python research/probes/reasoner_cost.py                 # torch threads = 2, three sizes, markdown table
     python research/probes/reasoner_cost.py --threads 1 --repeats 3
-    python research/probes/reasoner_cost.py --lean          # through race.backends.lean.LeanLM + LoRA r 8, as pilots run
+    python research/probes/reasoner_cost.py --lean          # through race.engine.backends.lean.LeanLM + LoRA r 8, as pilots run
 
 For each size (Qwen2, random weights, the word-problem tokenizer of
 ``scripts/build_tiny_reasoner.py``): the seconds of
 
 - a GRPO-like step: 8 chat prompts × 8 samples of exactly ``--new-tokens`` tokens at T = 1
-  (KV cache, prefix shared as in ``race.backends.hf.sample``), then one forward + backward over
+  (KV cache, prefix shared as in ``race.engine.backends.hf.sample``), then one forward + backward over
   the 64 sequences (prompt + completion, full fine-tuning) and an AdamW step;
 - an SFT step: a batch of 32 chat-formatted worked solutions, forward + backward + AdamW.
 
-With ``--lean`` the model runs through ``race.backends.lean.LeanLM`` (merged weights for
+With ``--lean`` the model runs through ``race.engine.backends.lean.LeanLM`` (merged weights for
 sampling, LoRA rank 8 on every projection trained), the path pilots take on Llama-family models.
 The median of ``--repeats`` timed runs after one warm-up run is reported.
 """
@@ -44,7 +44,7 @@ SIZES = {  # name: Qwen2 fields
 
 
 def grpo_step(model, tok, prompts: list[str], *, n: int, new_tokens: int, opt) -> float:
-    from race.backends.hf import sample
+    from race.engine.backends.hf import sample
 
     t0 = time.perf_counter()
     model.eval()
@@ -113,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         model = Qwen2ForCausalLM(build_config(tok, **SIZES[name]))
         params = sum(p.numel() for p in model.parameters())
         if args.lean:
-            from race.backends.lean import LeanLM
+            from race.engine.backends.lean import LeanLM
 
             model = LeanLM(model, rank=8, alpha=16, seed=0, targets=("q_proj", "k_proj", "v_proj", "o_proj",
                                                                      "gate_proj", "up_proj", "down_proj"))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         g, s, gen = [], [], []
         for r in range(args.repeats + 1):
-            from race.backends.hf import sample
+            from race.engine.backends.hf import sample
             t0 = time.perf_counter()
             model.eval()
             if args.lean:

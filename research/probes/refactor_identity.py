@@ -26,7 +26,7 @@ import sys
 
 
 def records(root: str) -> str:
-    from race.records import Diagnosis, PilotResult
+    from race.core.records import Diagnosis, PilotResult
 
     files = sorted(glob.glob(f"{root}/docs/runs/*.json*") + glob.glob(f"{root}/pilots/**/*.json*", recursive=True)
                    + glob.glob(f"{root}/research/validation/**/*.json.gz", recursive=True)
@@ -55,10 +55,10 @@ def pilot(root: str) -> str:
     import torch
 
     torch.set_num_threads(1)
-    from race.api import build_config
-    from race.grid import plan_grid
-    from race.lockstep import run_lockstep
-    from race.pilot import run_pilot
+    from race.run.api import build_config
+    from race.flops.grid import plan_grid
+    from race.engine.lean_engine import run_lockstep
+    from race.engine.pilot import run_pilot
 
     cfg = build_config(None, budget=4e10, grid="0.6,0.73,0.84")
     sched = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]

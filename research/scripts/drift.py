@@ -2,7 +2,7 @@
 
     python research/scripts/drift.py table        # per setting and budget level: the best ρ with its bootstrap CI
     python research/scripts/drift.py backtest     # leave-one-setting-out: each candidate's range at 10 × and 30 × B, scored
-    python research/scripts/drift.py population   # the population drift (round 1; both rounds, as race/drift.py carries it, with --suite twice)
+    python research/scripts/drift.py population   # the population drift (round 1; both rounds, as race/stats/drift.py carries it, with --suite twice)
 
 After the second round was unsealed, both rounds are development data; ``--suite`` given twice reads
 them as one set of settings (``--suite research/validation/suite.yaml --suite research/validation/round2.yaml``),
@@ -13,7 +13,7 @@ held-out checkpoints (budget fractions 1/64 … 1, the same 100 checkpoint promp
 IsoFLOP points at that fraction of its budget: a constant-rate run stopped at f · C is the run
 planned at f · C (same knobs per step). A decaying schedule's early checkpoints are not (its rate has
 not decayed yet), so such settings give only their end points. A run that fell back on its own
-checkpoints (race.checkpoints.find_instability) is left out: its collapse is the stability issue's
+checkpoints (race.stats.instability.find_instability) is left out: its collapse is the stability issue's
 subject, not the optimum's.
 
 Budget levels: (grid, checkpoint fraction); x = log10(C / B), B the setting's pilot budget, so the
@@ -44,7 +44,7 @@ ALL_COLLAPSED = {"lr-x3", "lr-x3-cosine"}
 
 def runs_of(rec: dict) -> list:
     """The record's complete runs that did not fall back."""
-    from race.checkpoints import find_instability
+    from race.stats.instability import find_instability
 
     return [p for p in V.pilots_of(rec) if p.checkpoints and find_instability(p.checkpoints, "reward") is None]
 
@@ -109,7 +109,7 @@ def optimum_ci(by_rho: dict[float, list[float]], *, n_boot: int = N_BOOT, seed: 
 
 
 def observations(lvs: list[dict]) -> list:
-    from race.drift import Observation
+    from race.stats.drift import Observation
 
     obs = []
     for i, lv in enumerate(lvs):
@@ -121,7 +121,7 @@ def observations(lvs: list[dict]) -> list:
 
 
 def fit(lvs: list[dict]):
-    from race.drift import DriftError, fit_joint
+    from race.stats.drift import DriftError, fit_joint
 
     try:
         return fit_joint(observations(lvs))
@@ -232,7 +232,7 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
     """Leave one setting out: the population drift from the others' data (all grids); the held-out
     setting sees only its pilot grid (and, for the ladder, the longer pilots it would buy); each
     candidate's range at 10 × and 30 × B is scored against that setting's full runs."""
-    from race.drift import Z90, range_at, shrink
+    from race.stats.drift import Z90, range_at, shrink
 
     rows = []
     for s in suite["settings"]:

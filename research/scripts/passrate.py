@@ -3,7 +3,7 @@ policy's pass rate first, and replace any setting whose pilots would learn nothi
 
     python research/scripts/passrate.py --suite research/validation/round3.yaml
 
-Per setting: race.calibration.calibrate on its full-run config (64 training prompts × 4 samples, seed 0),
+Per setting: race.engine.calibration.calibrate on its full-run config (64 training prompts × 4 samples, seed 0),
 the base policy's pass rate on training prompts (the answer check of its reward), and the share of groups of
 n = 8 with any reward variance that pass rate implies, 1 − p⁸ − (1 − p)⁸ (GRPO learns nothing from a group
 whose rollouts all score the same; Aphale & Liu, arXiv 2606.18487, put the useful floor near p ≈ 0.083).
@@ -24,8 +24,8 @@ FLOOR, CEILING = 0.083, 0.95
 def main(argv=None) -> int:
     import validation as v
 
-    from race.calibration import calibrate
-    from race.config import config_from_dict
+    from race.engine.calibration import calibrate
+    from race.config.configfile import config_from_dict
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--suite", default=str(ROOT / "research" / "validation" / "round3.yaml"))

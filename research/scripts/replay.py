@@ -12,7 +12,7 @@
 
 Everything is computed from the committed records of both validation rounds
 (research/validation/runs/, research/validation/round2/runs/) with the project's own scoring code
-(research/scripts/validation.py, validation_round2.py, drift.py, race.drift, race.regime), read
+(research/scripts/validation.py, validation_round2.py, drift.py, race.stats.drift, race.stats.regime), read
 only. Deterministic (fixed bootstrap seeds); about a minute on two cores.
 
 **Grids scored.** Every (setting, full-run budget) of both rounds with a pilot grid and a full-run
@@ -22,7 +22,7 @@ back on their own checkpoints: lr-x3, lr-x3-cosine, lr-x2) has no best ρ and is
 the frozen tables.
 
 **RACE's recommendation at F** ("RACE" below): round 2 as frozen (validation_round2.score_row:
-race.drift's range at F with the frozen population −0.055 / 0.052); round 1 by the drift model's
+race.stats.drift's range at F with the frozen population −0.055 / 0.052); round 1 by the drift model's
 leave-one-setting-out backtest (research/scripts/drift.py, candidate "shrunk to the population":
 the population drift from the other round-1 settings). These are the figures docs/validation.md
 and docs/drift.md hold.
@@ -34,7 +34,7 @@ the best point's runs). It costs no pilot compute.
 **Scoring rules of issue 48 item 5, written down here before their scores were printed (2026-12-05):**
 
 (a) *A grid that learned nothing is reported apart.* A full-run grid learned nothing when
-    race.checkpoints.learned on its full runs says so: no ρ point's mean gain in held-out reward
+    race.stats.instability.learned on its full runs says so: no ρ point's mean gain in held-out reward
     over the base policy (final checkpoint against step 0, on the checkpoint prompts, paired by
     seed) exceeds both 2 of its seed SEs and 0.01 — the replacement rule of round 2, applied to
     the full runs. Such a grid is listed on its own line and kept out of every median and count.
@@ -46,7 +46,7 @@ the best point's runs). It costs no pilot compute.
 (c) *ρ is always measured*: every recommended ρ (pilot ranges, the prior) and every full-run
     response lives on the measured-ρ axis (validation.measured_rho), read by linear interpolation
     (validation.interpolate), flat past the grid's ends.
-(d) *With and without collapsed runs.* A run collapses when race.checkpoints.find_instability
+(d) *With and without collapsed runs.* A run collapses when race.stats.instability.find_instability
     flags it on its own held-out checkpoints (validation.collapses). Regret and gain are given on
     all runs and again with the collapsed runs left out of the full-run grid (its means, best
     point and pooled SE recomputed).
@@ -61,8 +61,8 @@ stopped at f · C is the run planned at f · C, docs/drift.md). Grids with a dec
 **Designs (issue 49).** Each design chooses which pilot runs (ρ, seed) run and how far (a budget
 fraction of B, read from their checkpoints: a "continued" design is the same pilot read further
 along its curve, which is what resuming its checkpoint gives). Its evidence is mapped to a range
-at F by the project's rule where it applies: race.regime.classify on the pilots as read, then
-race.drift.range_record (own drift shrunk to the population drift of the *other* settings of both
+at F by the project's rule where it applies: race.stats.regime.classify on the pilots as read, then
+race.stats.drift.range_record (own drift shrunk to the population drift of the *other* settings of both
 rounds, leave one setting out). Scored against each grid's full runs on the frozen reading (500
 prompts, all runs): the full-run best ρ in the range (coverage), the range's width, the regret at
 its recommended ρ in pooled full-run SEs, the same regime.
@@ -180,7 +180,7 @@ def _interp_fraction(p, frac: float) -> list[float] | None:
 
 
 def collapsed(p) -> bool:
-    from race.checkpoints import find_instability
+    from race.stats.instability import find_instability
 
     return bool(p.checkpoints) and find_instability(p.checkpoints, "reward") is not None
 
@@ -278,7 +278,7 @@ def round1_backtest() -> dict[tuple[str, float], float]:
     """Round 1's RACE at F: drift.py's leave-one-setting-out backtest, candidate "shrunk to the
     population" (its recommended ρ per (setting, factor)), recomputed with drift.py's own functions."""
     import drift as D
-    from race.drift import range_at, shrink
+    from race.stats.drift import range_at, shrink
 
     r1, _ = suites()
     out = {}
@@ -448,8 +448,8 @@ def compute_lines() -> list[str]:
 
 @lru_cache(maxsize=None)
 def learned_full(i: int) -> bool:
-    """Rule (a): whether grid ``i``'s full runs learned anything (race.checkpoints.learned)."""
-    from race.checkpoints import learned
+    """Rule (a): whether grid ``i``'s full runs learned anything (race.stats.instability.learned)."""
+    from race.stats.instability import learned
 
     got = learned(V.pilots_of(grids()[i]["full"]), "reward")
     return bool(got and got[0])
@@ -542,7 +542,7 @@ def truncated(p: dict, frac: float, *, rescale: bool = True):
     evaluations on the checkpoint prompts, FLOPs and measured ρ as spent, the checkpoints up to there
     (their fractions rescaled to the shorter budget with ``rescale``), the training curve up to there.
     ``frac`` = 1 gives the pilot as run."""
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     if frac >= 1.0:
         return PilotResult.from_dict(p)
@@ -651,7 +651,7 @@ FLAT = DESIGNS[1][0]
 def evidence(name: str, design: str) -> dict[str, Any]:
     """What a design's pilots show at B (independent of F): the pilots as read, their diagnosis,
     their FLOPs in units of B, and for successive halving the survivors and their range at B."""
-    from race.regime import classify
+    from race.stats.regime import classify
 
     spec = DESIGN[design]
     s = next(x for x in all_settings() if x["name"] == name)
@@ -700,7 +700,7 @@ def evidence(name: str, design: str) -> dict[str, Any]:
 def design_at(i: int, design: str) -> dict[str, Any]:
     """A design's range at F and recommended ρ for grid ``i`` (leave one setting out), scored on the
     frozen reading of its full runs (500 prompts, all runs)."""
-    from race.drift import DriftError, range_for_pilots
+    from race.stats.drift import DriftError, range_for_pilots
 
     g = grids()[i]
     spec = DESIGN[design]
@@ -789,9 +789,9 @@ PER_GRID = ("prior alone (no pilots)", FLAT, "flat grid read at 0.30 B", "halvin
 # ---------------------------------------------------------------- issue 49: the base pass rate
 
 def p_star(g: int) -> float:
-    """race.design.p_star: the base pass rate below which fewer than half the groups of g rollouts hold
+    """race.stats.design.p_star: the base pass rate below which fewer than half the groups of g rollouts hold
     two different 0/1 rewards, 1 − 2^(−1/g) (0.083 for g = 8; the check `race pilot` runs after calibration)."""
-    from race.design import p_star as rule
+    from race.stats.design import p_star as rule
 
     return rule(g)
 
@@ -799,11 +799,11 @@ def p_star(g: int) -> float:
 def passrate_rows() -> list[dict[str, Any]]:
     """Per setting with a pilot grid: the base policy's pass rate (pass@1 on the checkpoint prompts
     at step 0, mean over the pilots), the group sizes (rollouts per prompt) of its pilot grid, the
-    rule's call (race.design.signal) at the configured group n_train (the largest trained in the grid:
+    rule's call (race.stats.design.signal) at the configured group n_train (the largest trained in the grid:
     what `race pilot` checks after calibration), and whether its pilot grid and its 10 × B full runs learned
-    (race.checkpoints.learned)."""
-    from race.checkpoints import learned
-    from race.design import signal
+    (race.stats.instability.learned)."""
+    from race.stats.instability import learned
+    from race.stats.design import signal
 
     out = []
     for s in all_settings():
@@ -838,7 +838,7 @@ def passrate_lines() -> list[str]:
     nothing = [r for r in rows if not r["pilot_learned"] or r["full_learned"] is False]
     named = [r for r in nothing if r["predicted"]]
     false = [r for r in rows if r["predicted"] and r not in nothing]
-    out += ["", f"Learned nothing (pilot grid or 10 × B full runs, race.checkpoints.learned): "
+    out += ["", f"Learned nothing (pilot grid or 10 × B full runs, race.stats.instability.learned): "
                 f"{', '.join(r['setting'] for r in nothing)}. The rule names {len(named)} of them "
                 f"({', '.join(r['setting'] for r in named) or 'none'}), misses "
                 f"{', '.join(r['setting'] for r in nothing if not r['predicted']) or 'none'}, and names "
@@ -934,7 +934,7 @@ def slope_rows() -> list[dict[str, Any]]:
     """Per 10 × B grid: what the last stretch of compute buys at the full-run best point, in pooled SEs
     per doubling of compute (the checkpoint prompts at 0.55 F and at F: (R(F) − R(0.55 F)) / pooled SE /
     log2(1 / 0.55)). It prices the pilots in the units of their value: a share s of the compute spent on
-    pilots costs the run about this × log2(1 / (1 − s)) pooled SEs (race.design.pilot_value)."""
+    pilots costs the run about this × log2(1 / (1 − s)) pooled SEs (race.stats.design.pilot_value)."""
     out = []
     for i, g in enumerate(grids()):
         if g["kind"] != "full10":
@@ -953,7 +953,7 @@ def slope_lines() -> list[str]:
     out = ["| grid | full-run best ρ | pooled SEs per doubling of compute near F |", "|---|---|---|"]
     out += [f"| {r['grid']} | {r['best']:.2f} | {r['per_doubling']:+.2f} |" for r in rows]
     med = statistics.median(r["per_doubling"] for r in rows)
-    out += ["", f"Median over {len(rows)} grids: {med:.2f} pooled SEs per doubling (race.design.SE_PER_DOUBLING). "
+    out += ["", f"Median over {len(rows)} grids: {med:.2f} pooled SEs per doubling (race.stats.design.SE_PER_DOUBLING). "
                 f"A 10 % share spent on pilots costs the run about {med * math.log2(1 / 0.9):.2f} pooled SEs; the "
                 f"prior alone's median regret above is what the pilots can win back."]
     return out

@@ -3,7 +3,7 @@
 A rerun is a grid config (the embedded default, or a stored setting of the validation rounds)
 with ``first_seed`` set, so its seeds are first_seed … first_seed + seeds − 1. It runs as
 
-    python -m race.cli pilot CONFIG --out DIR --quiet --format json --workers 1
+    python -m race pilot CONFIG --out DIR --quiet --format json --workers 1
 
 from this checkout (OMP_NUM_THREADS=1), stored under /work/reruns-storage/NAME (rerunning the same
 command resumes: finished pilots are kept), and leaves two files in research/reruns/:
@@ -16,7 +16,7 @@ command resumes: finished pilots are kept), and leaves two files in research/rer
     python research/scripts/reruns.py queue default:3 default:6 r2:small:3 --commit
     python research/scripts/reruns.py table            # agreement and reliability, committed data only
 
-Settings: ``default`` (race.presets.DEFAULT), ``r1:NAME`` (research/validation/suite.yaml) and
+Settings: ``default`` (race.config.presets.DEFAULT), ``r1:NAME`` (research/validation/suite.yaml) and
 ``r2:NAME`` (research/validation/round2.yaml), whose pilot grids are built by
 research/scripts/validation.py's ``grid_config(setting, "pilot", 3)`` (read only). Rerun 0 of each
 setting is its committed run: docs/runs/default.results.json.gz for ``default``, the rounds'
@@ -60,7 +60,7 @@ def _validation():
 def setting_config(setting: str) -> dict[str, Any]:
     """The pilot grid of ``setting`` as a config mapping (seeds 3, from seed 0)."""
     if setting == "default":
-        from race import presets
+        from race.config import presets
 
         return json.loads(json.dumps(presets.DEFAULT))
     rnd, _, name = setting.partition(":")
@@ -146,7 +146,7 @@ def run(setting: str, first_seed: int, *, name: str | None = None, storage: Path
     if not cfg_path.exists():
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = folder / "run"
-    argv = [sys.executable, "-m", "race.cli", "pilot", str(cfg_path), "--out", str(out), "--quiet",
+    argv = [sys.executable, "-m", "race", "pilot", str(cfg_path), "--out", str(out), "--quiet",
             "--format", "json", "--workers", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     commit, dirty = _commit(), _dirty()
@@ -235,8 +235,8 @@ def rerun_zero(setting: str) -> dict | None:
 
 
 def _classify_dict(pilots: list[dict]) -> dict:
-    from race.records import PilotResult
-    from race.regime import classify
+    from race.core.records import PilotResult
+    from race.stats.regime import classify
 
     ps = [PilotResult.from_dict(p) for p in pilots if p.get("status") == "complete"]
     diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).to_dict()
@@ -265,7 +265,7 @@ def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
 def add_predicted(recs: list[dict]) -> None:
     """Each record's predicted rerun agreement (``rerun_agreement``, unwidened: the candidates of
     research/reruns/synthetic.md), from its pilots."""
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     for r in recs:
         if "_pilots" in r:
@@ -341,12 +341,12 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     A rerun's point means differ from this grid's by two draws of noise (this grid's and the
     rerun's), not one: with the truth unknown and this grid's replicates as its spread, a rerun's
     means scatter about this grid's means with √2 times the replicates' spread. Each inflated
-    replicate is classified by the replicate rule (race.regime.replicate_trends, band 2 contrast SEs:
+    replicate is classified by the replicate rule (race.stats.regime.replicate_trends, band 2 contrast SEs:
     a rerun states a trend when its effect clears its own CI), and the predicted agreement is the
     share that lands on the stated regime — for an inconclusive verdict, the share that is itself
     indecisive."""
-    from race import regime as R
-    from race.fit import bootstrap_response, response_of_means
+    from race.stats import regime as R
+    from race.stats.fit import bootstrap_response, response_of_means
 
     complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
     diag = R.classify(complete, targets=[target], primary_target=target, n_boot=n_boot, seed=seed)
@@ -380,7 +380,7 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     search = wide.slope + (s_hi - slope_hat) < 0
     rule = np.where(balanced, 0, np.where(update, 1, np.where(search, 2, 3)))
     predicted_rule = float(np.mean(rule == idx)) if idx is not None else float("nan")
-    # and its support gate (race.regime.MIN_SUPPORT of decisive replicates): a rerun's replicates
+    # and its support gate (race.stats.regime.MIN_SUPPORT of decisive replicates): a rerun's replicates
     # scatter about its own means as this grid's do about its means, so the share beyond the band
     # is a normal tail; a rerun whose decisive share falls short of the gate states inconclusive
     from statistics import NormalDist
@@ -453,7 +453,7 @@ def reliability_lines(rows: list[dict], key: str, title: str) -> list[str]:
 # ---------------------------------------------------------------- paired seeds
 
 def load_pilots(name: str) -> list:
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     with gzip.open(OUT / f"{name}.pilots.json.gz", "rt", encoding="utf-8") as fh:
         return [PilotResult.from_dict(p) for p in json.load(fh) if p.get("status") == "complete"]
@@ -468,8 +468,8 @@ def pairing(setting: str) -> list[str]:
     - paired grids (each rerun as run) against unpaired ones of the same pilots (grid k takes
       point i from rerun k + i, so no two points share a seed): the rerun-to-rerun SD of the
       log-linear slope and how often the grids state their most common regime."""
-    from race.fit import fit_loglinear
-    from race.regime import classify
+    from race.stats.fit import fit_loglinear
+    from race.stats.regime import classify
 
     recs = sorted((json.loads(p.read_text()) for p in OUT.glob("*.json")), key=lambda r: r["first_seed"])
     recs = [r for r in recs if r["setting"] == setting and (OUT / f"{r['name']}.pilots.json.gz").exists()]

@@ -3,28 +3,28 @@
     python research/scripts/stability.py                    # the table of docs/stability.md, with run-level rates
     python research/scripts/stability.py probe SETTING KIND # run the length probe for a setting's full-run grid
     python research/scripts/stability.py probes             # every probe of the first round not yet committed
-    python research/scripts/stability.py --suite research/validation/round2.yaml probes   # round 2's (race.probe; sealed-safe)
-    python research/scripts/stability.py --suite research/validation/round2.yaml rate-plan  # race.rate's plan per grid
+    python research/scripts/stability.py --suite research/validation/round2.yaml probes   # round 2's (race.fullrun.probe; sealed-safe)
+    python research/scripts/stability.py --suite research/validation/round2.yaml rate-plan  # race.stats.rate's plan per grid
     python research/scripts/stability.py --suite research/validation/round2.yaml rate       # its pre-registered rate runs
     python research/scripts/stability.py --suite research/validation/round2.yaml rates --write docs/stability.md
     python research/scripts/stability.py [--suite …] rates --check docs/stability.md       # what CI runs
 
 **The length probe** (a candidate, written down before any probe ran; round 1's probes ran with
-this script's own planner, round 2's with race.probe, the same design at the grid's recommended ρ): one run at the full run's
+this script's own planner, round 2's with race.fullrun.probe, the same design at the grid's recommended ρ): one run at the full run's
 budget F's optimizer-step count, at the pilot verdict's recommended ρ, with 1 prompt per step
 instead of the grid's B_p and the same η and rollouts per prompt, so it costs F / B_p. Capped at
 PROBE_SHARE of the pilot grid's compute (then it covers that share of the full run's steps). It
-flags the setting when it falls back on its held-out checkpoints (race.checkpoints' rule).
+flags the setting when it falls back on its held-out checkpoints (race.stats.instability' rule).
 Data: research/validation/probes/SETTING-KIND.json.gz (round 2: research/validation/round2/probes/), compact as the
 study's grids. Two readings of a probe were scored (docs/stability.md): it fell back by the pilots'
 rule (find_instability, the pre-registered one), or it ended below its base policy
-(race.checkpoints.probe_fall, chosen on these data); the rule frozen for round 2 flags a setting when
-some pilot fell back or its probe ended below its base (race.checkpoints.stability_at).
+(race.stats.instability.probe_fall, chosen on these data); the rule frozen for round 2 flags a setting when
+some pilot fell back or its probe ended below its base (race.stats.instability.stability_at).
 
 A candidate flags a setting from its pilot grid alone. Setting level: flagged among the settings
 with ≥ 1/3 of their full runs collapsed (detection) and among those with none (false alarm).
 Run level: flagged among the collapsed full runs, and among the stable ones. A full run collapsed
-when it fell back on its own held-out checkpoints (race.checkpoints.find_instability); its setting's
+when it fell back on its own held-out checkpoints (race.stats.instability.find_instability); its setting's
 10 × and 30 × B grids both count.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ PROBES = ROOT / "research" / "validation" / "probes"
 
 
 def fell(p) -> bool:
-    from race.checkpoints import find_instability
+    from race.stats.instability import find_instability
 
     return find_instability(p.checkpoints, "reward") is not None
 
@@ -56,16 +56,16 @@ def dipped(p, by: float = 0.03) -> bool:
 
 
 def probe_below_base(p) -> bool:
-    from race.checkpoints import probe_fall
+    from race.stats.instability import probe_fall
 
     return probe_fall(p.checkpoints, "reward") is not None
 
 
 # candidate → (reads the pilot grid, reads the probe): each a predicate of one pilot, or None
-CANDIDATES = {"some pilot fell back (the rule of race/checkpoints.py)": (fell, None),
+CANDIDATES = {"some pilot fell back (the rule of race/stats/instability.py)": (fell, None),
               "some pilot's last checkpoint ≥ 0.03 below its best": (dipped, None),
               "the length probe fell back (pilots' rule; pre-registered)": (None, fell),
-              "the length probe ended below its base (race.checkpoints.probe_fall)": (None, probe_below_base),
+              "the length probe ended below its base (race.stats.instability.probe_fall)": (None, probe_below_base),
               "**frozen:** some pilot fell back, or the probe ended below its base": (fell, probe_below_base)}
 
 
@@ -95,17 +95,17 @@ def probe_config(s: dict, kind: str) -> dict:
 
 
 def run_probe(s: dict, kind: str, storage: Path) -> Path:
-    """One length probe, run in this process (one thread): planned by race.grid at the probe's
-    budget, run by race.pilot.run_pilot (a single pilot: no grid, no verdict)."""
+    """One length probe, run in this process (one thread): planned by race.flops.grid at the probe's
+    budget, run by race.engine.pilot.run_pilot (a single pilot: no grid, no verdict)."""
     import gzip
     import json
     import time
 
     import torch
 
-    from race.config import config_from_dict
-    from race.grid import plan_grid
-    from race.pilot import run_pilot
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import plan_grid
+    from race.engine.pilot import run_pilot
 
     torch.set_num_threads(1)
     raw = probe_config(s, kind)
@@ -127,7 +127,7 @@ def run_probe(s: dict, kind: str, storage: Path) -> Path:
     return path
 
 
-# Item 2 of issue 33: full runs at the rate race.rate recommends, on settings that collapsed at their
+# Item 2 of issue 33: full runs at the rate race.stats.rate recommends, on settings that collapsed at their
 # constant rate. lr-x3 at 10 × B needs none: its recommended rate (η ÷ 3, cosine, 5 % warm-up) is
 # default-cosine's config exactly, whose 15 committed full runs at 10 × B answer it.
 RATE_RUNS = (("reasoner", "full10"), ("default", "full30"))
@@ -152,8 +152,8 @@ def use_suite(suite: dict) -> None:
 
 
 def probe_as_record(rec: dict) -> dict:
-    """A committed probe file as race.probe's record (what race.checkpoints.stability_at reads)."""
-    from race.checkpoints import probe_fall
+    """A committed probe file as race.fullrun.probe's record (what race.stats.instability.stability_at reads)."""
+    from race.stats.instability import probe_fall
 
     p = V.pilots_of(rec)[0]
     cps = sorted((c for c in p.checkpoints if c.evals.get("reward")), key=lambda c: c.fraction)
@@ -166,10 +166,10 @@ def probe_as_record(rec: dict) -> dict:
 
 def rate_plan(s: dict, kind: str) -> dict:
     """What race recipe would run for setting ``s`` at F = B × the kind's factor: ρ (the range at F's
-    recommended ρ, else the verdict's) and the rate (race.rate, from the frozen stability rule)."""
-    from race.checkpoints import stability, stability_at
-    from race.drift import range_record
-    from race.rate import configured_lr, full_run_rate
+    recommended ρ, else the verdict's) and the rate (race.stats.rate, from the frozen stability rule)."""
+    from race.stats.instability import stability, stability_at
+    from race.stats.drift import range_record
+    from race.stats.rate import configured_lr, full_run_rate
 
     pilot = V.load_run(s["name"], "pilot")
     pilots, diag = V.pilots_of(pilot), V.diagnosis(pilot)
@@ -196,13 +196,13 @@ def rate_plan(s: dict, kind: str) -> dict:
 
 # Rate variants (development data: round 2's after its unsealing, round 1's since): name → (η scale, schedule,
 # warm-up), replacing the recommendation's rate; the ρ stays the recommended one.
-from race.rate import LONG_WARMUP  # noqa: E402  (light: no torch)
+from race.stats.rate import LONG_WARMUP  # noqa: E402  (light: no torch)
 
 VARIANTS = {"same-eta-cosine": (1.0, "cosine", LONG_WARMUP)}   # rule 3's rate: the configured η, cosine decay to 0
 
 
 def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
-    """One full run at the recommended rate and ρ (race.pilot.run_pilot in this process, one thread);
+    """One full run at the recommended rate and ρ (race.engine.pilot.run_pilot in this process, one thread);
     with ``variant``, at that rate of VARIANTS instead (its own file, out of the scored table)."""
     import gzip
     import json
@@ -210,8 +210,8 @@ def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
 
     import torch
 
-    from race.config import config_from_dict
-    from race.grid import plan_grid
+    from race.config.configfile import config_from_dict
+    from race.flops.grid import plan_grid
 
     torch.set_num_threads(1)
     plan = rate_plan(s, kind)
@@ -226,7 +226,7 @@ def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
     raw.update(name=f"rate-{s['name']}-{kind}", grid=[rho, round(rho + 0.05, 3), round(rho + 0.1, 3)], seeds=1)
     cfg = config_from_dict(raw)
     sched = next(x for x in plan_grid(cfg).schedules if x.rho_target == rho)   # the config's 3-point minimum
-    from race.pilot import run_pilot
+    from race.engine.pilot import run_pilot
 
     t0 = time.time()
     result = run_pilot(cfg, sched, seed)
@@ -241,18 +241,18 @@ def run_rate(s: dict, kind: str, seed: int, variant: str | None = None) -> Path:
 
 
 def run_product_probe(suite: dict, s: dict, kind: str) -> Path:
-    """Round 2's probe of a setting's full-run budget: race.probe planned on the committed pilot grid
+    """Round 2's probe of a setting's full-run budget: race.fullrun.probe planned on the committed pilot grid
     (its verdict's recommended ρ, F = B × the kind's factor), run in this process on one thread; the
-    record holds race.probe's record and the compact run. Written to the suite's ``probes`` folder."""
+    record holds race.fullrun.probe's record and the compact run. Written to the suite's ``probes`` folder."""
     import gzip
     import json
     import time
 
     import torch
 
-    from race.pilot import run_pilot
-    from race.probe import plan_probe, probe_record
-    from race.results import Results
+    from race.engine.pilot import run_pilot
+    from race.fullrun.probe import plan_probe, probe_record
+    from race.stats.results import Results
 
     torch.set_num_threads(1)
     pilot = V.load_run(s["name"], "pilot")

@@ -159,7 +159,7 @@ def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None, sui
     written config lives in the grid's storage."""
     import yaml
 
-    from race import presets
+    from race.config import presets
 
     root = Path(root or ROOT)
     base = dict(presets.DEFAULT) if s["base"] == "default" else yaml.safe_load((ROOT / s["base"]).read_text())
@@ -254,6 +254,18 @@ def _commit(path: Path) -> str:
         return "unknown"
 
 
+def _cli_module(pin: Path) -> str:
+    """How ``python -m`` names the race command in the checkout ``pin``: ``race.cli`` in a checkout from
+    before the packages by layer (round 3's pin among them), ``race`` (race/__main__.py) after."""
+    return "race.cli" if (pin / "race" / "cli.py").is_file() else "race"
+
+
+def _cli_source(pin: Path) -> str:
+    """The source of the race command in the checkout ``pin`` (either layout)."""
+    old = pin / "race" / "cli.py"
+    return (old if old.is_file() else pin / "race" / "run" / "cli.py").read_text(encoding="utf-8")
+
+
 def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, quiet: bool = False) -> Path:
     """Run (or resume) one grid from the pinned checkout; write its compact data; return its path."""
     import yaml
@@ -265,9 +277,9 @@ def run(name: str, kind: str, *, pin: Path, suite: dict, storage_root: Path, qui
     config_file = out_dir / "config.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
     (out_dir / "pin.txt").write_text(str(pin) + "\n")     # which checkout this grid runs from (snapshot reads it)
-    cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet",
+    cmd = [sys.executable, "-m", _cli_module(pin), "pilot", str(config_file), "--out", str(out_dir), "--quiet",
            "--format", "json"]
-    if "--engine" in (pin / "race" / "cli.py").read_text(encoding="utf-8"):
+    if "--engine" in _cli_source(pin):
         # the study runs every grid with the solo engine its first grids ran with: a lockstep pilot
         # equals the solo one only to rounding, and over hundreds of steps the two drift apart as two
         # seeds would (docs/benchmarks.md, "Lockstep pilots"), so one engine keeps grids comparable
@@ -318,11 +330,11 @@ def _results_file(rec: dict, path: Path) -> Path:
 def run_extension(name: str, *, pin: Path, suite: dict, storage_root: Path) -> Path | None:
     """``race pilot --extend 1`` on the committed pilot grid of setting ``name``: its pilots are
     imported (none re-run), and when the best point lies at a grid edge the next point past it runs
-    (race.extend); written as ``EXTENDED``. None when the grid needs no extension (nothing runs)."""
+    (race.run.extend); written as ``EXTENDED``. None when the grid needs no extension (nothing runs)."""
     import yaml
 
-    from race.extend import boundary_side
-    from race.regime import edge_point
+    from race.run.extend import boundary_side
+    from race.stats.regime import edge_point
 
     s = setting(suite, name)
     rec = load_run(name, "pilot")
@@ -338,7 +350,7 @@ def run_extension(name: str, *, pin: Path, suite: dict, storage_root: Path) -> P
     (out_dir / "pin.txt").write_text(str(pin) + "\n")
     seed_file = _results_file(rec, out_dir / "committed-pilots.json")
     # the study's engine (solo, see run), one pilot at a time: it runs beside the queue
-    cmd = [sys.executable, "-m", "race.cli", "pilot", str(config_file), "--out", str(out_dir), "--quiet", "--format",
+    cmd = [sys.executable, "-m", _cli_module(pin), "pilot", str(config_file), "--out", str(out_dir), "--quiet", "--format",
            "json", "--engine", "solo", "--workers", "1", "--import-pilots", str(seed_file), "--extend", "1"]
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin), "OMP_NUM_THREADS": "1"},
@@ -389,15 +401,15 @@ def _memo(record: dict, key: str, make: Any) -> Any:
 
 
 def pilots_of(record: dict) -> list:
-    from race.records import PilotResult
+    from race.core.records import PilotResult
 
     return _memo(record, "pilots", lambda: [PilotResult.from_dict(p) for p in record["pilots"]
                                             if p.get("status") == "complete"])
 
 
 def diagnosis(record: dict):
-    """The rule's diagnosis of a grid (race.regime.classify, the primary target: held-out reward)."""
-    from race.regime import classify
+    """The rule's diagnosis of a grid (race.stats.regime.classify, the primary target: held-out reward)."""
+    from race.stats.regime import classify
 
     return _memo(record, "diagnosis",
                  lambda: classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0))
@@ -410,10 +422,10 @@ def verdict(record: dict):
 
 def grid_class(diag: Any) -> str:
     """What a grid is scored as: "unstable" when at least half its runs fell back on their held-out
-    checkpoints (race.regime.unstable_grid: the report names it), else its regime. Decided on the
+    checkpoints (race.stats.regime.unstable_grid: the report names it), else its regime. Decided on the
     development half (lr-x3) before any held-out full run: a grid of collapsed runs has no regime
     to agree with, and a pilot grid that names the instability has given the right advice."""
-    from race.regime import unstable_grid
+    from race.stats.regime import unstable_grid
 
     return "unstable" if unstable_grid(diag.stability) else diag.primary.regime.value
 
@@ -532,8 +544,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def collapses(record: dict) -> dict[float, int]:
-    """Unstable pilots per ρ (race.checkpoints' rule on the held-out reward)."""
-    from race.checkpoints import stability
+    """Unstable pilots per ρ (race.stats.instability' rule on the held-out reward)."""
+    from race.stats.instability import stability
 
     st = stability(pilots_of(record), "reward")
     return {pt.rho_target: pt.unstable for pt in st.points} if st else {}
@@ -579,7 +591,7 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
     pv, fv = pd.primary, fd.primary
     means = point_means(full)
     best, best_ci = best_rho_ci(full)
-    # the rule as adopted (a range open at a grid edge: race.regime.open_side) and as it was before
+    # the rule as adopted (a range open at a grid edge: race.stats.regime.open_side) and as it was before
     # 2026-12-02 (always the closed range, read at its centre): both are scored
     lo, hi = pv.rho_range
     centre = (lo + hi) / 2
@@ -628,11 +640,11 @@ def setting_row(s: dict, pilot: dict, full: dict) -> dict[str, Any]:
 
 
 def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
-    """The pilot grid's forecast at the full-run budget (race.forecast) against the full runs;
+    """The pilot grid's forecast at the full-run budget (race.stats.forecast) against the full runs;
     ``row``: the setting's ``setting_row`` (both grids' regimes, the pilot's best ρ, the full runs'
     best-ρ CI, best mean and pooled SE)."""
-    from race.forecast import forecast
-    from race.records import Regime
+    from race.stats.forecast import forecast
+    from race.core.records import Regime
 
     fc = forecast([(pilots_of(pilot), float(pilot["budget"]))], target="reward",
                   full_run_budget=float(full["budget"]), pilot_regime=Regime(row["pilot_regime"]),
@@ -653,8 +665,8 @@ def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
 
 def adaptive_record(pilot: dict, share: float, policy: str = "informative") -> dict:
     """The pilot grid an adaptive study of ``share`` would have run, replayed on the pilot grid's own
-    pilots (race.scheduler.adaptive_subset): the record with only those pilots, scored like any grid."""
-    from race.scheduler import adaptive_subset
+    pilots (race.run.scheduler.adaptive_subset): the record with only those pilots, scored like any grid."""
+    from race.run.scheduler import adaptive_subset
 
     pilots = pilots_of(pilot)
     by_key = {(p.rho_target, p.seed): p for p in pilots}
@@ -908,7 +920,7 @@ def edge_rule_lines(rows: list[dict]) -> list[str]:
     else:
         lines += ["A search-heavy verdict whose pilot-best point is the grid's lowest ρ recommends ρ ≤ its range's "
                   "top (update-heavy at the highest: ρ ≥ its bottom), and regret is read at that edge point "
-                  "(race.regime.open_side); before, every verdict named its closed range, read at the centre. "
+                  "(race.stats.regime.open_side); before, every verdict named its closed range, read at the centre. "
                   "The last columns score the candidate low-side rule (not adopted; `candidate_range` in "
                   "research/scripts/validation.py): the range's lower bound moved down to the pilot grid's next point, "
                   "read at the new centre. It was written down after eleven settings' full runs (ten scored) had been "

@@ -13,7 +13,7 @@ snapshots); this module holds what differs:
   of every table and printout while the suite's ``freeze`` is unset: ``load_visible`` returns None
   for it, and the progress table shows only how many of its runs are done. Pilot grids are open:
   they are what RACE sees before a full run.
-- **The replacement rule** (``learned``, race.checkpoints.learned): a pilot grid learned something
+- **The replacement rule** (``learned``, race.stats.instability.learned): a pilot grid learned something
   when some point's mean gain over the base policy (held-out reward on the checkpoint prompts, final
   against step 0, paired by seed) exceeds both 2 of its seed SEs and 0.01.
 - **The freeze** (``freeze``): records, once, the commits of the rule, the budget-drift model and
@@ -67,9 +67,9 @@ def planned_runs(suite: dict, s: dict, kind: str) -> int:
 
 
 def learned(record: dict) -> tuple[bool, float, float]:
-    """(learned?, the best point's mean gain, its seed SE): race.checkpoints.learned, the rule the
+    """(learned?, the best point's mean gain, its seed SE): race.stats.instability.learned, the rule the
     report's "nothing learned" advice uses (the replacement rule of research/validation/round2.yaml)."""
-    from race.checkpoints import learned as grid_learned
+    from race.stats.instability import learned as grid_learned
 
     return grid_learned(_v().pilots_of(record), "reward") or (False, float("nan"), float("nan"))
 
@@ -166,8 +166,8 @@ def tables(suite: dict) -> str:
 # ---------------------------------------------------------------- the scores (written before the freeze)
 
 FULL_KINDS = ("full10", "full30", "full100")
-# race.drift's population drift and between-setting SD at the freeze (f6862b9, round 1's 11 settings):
-# the frozen rule is scored with them, whatever race.drift carries now.
+# race.stats.drift's population drift and between-setting SD at the freeze (f6862b9, round 1's 11 settings):
+# the frozen rule is scored with them, whatever race.stats.drift carries now.
 FROZEN_POPULATION = (-0.055, 0.052)
 
 
@@ -182,8 +182,8 @@ def _probe_file(suite: dict, name: str, kind: str) -> dict | None:
 
 
 def probe_record(suite: dict, name: str, kind: str) -> dict | None:
-    """The length probe of a setting's full-run budget, as race.probe's record (round 2:
-    research/validation/round2/probes/, run by race.probe; round 1: research/validation/probes/, read the same way)."""
+    """The length probe of a setting's full-run budget, as race.fullrun.probe's record (round 2:
+    research/validation/round2/probes/, run by race.fullrun.probe; round 1: research/validation/probes/, read the same way)."""
     import stability as S            # research/scripts/stability.py
 
     rec = _probe_file(suite, name, kind)
@@ -201,10 +201,10 @@ def probe_cost(suite: dict, s: dict, kind: str) -> float | None:
 def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[str, Any]:
     """One setting's scores at one full-run budget F = B × the kind's factor: the rule as it is
     today (the pilot verdict at B: range, recommended ρ), the frozen rule (the range at F from
-    race.drift, and the stability line at F from race.checkpoints.stability_at with the probe), and
+    race.stats.drift, and the stability line at F from race.stats.instability.stability_at with the probe), and
     on-policy. Regrets are in pooled full-run SEs (research/scripts/validation.py setting_row)."""
-    from race.checkpoints import stability, stability_at
-    from race.drift import range_record
+    from race.stats.instability import stability, stability_at
+    from race.stats.drift import range_record
 
     v = _v()
     row = v.setting_row(s, pilot, full)                 # today's rule, the full runs' regime, costs
@@ -326,7 +326,7 @@ def score_lines(suite: dict) -> list[str]:
         out.append(f"| {r['setting']} | {r['kind'][4:]}×B | {per} | {r['flag']} ({r['probe'] or 'no probe'}) |")
     out.append("")
     fb = fallen_back(rows)
-    out += ["Settings whose pilots fell back at B (race.checkpoints.stability_at quotes these counts): "
+    out += ["Settings whose pilots fell back at B (race.stats.instability.stability_at quotes these counts): "
             + ("; ".join(f"{name}: {c} of {n} full runs collapsed" for name, c, n in fb) if fb else "none") + ".", ""]
     return out
 

@@ -1,6 +1,6 @@
 import os, time, torch
 torch.set_num_threads(1)
-from race.api import build_config; from race.grid import plan_grid; from race.pilot import PilotEngine, task_problems
+from race.run.api import build_config; from race.flops.grid import plan_grid; from race.engine.pilot import PilotEngine; from race.tasks.taskdata import task_problems
 import sys
 which = sys.argv[1]
 if which == "arith":

@@ -13,7 +13,7 @@ icfg.compile_threads = 1            # compile in-process: process_time() then in
 import torch._dynamo
 from torch._dynamo.utils import counters
 from common import engine, grpo, hf, med
-from race.backends.lean import LeanLM, _rms
+from race.engine.backends.lean import LeanLM, _rms
 
 which, part, variant = sys.argv[1], sys.argv[2], sys.argv[3]
 N = int(sys.argv[4]) if len(sys.argv) > 4 else 0

@@ -1,11 +1,12 @@
 import os, sys, time, pickle, statistics, copy
 import torch
 torch.set_num_threads(1)
-from race.api import build_config
-from race.grid import plan_grid
-from race.pilot import PilotEngine, task_problems
-from race import grpo
-import race.backends.hf as hf
+from race.run.api import build_config
+from race.flops.grid import plan_grid
+from race.engine.pilot import PilotEngine
+from race.tasks.taskdata import task_problems
+from race.engine import grpo
+import race.engine.backends.hf as hf
 
 def engine(which, seed=0):
     if which == "arith":

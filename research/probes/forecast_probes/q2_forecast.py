@@ -1,9 +1,9 @@
-"""Q2: race.forecast's prediction per rho at 1.7B, 3B, 5.5B, 10B vs the full runs' checkpoint means
+"""Q2: race.stats.forecast's prediction per rho at 1.7B, 3B, 5.5B, 10B vs the full runs' checkpoint means
 (100 checkpoint prompts, mean over 3 seeds). Pilot rho 0.40 is compared with full rho 0.42."""
 import sys, math
 from common import *
-import race.forecast as RF
-from race.records import Regime
+import race.stats.forecast as RF
+from race.core.records import Regime
 
 FACT = [1.68, 3.05, 5.52, 10.0]   # the full runs' checkpoint positions (C/B) past B
 

@@ -5,7 +5,7 @@ def bench(name, fn, n=200):
     fn(); t=time.process_time()
     for _ in range(n): fn()
     print(f"{name:50s} {(time.process_time()-t)/n*1e6:8.1f} us")
-from race.models import load_hf_config
+from race.flops.catalog import load_hf_config
 c=load_hf_config("race/tiny-reasoner"); print({k:c[k] for k in ("hidden_size","num_attention_heads","num_key_value_heads","num_hidden_layers","intermediate_size","vocab_size")})
 H=c["num_attention_heads"]; Hkv=c["num_key_value_heads"]; d=c["hidden_size"]//H
 for B,K in ((64,150),(192,150)):

@@ -18,8 +18,8 @@ import math
 import statistics
 from collections import Counter
 
-from race.regime import classify
-from race.results import load_results
+from race.stats.regime import classify
+from race.stats.results import load_results
 
 
 def per_seed(pilots, rho):

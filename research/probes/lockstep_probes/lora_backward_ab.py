@@ -1,9 +1,10 @@
 import torch, time, statistics
 torch.set_num_threads(1)
-from race.api import build_config
-from race.grid import plan_grid
-from race.pilot import PilotEngine, task_problems
-import race.backends.lean as L
+from race.run.api import build_config
+from race.flops.grid import plan_grid
+from race.engine.pilot import PilotEngine
+from race.tasks.taskdata import task_problems
+import race.engine.backends.lean as L
 new_bw = L._LoRAGroup.backward
 def old_bw(ctx, g):
     x, weight, xa, A_all, *Bs = ctx.saved_tensors

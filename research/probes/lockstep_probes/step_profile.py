@@ -1,9 +1,10 @@
 import torch, sys
 torch.set_num_threads(1)
-from race.api import build_config
-from race.grid import plan_grid
-from race.pilot import PilotEngine, task_problems
-from race.lockstep import LockstepEngine
+from race.run.api import build_config
+from race.flops.grid import plan_grid
+from race.engine.pilot import PilotEngine
+from race.tasks.taskdata import task_problems
+from race.engine.lean_engine import LockstepEngine
 cfg = build_config(None)
 sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
 mode=sys.argv[1]

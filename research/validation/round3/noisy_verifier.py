@@ -4,14 +4,14 @@ answer given (a hash), so the same answer to the same prompt is always judged th
 verifier, not random noise. Over answers, E[reward] = 0.2 + 0.6 · accuracy, so it still ranks
 policies by accuracy, with less signal per sample.
 
-Self-contained on purpose (a custom reward runs in its own process; race.rewards.isolated): it
+Self-contained on purpose (a custom reward runs in its own process; race.tasks.rewards.isolated): it
 imports only the standard library and the rule it perturbs.
 """
 from __future__ import annotations
 
 import hashlib
 
-from race.rewards.rules import final_answer, sparse
+from race.tasks.rewards.rules import final_answer, sparse
 
 WRONG_SHARE = 0.2
 

@@ -1,0 +1,118 @@
+"""Argument checks on entry: the one copy behind the config's own checks and the public Python API
+(race.fullrun.watch, race.stats.drift, race.stats.rate, race.stats.forecast). Stdlib only.
+
+Each helper returns the value in its checked form or raises ``error`` (a ``RaceError`` subclass
+the caller names: ``ConfigError``, ``WatchError``, ``DriftError`` …) with one line that names the
+argument, quotes the value (race.core.safeio.quote) and says what was expected:
+
+- ``number``: a real number (never a boolean, never NaN or ±inf unless ``finite=False``), in the
+  bounds given (``gt``, ``ge``, ``lt``, ``le``); a numeric string only with ``strings=True``;
+- ``whole``: a whole number (an int, or a float with no fraction part), in the bounds given;
+- ``flag``: a real boolean: the string ``'false'`` is not False, and it is not True either;
+- ``interval``: an ordered pair ``(lo, hi)`` of numbers within the bounds given, ``lo ≤ hi``;
+- ``one_of``: one of a fixed set of strings; ``text``: a string; ``function``: a callable;
+- ``items``: a list or tuple (not a string, not a mapping); ``mapping``: a mapping.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
+
+from race.core.errors import RaceError
+from race.core.safeio import quote
+
+
+def _bounds(gt: float | None, ge: float | None, lt: float | None, le: float | None) -> str:
+    parts = [f"> {gt:g}" if gt is not None else "", f"≥ {ge:g}" if ge is not None else "",
+             f"< {lt:g}" if lt is not None else "", f"≤ {le:g}" if le is not None else ""]
+    return " and ".join(p for p in parts if p)
+
+
+def _within(x: float, gt: float | None, ge: float | None, lt: float | None, le: float | None) -> bool:
+    return not ((gt is not None and not x > gt) or (ge is not None and not x >= ge)
+                or (lt is not None and not x < lt) or (le is not None and not x <= le))
+
+
+def number(name: str, value: Any, *, error: type[RaceError] = RaceError, gt: float | None = None,
+           ge: float | None = None, lt: float | None = None, le: float | None = None, finite: bool = True,
+           strings: bool = False, expected: str | None = None) -> float:
+    """``value`` as a float, checked (see the module docstring)."""
+    bounds = _bounds(gt, ge, lt, le)
+    want = expected or ("a finite number" if finite else "a number") + (f" {bounds}" if bounds else "")
+    if isinstance(value, bool) or (isinstance(value, str) and not strings):
+        raise error(f"{name} {quote(value, 80)} must be {want}")
+    try:
+        x = float(value.strip().replace("_", "")) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise error(f"{name} {quote(value, 80)} must be {want}") from None
+    if (finite and not math.isfinite(x)) or (not math.isnan(x) and not _within(x, gt, ge, lt, le)) or (
+            math.isnan(x) and bounds):
+        raise error(f"{name} {quote(value, 80)} must be {want}")
+    return x
+
+
+def whole(name: str, value: Any, *, error: type[RaceError] = RaceError, ge: int | None = None,
+          le: int | None = None, expected: str | None = None, floats: bool = True) -> int:
+    """``value`` as an int: an int, or (``floats``) a float with no fractional part; never a boolean
+    or a string."""
+    bounds = _bounds(None, ge, None, le)
+    want = expected or "a whole number" + (f" {bounds}" if bounds else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float) if floats else int) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise error(f"{name} {quote(value, 80)} must be {want}")
+    n = int(value)
+    if not _within(n, None, ge, None, le):
+        raise error(f"{name} {quote(value, 80)} must be {want}")
+    return n
+
+
+def flag(name: str, value: Any, *, error: type[RaceError] = RaceError) -> bool:
+    """``value`` when it is a real boolean (``True`` / ``False``); anything else is refused."""
+    if not isinstance(value, bool):
+        raise error(f"{name} {quote(value, 80)} must be True or False (a boolean"
+                    + (", not a string" if isinstance(value, str) else "") + ")")
+    return value
+
+
+def interval(name: str, value: Any, *, error: type[RaceError] = RaceError, ge: float | None = None,
+             le: float | None = None) -> tuple[float, float]:
+    """``value`` as an ordered pair ``(lo, hi)`` of finite numbers within [ge, le], ``lo ≤ hi``."""
+    bounds = f" within [{ge:g}, {le:g}]" if ge is not None and le is not None else ""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise error(f"{name} {quote(value, 80)} must be a pair (lo, hi) of numbers{bounds}")
+    lo, hi = (number(f"{name}[{i}]", v, error=error, ge=ge, le=le) for i, v in enumerate(value))
+    if lo > hi:
+        raise error(f"{name} {quote(value, 80)} is inverted: expected (lo, hi) with lo ≤ hi")
+    return lo, hi
+
+
+def one_of(name: str, value: Any, choices: Sequence[str], *, error: type[RaceError] = RaceError) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise error(f"{name} {quote(value, 80)} must be one of {', '.join(map(repr, choices))}")
+    return value
+
+
+def text(name: str, value: Any, *, error: type[RaceError] = RaceError) -> str:
+    if not isinstance(value, str) or not value:
+        raise error(f"{name} {quote(value, 80)} must be a non-empty string")
+    return value
+
+
+def function(name: str, value: Any, *, error: type[RaceError] = RaceError) -> Callable[..., Any]:
+    if not callable(value):
+        raise error(f"{name} {quote(value, 80)} must be a function (a callable)")
+    return value
+
+
+def items(name: str, value: Any, *, error: type[RaceError] = RaceError, what: str = "items") -> list[Any]:
+    """``value`` as a list: a list or tuple (or another sequence), never a string, bytes or a mapping."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise error(f"{name} {quote(value, 80)} must be a list of {what}")
+    return list(value)
+
+
+def mapping(name: str, value: Any, *, error: type[RaceError] = RaceError) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise error(f"{name} {quote(value, 80)} must be a mapping")
+    return value

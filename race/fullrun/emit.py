@@ -1,0 +1,432 @@
+"""What a recipe needs besides its settings: the data and the reward, written where the trainer reads them.
+
+``race recipe … --emit DIR`` (``emit``) writes, for the recipe's trainer:
+
+- ``DIR/data/``: the RACE config's task as the trainer reads it, its training split and its
+  held-out split (the same split RACE's pilots used: race.tasks.load_task). TRL and OpenRLHF read
+  JSON lines ``{"prompt", "answer"}``; verl reads Parquet rows with the prompt as a user message,
+  ``data_source: race`` and ``reward_model.ground_truth``;
+- ``DIR/race_reward.py``: RACE's reward of that config (a rule, a mix, math-verify, or the user's
+  custom function, which then runs in its own process with the config's time limit:
+  race.tasks.rewards.build_reward), under each trainer's signature: ``reward`` for TRL's ``reward_funcs``,
+  ``compute_score`` for verl's ``custom_reward_function``, ``reward_func`` for OpenRLHF's
+  ``--reward.remote_url FILE.py``;
+- ``DIR/race_config.json``: the config the reward is built from; ``DIR/recipe.json``: the recipe;
+- TRL: ``DIR/train_trl.py``, a runnable training script (``python train_trl.py [--max-steps N]``).
+
+It returns the settings that point the recipe at them (``data_settings``), and the epochs so that
+the dataset never ends the run before its step count: the step count assumes ``steps × B_p``
+prompts, ``rows`` are in the training split.
+
+Invariants: the files hold the task's problems and RACE's reward only (no model text); a reward
+model (``prm`` kinds) is refused here, in one line: the trainer's own reward-model support is the
+way to run one; writing happens only after every check. Every file goes through
+race.core.safeio.write_inside (a temporary file and a rename inside DIR, never through a symbolic link,
+never outside DIR). A DIR that holds anything is refused unless ``force``; with it, only RACE's own
+files (``own_files``) are replaced, and ``check_target`` names them; nothing else in DIR is touched.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from typing import Any
+
+from race.config.configfile import GridConfig
+from race.core.errors import RaceError
+from race.core.safeio import write_inside
+
+# What race_reward.py carries: RACE's answer parsing and rules, copied from these modules at emit time
+# (the math checker's worker is this file itself, run as a script), so it runs where the trainer runs,
+# without RACE (RACE cannot share an environment with verl 0.9.1 or OpenRLHF 0.11.2: transformers pins)
+VENDORED = ("race.tasks.rewards.rules", "race.tasks.rewards.answers")
+_WORKER_CMD = '[sys.executable, "-c", "from race.tasks.rewards.answers import serve; serve()"]'
+_WORKER_CMD_HERE = '[sys.executable, os.path.abspath(__file__), "--race-math-worker"]'
+CUSTOM_FILE = "race_custom_reward.py"
+
+REWARD_HEAD = '''"""RACE's reward for this recipe (race recipe --emit): {kind}. Self-contained: it imports no RACE code
+(the rules and answer parsing below are copied from RACE {version}: {vendored}){needs}.
+
+Completions reach it as the trainer decodes them: TRL and verl skip special tokens, so a reward that
+checks termination (structured, format) sees no end marker there.
+
+    TRL:      reward_funcs=["race_reward.reward"] (run from this folder, or put it on PYTHONPATH)
+    verl:     reward.custom_reward_function.path=THIS_FILE reward.custom_reward_function.name=compute_score
+    OpenRLHF: --reward.remote_url THIS_FILE (its loader calls reward_func)
+"""
+from __future__ import annotations
+'''
+
+REWARD_TAIL = '''
+
+# ------------------------------------------------------------------------------ this recipe's reward
+
+KIND = {kind!r}
+MIX = {mix!r}
+CHECK_SECONDS = {check!r}
+CUSTOM = {custom!r}           # (file beside this one, function name) for reward.kind custom
+MAX_ABS = 1e6                 # as RACE: a reward beyond ± this, or not a finite number, scores 0
+
+
+def _rule(name):
+    if name == "math":
+        return lambda p, c, r: math_answer(p, c, r, timeout=CHECK_SECONDS)
+    if name == "format":
+        return lambda p, c, r: answer_format(p, c, r, timeout=CHECK_SECONDS)
+    return {{"sparse": sparse, "structured": structured, "dense": dense}}[name]
+
+
+def _custom():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), CUSTOM[0])
+    spec = importlib.util.spec_from_file_location("race_custom_reward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = module
+    for part in CUSTOM[1].split("."):
+        fn = getattr(fn, part)
+    return fn
+
+
+_FN = None
+
+
+def _fn():
+    global _FN
+    if _FN is None:
+        if KIND == "custom":
+            _FN = _custom()
+        elif KIND == "mix":
+            parts = [(w, _rule(n)) for n, w in MIX.items()]
+            _FN = lambda p, c, r: sum(w * float(f(p, c, r)) for w, f in parts)   # noqa: E731
+        else:
+            _FN = _rule(KIND)
+    return _FN
+
+
+def score(prompt, completion, reference):
+    """RACE's reward of one completion; an exception or a value that is not a finite number scores 0."""
+    try:
+        raw = _fn()(prompt, completion, reference)
+        if raw is None or isinstance(raw, (bool, str, bytes)):
+            return 0.0
+        value = float(raw)
+    except Exception:  # noqa: BLE001 — a reward must never stop the run
+        return 0.0
+    return value if value == value and abs(value) <= MAX_ABS else 0.0
+
+
+def reward(completions, answer, prompts=None, **kwargs):
+    """TRL: reward_funcs=["race_reward.reward"]: the dataset's answer column is the reference."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    prompts = prompts or [""] * len(texts)
+    return [score(p if isinstance(p, str) else "", c, a) for p, c, a in zip(prompts, texts, answer)]
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """verl: reward.custom_reward_function.name=compute_score (its naive reward manager's call)."""
+    return score((extra_info or {{}}).get("prompt", ""), solution_str, ground_truth)
+
+
+def reward_func(queries, prompts, labels):
+    """OpenRLHF: --reward.remote_url race_reward.py (a query is the prompt and its completion)."""
+    import torch
+
+    completions = [q[len(p):] if q.startswith(p) else q for q, p in zip(queries, prompts)]
+    r = torch.tensor([score(p, c, a) for p, c, a in zip(prompts, completions, labels)], dtype=torch.float32)
+    return {{"rewards": r, "scores": r, "extra_logs": {{}}}}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--race-math-worker"]:
+    serve()
+'''
+
+
+def _vendored(module_name: str) -> str:
+    """A RACE module's source without its docstring, ``from __future__`` and RACE imports."""
+    import ast
+    import importlib
+    import inspect
+
+    src = inspect.getsource(importlib.import_module(module_name))
+    tree, lines = ast.parse(src), src.splitlines(keepends=True)
+    drop: set[int] = set()
+    for i, node in enumerate(tree.body):
+        doc = i == 0 and isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant)
+        ours = isinstance(node, ast.ImportFrom) and (node.module == "__future__" or
+                                                     (node.module or "").split(".")[0] == "race")
+        if doc or ours:
+            drop |= set(range(node.lineno - 1, node.end_lineno))
+    body = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return f"\n# ------------------------------------------------------------------------------ {module_name}\n" + body
+
+
+def reward_module(config: GridConfig, custom_function: str | None = None) -> str:
+    """The text of ``race_reward.py`` for ``config``'s reward: RACE's rules and answer checker copied
+    in, the mix or rule the config names, or the user's function (``custom_function``, the name in
+    the copy beside it, ``CUSTOM_FILE``), under TRL's, verl's and OpenRLHF's signatures."""
+    from race.tasks.rewards.mix import check_mix
+    from race.core.version import __version__
+
+    r = config.reward
+    answers = _vendored("race.tasks.rewards.answers")
+    if _WORKER_CMD not in answers:      # the checker's worker must be this file, not an import of race
+        raise RaceError("race.tasks.rewards.answers no longer starts its worker as race_reward.py expects: "
+                        "update race.fullrun.emit.reward_module")
+    answers = answers.replace(_WORKER_CMD, _WORKER_CMD_HERE)
+    kinds = set(r.mix or ()) if r.kind == "mix" else {r.kind}
+    needs = "; the math and format rules need math-verify (pip install 'math-verify>=0.9,<1')" \
+        if kinds & {"math", "format"} else ""
+    return (REWARD_HEAD.format(kind=r.kind, version=__version__, vendored=", ".join(VENDORED), needs=needs)
+            + _vendored("race.tasks.rewards.rules") + answers
+            + REWARD_TAIL.format(kind=r.kind, mix=check_mix(r.mix) if r.kind == "mix" else None,
+                                 check=float(getattr(r, "check_timeout", 2.0)),
+                                 custom=(CUSTOM_FILE, custom_function) if custom_function else None))
+
+
+TRL_SCRIPT = '''"""The full run of this recipe with TRL (written by race recipe --for trl --emit): GRPOConfig from
+recipe.json, the task's training split from data/, RACE's reward from race_reward.py, LoRA as the
+recipe names it.
+
+    python train_trl.py                    # the whole run: the recipe's max_steps
+    python train_trl.py --max-steps 2      # a smoke test
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def build(max_steps=None, output_dir=None, **overrides):
+    """The GRPOTrainer of the recipe (``overrides``: more GRPOConfig keywords)."""
+    import torch
+    from datasets import load_dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    import race_reward
+
+    with open(os.path.join(HERE, "recipe.json"), encoding="utf-8") as fh:
+        rec = json.load(fh)
+    settings, model = dict(rec["settings"]), rec["model"]
+    if max_steps:
+        settings["max_steps"] = int(max_steps)
+    cpu = not torch.cuda.is_available()
+    args = GRPOConfig(output_dir=output_dir or os.path.join(HERE, "out"), report_to="none", save_strategy="no",
+                      bf16=not cpu, use_cpu=cpu, **{**settings, **overrides})
+    data = load_dataset("json", data_files=os.path.join(HERE, "data", "train.jsonl"), split="train")
+    peft = LoraConfig(r=model["lora_r"], lora_alpha=model["lora_alpha"],
+                      target_modules=model["lora_target_modules"], task_type="CAUSAL_LM")
+    return GRPOTrainer(model=model["model_name_or_path"], reward_funcs=race_reward.reward,
+                       args=args, train_dataset=data, peft_config=peft)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="The full run of this RACE recipe with TRL.")
+    ap.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
+    ap.add_argument("--output-dir", default=None)
+    a = ap.parse_args()
+    build(a.max_steps, a.output_dir).train()
+'''
+
+
+def _rows(config: GridConfig) -> tuple[list, list]:
+    from race.tasks import load_task
+
+    return load_task(config.task, split="train"), load_task(config.task, split="eval")
+
+
+def shipped_files(model: str) -> tuple[str, ...]:
+    """The files of a shipped policy (``race/<name>``) that ``emit`` copies to ``DIR/model/``; () for
+    any other model id (passed through unchanged)."""
+    from race.flops.catalog import resolve_model_path
+
+    folder = resolve_model_path(model)
+    if folder == model or not os.path.isdir(folder):
+        return ()
+    return tuple(sorted(f for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f))))
+
+
+def own_files(trainer: str, model: str | None = None, custom: bool = False) -> tuple[str, ...]:
+    """The files ``emit`` writes for ``trainer``, relative to DIR (recipe.json included; ``model/…``
+    for a shipped policy, ``race_custom_reward.py`` for a custom reward)."""
+    data = ("data/train.parquet", "data/test.parquet") if trainer == "verl" else ("data/train.jsonl", "data/test.jsonl")
+    return (*data, "race_config.json", "race_reward.py", *((CUSTOM_FILE,) if custom else ()),
+            *(("train_trl.py",) if trainer == "trl" else ()), "recipe.json",
+            *(f"model/{f}" for f in (shipped_files(model) if model else ())))
+
+
+def model_location(model: str, out_dir: str | None) -> str:
+    """Where the trainer finds the policy: a shipped ``race/<name>`` is its folder's absolute path, or
+    with ``out_dir`` the copy ``emit`` made at ``DIR/model``; any other id unchanged."""
+    from race.flops.catalog import resolve_model_path
+
+    if not shipped_files(model):
+        return model
+    return os.path.join(os.path.abspath(out_dir), "model") if out_dir else os.path.abspath(resolve_model_path(model))
+
+
+def check_target(out_dir: str, trainer: str, *, force: bool = False, model: str | None = None,
+                 custom: bool = False) -> list[str]:
+    """Refuse an ``--emit`` folder that holds anything, unless ``force``; return RACE's own files
+    already there (relative to DIR), the ones ``force`` replaces. Called before anything is written."""
+    if not os.path.exists(out_dir):
+        return []
+    if not os.path.isdir(out_dir):
+        raise RaceError(f"--emit {out_dir!r} exists and is not a folder: choose a folder for the recipe's files")
+    try:
+        entries = sorted(os.listdir(out_dir))
+    except OSError as e:
+        raise RaceError(f"cannot read --emit {out_dir!r}: {e.strerror or e}: choose a readable folder") from None
+    present = [f for f in own_files(trainer, model, custom) if os.path.lexists(os.path.join(out_dir, f))]
+    if entries and not force:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise RaceError(f"--emit {out_dir!r} is not empty ({shown}): pass --force to replace RACE's own files "
+                        "there (" + ", ".join(own_files(trainer, model, custom)) + "; nothing else is touched), or choose an empty "
+                        "or new folder")
+    return present
+
+
+def write_recipe(rec: Any, out_dir: str) -> str:
+    """``DIR/recipe.json``: the recipe as ``race recipe --format json`` prints it (the script reads it)."""
+    return write_inside(out_dir, "recipe.json", json.dumps(rec.to_dict(), indent=2), what="--emit file")
+
+
+def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False) -> dict[str, Any]:
+    """Write the data and reward files for ``trainer`` into ``out_dir``; return ``{"rows", "held_out",
+    "files", "replaced"}`` (training rows, held-out rows, the paths written, RACE's own files that
+    were there before, relative to ``out_dir``). A non-empty ``out_dir`` is refused unless ``force``."""
+    if config.reward.kind in ("prm", "proxy-prm"):
+        raise RaceError(f"reward.kind {config.reward.kind!r} is a reward model: --emit writes rule and custom "
+                        "rewards only; run the model through the trainer's own reward-model settings")
+    custom_fn, custom_src = None, None
+    if config.reward.kind == "custom":
+        from race.tasks.rewards.base import reward_source
+
+        spec = str(config.reward.function or "")
+        custom_src, custom_fn = reward_source(spec), spec.rpartition(":")[2]
+        if not custom_src or not custom_fn:
+            raise RaceError(f"reward.function {spec!r}: its file cannot be found from here: give it as "
+                            "'path/to/file.py:function' so --emit can copy it beside race_reward.py")
+    replaced = check_target(out_dir, trainer, force=force, model=config.model, custom=bool(custom_fn))
+    train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
+    reward_text = reward_module(config, custom_fn)
+    files = []
+
+    def put(name: str, content: Any) -> None:
+        try:
+            files.append(write_inside(out_dir, name, content, what="--emit file"))
+        except OSError as e:
+            raise RaceError(f"cannot write {os.path.join(out_dir, name)!r}: {e.strerror or e}: choose a writable "
+                            "--emit folder") from None
+
+    def copy(src: str):
+        def write(fh: Any) -> None:
+            with open(src, "rb") as f:
+                shutil.copyfileobj(f, fh)
+        return write
+
+    if trainer == "verl":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for name, rows in (("train", train), ("test", held)):
+            table = pa.table({
+                "data_source": ["race"] * len(rows),
+                "prompt": [[{"role": "user", "content": p.prompt}] for p in rows],
+                "reward_model": [{"style": "rule", "ground_truth": p.answer} for p in rows],
+                "extra_info": [{"index": p.id, "prompt": p.prompt} for p in rows]})
+            put(f"data/{name}.parquet", lambda fh, t=table: pq.write_table(t, fh))
+    else:
+        for name, rows in (("train", train), ("test", held)):
+            put(f"data/{name}.jsonl", "".join(json.dumps({"prompt": p.prompt, "answer": p.answer}, ensure_ascii=False)
+                                              + "\n" for p in rows))
+    put("race_config.json", json.dumps(config.to_dict(), indent=2, default=list))
+    put("race_reward.py", reward_text)
+    if custom_src:
+        put(CUSTOM_FILE, copy(custom_src))
+    if trainer == "trl":
+        put("train_trl.py", TRL_SCRIPT)
+    shipped = shipped_files(config.model)
+    if shipped:
+        from race.flops.catalog import resolve_model_path
+
+        folder = resolve_model_path(config.model)
+        for f in shipped:
+            put(f"model/{f}", copy(os.path.join(folder, f)))
+    return {"rows": len(train), "held_out": len(held), "files": files, "replaced": replaced}
+
+
+def epochs(steps: int, prompts_per_step: int, rows: int) -> int:
+    """verl's passes over ``rows`` training prompts that ``steps`` steps of ``prompts_per_step`` need:
+    its loader drops the last partial batch (``drop_last``), so a pass holds ⌊rows / B_p⌋ steps."""
+    return max(1, math.ceil(steps / max(1, rows // max(1, prompts_per_step))))
+
+
+def openrlhf_passes(steps: int, prompts_per_step: int, rows: int) -> tuple[int, int]:
+    """``(num_episodes, max_samples)`` for OpenRLHF 0.11.2 so that the prompts it draws, episodes ×
+    min(max_samples, rows), are whole rollout batches and as many as ``steps`` of ``prompts_per_step``
+    without exceeding them. Its trainer walks the whole (capped) dataset each episode and trains a
+    partial last batch too, and its LR schedule spans ⌊samples · n / train_batch⌋ · episodes · μ
+    steps, so a dataset of k whole batches gives exactly k steps an episode: the largest
+    episodes × k ≤ steps, k ≤ ⌊rows / B_p⌋ (ties: fewer episodes)."""
+    bp = max(1, prompts_per_step)
+    k_max = rows // bp
+    if k_max < 1:                   # fewer rows than one batch: one partial batch an episode
+        return max(1, steps * bp // max(1, rows)), rows
+    if steps <= k_max:
+        return 1, steps * bp
+    best = (0, 0)
+    for k in range(k_max, 0, -1):
+        e = steps // k
+        if e * k > best[0] * best[1]:
+            best = (e, k)
+        if e * k == steps or (k_max - k) > 4096:    # exact, or enough candidates looked at
+            break
+    return best[0], best[1] * bp
+
+
+def data_settings(trainer: str, out_dir: str | None, *, steps: int, prompts_per_step: int,
+                  rows: int | None) -> tuple[dict[str, Any], list[str]]:
+    """The settings that point a recipe at the emitted files (``out_dir``), or, without one,
+    placeholders the trainer rejects loudly (a path that does not exist), with the note that says so."""
+    d = os.path.abspath(out_dir) if out_dir else "RACE_EMIT_DIR"
+    notes = [] if out_dir else [
+        "data and reward: the paths under RACE_EMIT_DIR are placeholders the trainer refuses: "
+        "race recipe … --emit DIR writes the task's splits and RACE's reward module there"]
+    need = steps * prompts_per_step
+    if trainer == "trl":
+        if rows is not None:
+            notes.append(f"the step count draws {need:,} prompts; the training split holds {rows:,} (TRL's "
+                         "sampler starts another pass when one ends, max_steps ends the run)")
+        return {"dataset_name": os.path.join(d, "data"), "reward_funcs": ["race_reward.reward"]}, notes + [
+            f"run `trl grpo` from {d} (race_reward.py is imported from there) or put it on PYTHONPATH"]
+    if trainer == "verl":
+        out = {"data.train_files": os.path.join(d, "data", "train.parquet"),
+               "data.val_files": os.path.join(d, "data", "test.parquet"),
+               "data.prompt_key": "prompt",
+               # verl 0.9 reads the reward function under reward. only (main_ppo dropped the old top-level key)
+               "reward.custom_reward_function.path": os.path.join(d, "race_reward.py"),
+               "reward.custom_reward_function.name": "compute_score"}
+        if rows is not None:
+            ep = epochs(steps, prompts_per_step, rows)
+            out["trainer.total_epochs"] = ep
+            notes.append(f"the step count draws {need:,} prompts; the training split holds {rows:,} "
+                         f"({rows // max(1, prompts_per_step):,} whole batches), so the recipe makes {ep} pass(es) "
+                         "over it and trainer.total_training_steps ends the run")
+        return out, notes
+    out = {"--data.prompt_dataset": os.path.join(d, "data", "train.jsonl"), "--data.input_key": "prompt",
+           "--data.label_key": "answer", "--reward.remote_url": os.path.join(d, "race_reward.py"),
+           "--eval.dataset": os.path.join(d, "data", "test.jsonl")}
+    if rows is not None:
+        episodes, samples = openrlhf_passes(steps, prompts_per_step, rows)
+        out["--data.max_samples"] = samples
+        out["--train.num_episodes"] = episodes
+        notes.append(f"the step count draws {need:,} prompts; the training split holds {rows:,}: OpenRLHF draws "
+                     f"{episodes} episode(s) × {samples:,} prompts = {episodes * samples:,}")
+    return out, notes

@@ -1,0 +1,16 @@
+"""The faces and the study: the ``race`` command, ``race.diagnose()``, and a grid run as an optuna study.
+
+Interface:
+- ``cli``: the ``race`` command; every error one ``Error:`` line, exit 2.
+- ``api``: ``diagnose``, ``run_models``, ``run_probe``: config → grid → diagnosis, raising ``RaceError``.
+- ``options``: run options (workers, engine, adaptive share) checked once.
+- ``prechecks``: the table of checks a grid passes before anything is written.
+- ``scheduler``: ``run_grid``: a grid as an optuna study (calibration, planning, coordination, workers).
+- ``processes``: pilot processes from a fork server, at most N at a time.
+- ``extend``: ``race pilot --extend N``; ``newconfig``: ``race init``; ``compare``: grids side by
+  side; ``plot``: figures; ``multimodel``: a grid over policies read as one answer.
+- ``store``: the optuna storage of a study.
+
+Invariants: the top of the house: nothing in RACE imports it (``race`` resolves its public names
+here lazily).
+"""

@@ -1,0 +1,233 @@
+"""``race.diagnose()``: plan → run → fit → classify, orchestration only."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import Any, Mapping, Sequence
+
+from race.config.configfile import GridConfig, config_from_dict, load_config
+from race.core.records import Diagnosis
+
+
+def build_config(config: str | Mapping[str, Any] | GridConfig | None = None, **overrides: Any) -> GridConfig:
+    """A validated config from a YAML path, a mapping, a GridConfig or the embedded default,
+    with top-level overrides (``None`` values ignored)."""
+    from race.config import presets
+
+    if config is None:
+        cfg = config_from_dict(presets.DEFAULT)
+    elif isinstance(config, GridConfig):
+        cfg = config
+    elif isinstance(config, str):
+        cfg = load_config(config)
+    else:
+        cfg = config_from_dict(config)
+    reward = overrides.pop("reward", None)
+    if reward is not None:
+        from dataclasses import replace
+
+        if callable(reward):
+            raise ValueError("reward: pass a name (sparse, structured, dense, math, format) or 'module:function'; "
+                             "a callable cannot cross into pilot processes")
+        from race.config.configfile import RULE_REWARDS
+
+        kind = reward if reward in RULE_REWARDS else "custom"
+        cfg = replace(cfg, reward=replace(cfg.reward, kind=kind, function=None if kind != "custom" else reward,
+                                          mix=None))
+    return cfg.with_overrides(**overrides)
+
+
+def diagnose(*, model: str | None = None, reward: str | None = None, budget: float | str | None = None,
+             dataset: str | None = None, grid: Sequence[float] | str | None = None, seeds: int | None = None,
+             config: str | Mapping[str, Any] | GridConfig | None = None, out_dir: str | None = None,
+             workers: int | None = None, device: str = "cpu", quiet: bool = True,
+             adaptive: bool | str = False, adaptive_share: float | None = None,
+             allow_approximate: bool = False, full_run_budget: float | str | None = None,
+             force_forecast: bool = False, engine: str = "auto", extend: int = 0, probe: bool = False) -> Diagnosis:
+    """Run a pilot grid and return its ``Diagnosis``.
+
+    Args:
+        model: policy (HF id, folder, or ``race/tiny-arith``); default: the config's.
+        reward: ``sparse`` | ``structured`` | ``dense`` | ``math`` | ``format`` or ``"module:function"``.
+        budget: FLOPs per pilot (``2e17`` or ``"2e17"``).
+        dataset: built-in task name or a JSONL / Parquet / HF dataset.
+        grid: ρ targets (a sequence or ``"0.3,0.5,0.7"``).
+        seeds: seeds per grid point.
+        config: a YAML path / mapping / GridConfig to start from (default: the embedded tiny grid).
+        out_dir: where ``results.json`` goes (default: a temporary folder).
+        adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
+            race.run.scheduler.ADAPTIVE_POLICIES).
+        adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
+            implies ``adaptive``).
+        allow_approximate: count a model type outside RACE's architecture table anyway (as a
+            Llama-style decoder); the diagnosis then carries the warning. Without it such a model
+            raises ``race.flops.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.
+        full_run_budget: FLOPs of one full run (default: the config's ``full_run_budget``): the
+            diagnosis then carries ``forecast``, the held-out reward per ρ predicted there from the
+            pilots' checkpoints, or its one-line refusal (race.stats.forecast, docs/forecast.md).
+        force_forecast: predict even past the extrapolation factor the backtests support (marked forced).
+        engine: ``auto`` (lockstep on CPU where it runs), ``lockstep`` (a grid point's seeds as one
+            batch in one process: race.engine.lean_engine) or ``solo`` (one pilot per process).
+        extend: up to this many rounds that add the next ρ past the edge where the best point lies,
+            running only the new point's seeds (race.run.extend; 0: the grid as given).
+        probe: with a full-run budget, then run the length probe (race.fullrun.probe: η for the full run's
+            step count at 1 prompt per step, ≤ 25 % of the grid's compute); the stability line at F
+            and the rate for F read it.
+
+    Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
+    the one-line message the CLI prints where it exits 2; it never returns None.
+    """
+    from race.run.extend import check_extend, run_extended
+
+    cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
+                       allow_approximate_flops=allow_approximate or None)
+    if cfg.models:
+        from race.core.errors import RaceError
+
+        raise RaceError(f"config names models {list(cfg.models)}: a grid over policies returns a joint view, "
+                        "not one diagnosis: call race.run.api.run_models (or give one model)")
+    from race.config.configfile import parse_flops
+    from race.core.errors import RaceError
+
+    full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
+    if force_forecast and full is None:
+        raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
+    if probe and full is None:
+        raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
+    if probe:
+        from race.fullrun.probe import check_full_run
+
+        check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256):
+        raise RaceError(f"workers {str(workers)[:40]}: expected a whole number from 0 (coordinate only) to 256")
+    extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
+    out = out_dir or tempfile.mkdtemp(prefix="race-")
+    os.makedirs(out, exist_ok=True)
+    from race.run.options import RunOptions
+
+    results = run_extended(cfg, RunOptions(out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
+                                           adaptive=adaptive, adaptive_share=adaptive_share,
+                                           engine=engine))                                   # extend 0: run_grid
+    import race.stats.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
+    from race.core.errors import PilotsFailed, RaceError
+    from race.stats.results import failure_message
+
+    failed = failure_message(results)
+    if failed:                          # the CLI exits 2 with this line; the API raises it
+        raise PilotsFailed(failed)
+    if results.diagnosis is None:
+        raise RaceError(f"the grid in {out} ended without a diagnosis: no pilot finished "
+                        f"(results.json there lists what ran)")
+    if full:
+        results = save_forecast(results, out, full_run_budget=full, force=force_forecast)
+        if probe:
+            results = run_probe(results, full_run_budget=full, device=device, out=out, force=force_forecast)
+    return results.diagnosis
+
+
+def save_forecast(results: Any, out_dir: str, *, full_run_budget: float, force: bool = False) -> Any:
+    """``results`` with the forecast at ``full_run_budget`` in its diagnosis, written back to
+    ``out_dir``/results.json (race.stats.forecast; a refusal is stored too)."""
+    from dataclasses import replace
+
+    from race.stats.forecast import with_forecast
+    from race.stats.results import load_results, results_file, results_lock, save_results
+
+    with results_lock(out_dir):          # one writer: a probe's record stored meanwhile is kept
+        if os.path.isfile(results_file(out_dir)):
+            results = replace(results, meta=load_results(out_dir).meta)
+        out = replace(results, diagnosis=with_forecast(results, full_run_budget=full_run_budget, force=force))
+        save_results(out_dir, out)
+    return out
+
+
+def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None, lr: float | None = None,
+              device: str = "cpu", out: str | None = None, announce: Any = None, force: bool = False,
+              progress: Any = None) -> Any:
+    """Run the length probe (race.fullrun.probe) for ``results`` (race.stats.results.Results, or a results path)
+    at ``full_run_budget`` and return the results with its record stored under ``probes`` and the
+    forecast at F redone (so the stability line and the rate read it); written to ``out``
+    (a folder or a .json file) when given. ``announce(plan_line)`` is called before it runs, and
+    ``progress(line)`` at each tenth of the probe's budget (race.fullrun.probe.ProgressLines)."""
+    from dataclasses import replace
+
+    from race.stats.forecast import with_forecast
+    from race.engine.loading import check_device
+    from race.engine.pilot import run_pilot
+    from race.fullrun.probe import ProgressLines, plan_probe, probe_record
+    from race.stats.results import with_probe
+    from race.stats.results import load_results, results_file, results_lock, save_results
+
+    import time
+
+    if isinstance(results, str):
+        results = load_results(results)
+    device = check_device(device)
+    plan = plan_probe(results, full_run_budget, rho=rho, lr=lr)     # one line before any compute
+    if announce:
+        announce(plan.line())
+    target = results.diagnosis.primary_target if results.diagnosis is not None else "reward"
+    t0 = time.time()
+    lines = ProgressLines(plan.budget, plan.schedule.steps, say=progress) if progress else None
+    pilot = run_pilot(plan.config, plan.schedule, 0, device=device, progress=lines)
+    record = probe_record(plan, pilot, target=target, wall_seconds=time.time() - t0)
+
+    def stored(base: Any) -> Any:
+        res = with_probe(base, record)
+        return replace(res, diagnosis=with_forecast(res, full_run_budget=plan.full_run_budget, force=force))
+
+    if not out:
+        return stored(results)
+    with results_lock(out):               # one writer: another probe's record, stored meanwhile, is kept
+        if os.path.isfile(results_file(out)):
+            results = load_results(out)
+        out_results = stored(results)
+        save_results(out, out_results)
+    return out_results
+
+
+def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,
+               workers: int | None = None, device: str = "cpu", quiet: bool = False, adaptive: bool | str = False,
+               adaptive_share: float | None = None, retries: int = 1, heartbeat: int | None = None,
+               target: str | None = None, engine: str = "auto") -> Any:
+    """Run (or resume) a grid over policies (``config.models``): one ρ grid per policy at the same
+    budget per pilot, each an ordinary part in ``out_dir/LABEL`` (its own race.db unless ``storage``
+    names one for all; study ``NAME--LABEL``), then the joint view in ``out_dir/models.json``
+    (race.run.multimodel). Every policy is checked before any pilot runs. Returns the ``JointView``;
+    raises ``PilotsFailed`` (after running every part) when pilots failed after their retries."""
+    from race.core.errors import PilotsFailed, RaceError
+    from race.flops.catalog import check_loadable, load_arch_reading
+    from race.run.multimodel import joint_view, part_configs, save_joint
+    from race.stats.results import failure_message
+    from race.run.scheduler import run_grid
+
+    parts = part_configs(config)
+    for _, part in parts:                 # before anything runs: every policy loads and is counted
+        check_loadable(part.model, "models")
+        load_arch_reading(part.model, allow_approximate=part.allow_approximate_flops)
+    os.makedirs(out_dir, exist_ok=True)
+    labels = [label for label, _ in parts]
+    done: list[tuple[str, Any]] = []
+    failed: list[str] = []
+    for label, part in parts:
+        if not quiet:
+            print(f"RACE grid over models: policy {label} ({part.model}), part {len(done) + 1} of {len(parts)} "
+                  f"→ {os.path.join(out_dir, label)}", file=sys.stderr, flush=True)
+        res = run_grid(part, out_dir=os.path.join(out_dir, label), storage=storage,
+                       study=f"{study}--{label}" if study else None, workers=workers, device=device, quiet=quiet,
+                       adaptive=adaptive, adaptive_share=adaptive_share, retries=retries, heartbeat=heartbeat,
+                       engine=engine)
+        line = failure_message(res)
+        if line:
+            failed.append(f"{label}: {line}")
+        if res.diagnosis is not None:
+            done.append((label, res))
+        view = joint_view(done, target=target) if len(done) >= 2 else None
+        save_joint(out_dir, labels, view, models=config.models, config=config.to_dict())
+    if failed:
+        raise PilotsFailed(failed[0] + (f" (and {len(failed) - 1} more part(s))" if len(failed) > 1 else ""))
+    if len(done) < len(parts):
+        raise RaceError(f"the grid over models in {out_dir} ended with {len(done)} of {len(parts)} policies "
+                        "diagnosed: re-run the same command to finish it")
+    return view

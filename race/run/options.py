@@ -1,0 +1,76 @@
+"""How a grid runs, as one typed object: ``RunOptions``. Pure.
+
+The settings of a run that are not the experiment (the config is): where results and storage go,
+how many workers, on which device, the engine, an adaptive share, retries, the heartbeat, pilots to
+import, extension rounds. ``race pilot``, ``race.diagnose`` and the benchmarks build one, ``check()``
+validates it once, and it is passed down whole: race.run.extend.run_extended → race.run.scheduler.run_study →
+the coordinator.
+
+Invariants: ``check()`` refuses a bad value in one ``RaceError`` line naming it and what was
+expected, before anything runs; the object is frozen (a round of ``--extend`` is a ``replace``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from race.core.errors import RaceError
+
+ENGINES = ("auto", "lockstep", "solo")
+MAX_WORKERS = 256
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: str                           # where results.json (and the default sqlite storage) go
+    storage: str | None = None             # an optuna storage URL (None: sqlite:///OUT_DIR/race.db)
+    study: str | None = None               # the study's name (None: the config's name)
+    workers: int | None = None             # pilots at once here (None: 2 on CPU, 1 per GPU; 0: coordinate only)
+    device: str = "cpu"                    # cpu, cuda or cuda:N
+    quiet: bool = False                    # no progress lines on stderr
+    adaptive: bool | str = False           # False: the full grid; True or a policy name: an adaptive subset
+    adaptive_share: float | None = None    # the share of the full grid's pilots an adaptive grid runs
+    retries: int = 1                       # times a pilot that failed here is enqueued again
+    heartbeat: int | None = None           # seconds between a pilot's heartbeats (None: the storage default)
+    import_pilots: str | None = None       # a results file whose finished pilots are recorded first
+    engine: str = "auto"                   # auto | lockstep | solo (race.engine.lean_engine)
+    extend: int = 0                        # rounds past the best edge (race.run.extend)
+
+    @classmethod
+    def from_kwargs(cls, **kw: Any) -> "RunOptions":
+        """From keyword arguments (the functions' old signatures); an unknown name is a TypeError,
+        as it was."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kw) - names)
+        if unknown:
+            raise TypeError(f"unexpected run option(s): {', '.join(unknown)}")
+        return cls(**kw)
+
+    def check(self) -> "RunOptions":
+        def whole(name: str, v: Any, lo: int, hi: int, what: str) -> None:
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise RaceError(f"{name} {str(v)[:40]}: expected {what}")
+
+        if not isinstance(self.out_dir, str) or not self.out_dir:
+            raise RaceError(f"out_dir {self.out_dir!r}: expected a folder path")
+        if self.workers is not None:
+            whole("workers", self.workers, 0, MAX_WORKERS, f"a whole number from 0 (coordinate only) to {MAX_WORKERS}")
+        whole("retries", self.retries, 0, 100, "a whole number from 0 to 100")
+        # extend is checked with what it cannot combine with (race.run.extend.check_extend)
+        if self.heartbeat is not None:
+            whole("heartbeat", self.heartbeat, 1, 3600, "seconds from 1 to 3600")
+        if self.engine not in ENGINES:
+            raise RaceError(f"engine {self.engine!r} is unknown: expected one of {', '.join(ENGINES)}")
+        if self.adaptive_share is not None and (isinstance(self.adaptive_share, bool)
+                                                or not isinstance(self.adaptive_share, (int, float))
+                                                or not 0.0 < float(self.adaptive_share) <= 1.0):
+            raise RaceError(f"adaptive share {self.adaptive_share!r} is outside (0, 1]: expected the fraction of the "
+                            "full grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
+        return self
+
+    def run_grid_kw(self) -> dict[str, Any]:
+        """The options as run_grid's keywords (everything but ``extend``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extend"}
+
+    def with_(self, **kw: Any) -> "RunOptions":
+        return replace(self, **kw)

@@ -1,0 +1,662 @@
+"""One RACE study in one optuna storage: the ``Store`` class (create, load, claim, enqueue, sweep,
+save) and ``load_results`` (a diagnosis from storage alone); the layout it keeps is described
+below.
+
+This is the only RACE module that imports optuna (``import race`` never loads it).
+
+Layout of a study (docs/storage.md):
+
+- study name: the config's ``name`` (or ``--study``); direction *maximize* (the trial value is the
+  pilot's mean primary-target score);
+- study user attrs: ``race:config`` (the config as given: what a resume is checked against),
+  ``race:run_config`` (the config the pilots run: calibration may switch on the healthy recipe),
+  ``race:plan`` (schedules, calibration), ``race:classify``, ``race:meta``, ``race:adaptive``,
+  ``race:curve_step_flops``, ``race:ready``; after a grid, ``race:diagnosis`` and ``race:finished``;
+- one trial per pilot: params ``rho`` (a categorical over the grid) and ``seed`` (an int in
+  ``[first_seed, first_seed + seeds)``) enqueued for every grid point × seed when the study is created, so the grid
+  lives in the study and each worker takes one by moving a WAITING trial to RUNNING — an
+  atomic transition in every optuna storage (a row lock in RDB storages, the log order in the
+  journal), so no two workers get the same trial;
+- user attrs of a finished trial: ``flops`` (search / learning / reward / total / rho),
+  ``schedule``, ``scores`` (mean per target), ``evals:<target>`` (per-prompt scores, compact:
+  zlib-compressed float64, base64), ``curve`` (the whole reward-vs-FLOPs curve, same encoding),
+  ``checkpoints`` (the held-out checkpoints with their per-prompt scores: zlib-compressed JSON,
+  base64, chunked like every long value; absent in trials of pilots without checkpoints),
+  ``result`` (everything else of the ``PilotResult``); the reward-vs-FLOPs curve is also
+  reported as intermediate values (step = FLOPs spent / ``race:curve_step_flops``), so
+  optuna-dashboard draws the learning curves;
+- liveness: the process running a trial records heartbeats (optuna's RDB heartbeat; for the
+  journal a heartbeat in a system attr through the same optuna interface); a RUNNING trial
+  whose heartbeat is older than the grace period is failed by whoever notices
+  (``optuna.storages.fail_stale_trials``) and its grid point enqueued again. A process that
+  finds a RUNNING trial owned by a dead process on its own machine fails it at once.
+
+Storage URLs may carry passwords: ``race.core.urls`` (SQLAlchemy's URL parser) masks them in every
+message and every stored value, and refuses URLs whose password cannot be told apart.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from race.core import urls
+from race.core.records import Diagnosis, PilotResult
+from race.run.store.base import (COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError,
+                             UnreadyStudy)
+from race.run.store.codec import get_chunked, json_blob, put_chunked, unjson_blob
+from race.run.store.engine import JournalHeartbeatStorage, first_line, open_storage, system_failure
+from race.run.store.liveness import age_seconds, owner_info, owner_is_dead
+from race.run.store.trials import Key, downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
+
+
+@dataclass
+class Claim:
+    """A trial this process took: its id, number, grid point and seed."""
+
+    trial_id: int
+    number: int
+    key: Key
+    trial: Any
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """What a study holds besides its trials: enough for any machine to run its pilots."""
+
+    config: dict
+    run_config: dict
+    plan: dict
+    classify: dict
+    meta: dict
+    adaptive: dict | None
+    curve_step_flops: float
+
+    @property
+    def grid(self) -> tuple[float, ...]:
+        return tuple(float(r) for r in self.run_config["grid"])
+
+    @property
+    def seeds(self) -> int:
+        return int(self.run_config["seeds"])
+
+    @property
+    def first_seed(self) -> int:
+        return int(self.run_config.get("first_seed", 0))
+
+    @property
+    def seed_ids(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
+
+    def keys(self) -> list[Key]:
+        return [(r, s) for r in self.grid for s in self.seed_ids]
+
+
+def normalized(obj: Any) -> Any:
+    return json.loads(json.dumps(obj))
+
+
+def fill_missing(stored: Any, defaults: Any) -> Any:
+    """``stored`` with the keys it lacks taken from ``defaults``, recursively (mappings only)."""
+    if not isinstance(stored, dict) or not isinstance(defaults, dict):
+        return stored
+    return {**defaults, **{k: fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
+
+
+def first_difference(a: Any, b: Any, path: str = "", *, rel_tol: float = 0.0) -> tuple[str, Any, Any] | None:
+    """The first (dotted path, a's value, b's value) where ``a`` and ``b`` differ, mappings walked
+    key by key; with ``rel_tol`` > 0 a float of ``a`` matches a number of ``b`` within that relative
+    tolerance (everything else, and every value at 0, exactly)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k, rel_tol=rel_tol)
+            if d:
+                return d
+        return None
+    if rel_tol > 0 and isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return None if math.isclose(a, b, rel_tol=rel_tol) else (path, a, b)
+    return None if a == b else (path, a, b)
+
+
+def _short(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v)
+
+
+class Store:
+    """One RACE study in one optuna storage."""
+
+    def __init__(self, url: str, study_name: str, *, heartbeat: int = DEFAULT_HEARTBEAT):
+        urls.check(url)
+        self.url, self.masked, self.name = url, urls.masked(url), study_name
+        self.heartbeat = max(1, int(heartbeat))
+        self.storage = open_storage(url, heartbeat=self.heartbeat, on_stale=self._on_stale)
+        self.me = owner_info()
+        self.study: optuna.Study | None = None
+        self.info: StudyInfo | None = None
+        self._last_beat = 0.0
+        self._progress: dict[int, dict] = {}
+        self._mine: set[int] = set()
+        self.requeued: list[Key] = []
+
+    def set_heartbeat(self, seconds: int) -> None:
+        """Heartbeat interval (and grace = 3 intervals) of this process, from the study's setting."""
+        self.heartbeat = max(1, int(seconds))
+        grace = GRACE_FACTOR * self.heartbeat
+        if isinstance(self.storage, JournalHeartbeatStorage):
+            self.storage._race_hb = (self.heartbeat, grace, self.storage._race_hb[2])
+        else:
+            self.storage.heartbeat_interval, self.storage.grace_period = self.heartbeat, grace
+
+    def update_heartbeat(self, seconds: int) -> None:
+        """Change the study's heartbeat (processes that join later use it)."""
+        assert self.study is not None
+        self.study.set_user_attr("race:heartbeat", max(1, int(seconds)))
+        self.set_heartbeat(seconds)
+
+    def close(self) -> None:
+        """Release the storage's connections (an SQLite file can then be removed)."""
+        engine = getattr(self.storage, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+    # -- the coordinator (one per study)
+
+    def _coordinator_gone(self, record: Mapping[str, Any]) -> bool:
+        """Whether the coordinator ``record`` describes is no longer running: its process died on
+        this machine, it is this very process, or it missed 3 heartbeats (another machine)."""
+        if owner_is_dead(record, self.me):
+            return True
+        if all(record.get(k) == self.me.get(k) for k in ("host", "boot", "pidns", "pid")):
+            return True
+        return time.time() - float(record.get("beat", 0.0)) > GRACE_FACTOR * self.heartbeat
+
+    def _coordinator_error(self, record: Mapping[str, Any]) -> StoreError:
+        started = time.strftime("%H:%M:%S", time.localtime(float(record.get("since", 0.0))))
+        return StoreError(f"study {self.name!r} in {self.masked} is already coordinated by race pilot "
+                          f"(pid {record.get('pid')} on {record.get('host')}, since {started}): wait for it to finish, "
+                          f"or help it with race worker --storage URL --study {self.name}")
+
+    def claim_coordination(self) -> None:
+        """Record this process as the study's coordinator, or raise ``StoreError`` (one line)
+        naming the live one. Two claims at the same moment: the later write wins, the other sees
+        it on its re-read and steps back."""
+        assert self.study is not None
+        current = self.study.user_attrs.get(COORDINATOR)
+        if current and not self._coordinator_gone(current):
+            raise self._coordinator_error(current)
+        token = f"{self.me.get('host')}:{os.getpid()}:{time.time_ns()}"
+        now = time.time()
+        self.study.set_user_attr(COORDINATOR, {**self.me, "since": now, "beat": now, "token": token})
+        time.sleep(0.2)
+        current = self.study.user_attrs.get(COORDINATOR) or {}
+        if current.get("token") != token:
+            raise self._coordinator_error(current)
+        self._coordination = {"token": token, "since": now, "last": now}
+
+    def beat_coordination(self) -> None:
+        """Refresh the coordinator record (at most once per heartbeat interval)."""
+        mine = getattr(self, "_coordination", None)
+        if mine is None or time.time() - mine["last"] < self.heartbeat:
+            return
+        mine["last"] = time.time()
+        self.study.set_user_attr(COORDINATOR, {**self.me, "since": mine["since"], "beat": mine["last"],
+                                               "token": mine["token"]})
+
+    def release_coordination(self) -> None:
+        mine = getattr(self, "_coordination", None)
+        if mine is None or self.study is None:
+            return
+        self._coordination = None
+        try:
+            if (self.study.user_attrs.get(COORDINATOR) or {}).get("token") == mine["token"]:
+                self.study.set_user_attr(COORDINATOR, None)
+        except Exception:  # noqa: BLE001 — a storage gone at exit: the record goes stale by itself
+            pass
+
+    # -- study life cycle
+    def _sampler(self) -> optuna.samplers.BaseSampler:
+        return optuna.samplers.RandomSampler(seed=0)   # never samples: every trial is enqueued
+
+    def exists(self) -> bool:
+        try:
+            self.storage.get_study_id_from_name(self.name)
+            return True
+        except KeyError:
+            return False
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"storage {self.masked!r} failed: {first_line(e, self.url)}") from None
+
+    def load(self, *, wait: float = 60.0) -> StudyInfo:
+        """Open an existing study (waiting up to ``wait`` s for its creator to finish setting it up)."""
+        try:
+            self.study = optuna.load_study(study_name=self.name, storage=self.storage, sampler=self._sampler())
+        except KeyError:
+            names = [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+            raise StoreError(f"study {self.name!r} does not exist in {self.masked}: "
+                             f"start it with race pilot --storage URL --study {self.name}"
+                             + (f" (studies there: {', '.join(names[:8])})" if names else "")) from None
+        deadline = time.monotonic() + wait
+        while True:
+            attrs = self.study.user_attrs
+            if attrs.get("race:ready"):
+                break
+            if time.monotonic() > deadline:
+                raise UnreadyStudy(f"study {self.name!r} in {self.masked} is not a RACE study (no race:ready): "
+                                   "expected one created by race pilot")
+            time.sleep(0.5)
+        if attrs.get("race:heartbeat"):           # every process of a study beats and judges alike
+            self.set_heartbeat(int(attrs["race:heartbeat"]))
+        if attrs.get("race:schema") != SCHEMA:
+            raise StoreError(f"study {self.name!r} in {self.masked} has RACE storage schema "
+                             f"{attrs.get('race:schema')!r}: this RACE reads {SCHEMA}")
+        self.info = StudyInfo(config=attrs["race:config"], run_config=attrs["race:run_config"],
+                              plan=unjson_blob(get_chunked(attrs, "race:plan")), classify=attrs["race:classify"],
+                              meta=attrs["race:meta"], adaptive=attrs.get("race:adaptive"),
+                              curve_step_flops=float(attrs["race:curve_step_flops"]))
+        return self.info
+
+    def create(self, *, config: dict, run_config: dict, plan: dict, classify: dict, meta: dict,
+               adaptive: dict | None) -> bool:
+        """Create the study with its grid; False when another process created it first."""
+        try:
+            self.study = optuna.create_study(study_name=self.name, storage=self.storage, direction="maximize",
+                                             sampler=self._sampler(), load_if_exists=False)
+        except optuna.exceptions.DuplicatedStudyError:
+            return False
+        budget = float(run_config["budget"])
+        unit = 10.0 ** math.ceil(math.log10(budget)) / 1e8   # ≤ 1e8 steps: fits a 32-bit column
+        s = self.study
+        try:
+            s.set_user_attr("race:schema", SCHEMA)
+            s.set_user_attr("race:config", normalized(config))
+            s.set_user_attr("race:run_config", normalized(run_config))
+            put_chunked(s.set_user_attr, "race:plan", json_blob(plan))
+            s.set_user_attr("race:classify", normalized(classify))
+            s.set_user_attr("race:meta", normalized(meta))
+            s.set_user_attr("race:adaptive", adaptive)
+            s.set_user_attr("race:curve_step_flops", unit)
+            s.set_user_attr("race:heartbeat", self.heartbeat)
+            s.set_user_attr("race:ready", True)
+        except BaseException:
+            self.remove_unready()    # a half-made study (a full disk, Ctrl-C) would stall the next run
+            raise
+        self.load()
+        return True
+
+    def remove_unready(self) -> bool:
+        """Delete this study if it holds no trial and was never made ready (``race:ready``): what
+        an interrupted or refused ``create`` leaves; True when it was removed. Best effort."""
+        try:
+            study = optuna.load_study(study_name=self.name, storage=self.storage, sampler=self._sampler())
+            if study.user_attrs.get("race:ready") or study.get_trials(deepcopy=False):
+                return False
+            optuna.delete_study(study_name=self.name, storage=self.storage)
+        except Exception:  # noqa: BLE001 — a storage that cannot even do this: the error already raised says why
+            return False
+        self.study, self.info = None, None
+        return True
+
+    def check_compatible(self, config: dict) -> None:
+        """Refuse to resume with a config other than the study's (one line naming the difference)."""
+        assert self.info is not None
+        here = {k: v for k, v in normalized(config).items() if k != "name"}
+        from race.config.configfile import default_settings
+
+        # a setting added after the study was created ran at its default there
+        there = {k: v for k, v in fill_missing(self.info.config, normalized(default_settings())).items() if k != "name"}
+        if here.get("grid") != there.get("grid") or here.get("seeds") != there.get("seeds"):
+            raise StoreError(f"study {self.name!r} in {self.masked} was created with grid {there.get('grid')} × "
+                             f"{there.get('seeds')} seeds; this run asks for {here.get('grid')} × {here.get('seeds')}"
+                             ": use the same grid, or another --study / --out (with --import-pilots "
+                             "OLD/results.json a larger grid takes the finished pilots of this one)")
+        diff = first_difference(there, here)
+        if diff:
+            path, a, b = diff
+            raise StoreError(f"study {self.name!r} in {self.masked} was created with another config: {path} is "
+                             f"{_short(a)} there, {_short(b)} here: resume with the same config, or use another "
+                             "--study / --out")
+
+    def set_adaptive(self, adaptive: dict | None) -> None:
+        assert self.study is not None
+        self.study.set_user_attr("race:adaptive", adaptive)
+
+    def set_finished(self, finished: bool) -> None:
+        assert self.study is not None
+        self.study.set_user_attr("race:finished", bool(finished))
+
+    def finished(self) -> bool:
+        assert self.study is not None
+        return bool(self.study.user_attrs.get("race:finished"))
+
+    # -- trials
+    def trials(self, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+        assert self.study is not None
+        return self.study.get_trials(deepcopy=False, states=tuple(states) if states else None)
+
+    def enqueue(self, key: Key, **user_attrs: Any) -> None:
+        assert self.study is not None
+        self.study.enqueue_trial({"rho": key[0], "seed": key[1]}, user_attrs=user_attrs or None)
+
+    def _distributions(self) -> dict[str, Any]:
+        assert self.info is not None
+        return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(self.info.seed_ids[0], self.info.seed_ids[-1])}
+
+    def claim(self, rho: float | None = None) -> Claim | None:
+        """Take one WAITING trial (atomic WAITING → RUNNING), of grid point ``rho`` when given (the
+        rest of a lockstep group); None when there is none."""
+        assert self.study is not None and self.info is not None
+        st = self.study._storage
+        for t in self.trials((TrialState.WAITING,)):
+            if rho is not None and (key_of(t) or (None,))[0] != rho:
+                continue
+            try:
+                if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            # heartbeat before owner: a process killed between the two leaves a trial optuna's
+            # heartbeat check fails; one killed before both is failed by sweep's orphan rule
+            self._beat_one(t._trial_id)
+            st.set_trial_system_attr(t._trial_id, OWNER, self.me)
+            key = key_of(t)
+            trial = optuna.trial.Trial(self.study, t._trial_id)
+            trial.suggest_categorical("rho", list(self.info.grid))
+            trial.suggest_int("seed", self.info.seed_ids[0], self.info.seed_ids[-1])
+            if key is None or self._duplicate(t._trial_id, key):
+                st.set_trial_user_attr(t._trial_id, "duplicate", True)
+                self.study.tell(trial, state=TrialState.PRUNED)
+                continue
+            self._mine.add(t._trial_id)
+            return Claim(t._trial_id, t.number, key, trial)
+        return None
+
+    def _duplicate(self, trial_id: int, key: Key) -> bool:
+        """Another trial of the same pilot already finished, or runs and started first."""
+        assert self.study is not None
+        mine = self.study._storage.get_trial(trial_id)
+        for t in self.trials((TrialState.COMPLETE, TrialState.RUNNING)):
+            if t._trial_id == trial_id or key_of(t) != key:
+                continue
+            if t.state == TrialState.COMPLETE:
+                return True
+            if (t.datetime_start, t.number) < (mine.datetime_start, mine.number):
+                return True
+        return False
+
+    def _beat_one(self, trial_id: int) -> None:
+        from optuna.storages._heartbeat import is_heartbeat_enabled
+
+        st = self.study._storage if self.study is not None else self.storage
+        if is_heartbeat_enabled(st):
+            st.record_heartbeat(trial_id)
+
+    def progress(self, claim: Claim, step: int, flops: float) -> None:
+        self._progress[claim.trial_id] = {"step": int(step), "flops": float(flops)}
+
+    def beat(self, claims: Iterable[Claim], *, force: bool = False) -> None:
+        """Heartbeats (and the latest progress) of the trials this process holds, every interval."""
+        now = time.monotonic()
+        if not force and now - self._last_beat < self.heartbeat:
+            return
+        self._last_beat = now
+        assert self.study is not None
+        for c in claims:
+            try:
+                self._beat_one(c.trial_id)
+                if c.trial_id in self._progress:
+                    self.study._storage.set_trial_user_attr(c.trial_id, "progress", self._progress.pop(c.trial_id))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass   # failed as stale meanwhile: complete() still keeps the result if no retry finished
+
+    def heartbeats(self, claims: Callable[[], Iterable[Claim]]) -> Callable[[], None]:
+        """Beat for ``claims()`` from a background thread (a pilot process can take long to start);
+        returns the function that stops it."""
+        import threading
+
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(self.heartbeat):
+                try:
+                    self.beat(list(claims()), force=True)
+                except Exception as e:  # noqa: BLE001 — a storage hiccup must not kill the grid
+                    print(f"race: heartbeat failed: {first_line(e, self.url)}", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=run, name="race-heartbeat", daemon=True)
+        thread.start()
+
+        def halt() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return halt
+
+    def set_pid(self, claim: Claim, pid: int) -> None:
+        assert self.study is not None
+        try:
+            self.study._storage.set_trial_user_attr(claim.trial_id, "pilot_pid", int(pid))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+    def sweep(self) -> list[Key]:
+        """Fail RUNNING trials whose process is gone (dead on this machine, or heartbeat stale)
+        and enqueue their pilots again; returns the pilots re-enqueued."""
+        assert self.study is not None
+        self.requeued = []
+        st = self.study._storage
+        grace = GRACE_FACTOR * self.heartbeat
+        for t in self.trials((TrialState.RUNNING,)):
+            owner = t.system_attrs.get(OWNER)
+            if owner is None:
+                # claimed (WAITING → RUNNING) by a process killed before it recorded itself or a
+                # heartbeat: nothing else would ever fail it, and a grid waiting for it would hang
+                age = age_seconds(t.datetime_start)
+                if age is None or age <= grace:
+                    continue
+                why = (f"it was claimed {age:.0f} s ago by a process that died before recording itself "
+                       "(no owner, no heartbeat)")
+            elif owner_is_dead(owner, self.me):
+                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
+            else:
+                continue
+            try:   # attributes first: a finished trial takes none
+                st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
+                st.set_trial_user_attr(t._trial_id, "stale", True)
+                if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            self._mark_stale(t, why)
+        for tid in list(self._mine):           # our own trials are alive, whatever our heartbeat thread did
+            try:
+                self._beat_one(tid)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                self._mine.discard(tid)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+        return self.requeued
+
+    def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """optuna's heartbeat-stale callback: this process failed ``trial``; enqueue its pilot again."""
+        owner = trial.system_attrs.get(OWNER) or {}
+        self._mark_stale(trial, f"no heartbeat for {GRACE_FACTOR * self.heartbeat} s from "
+                                f"{owner.get('host', '?')}:{owner.get('pid', '?')} (worker died or lost the storage)",
+                         study=study)
+
+    def _mark_stale(self, t: FrozenTrial, why: str, study: optuna.Study | None = None) -> None:
+        """Enqueue the pilot of a trial failed for want of a live owner; the new trial says why."""
+        study = study or self.study
+        assert study is not None
+        key = key_of(t)
+        if key is not None:
+            study.enqueue_trial({"rho": key[0], "seed": key[1]},
+                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}"})
+            self.requeued.append(key)
+
+    def complete(self, claim: Claim, result: PilotResult, primary_target: str) -> None:
+        """Record a finished pilot: attributes, learning curve, then COMPLETE with its score."""
+        assert self.study is not None and self.info is not None
+        st, tid = self.study._storage, claim.trial_id
+        self._mine.discard(tid)
+        value = result.score(primary_target) if primary_target in result.evals else float("nan")
+        if not math.isfinite(value):
+            self.fail(claim, f"the pilot reported no finite {primary_target!r} score")
+            return
+        attrs, steps = self._trial_record(result)
+        try:
+            for k, v in attrs.items():
+                st.set_trial_user_attr(tid, k, v)
+            for step, reward in steps.items():
+                st.set_trial_intermediate_value(tid, step, reward)
+            self.study.tell(claim.trial, value)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            # someone failed our trial as stale while we worked (a stalled heartbeat, a network
+            # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
+            if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
+                self._add_complete(claim.key, value, {**attrs, "recovered_from": claim.number}, steps)
+
+    def _trial_record(self, result: PilotResult) -> tuple[dict[str, Any], dict[int, float]]:
+        """A finished pilot's trial attributes (long values chunked) and its learning curve as
+        intermediate values (at most CURVE_POINTS, steps in units of ``race:curve_step_flops``)."""
+        attrs: dict[str, Any] = {}
+        for k, v in pilot_attrs(result).items():
+            if isinstance(v, str):
+                put_chunked(attrs.__setitem__, k, v)
+            else:
+                attrs[k] = v
+        unit, last, steps = self.info.curve_step_flops, -1, {}
+        for flops, reward in downsample(result.curve, CURVE_POINTS):
+            step = int(round(flops / unit))
+            if step > last and math.isfinite(reward):
+                steps[step] = float(reward)
+                last = step
+        return attrs, steps
+
+    def _add_complete(self, key: Key, value: float, attrs: Mapping[str, Any], steps: Mapping[int, float]) -> None:
+        self.study.add_trial(optuna.trial.create_trial(
+            params={"rho": key[0], "seed": key[1]}, distributions=self._distributions(), value=value,
+            user_attrs=dict(attrs), intermediate_values=dict(steps)))
+
+    def add_finished(self, result: PilotResult, primary_target: str, *, source: str) -> bool:
+        """Record a pilot that finished elsewhere (``source``: where it comes from) as a COMPLETE trial,
+        unless its grid point × seed is complete here already; True when it was added."""
+        assert self.study is not None and self.info is not None
+        key = (float(result.rho_target), int(result.seed))
+        if key not in set(self.info.keys()) or any(key_of(t) == key for t in self.trials((TrialState.COMPLETE,))):
+            return False
+        attrs, steps = self._trial_record(result)
+        self._add_complete(key, result.score(primary_target), {**attrs, "imported_from": source}, steps)
+        return True
+
+    def fail(self, claim: Claim, error: str, traceback_text: str = "") -> None:
+        assert self.study is not None
+        st = self.study._storage
+        self._mine.discard(claim.trial_id)
+        try:
+            st.set_trial_user_attr(claim.trial_id, "error", error)
+            if traceback_text:
+                st.set_trial_user_attr(claim.trial_id, "traceback", traceback_text[-4000:])
+            self.study.tell(claim.trial, state=TrialState.FAIL)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            pass   # already failed as stale (and enqueued again) by another process
+
+    def failures_since(self, key: Key, number: int) -> int:
+        """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number``."""
+        return sum(1 for t in self.trials((TrialState.FAIL,))
+                   if t.number >= number and key_of(t) == key and is_pilot_failure(t))
+
+    def pilots(self) -> list[PilotResult]:
+        """Every complete pilot (one per grid point × seed), sorted by (ρ, seed)."""
+        best: dict[Key, FrozenTrial] = {}
+        for t in self.trials((TrialState.COMPLETE,)):
+            k = key_of(t)
+            if k is not None and "result" in t.user_attrs and (k not in best or t.number < best[k].number):
+                best[k] = t
+        return [pilot_from_attrs(best[k].user_attrs) for k in sorted(best)]
+
+    def failed_pilots(self, keys: Iterable[Key]) -> list[PilotResult]:
+        """The latest failure of each of ``keys`` (for the results file)."""
+        assert self.info is not None
+        keys = set(keys)
+        latest: dict[Key, FrozenTrial] = {}
+        for t in self.trials((TrialState.FAIL,)):
+            k = key_of(t)
+            if k in keys and (k not in latest or t.number > latest[k].number):
+                latest[k] = t
+        from race.core.records import FlopBreakdown
+
+        return [PilotResult(rho_target=k[0], seed=k[1], flops=FlopBreakdown(), evals={}, status="failed",
+                            extra={"error": latest[k].user_attrs.get("error", "failed"), "trial": latest[k].number})
+                for k in sorted(latest)]
+
+    def save_diagnosis(self, diagnosis: Diagnosis, pilots: Sequence[PilotResult]) -> None:
+        assert self.study is not None
+        put_chunked(self.study.set_user_attr, "race:diagnosis", json_blob(diagnosis.to_dict()))
+        self.study.set_user_attr("race:diagnosis_pilots", [[p.rho_target, p.seed] for p in pilots])
+
+    def stored_diagnosis(self, pilots: Sequence[PilotResult]) -> Diagnosis | None:
+        """The diagnosis stored with the study, if it was made from exactly ``pilots``."""
+        assert self.study is not None
+        attrs = self.study.user_attrs
+        text = get_chunked(attrs, "race:diagnosis")
+        if not text or attrs.get("race:diagnosis_pilots") != [[p.rho_target, p.seed] for p in pilots]:
+            return None
+        return Diagnosis.from_dict(unjson_blob(text))
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.trials():
+            out[t.state.name] = out.get(t.state.name, 0) + 1
+        return out
+
+
+def _named_system_failures(method: Callable) -> Callable:
+    """``method`` of ``Store``, with a failure of the machine under the storage (a full disk, an I/O
+    error, a read-only file: race.run.store.engine.system_failure) raised as a one-line ``StoreError``
+    naming it and the storage, whatever wrapper optuna put around the driver's error."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 — re-raised unless the machine is named
+            named = system_failure(e, self.url)
+            if named is None:
+                raise
+            raise named from None
+
+    return wrapper
+
+
+for _name in ("exists", "load", "create", "update_heartbeat", "claim_coordination", "beat_coordination", "set_adaptive",
+              "set_finished", "finished", "trials", "enqueue", "claim", "beat", "set_pid", "sweep", "complete",
+              "add_finished", "fail", "failures_since", "pilots", "failed_pilots", "save_diagnosis", "stored_diagnosis",
+              "counts"):
+    setattr(Store, _name, _named_system_failures(getattr(Store, _name)))
+
+
+def load_results(url: str, study_name: str):
+    """A ``race.stats.results.Results`` built from storage alone (for ``race report --storage``)."""
+    from race.stats.results import Results, pilots_meta
+
+    store = Store(url, study_name)
+    info = store.load(wait=0)
+    pilots = store.pilots()
+    diagnosis = store.stored_diagnosis(pilots)
+    return Results(pilots=tuple(pilots), diagnosis=diagnosis, config=info.run_config, plan=info.plan,
+                   classify={**info.classify, "meta": pilots_meta(info.meta, pilots, adaptive=info.adaptive,
+                                                                   full_grid=len(info.grid) * info.seeds)},
+                   meta={"storage": store.masked, "study": study_name})

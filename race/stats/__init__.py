@@ -1,0 +1,16 @@
+"""From pilots to a verdict: fits, the regime rule, the range at the full-run budget, and the results file. Pure.
+
+Interface:
+- ``fit``: response fits of reward against ρ and the bootstrap.
+- ``regime``: ``classify``, fits → the verdict (search-, update- or reward-heavy, a ρ range).
+- ``instability``: the rule that flags a pilot whose held-out checkpoints fell back.
+- ``drift``: the ρ range at the full-run budget; ``rate``: the learning rate for it.
+- ``forecast``: held-out reward at the full-run budget per ρ, or a one-line refusal.
+- ``design``: what RACE knows before a pilot (the prior of the best ρ, the signal check) and
+  pilots sized within a share of the full run.
+- ``report``: text / Markdown / LaTeX / JSON renderings of a diagnosis.
+- ``results``: ``results.json`` read, written and re-diagnosed, with its stored probe records.
+
+Invariants: stands on race.flops, race.config and race.core; pure functions of their inputs (no
+torch, transformers, peft, vllm or optuna, no clocks, no I/O outside ``results``).
+"""

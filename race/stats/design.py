@@ -1,0 +1,266 @@
+"""What RACE knows before a pilot runs, and what pilots within a share of the full run can buy (issue 49).
+
+Three pure pieces, no torch:
+
+- **The population prior** of the best update fraction at the full run: the median full-run best ρ
+  (measured) of the two validation rounds' 10 × B grids that learned something and did not all
+  collapse (21 grids: ``POPULATION_RHO``), and their spread (``POPULATION_RHO_SD``). RACE with no pilots
+  recommends the prior; pilots move it only as far as their evidence allows (``shrink_to_prior``:
+  an empirical-Bayes normal–normal shrinkage, w = τ² / (τ² + σ²)).
+- **The signal check** (``signal``): a 0/1 reward over a group of g rollouts gives GRPO a gradient only
+  where the group's rewards differ, which happens with probability 1 − pᵍ − (1 − p)ᵍ at base pass rate
+  p. Below ``p*(g) = 1 − 2^(−1/g)`` (0.083 for g = 8, the bar of Aphale & Liu, arXiv 2606.18487, whose
+  advantage variance is p(1 − p)(g − 1)/g) fewer than half the groups carry any signal; above 1 − p*(g)
+  the reward is saturated. On rounds 1–2 the rule names every grid that learned nothing for want of
+  signal (`hard`, p = 0.007; `small` and `small-reserve`, 0.053) and no grid that learned
+  (docs/pilot.md, "Replaying pilot designs").
+- **What pilots are worth** (``pilot_value``): the prior alone's expected regret against what a share of
+  the compute costs the run, both in pooled full-run SEs (the replay of rounds 1–2).
+- **A design within a share** (``plan_share``): the budget per pilot that puts every pilot, held-out
+  evaluation included, inside ``share`` × F, what that buys (F / B, against the drift model's
+  validated and largest factors), and a refusal when it buys nothing.
+
+Invariants: every figure here is tied by a test to the committed data it came from
+(tests/test_design.py); nothing imports torch; every public function checks its arguments on entry
+(race.core.arguments: a ``DesignError`` naming the argument, its value and what was expected).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from race.core import arguments as A
+from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR, Z90
+from race.core.errors import RaceError
+
+# The no-pilot prior: rounds 1–2's 10 × B full-run grids (research/validation/suite.yaml, round2.yaml), the
+# best point of each by mean final held-out reward, its measured ρ; `hard` (learned nothing) and `lr-x3`,
+# `lr-x3-cosine` (every run collapsed) left out. research/scripts/replay.py prior prints them.
+POPULATION_RHO = 0.46
+POPULATION_RHO_SD = 0.136
+POPULATION_GRIDS = 21
+# What pilots can win back and what they cost, in the same units (pooled full-run SEs of held-out reward),
+# from the same replay (research/scripts/replay.py designs / slope; docs/pilot.md, "Replaying pilot designs"):
+# the prior alone's median regret over rounds 1–2's 24 scored grids, the flat grid's (4 ρ × 3 seeds at B,
+# 1.2 full runs of compute at F = 10 × B), and the median reward the last stretch of a full run buys per
+# doubling of compute at its best point (23 grids).
+PRIOR_REGRET = 0.60
+FLAT_GRID_REGRET = 0.60
+SE_PER_DOUBLING = 3.27
+DEFAULT_SHARE = 0.10          # race init's share of the full run spent on pilots
+MIN_STEPS = 10                # a pilot with fewer optimizer steps than this buys nothing
+MIN_SIGNAL = 0.5              # groups with any reward variance: below half, the grid learns (next to) nothing
+
+
+class DesignError(RaceError):
+    """A pilot design that cannot be planned (a share that buys no pilot, bad arguments)."""
+
+
+def p_star(group: int) -> float:
+    """The base pass rate below which fewer than half the groups of ``group`` rollouts hold two
+    different 0/1 rewards: 1 − 2^(−1/g) (0.083 for g = 8)."""
+    g = A.whole("group", group, error=DesignError, ge=2)
+    return 1.0 - 2.0 ** (-1.0 / g)
+
+
+def signal_share(pass_rate: float, group: int) -> float:
+    """The share of prompts whose group of ``group`` rollouts holds two different 0/1 rewards:
+    1 − pᵍ − (1 − p)ᵍ (a group that scores alike has zero advantages: no gradient)."""
+    p = A.number("pass_rate", pass_rate, error=DesignError, ge=0, le=1)
+    g = A.whole("group", group, error=DesignError, ge=2)
+    return 1.0 - p ** g - (1.0 - p) ** g
+
+
+@dataclass(frozen=True)
+class Signal:
+    """The signal check's verdict on a base pass rate: ``status`` is ``ok``, ``too hard`` or
+    ``saturated``; ``line`` is the one line RACE prints (None when ok)."""
+
+    pass_rate: float
+    group: int
+    share: float
+    status: str
+    line: str | None
+
+    def to_dict(self) -> dict:
+        return {"pass_rate": self.pass_rate, "group": self.group, "signal_share": self.share,
+                "status": self.status, "line": self.line}
+
+
+def signal(pass_rate: float, group: int) -> Signal:
+    """Whether a grid can learn from a base pass rate ``pass_rate`` with groups of ``group`` rollouts,
+    and what would help when it cannot (a larger group, an easier split, a denser reward)."""
+    p = A.number("pass_rate", pass_rate, error=DesignError, ge=0, le=1)
+    g = A.whole("group", group, error=DesignError, ge=2)
+    share = signal_share(p, g)
+    if share >= MIN_SIGNAL:
+        return Signal(p, g, share, "ok", None)
+    hard = p < 0.5
+    need = next((k for k in (16, 32, 64, 128) if k > g and signal_share(p, k) >= MIN_SIGNAL), None)
+    bigger = f"a group of {need} rollouts per prompt (schedule.n_train) would give {signal_share(p, need):.0%}" \
+        if need else "no group up to 128 rollouts would give half"
+    if hard:
+        line = (f"the base policy passes {p:.1%} of training prompts: only {share:.0%} of groups of {g} rollouts "
+                f"hold a reward that varies, so GRPO gets (next to) no gradient and the grid would learn nothing "
+                f"(below p* = {p_star(g):.3f} for g = {g}); {bigger}, or use an easier split of the task or a "
+                "denser reward (structured or dense partial credit)")
+    else:
+        line = (f"the base policy passes {p:.1%} of training prompts: only {share:.0%} of groups of {g} rollouts "
+                f"hold a reward that varies, so the reward is saturated and the grid would learn nothing "
+                f"(above 1 − p* = {1 - p_star(g):.3f} for g = {g}); use a harder split of the task, or {bigger}")
+    return Signal(p, g, share, "too hard" if hard else "saturated", line)
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """A recommended ρ shrunk toward the population prior: ``rho`` = prior + ``weight`` · (own − prior),
+    its posterior SD, and the 90 % range around it (clipped to (0, 1))."""
+
+    rho: float
+    sd: float
+    weight: float
+    low: float
+    high: float
+
+
+def shrink_to_prior(own_rho: float | None, own_sd: float | None, *, prior: float = POPULATION_RHO,
+                    prior_sd: float = POPULATION_RHO_SD) -> Shrunk:
+    """The pilots' own best ρ at F (``own_rho``, with its SD ``own_sd``: bootstrap and drift together)
+    pulled toward the population prior by precision weights; ``own_rho`` None (no pilots) gives the prior."""
+    prior = A.number("prior", prior, error=DesignError, gt=0, lt=1)
+    tau = A.number("prior_sd", prior_sd, error=DesignError, gt=0)
+    if own_rho is None:
+        rho, sd, w = prior, tau, 0.0
+    else:
+        own = A.number("own_rho", own_rho, error=DesignError, gt=0, lt=1)
+        sig = A.number("own_sd", own_sd, error=DesignError, ge=0)
+        w = tau ** 2 / (tau ** 2 + sig ** 2) if sig > 0 else 1.0
+        rho = prior + w * (own - prior)
+        sd = math.sqrt(w) * sig if sig > 0 else 0.0
+    return Shrunk(rho, sd, w, max(1e-3, rho - Z90 * sd), min(1 - 1e-3, rho + Z90 * sd))
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """Pilots within ``share`` × F: ``pilots`` runs at ``budget`` FLOPs each, every one of them plus its
+    held-out evaluation (``eval_share`` of its budget) inside the share; ``factor`` = F / budget."""
+
+    full_run: float
+    share: float
+    pilots: int
+    budget: float
+    eval_share: float
+    factor: float
+
+    @property
+    def spent(self) -> float:
+        return self.pilots * self.budget * (1.0 + self.eval_share)
+
+    def to_dict(self) -> dict:
+        return {"full_run": self.full_run, "share": self.share, "pilots": self.pilots, "budget": self.budget,
+                "eval_share": self.eval_share, "factor": self.factor, "spent": self.spent}
+
+
+def plan_share(full_run: float, *, pilots: int, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
+               min_budget: float = 0.0, max_factor: float | None = None) -> SharePlan:
+    """The budget per pilot that spends ``share`` of ``full_run`` on ``pilots`` pilots, held-out
+    evaluation (``eval_share`` of a pilot's budget) counted. Refused in one line when a pilot would get
+    less than ``min_budget`` (the smallest budget whose steps plan: it buys nothing) or when F / B would
+    pass ``max_factor`` (race.stats.drift.MAX_FACTOR: no range at F past it)."""
+    F = A.number("full_run", full_run, error=DesignError, gt=0)
+    n = A.whole("pilots", pilots, error=DesignError, ge=1)
+    s = A.number("share", share, error=DesignError, gt=0, lt=1)
+    e = A.number("eval_share", eval_share, error=DesignError, ge=0)
+    B = s * F / (n * (1.0 + e))
+    if min_budget and B < min_budget:
+        raise DesignError(f"a share of {s:.0%} of a {F:.3g}-FLOP full run gives each of {n} pilots {B:.3g} FLOPs, "
+                          f"under the {min_budget:.3g} its steps need: the pilots would buy nothing; raise the share "
+                          f"to {min_budget * n * (1 + e) / F:.0%}, run fewer pilots, or run at the prior "
+                          f"(ρ {POPULATION_RHO:g}) without pilots")
+    if max_factor and F / B > max_factor:
+        raise DesignError(f"a share of {s:.0%} gives pilots of {B:.3g} FLOPs, {F / B:.0f} × below the full run: past "
+                          f"the {max_factor:.0f} × the drift model extrapolates to; raise the share or run fewer pilots")
+    return SharePlan(F, s, n, B, e, F / B)
+
+
+@dataclass(frozen=True)
+class PilotValue:
+    """What pilots within ``share`` of the compute can win and what they cost, in pooled full-run SEs of
+    held-out reward (rounds 1–2): ``at_stake`` is the prior alone's median regret (what a perfect pilot
+    design would win back), ``cost`` what the share takes from the run (SE_PER_DOUBLING × log2(1/(1 − s))),
+    ``best_case`` = at_stake − cost, and ``pays`` whether a perfect design would pay for itself."""
+
+    share: float
+    at_stake: float
+    cost: float
+
+    @property
+    def best_case(self) -> float:
+        return self.at_stake - self.cost
+
+    @property
+    def pays(self) -> bool:
+        return self.best_case > 0
+
+    def line(self) -> str:
+        head = (f"What pilots can buy: the prior alone (ρ {POPULATION_RHO:g}) missed the full-run best by a median "
+                f"{self.at_stake:.2f} pooled SEs on rounds 1–2; spending {self.share:.0%} of the compute on pilots costs "
+                f"the run about {self.cost:.2f} (the reward a full run gains per doubling near its end, "
+                f"{SE_PER_DOUBLING:g} SEs, × log2(1/(1 − {self.share:g})))")
+        if not self.pays:
+            return head + ("; even pilots that found the best ρ exactly would not pay for themselves at this share "
+                           f"in a setting like the past ones: run at ρ {POPULATION_RHO:g} without pilots, or pilot "
+                           "only where the setting is unlike rounds 1–2 (docs/pilot.md)")
+        return head + (f"; pilots that found the best ρ exactly would gain at most {self.best_case:.2f} SEs net. On "
+                       f"rounds 1–2 the flat grid missed by {FLAT_GRID_REGRET:.2f} (as much as the prior) at 1.2 full "
+                       "runs of compute, and no cheaper design did better: expect the pilots to pay only where the "
+                       "setting is unlike the past ones (docs/pilot.md, \"Replaying pilot designs\")")
+
+
+def pilot_value(share: float) -> PilotValue:
+    """The value of a pilot share (see ``PilotValue``)."""
+    s = A.number("share", share, error=DesignError, ge=0, lt=1)
+    return PilotValue(s, PRIOR_REGRET, SE_PER_DOUBLING * math.log2(1.0 / (1.0 - s)))
+
+
+def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
+                 fmt: str = "text") -> str:
+    """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
+    what ``share`` of F buys (``plan_share``: the same pilots, held-out evaluation counted; refused when a
+    pilot would get fewer than ``MIN_STEPS`` steps of its costliest point), and what pilots are worth
+    (``pilot_value``). JSON: the plan's object with ``full_run`` added."""
+    import json
+
+    from race.stats.report import SCHEMA_VERSION, check_format, fmt_flops, render_plan
+
+    check_format(fmt)
+    c = plan.config
+    F = A.number("full_run", full_run, error=DesignError, gt=0)
+    pilots = len(plan.schedules) * c.seeds
+    per_step = max(s.flops_per_step.total for s in plan.schedules)
+    fit = plan_share(F, pilots=pilots, share=share, eval_share=eval_share, min_budget=MIN_STEPS * per_step,
+                     max_factor=MAX_FACTOR)
+    value = pilot_value(fit.share)
+    grid_cost = plan.grid_flops * (1.0 + eval_share)
+    info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,
+            "within_share": fit.to_dict(), "validated_factor": VALIDATED_FACTOR,
+            "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
+                      "pays": value.pays, "line": value.line()},
+            "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS}}
+    if fmt == "json":
+        body = json.loads(render_plan(plan, "json"))
+        return json.dumps({**body, "schema_version": SCHEMA_VERSION, "full_run": info}, indent=2)
+
+    def reach(factor: float) -> str:
+        return ("within the " if factor <= VALIDATED_FACTOR else "past the ") + \
+            f"{VALIDATED_FACTOR:.0f} × the range at F is validated to"
+    lines = [render_plan(plan, fmt).rstrip("\n"), "",
+             f"Against the full run F = {fmt_flops(F)} FLOPs:",
+             f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "
+             f"evaluation (+{eval_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
+             f"  within a {fit.share:.0%} share: the same {pilots} pilots at {fmt_flops(fit.budget)} FLOPs each, "
+             f"evaluation counted; F / B = {fit.factor:.3g} ({reach(fit.factor)})",
+             f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, the median full-run best of "
+             f"{POPULATION_GRIDS} grids of rounds 1–2); race pilot checks the base pass rate after calibration",
+             f"  {value.line()}", ""]
+    return "\n".join(lines)

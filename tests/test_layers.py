@@ -156,3 +156,41 @@ def test_no_module_uses_another_modules_private_names():
                     and node.value.id in modules and node.value.id not in ("self", "cls")):
                 found.append(f"{path.name}: {node.value.id}.{node.attr}")
     assert not found, found
+
+
+def _script_imports(folder: Path) -> dict[str, set[str]]:
+    """Each script of ``folder`` → the sibling scripts it imports (imports inside functions included)."""
+    import ast
+
+    names = {p.stem for p in folder.glob("*.py")}
+    out: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+        out[path.stem] = (found & names) - {path.stem}
+    return out
+
+
+def test_research_scripts_import_without_circles_and_no_private_names():
+    """research/scripts: the scripts import each other downward only (validation.py is their shared
+    module), and nothing of RACE by a private name (issue 52)."""
+    import ast
+    from graphlib import CycleError, TopologicalSorter
+
+    folder = ROOT / "research" / "scripts"
+    graph = _script_imports(folder)
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as e:
+        raise AssertionError(f"an import circle among research/scripts: {e.args[1]}") from None
+    private = []
+    for path in sorted((ROOT / "research").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("race"):
+                private += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, private

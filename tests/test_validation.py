@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "research" / "scripts" / "validation.py"
+ROUND2 = ROOT / "research" / "scripts" / "validation_round2.py"
 
 
 def test_the_docs_tables_are_recomputed_from_the_committed_data():
@@ -22,8 +23,8 @@ def test_the_docs_tables_are_recomputed_from_the_committed_data():
 
 
 def test_the_second_rounds_tables_are_recomputed_from_its_committed_data():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(ROOT / "research" / "validation" / "round2.yaml"), "tables",
-                          "--check", str(ROOT / "docs" / "validation.md")], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, str(ROUND2), "tables", "--check", str(ROOT / "docs" / "validation.md")],
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
 
 
@@ -198,7 +199,7 @@ def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path)
     """A sealed grid shows only its run count: changing every value in it changes no output; the
     open pilot grid is read. freeze records the commits once, refuses a second time, and unseals."""
     suite = _round2_suite(tmp_path)
-    common = [sys.executable, str(SCRIPT), "--suite", str(suite), "--runs", str(tmp_path / "runs")]
+    common = [sys.executable, str(ROUND2), "--suite", str(suite), "--runs", str(tmp_path / "runs")]
     first = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     assert "| default | 6e+11 | 12/12 runs (" in first.stdout and "15/15 runs (8c990d4), sealed" in first.stdout
@@ -212,7 +213,8 @@ def test_round2_keeps_sealed_full_runs_out_of_every_table_until_frozen(tmp_path)
         json.dump(rec, fh)
     second = subprocess.run(common + ["tables"], capture_output=True, text=True, cwd=ROOT)
     assert second.stdout == first.stdout
-    status = subprocess.run(common + ["status"], capture_output=True, text=True, cwd=ROOT)
+    status = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(suite), "--runs", str(tmp_path / "runs"), "status"],
+                            capture_output=True, text=True, cwd=ROOT)
     assert "done: pilot, full10" in status.stdout
     bad = subprocess.run(common + ["freeze", "--rule", "HEAD", "--drift", "abc1234", "--probe", "abc1234"],
                          capture_output=True, text=True, cwd=ROOT)

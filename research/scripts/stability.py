@@ -177,11 +177,9 @@ def rate_plan(s: dict, kind: str) -> dict:
     F = B * V.KINDS[kind]
     raw = V.grid_config(s, kind, 1)
     lr, full_lr = configured_lr(raw)
-    from validation_round2 import FROZEN_POPULATION
-
     # both rounds' rate runs were planned with the drift population frozen at f6862b9: their ρ stays that one
     rng = range_record(pilots, diag, pilot_budget=B, full_run_budget=F, constant_rate=lr.schedule == "constant",
-                       population=FROZEN_POPULATION)
+                       population=V.FROZEN_POPULATION)
     rho = float(rng["recommended_rho"]) if "refused" not in rng else float(diag.primary.recommended_rho)
     probe = load_probe(s["name"], kind)
     probe = probe_as_record(probe) if probe else None
@@ -392,8 +390,8 @@ def main() -> int:
     suite = V.load_suite(Path(args.suite))
     use_suite(suite)
     if suite.get("round") == 2 and args.cmd not in ("probes", "rate-plan", "rate", "rates"):
-        raise SystemExit("round 2: `probes` and the rate runs here (its scores: research/scripts/validation.py "
-                         "--suite research/validation/round2.yaml tables, after the freeze)")
+        raise SystemExit("round 2: `probes` and the rate runs here (its scores: "
+                         "research/scripts/validation_round2.py tables, after the freeze)")
     if suite.get("round") == 2 and args.cmd == "probes":
         for s in suite["settings"]:
             for kind in ("full10", "full30", "full100"):

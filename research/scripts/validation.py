@@ -187,6 +187,11 @@ def grid_config(s: dict, kind: str, seeds: int, *, root: Path | None = None, sui
     return cfg
 
 
+# race.stats.drift's population drift and between-setting SD at round 2's freeze (f6862b9, round 1's 11
+# settings): round 2's frozen rule and both rounds' rate runs are scored with them, whatever race.stats.drift
+# carries now (research/scripts/validation_round2.py, stability.py)
+FROZEN_POPULATION = (-0.055, 0.052)
+
 RUNS_OF: dict[str, Path] = {}     # a setting's committed data where it is not under RUNS (several rounds read at once)
 
 
@@ -1311,30 +1316,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(not written yet: the pilot design it scores is not final)")
         raise SystemExit(f"round {suite['round']} is sealed: no table reads its grids before its freeze "
                          "(`status` says which grids are committed)")
-    r2 = None
-    if suite.get("round") == 2:
-        sys.modules.setdefault("validation", sys.modules[__name__])   # one module (and RUNS) when run as a script
-        import validation_round2 as r2
+    if suite.get("round") == 2 and args.cmd in ("tables", "freeze"):
+        raise SystemExit(f"round 2's {args.cmd} is research/scripts/validation_round2.py's: "
+                         f"python research/scripts/validation_round2.py --suite {args.suite} {args.cmd} …")
     if args.cmd == "freeze":
-        if r2 is None:
-            raise SystemExit("freeze: only a sealed suite (research/validation/round2.yaml) is frozen")
-        print(r2.freeze(Path(args.suite), rule=args.rule, drift=args.drift, probe=args.probe))
-        return 0
-    text = r2.tables(suite) if r2 else tables(suite)
-    blocks = {(r2.BEGIN, r2.END): text} if r2 else split_tables(text)
-    for target in (args.check, args.write):
+        raise SystemExit("freeze: only a sealed suite is frozen (round 2: research/scripts/validation_round2.py)")
+    text = tables(suite)
+    return apply_tables(text, split_tables(text), check=args.check, write=args.write, suite_arg=args.suite,
+                        script="research/scripts/validation.py")
+
+
+def apply_tables(text: str, blocks: dict, *, check: str | None, write: str | None, suite_arg: str, script: str) -> int:
+    """Print a suite's tables ``text``, or check / rewrite its blocks (``{(begin, end): text}``) in a
+    document (``check``: exit 1 when they differ from what the committed data gives; ``write``: replace them)."""
+    for target in (check, write):
         if target and not any(b in Path(target).read_text() for b, _ in blocks):
             raise SystemExit(f"{target}: no table block of this suite ({', '.join(b for b, _ in blocks)})")
-    if args.check:
-        doc = Path(args.check).read_text()
+    if check:
+        doc = Path(check).read_text()
         for (begin, end), want in blocks.items():
             if begin in doc and _doc_tables(doc, begin, end) != want:
-                sys.stderr.write(f"{args.check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
-                                 f"run: python research/scripts/validation.py --suite {args.suite} tables --write {args.check}\n")
+                sys.stderr.write(f"{check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
+                                 f"run: python {script} --suite {suite_arg} tables --write {check}\n")
                 return 1
         return 0
-    if args.write:
-        path = Path(args.write)
+    if write:
+        path = Path(write)
         doc = path.read_text()
         for (begin, end), want in blocks.items():
             if begin in doc:

@@ -2,8 +2,8 @@
 
     python research/scripts/validation.py --suite research/validation/round2.yaml status
     python research/scripts/validation.py --suite research/validation/round2.yaml queue --pin DIR --kinds pilot
-    python research/scripts/validation.py --suite research/validation/round2.yaml tables --check docs/validation.md
-    python research/scripts/validation.py --suite research/validation/round2.yaml freeze --rule C --drift C --probe C
+    python research/scripts/validation_round2.py tables --check docs/validation.md
+    python research/scripts/validation_round2.py freeze --rule C --drift C --probe C
 
 The batch (``research/validation/round2.yaml``) runs through the same machinery as the first round
 (research/scripts/validation.py: pinned checkout, storage outside the tree, compact records, partial
@@ -159,16 +159,13 @@ def tables(suite: dict) -> str:
     else:
         lines += ["The full-run grids are **sealed**: their results enter no table until the rule, the "
                   "budget-drift model and the stability probe to be scored are frozen "
-                  "(`research/scripts/validation.py --suite research/validation/round2.yaml freeze`).", ""]
+                  "(`research/scripts/validation_round2.py freeze`).", ""]
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- the scores (written before the freeze)
 
 FULL_KINDS = ("full10", "full30", "full100")
-# race.stats.drift's population drift and between-setting SD at the freeze (f6862b9, round 1's 11 settings):
-# the frozen rule is scored with them, whatever race.stats.drift carries now.
-FROZEN_POPULATION = (-0.055, 0.052)
 
 
 def _probe_file(suite: dict, name: str, kind: str) -> dict | None:
@@ -213,7 +210,7 @@ def score_row(suite: dict, s: dict, kind: str, pilot: dict, full: dict) -> dict[
     F = B * v.KINDS[kind]
     lr = (pilot.get("config") or {}).get("learning_rate") or {}
     rr = range_record(pilots, diag, pilot_budget=B, full_run_budget=F,
-                      constant_rate=(lr.get("schedule") or "constant") == "constant", population=FROZEN_POPULATION)
+                      constant_rate=(lr.get("schedule") or "constant") == "constant", population=_v().FROZEN_POPULATION)
     means = v.point_means(full)
     meas = v.measured_rho(full)
     on_axis = {meas[t]: x for t, x in means.items()}
@@ -357,3 +354,33 @@ def freeze(suite_path: Path, *, rule: str, drift: str, probe: str, date: str | N
     line = "freeze: {" + ", ".join(f"{k}: '{x}'" for k, x in f.items()) + "}"
     suite_path.write_text(re.sub(r"^freeze: null\b.*$", line, text, count=1, flags=re.M), encoding="utf-8")
     return f
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``tables [--check DOC | --write DOC]`` and ``freeze --rule C --drift C --probe C`` of a round-2 suite."""
+    import argparse
+
+    v = _v()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", default=str(v.ROOT / "research" / "validation" / "round2.yaml"))
+    ap.add_argument("--runs", default=None, help="the committed data (default: the suite's `runs`)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tables")
+    t.add_argument("--check", default=None)
+    t.add_argument("--write", default=None)
+    fz = sub.add_parser("freeze", help="record the commits of the rule, drift model and probe scored")
+    for k in ("rule", "drift", "probe"):
+        fz.add_argument(f"--{k}", required=True)
+    args = ap.parse_args(argv)
+    suite = v.load_suite(Path(args.suite))
+    v.RUNS = Path(args.runs) if args.runs else v.ROOT / suite["runs"]
+    if args.cmd == "freeze":
+        print(freeze(Path(args.suite), rule=args.rule, drift=args.drift, probe=args.probe))
+        return 0
+    text = tables(suite)
+    return v.apply_tables(text, {(BEGIN, END): text}, check=args.check, write=args.write, suite_arg=args.suite,
+                          script="research/scripts/validation_round2.py")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

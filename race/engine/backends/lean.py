@@ -51,7 +51,7 @@ def supports(config) -> str | None:
     return None
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:        # one fused kernel (and one autograd node), same numbers
         return F.rms_norm(x, (x.shape[-1],), w, eps)
     h = x.float()                       # lower precision: normalise in fp32, as Transformers does
@@ -196,19 +196,19 @@ class LeanLM(torch.nn.Module):
         H, Hkv, d = self.n_heads, self.n_kv, self.head_dim
         half = d // 2
         for i, layer in enumerate(self.layers):
-            h = _rms(x, layer.norms["in"], self.eps)
+            h = rms_norm(x, layer.norms["in"], self.eps)
             qkv = self._linear(i, layer, "qkv", h, merged)
             if "q" in layer.norms:          # Qwen3: per-head norms before the rotation
                 q, k, v = qkv.split((layer.q_dim, layer.kv_dim, layer.kv_dim), -1)
-                qk = torch.cat((_rms(q.unflatten(-1, (H, d)), layer.norms["q"], self.eps),
-                                _rms(k.unflatten(-1, (Hkv, d)), layer.norms["k"], self.eps)), dim=-2)
+                qk = torch.cat((rms_norm(q.unflatten(-1, (H, d)), layer.norms["q"], self.eps),
+                                rms_norm(k.unflatten(-1, (Hkv, d)), layer.norms["k"], self.eps)), dim=-2)
             else:
                 qk, v = qkv[..., :layer.q_dim + layer.kv_dim].unflatten(-1, (H + Hkv, d)), qkv[..., -layer.kv_dim:]
             qk = qk * cos + qk.roll(half, -1) * sin           # RoPE on queries and keys at once
             q, k = qk.split((H, Hkv), dim=-2)
             a = attend(i, q, k, v.unflatten(-1, (Hkv, d)))
             x = x + self._linear(i, layer, "o", a, merged)
-            h = _rms(x, layer.norms["post"], self.eps)
+            h = rms_norm(x, layer.norms["post"], self.eps)
             gate, up = self._linear(i, layer, "gate_up", h, merged).chunk(2, dim=-1)
             x = x + self._linear(i, layer, "down", F.silu(gate) * up, merged)
         return x
@@ -229,4 +229,4 @@ class LeanLM(torch.nn.Module):
         return a.transpose(1, 2).flatten(2)
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(_rms(x, self.norm, self.eps), self.lm_head)
+        return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)

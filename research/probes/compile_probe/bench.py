@@ -13,7 +13,7 @@ icfg.compile_threads = 1            # compile in-process: process_time() then in
 import torch._dynamo
 from torch._dynamo.utils import counters
 from common import engine, grpo, hf, med
-from race.engine.backends.lean import LeanLM, _rms
+from race.engine.backends.lean import LeanLM, rms_norm
 
 which, part, variant = sys.argv[1], sys.argv[2], sys.argv[3]
 N = int(sys.argv[4]) if len(sys.argv) > 4 else 0
@@ -57,14 +57,14 @@ def make_blocks(rope_fn, swiglu_fn):
         H, Hkv, d = self.n_heads, self.n_kv, self.head_dim
         half = d // 2
         for i, layer in enumerate(self.layers):
-            h = _rms(x, layer.norms["in"], self.eps)
+            h = rms_norm(x, layer.norms["in"], self.eps)
             qkv = self._linear(i, layer, "qkv", h, merged)
             qk, v = qkv[..., :layer.q_dim + layer.kv_dim].unflatten(-1, (H + Hkv, d)), qkv[..., -layer.kv_dim:]
             qk = rope_fn(qk, cos, sin, half)
             q, k = qk.split((H, Hkv), dim=-2)
             a = attend(i, q, k, v.unflatten(-1, (Hkv, d)))
             x = x + self._linear(i, layer, "o", a, merged)
-            h = _rms(x, layer.norms["post"], self.eps)
+            h = rms_norm(x, layer.norms["post"], self.eps)
             x = x + self._linear(i, layer, "down", swiglu_fn(self._linear(i, layer, "gate_up", h, merged)), merged)
         return x
     return _blocks

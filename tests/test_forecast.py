@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from race.stats import curvefit as CF
+from race.stats import curves as CV
 from race.stats import forecast as FC
 from race.config.checkpoints import checkpoint_fractions
 from race.run.cli import main
@@ -60,9 +62,9 @@ def synthetic_pilots(curves, *, budget=BUDGET, seeds=3, prompts=200, noise=0.02,
 
 
 def _fit(pilots, model):
-    curves = FC.collect_curves([(pilots, BUDGET)], "reward")
+    curves = CV.collect_curves([(pilots, BUDGET)], "reward")
     means = [g.mean for g in curves.groups]
-    return FC.fit_surface(model, FC._data(curves, means), float(FC._r0(curves, means)), unit=curves.unit), curves
+    return CF.fit_surface(model, CV.fit_data(curves, means), float(CV.base_score(curves, means)), unit=curves.unit), curves
 
 
 def _forecast(pilots, full, **kw):
@@ -84,7 +86,7 @@ def test_known_sigmoid_parameters_are_recovered():
         assert got["A"] == pytest.approx(a, abs=0.01)
         assert got["c_mid"] == pytest.approx(c_mid, rel=0.1)
         assert got["B"] == pytest.approx(b, abs=0.1)
-        np.testing.assert_allclose(FC.model_value("sigmoid", got, fit.r0, [1e11, 1e12, 1e13]),
+        np.testing.assert_allclose(CF.model_value("sigmoid", got, fit.r0, [1e11, 1e12, 1e13]),
                                    [sigmoid(a, c_mid, b)(c) for c in (1e11, 1e12, 1e13)], atol=0.01)
 
 
@@ -105,7 +107,7 @@ def test_loglinear_recovers_its_line_and_stored_params_are_in_flops():
         got = fit.described(i, BUDGET)              # a + b·ln C with C in FLOPs
         assert got["b"] == pytest.approx(slopes[rho], abs=0.002)
         assert got["a"] == pytest.approx(R0 - slopes[rho] * math.log(5e9), abs=0.05)
-        assert FC.model_value("loglinear", got, R0, 2e12) == pytest.approx(loglinear(slopes[rho])(2e12), abs=0.01)
+        assert CF.model_value("loglinear", got, R0, 2e12) == pytest.approx(loglinear(slopes[rho])(2e12), abs=0.01)
 
 
 @pytest.mark.parametrize("truth, expected", [
@@ -115,9 +117,9 @@ def test_loglinear_recovers_its_line_and_stored_params_are_in_flops():
 def test_the_backtest_picks_the_model_that_made_the_data(truth, expected):
     """The half-budget backtest (fit up to 0.31 of the budget, predict the end, 3.3× further)
     picks the generating model, and its error there is small."""
-    curves = FC.collect_curves([(synthetic_pilots(truth), BUDGET)], "reward")
-    backtests = [FC.run_backtest(curves, m, c) for m in FC.MODELS for c in FC.backtest_cuts(curves)]
-    model, at_half = FC.choose_model(backtests)
+    curves = CV.collect_curves([(synthetic_pilots(truth), BUDGET)], "reward")
+    backtests = [CF.run_backtest(curves, m, c) for m in CF.MODELS for c in CF.backtest_cuts(curves)]
+    model, at_half = CF.choose_model(backtests)
     assert model == expected and at_half.model == expected
     assert at_half.cut_fraction == pytest.approx(checkpoint_fractions(8)[5])       # 0.305 ≤ 0.5
     assert at_half.factor == pytest.approx(1 / checkpoint_fractions(8)[5], rel=0.02)
@@ -130,9 +132,9 @@ def test_supported_factor_is_where_the_first_backtest_fails():
     def bt(factor, held):
         return Backtest("sigmoid", 1 / factor, factor, (0.0,), 0.0, 0.0, 0.1, held)
 
-    assert FC.supported_factor([bt(1.8, True), bt(3.3, True), bt(5.9, False), bt(10.7, True)], "sigmoid") == 3.3
-    assert FC.supported_factor([bt(1.8, False), bt(3.3, True)], "sigmoid") is None
-    assert FC.supported_factor([bt(3.3, True), bt(1.8, True)], "loglinear") is None      # another model's
+    assert CF.supported_factor([bt(1.8, True), bt(3.3, True), bt(5.9, False), bt(10.7, True)], "sigmoid") == 3.3
+    assert CF.supported_factor([bt(1.8, False), bt(3.3, True)], "sigmoid") is None
+    assert CF.supported_factor([bt(3.3, True), bt(1.8, True)], "loglinear") is None      # another model's
 
 
 # ----------------------------------------------------------------------------- prediction and refusal

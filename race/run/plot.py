@@ -277,7 +277,7 @@ def _forecast(ax: Any, fc: Forecast) -> None:
     pilot and full-run budgets marked; a refused forecast draws data and fits up to the pilots."""
     from matplotlib import colormaps
 
-    from race.stats.forecast import model_value
+    from race.stats.curvefit import model_value
 
     cmap = colormaps["viridis"]
     n = len(fc.points)

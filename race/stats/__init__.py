@@ -5,7 +5,8 @@ Interface:
 - ``regime``: ``classify``, fits → the verdict (search-, update- or reward-heavy, a ρ range).
 - ``instability``: the rule that flags a pilot whose held-out checkpoints fell back.
 - ``drift``: the ρ range at the full-run budget; ``rate``: the learning rate for it.
-- ``forecast``: held-out reward at the full-run budget per ρ, or a one-line refusal.
+- ``forecast``: held-out reward at the full-run budget per ρ, or a one-line refusal; over ``curvefit`` (the
+  curve models, their fits and backtests) and ``curves`` (the pilots' held-out curves as the fits read them).
 - ``design``: what RACE knows before a pilot (the prior of the best ρ, the signal check) and
   pilots sized within a share of the full run.
 - ``report``: text / Markdown / LaTeX / JSON renderings of a diagnosis.

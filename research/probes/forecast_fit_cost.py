@@ -6,7 +6,7 @@
 For every committed pilot grid (and extended grid) of research/validation/runs/ with its 10 × B full runs,
 runs race.stats.forecast at the full-run budget as research/scripts/validation.py does, counting every
 scipy.optimize.least_squares call the sigmoid fits make: the forecast's wall time, its status,
-how many fits stopped at the evaluation cap (race.stats.forecast.MAX_NFEV_PER_PARAM × parameters) and
+how many fits stopped at the evaluation cap (race.stats.curvefit.MAX_NFEV_PER_PARAM × parameters) and
 the most evaluations a fit took that stopped before it (a converged fit).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ def main() -> int:
     import scipy.optimize
 
     import validation as v
+    from race.stats import curvefit as fits
     from race.stats import forecast as fmod
     from race.core.records import Regime
 
@@ -36,8 +37,8 @@ def main() -> int:
 
     scipy.optimize.least_squares = counted     # fit_sigmoid_curves imports it at call time
     if "--cap" in sys.argv:
-        fmod.MAX_NFEV_PER_PARAM = int(sys.argv[sys.argv.index("--cap") + 1])
-    print(f"cap: {fmod.MAX_NFEV_PER_PARAM} evaluations per parameter")
+        fits.MAX_NFEV_PER_PARAM = int(sys.argv[sys.argv.index("--cap") + 1])
+    print(f"cap: {fits.MAX_NFEV_PER_PARAM} evaluations per parameter")
     print("| grid | forecast | wall (s) | fits | at the cap | most evaluations of a converged fit |")
     print("|---|---|---|---|---|---|")
     for s in v.load_suite()["settings"]:

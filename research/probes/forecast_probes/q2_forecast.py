@@ -2,6 +2,8 @@
 (100 checkpoint prompts, mean over 3 seeds). Pilot rho 0.40 is compared with full rho 0.42."""
 import sys, math
 from common import *
+import race.stats.curvefit as RCF
+import race.stats.curves as RC
 import race.stats.forecast as RF
 from race.core.records import Regime
 
@@ -17,8 +19,8 @@ def full_at(Fu, rho, B):
 def run(s, kind, nboot=200, out=print):
     rec = record(s, kind); Fu = curves(s, 'full10'); B = float(rec['budget'])
     pilots = V.pilots_of(rec)
-    cur = RF.collect_curves([(pilots, B)], 'reward')
-    means = [g.mean for g in cur.groups]; r0 = float(RF._r0(cur, means))
+    cur = RC.collect_curves([(pilots, B)], 'reward')
+    means = [g.mean for g in cur.groups]; r0 = float(RC.base_score(cur, means))
     fc = RF.forecast([(pilots, B)], target='reward', full_run_budget=10 * B, pilot_regime=Regime.SEARCH_HEAVY,
                      pilot_best_rho=0.5, force=True, n_boot=nboot)
     out(f"\n=== {s} [{kind}] model chosen: {fc.model} (shared slope {fc.shared_slope}), status {fc.status}, "
@@ -29,7 +31,7 @@ def run(s, kind, nboot=200, out=print):
             f"half-spread {b.spread/2:.3f} {'held' if b.held else 'NOT'} errs {' '.join(f'{e:+.3f}' for e in b.errors)}")
     res = {}
     for model in ('loglinear', 'sigmoid'):
-        fit = RF.fit_surface(model, RF._data(cur, means), r0, unit=cur.unit)
+        fit = RCF.fit_surface(model, RC.fit_data(cur, means), r0, unit=cur.unit)
         out(f"  -- {model} fit on all checkpoints" + (f" (shared B={fit.shared})" if model == 'sigmoid' else '') +
             "; per rho: params | predicted (full measured) at C/B = " + " ".join(f"{f:g}" for f in FACT))
         for i, rho in enumerate(cur.points):

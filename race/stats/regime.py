@@ -73,6 +73,32 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     ``results``. Raises ValueError on: no complete result, < 3 grid points, a
     requested target missing from a pilot, misaligned prompt counts.
     """
+    complete = _complete_results(results, confidence_level)
+    names, notes = _resolve_targets(complete, targets, primary_target)
+    verdicts = {name: _verdict(complete, name, tau=reward_share_threshold, n_boot=n_boot,
+                               level=confidence_level, seed=seed) for name in names}
+    notes += _disagreement_notes(verdicts)
+    notes += _pilot_notes(results, complete)
+    st = stability(complete, primary_target)
+    notes += _stability_notes(st)
+    got = learned(complete, primary_target)
+    if got is not None and not got[0]:
+        notes.append(f"nothing learned: no grid point's held-out {primary_target} rose above the base policy's (best "
+                     f"gain {got[1]:+.4f}, seed SE {got[2]:.4f}): the grid says nothing about allocation; give each "
+                     "pilot more budget, a larger learning rate or an easier task (more seeds will not help)")
+        v = verdicts[primary_target]          # seeds cannot resolve a change that did not happen
+        verdicts[primary_target] = replace(v, fits={**dict(v.fits), "learned": False},
+                                           warnings=tuple(w for w in v.warnings
+                                                          if not w.startswith("noise dominates: add seeds")))
+    settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
+                "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
+    return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
+                     meta={**dict(meta or {}), "classify": settings}, stability=st)
+
+
+def _complete_results(results: Sequence[PilotResult], confidence_level: float) -> list[PilotResult]:
+    """The complete pilots in canonical order (ρ, seed); ValueError when there are none, or they
+    cover fewer than MIN_GRID_POINTS grid points, or the confidence level is outside (0, 1)."""
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
     complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
@@ -84,15 +110,25 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     if len(grid_rhos) < MIN_GRID_POINTS:
         raise ValueError(f"complete results cover {len(grid_rhos)} grid points (ρ={grid_rhos}); "
                          f"expected ≥ {MIN_GRID_POINTS}")
-    names, notes = _resolve_targets(complete, targets, primary_target)
-    verdicts = {name: _verdict(complete, name, tau=reward_share_threshold, n_boot=n_boot,
-                               level=confidence_level, seed=seed) for name in names}
+    return complete
+
+
+def _disagreement_notes(verdicts: Mapping[str, TargetVerdict]) -> list[str]:
+    """Notes when the targets' regimes disagree, and when the reward-heavy ones' trends do."""
+    notes = []
     regimes = {name: v.regime.value for name, v in verdicts.items()}
     if len(set(regimes.values())) > 1:
         notes.append("targets disagree: " + ", ".join(f"{k} → {v}" for k, v in regimes.items()))
     trends = {name: v.fits["trend_regime"] for name, v in verdicts.items() if v.regime is Regime.REWARD_HEAVY}
     if len(set(trends.values())) > 1:
         notes.append("trends under the feedback cost disagree: " + ", ".join(f"{k} → {v}" for k, v in trends.items()))
+    return notes
+
+
+def _pilot_notes(results: Sequence[PilotResult], complete: list[PilotResult]) -> list[str]:
+    """Notes on how the pilots ran: a training reward that never varied, reward and held-out
+    evaluation errors, sampler / trainer log-prob gaps, and pilots left out as not complete."""
+    notes = []
     seen = {v for r in complete for _, v in r.curve}
     if len(seen) == 1 and all(r.curve for r in complete):
         notes.append(f"the training reward was {seen.pop():g} at every step of every pilot: GRPO had no signal "
@@ -103,15 +139,7 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
         notes.append(f"the reward failed {sum(int(r.extra['reward_errors']) for r in failing)} times in training "
                      f"(raised, or returned no finite number: those samples scored 0) in {len(failing)} of "
                      f"{len(complete)} pilots" + (f"; first: {first}" if first else ""))
-    synced = [r for r in complete if (r.extra.get("sync") or {}).get("n_flagged")]
-    if synced:
-        worst = max(synced, key=lambda r: r.extra["sync"]["gap_max"])
-        ws = worst.extra["sync"]
-        notes.append(f"the sync check flagged {len(synced)} of {len(complete)} pilots: the sampler's log-probs of the "
-                     f"sampled tokens differed from the training model's by up to {ws['gap_max']:.3g} per token "
-                     f"(warning level {ws['warn_at']:g}) in {sum(r.extra['sync']['n_flagged'] for r in synced)} steps "
-                     f"(worst: ρ={worst.rho_target:g}, seed {worst.seed}, first at step {ws['flagged_steps'][0]}): "
-                     "rollouts may come from stale weights")
+    notes += _sync_notes(complete)
     failed_targets: dict[str, list] = {}
     for r in complete:
         for name, e in (r.extra.get("eval_errors") or {}).items():
@@ -122,30 +150,35 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     skipped = len(results) - len(complete)
     if skipped:
         notes.append(f"{skipped} of {len(results)} pilots are not complete and were left out")
-    st = stability(complete, primary_target)
+    return notes
+
+
+def _sync_notes(complete: list[PilotResult]) -> list[str]:
+    """A note when the sync check flagged pilots (the sampler's log-probs off the trainer's), naming the worst."""
+    synced = [r for r in complete if (r.extra.get("sync") or {}).get("n_flagged")]
+    if not synced:
+        return []
+    worst = max(synced, key=lambda r: r.extra["sync"]["gap_max"])
+    ws = worst.extra["sync"]
+    return [f"the sync check flagged {len(synced)} of {len(complete)} pilots: the sampler's log-probs of the "
+            f"sampled tokens differed from the training model's by up to {ws['gap_max']:.3g} per token "
+            f"(warning level {ws['warn_at']:g}) in {sum(r.extra['sync']['n_flagged'] for r in synced)} steps "
+            f"(worst: ρ={worst.rho_target:g}, seed {worst.seed}, first at step {ws['flagged_steps'][0]}): "
+            "rollouts may come from stale weights"]
+
+
+def _stability_notes(st: Any) -> list[str]:
+    """A note when the grid is unstable (``unstable_grid``), else when some pilots fell back."""
     if unstable_grid(st):
-        notes.append(f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
-                     "describes runs that diverge, and longer runs fall further; lower the learning rate and re-run "
-                     "before reading the regime (a decay over each run's own length did not prevent it in the "
-                     "validation study, docs/validation.md)")
-    elif st is not None and st.fell:
-        notes.append(f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
-                     "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
-                     "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)")
-    got = learned(complete, primary_target)
-    if got is not None and not got[0]:
-        line = (f"nothing learned: no grid point's held-out {primary_target} rose above the base policy's (best gain "
-                f"{got[1]:+.4f}, seed SE {got[2]:.4f}): the grid says nothing about allocation; give each pilot more "
-                "budget, a larger learning rate or an easier task (more seeds will not help)")
-        notes.append(line)
-        v = verdicts[primary_target]          # seeds cannot resolve a change that did not happen
-        verdicts[primary_target] = replace(v, fits={**dict(v.fits), "learned": False},
-                                           warnings=tuple(w for w in v.warnings
-                                                          if not w.startswith("noise dominates: add seeds")))
-    settings = {"primary_target": primary_target, "targets": names, "n_boot": n_boot, "seed": seed,
-                "confidence_level": confidence_level, "reward_share_threshold": reward_share_threshold}
-    return Diagnosis(primary_target=primary_target, verdicts=verdicts, warnings=tuple(notes),
-                     meta={**dict(meta or {}), "classify": settings}, stability=st)
+        return [f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
+                "describes runs that diverge, and longer runs fall further; lower the learning rate and re-run "
+                "before reading the regime (a decay over each run's own length did not prevent it in the "
+                "validation study, docs/validation.md)"]
+    if st is not None and st.fell:
+        return [f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
+                "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
+                "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)"]
+    return []
 
 
 def open_side(regime: Regime, best: int, n_points: int) -> str | None:

@@ -145,6 +145,10 @@ def probe_problem(record: Any) -> str | None:
     return None
 
 
+# the advice every stability line ends with
+_WATCH = "watch the full run's held-out reward (race.fullrun.watch) and keep its best checkpoint"
+
+
 def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: float,
                  ran: bool = True, probe: Mapping[str, Any] | None = None,
                  partial_probe: bool = True) -> dict[str, str]:
@@ -162,55 +166,16 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
     The evidence quoted is the first validation round's (docs/validation.md, docs/stability.md)."""
     factor = full_run_budget / pilot_budget if pilot_budget > 0 else float("nan")
     head = f"stability at F ({factor:.3g} × B): "
-    watch = "watch the full run's held-out reward (race.fullrun.watch) and keep its best checkpoint"
     if not ran:
         return {"status": "not tested", "line": head + f"not tested: no pilot has run yet (race pilot tests the rate "
-                                                       f"at B, race probe at F); {watch}"}
+                                                       f"at B, race probe at F); {_WATCH}"}
     if st is not None and st.unstable:
-        where = ", ".join(f"ρ {p.rho_target:.2f}: {p.unstable} of {p.pilots}" for p in st.points if p.unstable)
-        return {"status": "at risk", "cause": "pilots",
-                "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
-                               f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
-                               "back were those whose full runs collapsed (first round: η × 3 30 of 30, steps-prm 1 of 15; "
-                               "sealed second round: all 3 such settings lost full runs, 10 of 65, 9 of 37 and 26 of 37), and no "
-                               f"setting whose pilots all held lost a third of its full runs: lower η, and {watch}"}
+        return _pilots_fell(st, head)
     if probe is not None:
-        bad = probe_problem(probe)
-        if bad:
-            from race.core.errors import RaceError
-
-            raise RaceError(f"the length-probe record at F = {full_run_budget:.3g}: {bad} (the results file's "
-                            "'probes' was edited or written by another tool: run race probe again)")
-        covers = float(probe.get("covers", 1.0))
-        run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "
-               f"{covers:.0%} of the full run's)")
-        curve = probe.get("curve") or [{}]
-        if probe["status"] == "fell":
-            f = probe.get("fall") or {}
-            return {"status": "at risk", "cause": "probe",
-                    "line": head + f"AT RISK: {run} ended at {f.get('final', float('nan')):.3f}, below its base "
-                                   f"policy's {f.get('base', float('nan')):.3f} (drop {f.get('drop', float('nan')):.3f}, "
-                                   f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
-                                   "the probe ended below its base in every setting that lost a full run: decay η "
-                                   f"over the run or lower it (race recipe gives the rate for F), and {watch}"}
-        # it held over what it ran, and says nothing of the rest; ``partial_probe=False``: the rule as
-        # frozen for the second validation round (f6862b9), where a probe that held was stable whatever it covered
-        if partial_probe and covers < 1 - 1e-9:
-            short = ("it stopped before the share it planned, "
-                     f"{float(probe['planned_covers']):.0%}" if float(probe.get("planned_covers", covers)) > covers + 1e-9
-                     else f"capped at a quarter of the pilot grid's compute")
-            return {"status": "not tested",
-                    "line": head + f"not tested past {covers:.0%} of its length: {run} held over the steps it ran "
-                                   f"({short}); the remaining {1 - covers:.0%} of the full run's steps are not "
-                                   "tested by it (a larger pilot budget gives a probe that covers the run); "
-                                   f"{watch}"}
-        return {"status": "stable",
-                "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "
-                               f"{curve[-1].get('mean', float('nan')):.3f} at its end); in the first validation round "
-                               f"no setting whose probe held lost a full run; {watch}"}
+        return _probe_line(probe, head, full_run_budget=full_run_budget, partial_probe=partial_probe)
     if st is None:
         return {"status": "not tested", "line": head + "not tested: the pilots have no held-out checkpoints "
-                                                       f"(eval.checkpoints off); {watch}"}
+                                                       f"(eval.checkpoints off); {_WATCH}"}
     if factor < LONG_RUN:
         return {"status": "stable", "line": head + f"stable: none of {st.pilots} pilots fell back, and the full run "
                                                    f"is under {LONG_RUN:g} × a pilot's length"}
@@ -219,7 +184,57 @@ def stability_at(st: Stability | None, *, full_run_budget: float, pilot_budget: 
                            f"{factor:.3g} × a pilot's length, which pilots cannot vouch for (RACE's validation "
                            "study: tiny-reasoner lost 3 of 15 full runs at 10 ×, tiny-arith 1 of 9 at 30 ×, none of "
                            f"their pilots fell back); race probe DIR --full-run F tests η at that length for at most "
-                           f"a quarter of the grid's compute; {watch}"}
+                           f"a quarter of the grid's compute; {_WATCH}"}
+
+
+def _pilots_fell(st: Stability, head: str) -> dict[str, str]:
+    """Rule 1 of ``stability_at``: some pilot fell back, so the full run is at risk; the pilots named."""
+    where = ", ".join(f"ρ {p.rho_target:.2f}: {p.unstable} of {p.pilots}" for p in st.points if p.unstable)
+    return {"status": "at risk", "cause": "pilots",
+            "line": head + f"AT RISK: {len(st.unstable)} of {st.pilots} pilots fell back on their held-out "
+                           f"checkpoints ({where}); in RACE's validation study the settings whose pilots fell "
+                           "back were those whose full runs collapsed (first round: η × 3 30 of 30, steps-prm 1 of 15; "
+                           "sealed second round: all 3 such settings lost full runs, 10 of 65, 9 of 37 and 26 of 37), and no "
+                           f"setting whose pilots all held lost a third of its full runs: lower η, and {_WATCH}"}
+
+
+def _probe_line(probe: Mapping[str, Any], head: str, *, full_run_budget: float,
+                partial_probe: bool) -> dict[str, str]:
+    """Rule 2 of ``stability_at``: the length probe at F decides (at risk, not tested past what it
+    covered, or stable); a malformed probe record is a RaceError."""
+    bad = probe_problem(probe)
+    if bad:
+        from race.core.errors import RaceError
+
+        raise RaceError(f"the length-probe record at F = {full_run_budget:.3g}: {bad} (the results file's "
+                        "'probes' was edited or written by another tool: run race probe again)")
+    covers = float(probe.get("covers", 1.0))
+    run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "
+           f"{covers:.0%} of the full run's)")
+    curve = probe.get("curve") or [{}]
+    if probe["status"] == "fell":
+        f = probe.get("fall") or {}
+        return {"status": "at risk", "cause": "probe",
+                "line": head + f"AT RISK: {run} ended at {f.get('final', float('nan')):.3f}, below its base "
+                               f"policy's {f.get('base', float('nan')):.3f} (drop {f.get('drop', float('nan')):.3f}, "
+                               f"paired SE {f.get('drop_se', float('nan')):.3f}); in the first validation round "
+                               "the probe ended below its base in every setting that lost a full run: decay η "
+                               f"over the run or lower it (race recipe gives the rate for F), and {_WATCH}"}
+    # it held over what it ran, and says nothing of the rest; ``partial_probe=False``: the rule as
+    # frozen for the second validation round (f6862b9), where a probe that held was stable whatever it covered
+    if partial_probe and covers < 1 - 1e-9:
+        short = ("it stopped before the share it planned, "
+                 f"{float(probe['planned_covers']):.0%}" if float(probe.get("planned_covers", covers)) > covers + 1e-9
+                 else f"capped at a quarter of the pilot grid's compute")
+        return {"status": "not tested",
+                "line": head + f"not tested past {covers:.0%} of its length: {run} held over the steps it ran "
+                               f"({short}); the remaining {1 - covers:.0%} of the full run's steps are not "
+                               "tested by it (a larger pilot budget gives a probe that covers the run); "
+                               f"{_WATCH}"}
+    return {"status": "stable",
+            "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "
+                           f"{curve[-1].get('mean', float('nan')):.3f} at its end); in the first validation round "
+                           f"no setting whose probe held lost a full run; {_WATCH}"}
 
 
 LEARN_FLOOR = 0.01       # the smallest gain in held-out score over the base policy that counts as learning

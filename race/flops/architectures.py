@@ -226,65 +226,79 @@ def read_arch(cfg: Mapping, *, name: str | None = None, allow_approximate: bool 
     top = cfg
     cfg = _text_config(cfg)
     model_type = str(cfg.get("model_type", "") or "")
-    family = FAMILIES.get(model_type)
-    warnings: list[str] = []
-    if family is None:
-        shown = model_type or "(no model_type in config.json)"
-        if not allow_approximate:
-            raise UnsupportedArchitecture(
-                f"{what} type {shown!r} is not in RACE's architecture table, so its FLOPs cannot be counted exactly: "
-                f"supported are {', '.join(SUPPORTED_MODEL_TYPES)} (docs/flops.md); pass --allow-approximate "
-                f"(config: allow_approximate_flops: true) to count it as a Llama-style decoder")
-        warnings.append(f"{what} type {shown!r} is not in RACE's architecture table: its FLOPs are counted as a "
-                        f"Llama-style decoder (q/k/v/o, gated MLP, no fused modules), which may be wrong")
-        family = Family(model_type or "unknown", qkv_bias="attention_bias", o_bias="attention_bias",
-                        mlp_bias="mlp_bias",
-                        mlp="moe" if (cfg.get("num_local_experts") or cfg.get("num_experts")) else "gated",
-                        shared_expert=bool(cfg.get("shared_expert_intermediate_size")))
-        exact_family = None
-    else:
-        exact_family = family
+    family, exact_family, warnings = _read_family(cfg, model_type, allow_approximate=allow_approximate, what=what)
+    spec = _arch_spec(_ConfigReader(cfg, family, what), model_type, top=top, name=name)
+    return ArchReading(spec, exact_family, tuple(warnings))
 
-    def get(key: str, default: Any = None) -> Any:
+
+def _read_family(cfg: Mapping, model_type: str, *, allow_approximate: bool,
+                 what: str) -> tuple[Family, Family | None, list[str]]:
+    """(the family the config is read as, the table's family or None when approximate, warnings):
+    ``UnsupportedArchitecture`` for a type outside the table unless ``allow_approximate``."""
+    family = FAMILIES.get(model_type)
+    if family is not None:
+        return family, family, []
+    shown = model_type or "(no model_type in config.json)"
+    if not allow_approximate:
+        raise UnsupportedArchitecture(
+            f"{what} type {shown!r} is not in RACE's architecture table, so its FLOPs cannot be counted exactly: "
+            f"supported are {', '.join(SUPPORTED_MODEL_TYPES)} (docs/flops.md); pass --allow-approximate "
+            f"(config: allow_approximate_flops: true) to count it as a Llama-style decoder")
+    warning = (f"{what} type {shown!r} is not in RACE's architecture table: its FLOPs are counted as a "
+               f"Llama-style decoder (q/k/v/o, gated MLP, no fused modules), which may be wrong")
+    family = Family(model_type or "unknown", qkv_bias="attention_bias", o_bias="attention_bias",
+                    mlp_bias="mlp_bias",
+                    mlp="moe" if (cfg.get("num_local_experts") or cfg.get("num_experts")) else "gated",
+                    shared_expert=bool(cfg.get("shared_expert_intermediate_size")))
+    return family, None, [warning]
+
+
+class _ConfigReader:
+    """A text config's keys as the family reads them: its defaults fill in what the config leaves
+    out; values are checked as integers, missing required keys named (``what``: the model's noun)."""
+
+    def __init__(self, cfg: Mapping, family: Family, what: str) -> None:
+        self.cfg, self.family, self.what = cfg, family, what
+
+    def get(self, key: str, default: Any = None) -> Any:
+        cfg = self.cfg
         if cfg.get(key) is not None:
             return cfg[key]
         if key in cfg and cfg[key] is None and key in ("num_key_value_heads", "head_dim"):
             return default
-        return family.defaults.get(key, default)
+        return self.family.defaults.get(key, default)
 
-    def need(key: str) -> Any:
-        value = get(key)
+    def need(self, key: str) -> Any:
+        value = self.get(key)
         if value is None:
-            raise ValueError(f"{what} config is missing '{key}' (needed for the architecture)")
+            raise ValueError(f"{self.what} config is missing '{key}' (needed for the architecture)")
         return value
 
-    def flag(setting: bool | str) -> bool:
-        return bool(get(setting, False)) if isinstance(setting, str) else bool(setting)
+    def flag(self, setting: bool | str) -> bool:
+        """A family setting: a fixed bool, or the name of the config key that holds it."""
+        return bool(self.get(setting, False)) if isinstance(setting, str) else bool(setting)
 
-    def integer(key: str, value: Any) -> int:
+    def integer(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise ValueError(f"{what} config '{key}' is {value!r}: expected an integer")
+            raise ValueError(f"{self.what} config '{key}' is {value!r}: expected an integer")
         return int(value)
 
+
+def _arch_spec(r: _ConfigReader, model_type: str, *, top: Mapping, name: str | None) -> ArchSpec:
+    """The ``ArchSpec`` of the config ``r`` reads (keys read, and their errors raised, in a fixed order)."""
+    family, get, need, integer = r.family, r.get, r.need, r.integer
     hidden = integer("hidden_size", need("hidden_size"))
     heads = integer("num_attention_heads", need("num_attention_heads"))
     layers = integer("num_hidden_layers", need("num_hidden_layers"))
     kv = heads if not family.gqa else integer("num_key_value_heads", get("num_key_value_heads") or heads)
     head_dim = integer("head_dim", get("head_dim") or hidden // heads)
     moe = family.mlp == "moe"
-    experts = integer("num_experts", get("num_local_experts") or get("num_experts") or 0) if moe else 0
-    if moe and not experts:
-        raise ValueError(f"{what} config of type {model_type!r} has no expert count (num_experts / num_local_experts)")
-    dense_layers: tuple[int, ...] = ()
-    if moe:
-        only = get("mlp_only_layers") or []
-        step = integer("decoder_sparse_step", get("decoder_sparse_step") or 1)
-        dense_layers = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
+    experts, dense_layers = _experts(r, model_type, layers) if moe else (0, ())
     tie = get("tie_word_embeddings")
     qk = family.qk_norm
     if qk not in ("", "head", "full"):
-        qk = "head" if flag(qk) else ""
-    spec = ArchSpec(
+        qk = "head" if r.flag(qk) else ""
+    return ArchSpec(
         name=name or str(top.get("_name_or_path") or model_type or "model"),
         hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
         intermediate_size=integer("intermediate_size", get("intermediate_size") or 0) if moe
@@ -292,7 +306,7 @@ def read_arch(cfg: Mapping, *, name: str | None = None, allow_approximate: bool 
         vocab_size=integer("vocab_size", need("vocab_size")),
         tie_word_embeddings=bool(tie) if tie is not None else False,
         gated_mlp=family.mlp != "plain",
-        qkv_bias=flag(family.qkv_bias), o_bias=flag(family.o_bias), mlp_bias=flag(family.mlp_bias),
+        qkv_bias=r.flag(family.qkv_bias), o_bias=r.flag(family.o_bias), mlp_bias=r.flag(family.mlp_bias),
         lm_head_bias=family.lm_head_bias, norm_bias=family.norm == "layer",
         num_experts=experts,
         experts_per_token=integer("num_experts_per_tok", need("num_experts_per_tok")) if moe else 0,
@@ -303,14 +317,24 @@ def read_arch(cfg: Mapping, *, name: str | None = None, allow_approximate: bool 
         if family.shared_expert else 0,
         dense_layers=dense_layers,
         qk_norm=qk, norms_per_layer=family.norms_per_layer, post_mlp_norm=family.post_mlp_norm,
-        parallel_residual=flag(family.parallel_residual),
+        parallel_residual=r.flag(family.parallel_residual),
         fused_qkv=family.names["q_proj"] == family.names["k_proj"],
         fused_gate_up=family.names.get("gate_proj") is not None
         and family.names.get("gate_proj") == family.names.get("up_proj"),
         model_type=model_type,
-        sliding_window=_sliding(cfg, family, layers, get),
+        sliding_window=_sliding(r.cfg, family, layers, get),
     )
-    return ArchReading(spec, exact_family, tuple(warnings))
+
+
+def _experts(r: _ConfigReader, model_type: str, layers: int) -> tuple[int, tuple[int, ...]]:
+    """A MoE config's expert count and its dense (expert-free) layers."""
+    experts = r.integer("num_experts", r.get("num_local_experts") or r.get("num_experts") or 0)
+    if not experts:
+        raise ValueError(f"{r.what} config of type {model_type!r} has no expert count (num_experts / "
+                         "num_local_experts)")
+    only = r.get("mlp_only_layers") or []
+    step = r.integer("decoder_sparse_step", r.get("decoder_sparse_step") or 1)
+    return experts, tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
 
 
 def _sliding(cfg: Mapping, family: Family, layers: int, get) -> tuple[int, int]:

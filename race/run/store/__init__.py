@@ -3,7 +3,9 @@
 
 By concept: ``engine`` opens a storage from a URL, ``codec`` packs values into attributes,
 ``liveness`` tells whether a trial's process is gone, ``trials`` maps trials to pilots,
-``study`` is the ``Store`` of one study; ``base`` holds the constants and ``StoreError``.
+``study`` is the ``Store`` of one study, over ``coordinator`` (its one coordinator),
+``heartbeats`` (its trials' heartbeats and the sweep of abandoned ones) and ``info`` (``StudyInfo``,
+``Claim``, config comparisons); ``base`` holds the constants and ``StoreError``.
 Storage URLs are parsed and masked by ``race.core.urls``.
 """
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """One RACE study in one optuna storage: the ``Store`` class (create, load, claim, enqueue, sweep,
 save) and ``load_results`` (a diagnosis from storage alone); the layout it keeps is described
-below.
+below. ``Store`` takes its coordinator record from ``race.run.store.coordinator``, its heartbeats
+and sweep from ``race.run.store.heartbeats``; ``StudyInfo``, ``Claim`` and the config comparisons
+live in ``race.run.store.info`` (and are importable from here).
 
-This is the only RACE module that imports optuna (``import race`` never loads it).
+The storage package (race.run.store) is the only RACE package that imports optuna (``import race``
+never loads it).
 
 Layout of a study (docs/storage.md):
 
@@ -37,13 +40,8 @@ message and every stored value, and refuses URLs whose password cannot be told a
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
-import sys
 import time
-import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import optuna
@@ -52,88 +50,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from race.core import urls
 from race.core.records import Diagnosis, PilotResult
-from race.run.store.base import (COORDINATOR, CURVE_POINTS, DEFAULT_HEARTBEAT, GRACE_FACTOR, OWNER, SCHEMA, StoreError,
-                             UnreadyStudy)
+from race.run.store.base import CURVE_POINTS, DEFAULT_HEARTBEAT, OWNER, SCHEMA, StoreError, UnreadyStudy
 from race.run.store.codec import get_chunked, json_blob, put_chunked, unjson_blob
-from race.run.store.engine import JournalHeartbeatStorage, first_line, open_storage, system_failure
-from race.run.store.liveness import age_seconds, owner_info, owner_is_dead
+from race.run.store.coordinator import Coordination
+from race.run.store.engine import first_line, open_storage, system_failure
+from race.run.store.heartbeats import Heartbeats
+from race.run.store.info import Claim, StudyInfo, fill_missing, first_difference, normalized, short_value
+from race.run.store.liveness import owner_info
 from race.run.store.trials import Key, downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
 
-
-@dataclass
-class Claim:
-    """A trial this process took: its id, number, grid point and seed."""
-
-    trial_id: int
-    number: int
-    key: Key
-    trial: Any
+__all__ = ["Claim", "Store", "StudyInfo", "fill_missing", "first_difference", "load_results", "normalized"]
 
 
-@dataclass(frozen=True)
-class StudyInfo:
-    """What a study holds besides its trials: enough for any machine to run its pilots."""
-
-    config: dict
-    run_config: dict
-    plan: dict
-    classify: dict
-    meta: dict
-    adaptive: dict | None
-    curve_step_flops: float
-
-    @property
-    def grid(self) -> tuple[float, ...]:
-        return tuple(float(r) for r in self.run_config["grid"])
-
-    @property
-    def seeds(self) -> int:
-        return int(self.run_config["seeds"])
-
-    @property
-    def first_seed(self) -> int:
-        return int(self.run_config.get("first_seed", 0))
-
-    @property
-    def seed_ids(self) -> range:
-        return range(self.first_seed, self.first_seed + self.seeds)
-
-    def keys(self) -> list[Key]:
-        return [(r, s) for r in self.grid for s in self.seed_ids]
-
-
-def normalized(obj: Any) -> Any:
-    return json.loads(json.dumps(obj))
-
-
-def fill_missing(stored: Any, defaults: Any) -> Any:
-    """``stored`` with the keys it lacks taken from ``defaults``, recursively (mappings only)."""
-    if not isinstance(stored, dict) or not isinstance(defaults, dict):
-        return stored
-    return {**defaults, **{k: fill_missing(v, defaults.get(k)) for k, v in stored.items()}}
-
-
-def first_difference(a: Any, b: Any, path: str = "", *, rel_tol: float = 0.0) -> tuple[str, Any, Any] | None:
-    """The first (dotted path, a's value, b's value) where ``a`` and ``b`` differ, mappings walked
-    key by key; with ``rel_tol`` > 0 a float of ``a`` matches a number of ``b`` within that relative
-    tolerance (everything else, and every value at 0, exactly)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            d = first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k, rel_tol=rel_tol)
-            if d:
-                return d
-        return None
-    if rel_tol > 0 and isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        return None if math.isclose(a, b, rel_tol=rel_tol) else (path, a, b)
-    return None if a == b else (path, a, b)
-
-
-def _short(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else json.dumps(v)
-
-
-class Store:
-    """One RACE study in one optuna storage."""
+class Store(Coordination, Heartbeats):
+    """One RACE study in one optuna storage (its coordinator record: ``Coordination``; heartbeats and
+    the sweep of abandoned trials: ``Heartbeats``)."""
 
     def __init__(self, url: str, study_name: str, *, heartbeat: int = DEFAULT_HEARTBEAT):
         urls.check(url)
@@ -148,80 +79,11 @@ class Store:
         self._mine: set[int] = set()
         self.requeued: list[Key] = []
 
-    def set_heartbeat(self, seconds: int) -> None:
-        """Heartbeat interval (and grace = 3 intervals) of this process, from the study's setting."""
-        self.heartbeat = max(1, int(seconds))
-        grace = GRACE_FACTOR * self.heartbeat
-        if isinstance(self.storage, JournalHeartbeatStorage):
-            self.storage._race_hb = (self.heartbeat, grace, self.storage._race_hb[2])
-        else:
-            self.storage.heartbeat_interval, self.storage.grace_period = self.heartbeat, grace
-
-    def update_heartbeat(self, seconds: int) -> None:
-        """Change the study's heartbeat (processes that join later use it)."""
-        assert self.study is not None
-        self.study.set_user_attr("race:heartbeat", max(1, int(seconds)))
-        self.set_heartbeat(seconds)
-
     def close(self) -> None:
         """Release the storage's connections (an SQLite file can then be removed)."""
         engine = getattr(self.storage, "engine", None)
         if engine is not None:
             engine.dispose()
-
-    # -- the coordinator (one per study)
-
-    def _coordinator_gone(self, record: Mapping[str, Any]) -> bool:
-        """Whether the coordinator ``record`` describes is no longer running: its process died on
-        this machine, it is this very process, or it missed 3 heartbeats (another machine)."""
-        if owner_is_dead(record, self.me):
-            return True
-        if all(record.get(k) == self.me.get(k) for k in ("host", "boot", "pidns", "pid")):
-            return True
-        return time.time() - float(record.get("beat", 0.0)) > GRACE_FACTOR * self.heartbeat
-
-    def _coordinator_error(self, record: Mapping[str, Any]) -> StoreError:
-        started = time.strftime("%H:%M:%S", time.localtime(float(record.get("since", 0.0))))
-        return StoreError(f"study {self.name!r} in {self.masked} is already coordinated by race pilot "
-                          f"(pid {record.get('pid')} on {record.get('host')}, since {started}): wait for it to finish, "
-                          f"or help it with race worker --storage URL --study {self.name}")
-
-    def claim_coordination(self) -> None:
-        """Record this process as the study's coordinator, or raise ``StoreError`` (one line)
-        naming the live one. Two claims at the same moment: the later write wins, the other sees
-        it on its re-read and steps back."""
-        assert self.study is not None
-        current = self.study.user_attrs.get(COORDINATOR)
-        if current and not self._coordinator_gone(current):
-            raise self._coordinator_error(current)
-        token = f"{self.me.get('host')}:{os.getpid()}:{time.time_ns()}"
-        now = time.time()
-        self.study.set_user_attr(COORDINATOR, {**self.me, "since": now, "beat": now, "token": token})
-        time.sleep(0.2)
-        current = self.study.user_attrs.get(COORDINATOR) or {}
-        if current.get("token") != token:
-            raise self._coordinator_error(current)
-        self._coordination = {"token": token, "since": now, "last": now}
-
-    def beat_coordination(self) -> None:
-        """Refresh the coordinator record (at most once per heartbeat interval)."""
-        mine = getattr(self, "_coordination", None)
-        if mine is None or time.time() - mine["last"] < self.heartbeat:
-            return
-        mine["last"] = time.time()
-        self.study.set_user_attr(COORDINATOR, {**self.me, "since": mine["since"], "beat": mine["last"],
-                                               "token": mine["token"]})
-
-    def release_coordination(self) -> None:
-        mine = getattr(self, "_coordination", None)
-        if mine is None or self.study is None:
-            return
-        self._coordination = None
-        try:
-            if (self.study.user_attrs.get(COORDINATOR) or {}).get("token") == mine["token"]:
-                self.study.set_user_attr(COORDINATOR, None)
-        except Exception:  # noqa: BLE001 — a storage gone at exit: the record goes stale by itself
-            pass
 
     # -- study life cycle
     def _sampler(self) -> optuna.samplers.BaseSampler:
@@ -323,7 +185,7 @@ class Store:
         if diff:
             path, a, b = diff
             raise StoreError(f"study {self.name!r} in {self.masked} was created with another config: {path} is "
-                             f"{_short(a)} there, {_short(b)} here: resume with the same config, or use another "
+                             f"{short_value(a)} there, {short_value(b)} here: resume with the same config, or use another "
                              "--study / --out")
 
     def set_adaptive(self, adaptive: dict | None) -> None:
@@ -392,117 +254,6 @@ class Store:
             if (t.datetime_start, t.number) < (mine.datetime_start, mine.number):
                 return True
         return False
-
-    def _beat_one(self, trial_id: int) -> None:
-        from optuna.storages._heartbeat import is_heartbeat_enabled
-
-        st = self.study._storage if self.study is not None else self.storage
-        if is_heartbeat_enabled(st):
-            st.record_heartbeat(trial_id)
-
-    def progress(self, claim: Claim, step: int, flops: float) -> None:
-        self._progress[claim.trial_id] = {"step": int(step), "flops": float(flops)}
-
-    def beat(self, claims: Iterable[Claim], *, force: bool = False) -> None:
-        """Heartbeats (and the latest progress) of the trials this process holds, every interval."""
-        now = time.monotonic()
-        if not force and now - self._last_beat < self.heartbeat:
-            return
-        self._last_beat = now
-        assert self.study is not None
-        for c in claims:
-            try:
-                self._beat_one(c.trial_id)
-                if c.trial_id in self._progress:
-                    self.study._storage.set_trial_user_attr(c.trial_id, "progress", self._progress.pop(c.trial_id))
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass   # failed as stale meanwhile: complete() still keeps the result if no retry finished
-
-    def heartbeats(self, claims: Callable[[], Iterable[Claim]]) -> Callable[[], None]:
-        """Beat for ``claims()`` from a background thread (a pilot process can take long to start);
-        returns the function that stops it."""
-        import threading
-
-        stop = threading.Event()
-
-        def run() -> None:
-            while not stop.wait(self.heartbeat):
-                try:
-                    self.beat(list(claims()), force=True)
-                except Exception as e:  # noqa: BLE001 — a storage hiccup must not kill the grid
-                    print(f"race: heartbeat failed: {first_line(e, self.url)}", file=sys.stderr, flush=True)
-
-        thread = threading.Thread(target=run, name="race-heartbeat", daemon=True)
-        thread.start()
-
-        def halt() -> None:
-            stop.set()
-            thread.join(timeout=5)
-
-        return halt
-
-    def set_pid(self, claim: Claim, pid: int) -> None:
-        assert self.study is not None
-        try:
-            self.study._storage.set_trial_user_attr(claim.trial_id, "pilot_pid", int(pid))
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
-
-    def sweep(self) -> list[Key]:
-        """Fail RUNNING trials whose process is gone (dead on this machine, or heartbeat stale)
-        and enqueue their pilots again; returns the pilots re-enqueued."""
-        assert self.study is not None
-        self.requeued = []
-        st = self.study._storage
-        grace = GRACE_FACTOR * self.heartbeat
-        for t in self.trials((TrialState.RUNNING,)):
-            owner = t.system_attrs.get(OWNER)
-            if owner is None:
-                # claimed (WAITING → RUNNING) by a process killed before it recorded itself or a
-                # heartbeat: nothing else would ever fail it, and a grid waiting for it would hang
-                age = age_seconds(t.datetime_start)
-                if age is None or age <= grace:
-                    continue
-                why = (f"it was claimed {age:.0f} s ago by a process that died before recording itself "
-                       "(no owner, no heartbeat)")
-            elif owner_is_dead(owner, self.me):
-                why = f"its process {owner.get('host')}:{owner.get('pid')} died"
-            else:
-                continue
-            try:   # attributes first: a finished trial takes none
-                st.set_trial_user_attr(t._trial_id, "error", f"pilot abandoned: {why}")
-                st.set_trial_user_attr(t._trial_id, "stale", True)
-                if not st.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
-            self._mark_stale(t, why)
-        for tid in list(self._mine):           # our own trials are alive, whatever our heartbeat thread did
-            try:
-                self._beat_one(tid)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                self._mine.discard(tid)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(self.study)
-        return self.requeued
-
-    def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """optuna's heartbeat-stale callback: this process failed ``trial``; enqueue its pilot again."""
-        owner = trial.system_attrs.get(OWNER) or {}
-        self._mark_stale(trial, f"no heartbeat for {GRACE_FACTOR * self.heartbeat} s from "
-                                f"{owner.get('host', '?')}:{owner.get('pid', '?')} (worker died or lost the storage)",
-                         study=study)
-
-    def _mark_stale(self, t: FrozenTrial, why: str, study: optuna.Study | None = None) -> None:
-        """Enqueue the pilot of a trial failed for want of a live owner; the new trial says why."""
-        study = study or self.study
-        assert study is not None
-        key = key_of(t)
-        if key is not None:
-            study.enqueue_trial({"rho": key[0], "seed": key[1]},
-                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}"})
-            self.requeued.append(key)
 
     def complete(self, claim: Claim, result: PilotResult, primary_target: str) -> None:
         """Record a finished pilot: attributes, learning curve, then COMPLETE with its score."""

@@ -6,10 +6,10 @@ replayed on synthetic grids through the production regime rule (no pilots run).
 
 Each repeat draws a full grid of synthetic pilots (tests/test_regime.py::synthetic_results:
 per-prompt difficulty, 500 prompts × 4 samples, seed SD 0.024 — the noise measured on the
-tiny policy), classifies it, then lets each adaptive policy of race.run.scheduler pick its pilots
+tiny policy), classifies it, then lets each adaptive policy of race.run.adaptive pick its pilots
 from the same draws (rung by rung, seeing only the scores of the pilots it already ran) and
 classifies that subset with the same bootstrap seed. Both policies run half the full grid's
-pilots (race.run.scheduler.adaptive_cap), or ``--share`` of them (``race pilot --adaptive-share``). Reported per response and grid: how often the adaptive
+pilots (race.run.adaptive.adaptive_cap), or ``--share`` of them (``race pilot --adaptive-share``). Reported per response and grid: how often the adaptive
 verdict equals the full grid's, and how often each equals the truth of the response.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from race.stats import regime  # noqa: E402
 from race.core.records import Regime  # noqa: E402
-from race.run.scheduler import ADAPTIVE_POLICIES, adaptive_subset  # noqa: E402
+from race.run.adaptive import ADAPTIVE_POLICIES, adaptive_subset# noqa: E402
 from test_regime import FALLING, FLAT, PEAKED, RISING, synthetic_results  # noqa: E402
 
 # the thorough preset's measured response (docs/pilot.md: 0.648 / 0.662 / 0.658 / 0.628 / 0.555 at

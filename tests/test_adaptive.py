@@ -1,13 +1,10 @@
-"""Adaptive grids (race.run.scheduler): which pilots each policy asks for, checked by hand."""
+"""Adaptive grids (race.run.adaptive): which pilots each policy asks for, checked by hand."""
 import math
 
 import pytest
 
 from race.config.configfile import ConfigError
-from race.run.scheduler import (adaptive_cap, adaptive_needed, allocate_seeds, informative_seeds, resolve_adaptive,
-                            successive_halving)
-
-
+from race.run.adaptive import adaptive_cap, adaptive_needed, allocate_seeds, informative_seeds, resolve_adaptive, successive_halving
 def test_the_adaptive_budget_is_half_the_grid_with_at_least_one_second_seed():
     assert adaptive_cap(4, 3) == 6 and adaptive_cap(5, 4) == 10
     assert adaptive_cap(3, 2) == 4          # half would be 3 = one seed everywhere: one more
@@ -71,7 +68,8 @@ def test_policy_names():
 
 
 def test_the_adaptive_share():
-    from race.run.prechecks import check_share
+    from race.core.errors import RaceError
+    from race.run.options import RunOptions
 
     assert adaptive_cap(4, 3, 2 / 3) == 8 and adaptive_cap(5, 4, 0.67) == 13 and adaptive_cap(5, 4, 1.0) == 20
     assert adaptive_cap(4, 3, 0.1) == 5                      # never below one second seed
@@ -86,6 +84,6 @@ def test_the_adaptive_share():
     # halving stops where its rungs end (4 + 2 + 1 = 7 of 12), whatever the share above that
     rung = {**scores, **{(r, 1): 0.0 for r in grid}, **{(r, 2): 0.0 for r in grid}}
     assert len(successive_halving(grid, 3, rung, share=1.0)[0]) == 7
-    for bad in (0, 1.5, -0.2):
-        with pytest.raises(ConfigError, match=f"adaptive share {bad!r} is outside \\(0, 1\\]"):
-            check_share(bad)
+    for bad in (0, 1.5, -0.2):                               # checked once, with the run options
+        with pytest.raises(RaceError, match=f"adaptive share {bad!r} is outside \\(0, 1\\]"):
+            RunOptions(out_dir="x", adaptive_share=bad).check()

@@ -565,8 +565,7 @@ def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypat
 
     from race.core.errors import RaceError
     from race.tasks.rewards.base import reward_source, source_digest
-    from race.run.scheduler import check_reward_consent
-
+    from race.run.workers import check_reward_consent
     rw = tmp_path / "myreward.py"
     rw.write_text("open(__file__ + '.imported', 'w').close()\ndef score(p, c, r):\n    return 1.0\n")
     monkeypatch.chdir(tmp_path)
@@ -736,13 +735,13 @@ def test_a_full_disk_reaches_the_user_as_one_line_and_exit_2(tmp_path, monkeypat
     through the CLI's own net: one line naming the full disk and the storage, exit 2, no traceback."""
     import optuna
 
-    import race.run.scheduler
+    import race.run.workers
 
     url = f"sqlite:///{tmp_path}/race.db"
     monkeypatch.setattr(optuna, "load_study", lambda **kw: (_ for _ in ()).throw(_disk_full()))
     r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
     assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
-    monkeypatch.setattr(race.run.scheduler, "run_worker", lambda *a, **kw: (_ for _ in ()).throw(_disk_full()))
+    monkeypatch.setattr(race.run.workers, "run_worker", lambda *a, **kw: (_ for _ in ()).throw(_disk_full()))
     r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
     assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"
 
@@ -833,7 +832,7 @@ def test_a_schedule_only_calibration_can_refuse_is_refused_before_the_study_exis
     from race.config.configfile import config_from_dict
     from race.run.prechecks import written_config
     from race.stats.results import load_results
-    from race.run.scheduler import run_study
+    from race.run.study import run_study
     from race.run.store import StoreError
 
     path = _tampered(tmp_path, lambda s: None)

@@ -129,10 +129,9 @@ def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
 
 
 def test_race_pilot_warns_before_any_pilot_when_the_base_pass_rate_gives_no_signal():
-    """The coordinator's line after calibration (race.run.scheduler.signal_line): it goes to stderr and the
+    """The coordinator's line after calibration (race.run.study.signal_line): it goes to stderr and the
     study's meta before the first pilot, and the report repeats it (race.stats.report: signal_warning)."""
-    from race.run.scheduler import signal_line
-
+    from race.run.study import signal_line
     assert "learn nothing" in signal_line(0.007, 8)
     assert signal_line(0.31, 8) is None
     assert signal_line(None, 8) is None and signal_line(0.0, 1) is None

@@ -98,7 +98,7 @@ def test_downstream_targets_get_their_own_verdict_end_to_end(tmp_path, torch_one
     to the report."""
     from race.run.api import build_config
     from race.stats.report import render_diagnosis
-    from race.run.scheduler import run_grid
+    from race.run.study import run_grid
     from race.tasks import load_task
 
     rows = [{"prompt": p.prompt, "answer": p.answer} for p in load_task("arithmetic-hard", split="eval", n=40)]

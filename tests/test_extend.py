@@ -7,7 +7,7 @@ import os
 import pytest
 
 from race.run import extend as X
-from race.run import scheduler
+from race.run import study
 from race.run.api import build_config
 from race.core.errors import RaceError
 from race.stats.regime import classify, edge_point
@@ -36,12 +36,24 @@ def test_the_next_point_is_one_geometric_grid_step_past_the_edge():
     (1, {"adaptive": True}, "does not combine with an adaptive grid"),
     (1, {"adaptive_share": 0.5}, "does not combine with an adaptive grid"),
     (1, {"workers": 0}, "workers ≥ 1, not 0"),
-    (1, {"models": ("a", "b")}, "one policy's grid"),
 ])
 def test_bad_extend_requests_are_one_line_errors(value, kw, match):
+    """--extend is a run option: checked once, with the options it cannot combine with (RunOptions.check)."""
+    from race.run.options import RunOptions
+
     with pytest.raises(RaceError, match=match):
-        X.check_extend(value, **kw)
-    assert X.check_extend(0, adaptive=True, workers=0) == 0              # no extension: nothing to refuse
+        RunOptions(out_dir="x", extend=value, **kw).check()
+    assert RunOptions(out_dir="x", extend=0, adaptive=True, workers=0).check().extend == 0   # nothing to refuse
+
+
+def test_extend_takes_one_policys_grid(tmp_path):
+    from race.run.api import build_config
+    from race.run.options import RunOptions
+
+    cfg = build_config(None, models="race/tiny-arith,race/tiny-arith-s")
+    with pytest.raises(RaceError, match="one policy's grid"):
+        X.run_extended(cfg, RunOptions(out_dir=str(tmp_path / "x"), extend=1))
+    assert not (tmp_path / "x").exists()
 
 
 def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_rho(tmp_path, monkeypatch, capsys):
@@ -61,7 +73,7 @@ def test_rounds_extend_while_the_best_is_at_the_edge_and_stop_at_an_unreachable_
         save_results(out_dir, res)
         return res
 
-    monkeypatch.setattr(scheduler, "run_grid", fake_run_grid)
+    monkeypatch.setattr(study, "run_grid", fake_run_grid)
     cfg = build_config({**SMALL, "schedule": {**SMALL["schedule"], "max_n_gen": 24}})   # lowest reachable ρ 0.285
     res = X.run_extended(cfg, out_dir=str(tmp_path), extend=3, workers=1)
     assert [c["grid"] for c in calls] == [(0.5, 0.62, 0.74), (0.4, 0.5, 0.62, 0.74), (0.32, 0.4, 0.5, 0.62, 0.74)]
@@ -86,7 +98,7 @@ def test_no_round_runs_when_the_best_is_inside_the_grid(tmp_path, monkeypatch):
         return Results(pilots=tuple(pilots), diagnosis=classify(pilots, n_boot=200), config=config.to_dict(),
                        plan={"calibration": CAL})
 
-    monkeypatch.setattr(scheduler, "run_grid", fake_run_grid)
+    monkeypatch.setattr(study, "run_grid", fake_run_grid)
     res = X.run_extended(build_config(SMALL), out_dir=str(tmp_path), extend=2)
     assert calls == [(0.5, 0.62, 0.74)] and res.diagnosis.primary.best_rho == 0.62
     assert not (tmp_path / "results-x0.json").exists()
@@ -120,12 +132,12 @@ def test_the_cli_refuses_extend_with_an_adaptive_grid_before_anything_is_written
     assert r.exit_code == 2 and "does not combine with an adaptive grid" in r.output
     assert "Traceback" not in r.output and not out.exists()
     r = CliRunner().invoke(main, ["pilot", "--extend", "9", "--out", str(out)])
-    assert r.exit_code == 2 and "--extend" in r.output and not out.exists()
+    assert r.exit_code == 2 and "extend 9: expected a whole number of rounds" in r.output and not out.exists()
 
 
 def test_results_written_before_a_setting_existed_import_as_run_at_its_default(tmp_path):
     """A results file lacks the settings added after it was written (they ran at their defaults):
-    it imports; a setting it has with another value is still refused (race.run.scheduler)."""
+    it imports; a setting it has with another value is still refused (race.run.study)."""
     from race.run.prechecks import check_importable
     from race.run.store import StoreError
 

@@ -303,9 +303,9 @@ def test_race_diagnose_and_race_pilot_add_the_forecast_and_store_it(tmp_path, mo
     """The API and `race pilot --full-run` forecast after the grid and rewrite results.json (the
     grid itself replaced by the stored tiny one: nothing runs)."""
     import race
-    import race.run.scheduler
+    import race.run.study
 
-    monkeypatch.setattr(race.run.scheduler, "run_grid", lambda cfg, *a, **kw: _tiny_with_diagnosis())
+    monkeypatch.setattr(race.run.study, "run_grid", lambda cfg, *a, **kw: _tiny_with_diagnosis())
     diag = race.diagnose(full_run_budget="1e10", out_dir=str(tmp_path / "api"))
     assert diag.forecast.status == "predicted" and diag.forecast.factor == pytest.approx(0.5, rel=0.01)
     assert "interpolated inside the pilot budget" in diag.forecast.message

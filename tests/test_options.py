@@ -47,7 +47,7 @@ def test_the_checks_before_a_run_are_one_table_run_in_order(tmp_path, monkeypatc
     from race.run.options import RunOptions
 
     names = [c.name for c in prechecks.CHECKS]
-    assert len(set(names)) == len(names) and names[0] == "adaptive share" and names[-1] == "engine"
+    assert len(set(names)) == len(names) and names[0] == "one policy" and names[-1] == "engine"
     ran = []
     monkeypatch.setattr(prechecks, "CHECKS", tuple(
         prechecks.Check(c.name, c.refuses, (lambda c: lambda cfg, o: (ran.append(c.name), c.run(cfg, o)))(c))
@@ -57,3 +57,55 @@ def test_the_checks_before_a_run_are_one_table_run_in_order(tmp_path, monkeypatc
         prechecks.run_checks(cfg, RunOptions(out_dir=str(tmp_path / "out")).check())
     assert ran == names[:names.index("grid points") + 1]
     assert not (tmp_path / "out").exists()
+
+
+# every run option with a rule: a bad value, and the start of the one line RunOptions.check gives
+BAD_OPTIONS = {
+    "out_dir": ("", "out_dir ''"),
+    "workers": (-1, "workers -1: expected a whole number from 0 (coordinate only) to 256"),
+    "retries": (-2, "retries -2: expected a whole number from 0 to 100"),
+    "extend": (9, "extend 9: expected a whole number of rounds from 0 to 5"),
+    "heartbeat": (0, "heartbeat 0: expected seconds from 1 to 3600"),
+    "engine": ("turbo", "engine 'turbo' is unknown: expected one of auto, lockstep, solo"),
+    "adaptive": ("bisect", "adaptive policy 'bisect' is not known: expected one of informative, halving"),
+    "adaptive_share": (1.5, "adaptive share 1.5 is outside (0, 1]"),
+}
+# what is not checked: free text or paths a later step opens (and reports in its own line)
+UNCHECKED = {"storage", "study", "device", "quiet", "import_pilots"}
+
+
+def test_every_run_option_is_checked_in_exactly_one_place(tmp_path):
+    """Issue 52: each RunOptions field with a rule is refused by RunOptions.check, by ``race pilot`` and
+    by ``race.diagnose`` with that same line (the face builds the options and checks them, nothing
+    else does), and no other module of race/ holds the rule's words."""
+    import pathlib
+    from dataclasses import fields
+
+    import race
+    from race.run.options import RunOptions
+
+    assert {f.name for f in fields(RunOptions)} == set(BAD_OPTIONS) | UNCHECKED
+    flags = {"workers": "--workers", "retries": "--retries", "extend": "--extend", "heartbeat": "--heartbeat",
+             "engine": "--engine", "adaptive": "--adaptive-policy", "adaptive_share": "--adaptive-share"}
+    for name, (bad, line) in BAD_OPTIONS.items():
+        with pytest.raises(RaceError, match=re.escape(line)):
+            RunOptions(**{"out_dir": "runs/x", name: bad}).check()
+        if name in flags:
+            out = tmp_path / name
+            r = CliRunner().invoke(main, ["pilot", flags[name], str(bad), "--out", str(out)])
+            assert r.exit_code == 2 and f"Error: {line}" in r.output and not out.exists(), (name, r.output)
+        if name not in ("out_dir", "retries", "heartbeat"):          # race.diagnose's own keywords
+            with pytest.raises(RaceError, match=re.escape(line)):
+                race.diagnose(out_dir=str(tmp_path / f"d-{name}"), **{name: bad})
+            assert not (tmp_path / f"d-{name}").exists()
+    root = pathlib.Path(race.__file__).parent
+    words = ["expected a whole number from 0 (coordinate only)", "adaptive share {",
+             "expected a whole number of rounds", "expected seconds from 1 to 3600", "expected one of {', '.join(ENGINES)}",
+             "is not known: expected one of"]
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        held = [w for w in words if w in text]
+        owner = {"options.py": words[:5], "__init__.py": words[5:]}.get(path.name, [])
+        if path.parent.name not in ("run", "adaptive"):
+            owner = []
+        assert set(held) <= set(owner), (str(path.relative_to(root)), held)

@@ -40,8 +40,7 @@ def test_short_grpo_run_raises_heldout_accuracy(torch_one_thread):
 
 def test_same_seed_same_curves_in_fresh_folders(tmp_path):
     """Two grids with the same seeds, each pilot in its own process, give identical results."""
-    from race.run.scheduler import run_grid
-
+    from race.run.study import run_grid
     cfg = build_config({**_tiny_dict(), "budget": 2e10, "grid": [0.6, 0.75, 0.92], "seeds": 1,
                         "eval": {"prompts": 100, "samples": 2}})
     a = run_grid(cfg, out_dir=str(tmp_path / "a"), quiet=True)

@@ -82,8 +82,7 @@ def test_one_policy_entry_points_refuse_a_grid_over_models(tmp_path):
     """race.diagnose returns one diagnosis and a study is one policy: both say where to go instead."""
     from race.run.api import diagnose
     from race.core.errors import RaceError
-    from race.run.scheduler import run_study
-
+    from race.run.study import run_study
     cfg = config_from_dict({**BASE, "models": ["race/tiny-arith-s", "race/tiny-arith"]})
     with pytest.raises(RaceError, match="call race.run.api.run_models"):
         diagnose(config=cfg, out_dir=str(tmp_path / "d"))

@@ -11,10 +11,7 @@ from conftest import ROOT
 from race.config import presets
 from race.run.api import build_config
 from race.config.configfile import ConfigError, default_settings
-from race.run.scheduler import adaptive_needed, informative_seeds, successive_halving
-
-
-# ---------------------------------------------------------------- first_seed
+from race.run.adaptive import adaptive_needed, informative_seeds, successive_halving# ---------------------------------------------------------------- first_seed
 
 def test_first_seed_names_the_seeds_and_reads_as_before_at_zero():
     cfg = build_config(dict(presets.DEFAULT))

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, untimed, untimed_diagnosis
 from pilot_cli import kill_leftovers, by_state, midway, open_study, race, read, start, wait_for, write_config
-from race.run.scheduler import allocate_seeds
+from race.run.adaptive import allocate_seeds
 from race.run.store import key_of
 
 

@@ -185,9 +185,6 @@ def run_lockstep(config: GridConfig, schedule: Schedule, seeds: list[int], *, de
     return results
 
 
-ENGINES = ("auto", "lockstep", "solo")
-
-
 # A lockstep group of g ≥ 2 seeds costs about this share of g solo pilots on the tiny policies
 # (docs/benchmarks.md, "Lockstep pilots": steps 0.82–1.04 of solo, the default grid 0.90 in wall time).
 LOCKSTEP_STEP_SHARE = 0.9
@@ -230,15 +227,14 @@ def group_size_for(config: GridConfig, engine: str, device: str, workers: int | 
     lean sampler (backend ``hf``), in groups whose measured cost (``lockstep_share``: short
     completions gain, long ones do not) finishes the grid soonest; solo with vLLM and on a GPU
     until a run there measures it.
-    ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups.
+    ``lockstep`` insists (one ``ConfigError`` line where it cannot run); ``solo`` never groups. The
+    name arrives checked (race.run.options.ENGINES, the one table of engines).
     With ``workers`` (pilot processes at once), the group size is ``balanced_group_size`` of the
     grid, so the last round of groups does not leave cores idle. On a GPU a group is cut to the most
     seeds whose memory plan fits (``_group_fits``; 1 is a solo pilot): a group holds about seeds × a
     pilot's memory, and 3 seeds of Qwen2.5-1.5B ran out of an H200's 140 GiB."""
     from race.core.errors import ConfigError
 
-    if engine not in ENGINES:
-        raise ConfigError(f"engine {engine!r} is unknown: expected one of {', '.join(ENGINES)}")
     if engine == "solo" or config.seeds < 2:
         return 1
     why = lockstep_supported(config)

@@ -3,9 +3,12 @@
 Interface:
 - ``cli``: the ``race`` command; every error one ``Error:`` line, exit 2.
 - ``api``: ``diagnose``, ``run_models``, ``run_probe``: config → grid → diagnosis, raising ``RaceError``.
-- ``options``: run options (workers, engine, adaptive share) checked once.
+- ``options``: ``RunOptions``, how a grid runs (workers, engine, adaptive policy and share, …),
+  checked once; the one table of engines.
+- ``adaptive``: adaptive policies as objects (``informative``, ``halving``) behind one protocol.
 - ``prechecks``: the table of checks a grid passes before anything is written.
-- ``scheduler``: ``run_grid``: a grid as an optuna study (calibration, planning, coordination, workers).
+- ``study``: ``run_grid``: a grid as an optuna study (create or resume, calibrate and plan, coordinate).
+- ``workers``: the queue of a study's pilots a coordinator and ``race worker`` share.
 - ``processes``: pilot processes from a fork server, at most N at a time.
 - ``extend``: ``race pilot --extend N``; ``newconfig``: ``race init``; ``compare``: grids side by
   side; ``plot``: figures; ``multimodel``: a grid over policies read as one answer.

@@ -57,7 +57,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         config: a YAML path / mapping / GridConfig to start from (default: the embedded tiny grid).
         out_dir: where ``results.json`` goes (default: a temporary folder).
         adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
-            race.run.scheduler.ADAPTIVE_POLICIES).
+            race.run.adaptive.POLICIES).
         adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
             implies ``adaptive``).
         allow_approximate: count a model type outside RACE's architecture table anyway (as a
@@ -78,7 +78,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
-    from race.run.extend import check_extend, run_extended
+    from race.run.extend import run_extended
 
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)
@@ -99,16 +99,14 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         from race.fullrun.probe import check_full_run
 
         check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= 256):
-        raise RaceError(f"workers {str(workers)[:40]}: expected a whole number from 0 (coordinate only) to 256")
-    extend = check_extend(extend or 0, adaptive=adaptive, adaptive_share=adaptive_share, workers=workers)
-    out = out_dir or tempfile.mkdtemp(prefix="race-")
-    os.makedirs(out, exist_ok=True)
     from race.run.options import RunOptions
 
-    results = run_extended(cfg, RunOptions(out_dir=out, extend=extend, workers=workers, device=device, quiet=quiet,
-                                           adaptive=adaptive, adaptive_share=adaptive_share,
-                                           engine=engine))                                   # extend 0: run_grid
+    # checked once, before a folder is made (race.run.options.RunOptions.check)
+    options = RunOptions(out_dir=out_dir or "(a temporary folder)", extend=extend or 0, workers=workers, device=device,
+                         quiet=quiet, adaptive=adaptive, adaptive_share=adaptive_share, engine=engine).check()
+    out = out_dir or tempfile.mkdtemp(prefix="race-")
+    os.makedirs(out, exist_ok=True)
+    results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
     import race.stats.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.core.errors import PilotsFailed, RaceError
     from race.stats.results import failure_message
@@ -200,8 +198,7 @@ def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, 
     from race.flops.catalog import check_loadable, load_arch_reading
     from race.run.multimodel import joint_view, part_configs, save_joint
     from race.stats.results import failure_message
-    from race.run.scheduler import run_grid
-
+    from race.run.study import run_grid
     parts = part_configs(config)
     for _, part in parts:                 # before anything runs: every policy loads and is counted
         check_loadable(part.model, "models")

@@ -14,13 +14,11 @@ from typing import Any, Callable
 import click
 
 from race.stats.report import FORMATS
-from race.run.scheduler import ADAPTIVE_POLICIES
-
+from race.run.adaptive import ADAPTIVE_POLICIES
+from race.run.options import ENGINES
 PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training curves; with a forecast, held-out "
              "reward against FLOPs) to FILE: .png, .pdf or .svg.")
-ENGINE_HELP = ("lockstep: the seeds of a grid point in one process as one batch (auto: on CPU where the lean path "
-               "runs and it was measured faster: short completions); solo: one pilot per process (on the lean "
-               "path, the same engine with one seed).")
+ENGINE_HELP = "; ".join(f"{name}: {what}" for name, what in ENGINES.items()) + "."
 FULL_RUN_HELP = ("FLOPs of one full run at the chosen ρ, e.g. 6e12: predict held-out reward per ρ there from the "
                  "pilots' checkpoints (overrides the config's full_run_budget; docs/forecast.md).")
 FORCE_HELP = "Print the forecast even past the extrapolation factor the backtests support, marked FORCED."
@@ -142,16 +140,28 @@ class _Sectioned(click.Command):
                 formatter.write_dl(rest)
 
 
+_ADAPTIVE = "Adaptive grid (one concept: --adaptive, its policy and its share)"
+
+
 class _PilotCommand(_Sectioned):
+    """``race pilot``: its options in the groups its help shows, and handed to the command the same way."""
+
     SECTIONS = {
         "Grid": ("budget", "seeds", "grid", "models", "thorough", "extend", "allow_approximate"),
         "Engine": ("backend", "workers", "device", "engine", "retries", "heartbeat"),
         "Storage": ("storage", "study", "import_pilots"),
-        "Adaptive grid (one concept: --adaptive, its policy and its share)": ("adaptive", "adaptive_policy",
-                                                                                "adaptive_share"),
+        _ADAPTIVE: ("adaptive", "adaptive_policy", "adaptive_share"),
         "Full run": ("full_run", "force_forecast", "probe_f"),
         "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path"),
     }
+
+    @classmethod
+    def grouped(cls, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The command's keyword arguments, by the groups of its help (every one in exactly one group)."""
+        groups = {heading: {n: given[n] for n in names} for heading, names in cls.SECTIONS.items()}
+        placed = {n for names in cls.SECTIONS.values() for n in names}
+        assert placed == set(given), sorted(set(given) ^ placed)
+        return groups
 
 
 def _what_is_kept(argv: list[str]) -> str:
@@ -416,11 +426,10 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
               help="A grid over policies: one ρ grid per model at the same FLOPs per pilot, and one joint report "
                    "(overrides the config's model / models; docs/models.md).")
 @click.option("--backend", type=click.Choice(["auto", "hf", "vllm"]), default=None, help="Rollout backend.")
-@click.option("--workers", type=click.IntRange(min=0), default=None,
+@click.option("--workers", type=int, default=None,
               help="Pilots run at once here (default: 2 on CPU); 0 = coordinate only, race worker runs them.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
-@click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
-              help=ENGINE_HELP)
+@click.option("--engine", default="auto", show_default=True, metavar="[" + "|".join(ENGINES) + "]", help=ENGINE_HELP)
 @click.option("--thorough", is_flag=True, help="The larger embedded grid (more seeds and budget); no CONFIG.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Deprecated: use --format json (kept for one release).")
@@ -431,14 +440,14 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--study", default=None, help="Study name (default: the config's name).")
 @click.option("--adaptive", is_flag=True,
               help="Half the pilots of the full grid: seed 0 at every ρ, then the seeds that sharpen the verdict most.")
-@click.option("--adaptive-policy", type=click.Choice(ADAPTIVE_POLICIES), default=None,
+@click.option("--adaptive-policy", default=None, metavar="[" + "|".join(ADAPTIVE_POLICIES) + "]",
               help="Which adaptive grid (implies --adaptive): informative (default) or successive halving over ρ.")
 @click.option("--adaptive-share", type=float, default=None,
               help="Share of the full grid's pilots an adaptive grid runs (implies --adaptive; default 0.5, "
                    "or the study's own on a resume; a larger share on a resume adds pilots).")
-@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--retries", type=int, default=1, show_default=True,
               help="Times a failed pilot (exception, out-of-memory kill) is run again.")
-@click.option("--heartbeat", type=click.IntRange(min=1), default=None,
+@click.option("--heartbeat", type=int, default=None,
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
@@ -451,89 +460,114 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--probe", "probe_f", is_flag=True,
               help="With --full-run F: after the grid, test η at F's length (race probe; at most a quarter of the "
                    "grid's compute).")
-@click.option("--extend", type=click.IntRange(min=0, max=5), default=0, show_default=True, metavar="N",
+@click.option("--extend", type=int, default=0, show_default=True, metavar="N",
               help="When the best point is the grid's lowest (highest) ρ, add the next point past that edge and run "
                    "only its seeds, up to N times (race/run/extend.py; each round is its own study, earlier rounds' "
                    "results kept as DIR/results-xK.json).")
 @ALLOW_APPROXIMATE
 @_user_errors
-def pilot(config_path: str | None, out_dir: str | None, budget: str | None, seeds: int | None, grid: str | None,
-          models: str | None, backend: str | None, workers: int | None, device: str, thorough: bool, fmt: str, as_json: bool,
-          quiet: bool, storage: str | None, study: str | None, adaptive: bool, adaptive_policy: str | None,
-          adaptive_share: float | None, retries: int, heartbeat: int | None, plot_path: str | None,
-          import_pilots: str | None, full_run: str | None, force_forecast: bool, probe_f: bool,
-          allow_approximate: bool, engine: str, extend: int) -> None:
+def pilot(config_path: str | None, **given: Any) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
     With no CONFIG, runs the embedded default: the shipped tiny policy on arithmetic
     with a sparse reward (about five minutes on a 2-core CPU).
     """
-    import os
-
-    from race.config import presets
-    from race.run.api import build_config
-    from race.stats.report import render_diagnosis
-    from race.run.extend import check_extend, run_extended
+    from race.run.extend import run_extended
     from race.stats.results import failure_message
 
-    if as_json and not quiet:            # a deprecated alias, kept one release (docs/reference/cli.md)
+    g = _PilotCommand.grouped(given)
+    grid, out = g["Grid"], g["Output"]
+    if out["as_json"] and not out["quiet"]:        # a deprecated alias, kept one release (docs/reference/cli.md)
         _echo("warning: --json is deprecated: use --format json", err=True)
-    if thorough and config_path:
-        raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
-    if plot_path:
-        from race.run.plot import check_plot_path
-
-        check_plot_path(plot_path)  # before any pilot runs
-    cfg = build_config(config_path or (presets.THOROUGH if thorough else None), budget=budget, seeds=seeds,
-                       grid=grid, models=models, backend=backend, allow_approximate_flops=allow_approximate or None)
-    full = _full_run(full_run, force_forecast, cfg.full_run_budget)     # before any pilot runs
-    if probe_f and not full:
-        raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
-    if probe_f:
-        from race.fullrun.probe import check_full_run
-
-        check_full_run(cfg.budget, full)            # F ≤ B or past MAX_FACTOR: refused before the grid runs
-    out_dir = out_dir or os.path.join("runs", cfg.name)
-    check_extend(extend, adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, workers=workers,
-                 models=cfg.models)
+    cfg, full = _pilot_config(config_path, grid, g["Engine"], g["Full run"], out)
+    options = _pilot_options(cfg, g)           # every run option checked here, once (race.run.options)
     if cfg.models:
-        _pilot_models(cfg, out_dir=out_dir, full=full, import_pilots=import_pilots, plot_path=plot_path, fmt=fmt,
-                      as_json=as_json, quiet=quiet, storage=storage, study=study, workers=workers, device=device,
-                      adaptive=adaptive_policy or adaptive, adaptive_share=adaptive_share, retries=retries,
-                      heartbeat=heartbeat, engine=engine)
+        if options.extend:
+            raise click.UsageError("--extend takes one policy's grid: run a grid over models without it")
+        _pilot_models(cfg, options, full=full, plot_path=out["plot_path"], fmt=out["fmt"], as_json=out["as_json"])
         return
+
     def announce() -> None:              # after the checks: a refusal stays one line
-        if not quiet:
+        if not options.quiet:
             _echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
-                       f"{cfg.budget:.3g} FLOPs per pilot → {out_dir}/results.json", err=True)
+                  f"{cfg.budget:.3g} FLOPs per pilot → {options.out_dir}/results.json", err=True)
 
-    from race.run.options import RunOptions
-
-    options = RunOptions(out_dir=out_dir, workers=workers, device=device, quiet=quiet, storage=storage, study=study,
-                         adaptive=adaptive_policy or adaptive, retries=retries, heartbeat=heartbeat,
-                         adaptive_share=adaptive_share, import_pilots=import_pilots, engine=engine, extend=extend)
     results = run_extended(cfg, options, announce=announce)      # extend 0: run_grid itself
     if results.diagnosis is not None:
-        if full and not failure_message(results):
-            from race.run.api import save_forecast
-
-            results = save_forecast(results, out_dir, full_run_budget=full, force=force_forecast)
-            if probe_f:
-                from race.run.api import run_probe
-
-                say = None if quiet else (lambda line: _echo(line, err=True))
-                results = run_probe(results, full_run_budget=full, device=device, out=out_dir, force=force_forecast,
-                                    announce=say, progress=say)
-        _echo(render_diagnosis(results.diagnosis, "json" if as_json else fmt), nl=False)
-        if plot_path:
-            _plot(results, plot_path, quiet)
+        results = _pilot_full_run(results, options, full=full, force=g["Full run"]["force_forecast"],
+                                  probe=g["Full run"]["probe_f"])
+        _echo(_render(results.diagnosis, "json" if out["as_json"] else out["fmt"]), nl=False)
+        if out["plot_path"]:
+            _plot(results, out["plot_path"], options.quiet)
     failed = failure_message(results)
     if failed:
         raise _Failed(failed)
 
 
-def _pilot_models(cfg: Any, *, out_dir: str, full: float | None, import_pilots: str | None, plot_path: str | None,
-                  fmt: str, as_json: bool, quiet: bool, **run_kw: Any) -> None:
+def _render(diagnosis: Any, fmt: str) -> str:
+    from race.stats.report import render_diagnosis
+
+    return render_diagnosis(diagnosis, fmt)
+
+
+def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: dict, out: dict) -> tuple[Any, float | None]:
+    """``race pilot``'s config (CONFIG, or the embedded default / thorough grid, with the Grid group's
+    overrides) and the full-run budget, each refused in one line before anything runs."""
+    from race.config import presets
+    from race.run.api import build_config
+
+    if grid["thorough"] and config_path:
+        raise click.UsageError("--thorough picks the embedded grid: give either CONFIG or --thorough")
+    if out["plot_path"]:
+        from race.run.plot import check_plot_path
+
+        check_plot_path(out["plot_path"])  # before any pilot runs
+    cfg = build_config(config_path or (presets.THOROUGH if grid["thorough"] else None), budget=grid["budget"],
+                       seeds=grid["seeds"], grid=grid["grid"], models=grid["models"], backend=engine["backend"],
+                       allow_approximate_flops=grid["allow_approximate"] or None)
+    full = _full_run(full_run["full_run"], full_run["force_forecast"], cfg.full_run_budget)     # before any pilot runs
+    if full_run["probe_f"] and not full:
+        raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
+    if full_run["probe_f"]:
+        from race.fullrun.probe import check_full_run
+
+        check_full_run(cfg.budget, full)            # F ≤ B or past MAX_FACTOR: refused before the grid runs
+    return cfg, full
+
+
+def _pilot_options(cfg: Any, g: dict) -> Any:
+    """The run options of ``race pilot``, from its Engine, Storage, Adaptive and Output groups, checked."""
+    import os
+
+    from race.run.options import RunOptions
+
+    engine, storage, adaptive, out = g["Engine"], g["Storage"], g[_ADAPTIVE], g["Output"]
+    return RunOptions(out_dir=out["out_dir"] or os.path.join("runs", cfg.name), workers=engine["workers"],
+                      device=engine["device"], quiet=out["quiet"], storage=storage["storage"], study=storage["study"],
+                      adaptive=adaptive["adaptive_policy"] or adaptive["adaptive"], retries=engine["retries"],
+                      heartbeat=engine["heartbeat"], adaptive_share=adaptive["adaptive_share"],
+                      import_pilots=storage["import_pilots"], engine=engine["engine"],
+                      extend=g["Grid"]["extend"]).check()
+
+
+def _pilot_full_run(results: Any, options: Any, *, full: float | None, force: bool, probe: bool) -> Any:
+    """With a full-run budget: the forecast saved with the results, then (``--probe``) the length probe."""
+    from race.stats.results import failure_message
+
+    if not full or failure_message(results):
+        return results
+    from race.run.api import run_probe, save_forecast
+
+    results = save_forecast(results, options.out_dir, full_run_budget=full, force=force)
+    if probe:
+        say = None if options.quiet else (lambda line: _echo(line, err=True))
+        results = run_probe(results, full_run_budget=full, device=options.device, out=options.out_dir, force=force,
+                            announce=say, progress=say)
+    return results
+
+
+def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str | None, fmt: str,
+                  as_json: bool) -> None:
     """``race pilot`` of a grid over policies: every part, then the joint report (race.run.multimodel)."""
     from race.run.api import run_models
     from race.run.multimodel import render_joint
@@ -541,19 +575,22 @@ def _pilot_models(cfg: Any, *, out_dir: str, full: float | None, import_pilots: 
     if full is not None:
         raise click.UsageError("--full-run / full_run_budget forecasts one policy's grid: run the grid over models, "
                                "then race report DIR/LABEL --full-run F for each part")
-    if import_pilots:
+    if options.import_pilots:
         raise click.UsageError("--import-pilots takes one policy's results: import into a part with "
                                "race pilot --out DIR/LABEL, then re-run the grid over models")
-    if not quiet:
+    if not options.quiet:
         _echo(f"RACE grid over models {cfg.name}: {len(cfg.models)} policies × {len(cfg.grid)} points × "
-                   f"{cfg.seeds} seeds, {cfg.budget:.3g} FLOPs per pilot → {out_dir}/models.json", err=True)
-    view = run_models(cfg, out_dir=out_dir, quiet=quiet, **run_kw)
+              f"{cfg.seeds} seeds, {cfg.budget:.3g} FLOPs per pilot → {options.out_dir}/models.json", err=True)
+    view = run_models(cfg, out_dir=options.out_dir, quiet=options.quiet, storage=options.storage, study=options.study,
+                      workers=options.workers, device=options.device, adaptive=options.adaptive,
+                      adaptive_share=options.adaptive_share, retries=options.retries, heartbeat=options.heartbeat,
+                      engine=options.engine)
     _echo(render_joint(view, "json" if as_json else fmt), nl=False)
     if plot_path:
         from race.run.plot import plot_models
 
-        plot_models(out_dir, plot_path)
-        if not quiet:
+        plot_models(options.out_dir, plot_path)
+        if not options.quiet:
             _echo(f"figure → {plot_path}", err=True)
 
 
@@ -593,8 +630,7 @@ class _Failed(click.ClickException):
 @click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds an idle worker waits for new pilots (adaptive rungs) before it exits.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-@click.option("--engine", type=click.Choice(["auto", "lockstep", "solo"]), default="auto", show_default=True,
-              help=ENGINE_HELP)
+@click.option("--engine", type=click.Choice(list(ENGINES)), default="auto", show_default=True, help=ENGINE_HELP)
 @click.option("--trust-reward", "trust_reward", is_flag=True,
               help="Run the study's custom reward even when its file here differs from the one the coordinator "
                    "recorded (by sha256), or is missing.")
@@ -605,8 +641,7 @@ def worker(storage: str, study: str, workers: int | None, device: str, retries: 
 
     Stops when the study needs no more pilots; a pilot whose worker died is taken over
     once its heartbeat is stale."""
-    from race.run.scheduler import run_worker
-
+    from race.run.workers import run_worker
     done = run_worker(storage, study, workers=workers, device=device, quiet=quiet, retries=retries, wait=wait,
                       engine=engine, trust_reward=trust_reward)
     _echo(f"worker done: {done['ran']} pilots run here ({done['complete']} complete, {done['failed']} failed) "

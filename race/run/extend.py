@@ -23,7 +23,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from race.run import scheduler          # scheduler.run_grid read at call time (tests replace it there)
+from race.run import study          # study.run_grid read at call time (tests replace it there)
 from race.config.configfile import GridConfig
 from race.core.errors import ConfigError, RaceError
 from race.run.options import RunOptions
@@ -31,21 +31,6 @@ from race.core.records import TargetVerdict
 from race.stats.regime import edge_point
 from race.stats.results import Results, failure_message
 
-MAX_ROUNDS = 5
-
-
-def check_extend(extend: int, *, adaptive: Any = False, adaptive_share: float | None = None,
-                 workers: int | None = None, models: Any = ()) -> int:
-    """``extend`` as a round count, or a one-line RaceError before anything runs."""
-    if isinstance(extend, bool) or not isinstance(extend, int) or not 0 <= extend <= MAX_ROUNDS:
-        raise RaceError(f"extend {extend!r}: expected a whole number of rounds from 0 to {MAX_ROUNDS}")
-    if extend and (adaptive or adaptive_share is not None):
-        raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")
-    if extend and workers == 0:
-        raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
-    if extend and models:
-        raise RaceError("extend takes one policy's grid: run a grid over models without it")
-    return extend
 
 
 def boundary_side(v: TargetVerdict) -> str | None:
@@ -70,13 +55,13 @@ def next_grid(config: GridConfig, results: Results) -> tuple[float, str] | None:
 def run_extended(config: GridConfig, options: RunOptions | None = None, *, announce: Any = None,
                  **kw: Any) -> Results:
     """Run ``config``'s grid, then up to ``options.extend`` rounds past its best edge (module
-    docstring); ``extend`` 0 is race.run.scheduler.run_grid itself. ``options``: race.run.options.RunOptions
+    docstring); ``extend`` 0 is race.run.study.run_grid itself. ``options``: race.run.options.RunOptions
     (or its fields as keyword arguments, as before); ``announce``: the CLI's banner, called once the
     first grid's checks pass."""
     o = (options if options is not None else RunOptions.from_kwargs(**kw)).check()
-    check_extend(o.extend, adaptive=o.adaptive, adaptive_share=o.adaptive_share, workers=o.workers,
-                 models=config.models)
-    results = scheduler.run_grid(config, o, announce=announce)
+    if o.extend and config.models:
+        raise RaceError("extend takes one policy's grid: run a grid over models without it")
+    results = study.run_grid(config, o, announce=announce)
     if not o.extend:
         return results
     from race.flops.grid import plan_grid
@@ -100,7 +85,7 @@ def run_extended(config: GridConfig, options: RunOptions | None = None, *, annou
         _copy(os.path.join(o.out_dir, "results.json"), kept)
         _say(o.quiet, f"best point at the grid's {'lowest' if side == 'below' else 'highest'} ρ: extending the grid "
                       f"to ρ={point:g} (round {k} of {o.extend}; study {name}-x{k}; the grid so far → {kept})")
-        results = scheduler.run_grid(wider, o.with_(study=f"{name}-x{k}", import_pilots=kept), calibration=cal)
+        results = study.run_grid(wider, o.with_(study=f"{name}-x{k}", import_pilots=kept), calibration=cal)
         config = wider
     return results
 

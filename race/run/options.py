@@ -3,8 +3,8 @@
 The settings of a run that are not the experiment (the config is): where results and storage go,
 how many workers, on which device, the engine, an adaptive share, retries, the heartbeat, pilots to
 import, extension rounds. ``race pilot``, ``race.diagnose`` and the benchmarks build one, ``check()``
-validates it once, and it is passed down whole: race.run.extend.run_extended → race.run.scheduler.run_study →
-the coordinator.
+validates it once, and it is passed down whole: race.run.extend.run_extended → race.run.study.run_study →
+the coordinator. No other module checks a run option again (tests/test_options.py).
 
 Invariants: ``check()`` refuses a bad value in one ``RaceError`` line naming it and what was
 expected, before anything runs; the object is frozen (a round of ``--extend`` is a ``replace``).
@@ -15,9 +15,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from race.core.errors import RaceError
+from race.run.adaptive import resolve_adaptive
 
-ENGINES = ("auto", "lockstep", "solo")
+# the one table of engines (race.engine.lean_engine.group_size_for: how many seeds share a process)
+ENGINES = {"auto": "lockstep groups where they were measured faster (CPU, lean path), else solo",
+           "lockstep": "a grid point's seeds trained as one batch in one process",
+           "solo": "one pilot per process (the lean path's engine with one seed)"}
 MAX_WORKERS = 256
+MAX_ROUNDS = 5          # --extend: rounds past the best edge at most
 
 
 @dataclass(frozen=True)
@@ -56,17 +61,28 @@ class RunOptions:
         if self.workers is not None:
             whole("workers", self.workers, 0, MAX_WORKERS, f"a whole number from 0 (coordinate only) to {MAX_WORKERS}")
         whole("retries", self.retries, 0, 100, "a whole number from 0 to 100")
-        # extend is checked with what it cannot combine with (race.run.extend.check_extend)
+        whole("extend", self.extend, 0, MAX_ROUNDS, f"a whole number of rounds from 0 to {MAX_ROUNDS}")
         if self.heartbeat is not None:
             whole("heartbeat", self.heartbeat, 1, 3600, "seconds from 1 to 3600")
         if self.engine not in ENGINES:
             raise RaceError(f"engine {self.engine!r} is unknown: expected one of {', '.join(ENGINES)}")
+        self.policy                                         # an unknown adaptive policy: one line
         if self.adaptive_share is not None and (isinstance(self.adaptive_share, bool)
                                                 or not isinstance(self.adaptive_share, (int, float))
                                                 or not 0.0 < float(self.adaptive_share) <= 1.0):
             raise RaceError(f"adaptive share {self.adaptive_share!r} is outside (0, 1]: expected the fraction of the "
                             "full grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
+        if self.extend and (self.adaptive or self.adaptive_share is not None):
+            raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")
+        if self.extend and self.workers == 0:
+            raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
         return self
+
+    @property
+    def policy(self) -> str | None:
+        """The adaptive policy's name (race.run.adaptive.POLICIES), or None for the full grid; an
+        adaptive share alone asks for the default policy."""
+        return resolve_adaptive(self.adaptive if self.adaptive_share is None else (self.adaptive or True))
 
     def run_grid_kw(self) -> dict[str, Any]:
         """The options as run_grid's keywords (everything but ``extend``)."""

@@ -5,7 +5,7 @@ config and its run options (race.run.options.RunOptions), each ending in one lin
 ``StoreError``, ``RewardError``, ``ValueError``) and none writing anything, so a run that cannot
 start leaves no storage behind. The checks of ``--import-pilots`` live here too: a results file's
 pilots are of this config and ran the schedules this config plans (``check_importable``; the
-import itself, ``race.run.scheduler.import_finished``, reuses them).
+import itself, ``race.run.study.import_finished``, reuses them).
 """
 from __future__ import annotations
 
@@ -18,27 +18,11 @@ from race.config.configfile import GridConfig
 from race.run.options import RunOptions
 
 
-def check_share(share: float) -> float:
-    """``share`` when it is in (0, 1]; else a one-line ConfigError."""
-    if not (isinstance(share, (int, float)) and 0.0 < share <= 1.0):
-        from race.core.errors import ConfigError
-
-        raise ConfigError(f"adaptive share {share!r} is outside (0, 1]: expected the fraction of the full "
-                          "grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
-    return float(share)
-
-
-
 @dataclass(frozen=True)
 class Check:
     name: str
     refuses: str
     run: Callable[[GridConfig, RunOptions], None]
-
-
-def _adaptive_share(config: GridConfig, o: RunOptions) -> None:
-    if o.adaptive_share is not None:
-        check_share(o.adaptive_share)
 
 
 def _one_policy(config: GridConfig, o: RunOptions) -> None:
@@ -124,7 +108,6 @@ def _engine(config: GridConfig, o: RunOptions) -> None:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("adaptive share", "an adaptive share outside (0, 1]", _adaptive_share),
     Check("one policy", "a config naming several models (race.run.api.run_models runs one study per model)", _one_policy),
     Check("device", "a device this machine does not have", _device),
     Check("grid points", "a grid with fewer points than a verdict needs", _grid_points),
@@ -234,7 +217,7 @@ def check_importable(config: GridConfig, path: str) -> None:
     schedule is checked as far as the file allows: against itself and the config
     (``check_schedule_arithmetic``) always, and against the plan of the file's own calibrated
     lengths when it carries them; what only this run's calibration can check is checked after it,
-    still before the study is created (race.run.scheduler: ``check_import``)."""
+    still before the study is created (race.run.study: ``check_import``)."""
     from race.config.configfile import config_from_dict
     from race.stats.results import load_results
 
@@ -315,7 +298,7 @@ def check_import(path: str, run_config: Mapping[str, Any], plan: Mapping[str, An
     ``Plan.to_dict()``: its schedules) would take: those of its grid points × seeds (``keys``),
     their run config the study's up to the grid's shape, each one's schedule the one the plan
     gives its ρ. Every pilot is checked before any is returned: a refusal imports nothing, and
-    run before a study is created (race.run.scheduler), it leaves no study behind."""
+    run before a study is created (race.run.study), it leaves no study behind."""
     from race.stats.results import load_results
 
     results = load_results(path)

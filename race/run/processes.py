@@ -1,6 +1,6 @@
 """Pilot processes: run a list of pilot jobs, each in its own process, at most N at a time.
 
-``race.run.scheduler`` drives it (calibrate → plan → pilots → classify, over an optuna study);
+``race.run.study`` drives it (calibrate → plan → pilots → classify, over an optuna study);
 this module knows nothing of studies. The process model (docs/interfaces.md): every pilot runs in a child process
 started by a fork server that has torch / transformers / peft imported once, so a
 child starts in milliseconds yet a crash or an out-of-memory kill takes only that
@@ -155,7 +155,7 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
     One process runs one pilot, or a lockstep group (race.engine.lean_engine): ``group_size`` > 1 groups
     ``jobs`` by grid point (``lockstep_groups``), and ``next_job()`` may hand a list of jobs of one
     schedule. A group that dies fails every pilot of it not yet returned; the ones it returned are
-    kept. For a job queue that fills while it runs (race.run.scheduler: trials of an optuna study),
+    kept. For a job queue that fills while it runs (race.run.study: trials of an optuna study),
     ``next_job()`` hands the next job (or group) or None, ``keep_going()`` says whether to wait for
     more once nothing runs, ``on_start(job, pid)`` sees each pilot's process start and ``on_tick()``
     runs about every ``poll`` seconds (heartbeats)."""

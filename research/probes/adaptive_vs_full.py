@@ -20,8 +20,8 @@ import time
 from race.config import presets
 from race.run.api import build_config
 from race.stats.regime import classify
-from race.run.scheduler import run_grid
-from race.run.scheduler import ADAPTIVE_POLICIES, adaptive_subset
+from race.run.study import run_grid
+from race.run.adaptive import ADAPTIVE_POLICIES, adaptive_subset
 from race.run.store import Store, default_url
 
 

@@ -670,9 +670,8 @@ def forecast_row(pilot: dict, full: dict, row: dict) -> dict[str, Any]:
 
 def adaptive_record(pilot: dict, share: float, policy: str = "informative") -> dict:
     """The pilot grid an adaptive study of ``share`` would have run, replayed on the pilot grid's own
-    pilots (race.run.scheduler.adaptive_subset): the record with only those pilots, scored like any grid."""
-    from race.run.scheduler import adaptive_subset
-
+    pilots (race.run.adaptive.adaptive_subset): the record with only those pilots, scored like any grid."""
+    from race.run.adaptive import adaptive_subset
     pilots = pilots_of(pilot)
     by_key = {(p.rho_target, p.seed): p for p in pilots}
     grid = sorted({p.rho_target for p in pilots})

@@ -96,55 +96,10 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
     path = urls.journal_path(url)
     try:
         if path is not None:
-            from optuna.storages.journal import JournalFileBackend
-
-            from race.core.safeio import MAX_JOURNAL_BYTES, UnsafeInput, check_regular
-
-            try:
-                check_regular(path, "journal storage")     # /dev/zero, /dev/full, a FIFO: never opened
-            except UnsafeInput as e:
-                raise StoreError(str(e)) from None
-            size = os.path.getsize(path) if os.path.isfile(path) else 0
-            if size > MAX_JOURNAL_BYTES:                   # optuna reads the whole log, line by line, into memory
-                raise StoreError(f"journal storage {masked!r} is {size / 2**30:.2f} GiB, over RACE's limit of "
-                                 f"{MAX_JOURNAL_BYTES / 2**30:g} GiB (optuna replays the whole file into memory): "
-                                 "start a new journal file for new studies, or keep large grids in "
-                                 "sqlite:///FILE or postgresql://…")
-
-            os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-            return JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
-        scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
-        if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
-                                              "mssql"):
-            raise StoreError(f"storage {masked!r} is not an optuna storage URL: expected sqlite:///FILE, "
-                             "postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:FILE")
-        if scheme == "postgres":
-            raise StoreError(f"storage {masked!r}: SQLAlchemy spells the scheme postgresql://, not postgres://")
-        engine: dict[str, Any] = {}
-        if scheme == "sqlite":
-            file = url.split(":///", 1)[-1]
-            if file and file != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(file)) or ".", exist_ok=True)
-            engine = {"connect_args": {"timeout": 60}}
-        elif scheme == "postgresql":
-            engine = {"connect_args": {"connect_timeout": 10}}
-            url = _postgres_driver(url)
-        elif scheme in ("mysql", "mariadb"):
-            engine = {"connect_args": {"connect_timeout": 10}}
-        for attempt in range(5):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
-                                                         grace_period=grace,
-                                                         heartbeat_stale_trial_callback=on_stale)
-                break
-            except Exception as e:  # noqa: BLE001
-                # two processes creating the tables of a new database at once: the loser retries
-                text = str(e)
-                if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
-                    raise
-                time.sleep(0.5 * (attempt + 1))
+            return _journal_storage(path, masked, heartbeat, grace, on_stale)
+        scheme = _rdb_scheme(url, masked)
+        url, engine = _engine_kwargs(url, scheme)    # the URL a driver sees (psycopg2 when only it is installed)
+        storage = _rdb_storage(url, engine, heartbeat, grace, on_stale)
         if scheme == "sqlite":
             _sqlite_immediate(storage.engine)
         return storage
@@ -157,6 +112,77 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
                          "pymysql for MySQL") from None
     except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
         raise system_failure(e, url) or StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
+
+
+def _journal_storage(path: str, masked: str, heartbeat: int, grace: int, on_stale: Callable | None) -> Any:
+    """optuna's journal file storage at ``path`` with RACE's heartbeats; a path that is no regular
+    file, or a log over ``MAX_JOURNAL_BYTES``, is refused (``StoreError``)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    from race.core.safeio import MAX_JOURNAL_BYTES, UnsafeInput, check_regular
+
+    try:
+        check_regular(path, "journal storage")     # /dev/zero, /dev/full, a FIFO: never opened
+    except UnsafeInput as e:
+        raise StoreError(str(e)) from None
+    size = os.path.getsize(path) if os.path.isfile(path) else 0
+    if size > MAX_JOURNAL_BYTES:                   # optuna reads the whole log, line by line, into memory
+        raise StoreError(f"journal storage {masked!r} is {size / 2**30:.2f} GiB, over RACE's limit of "
+                         f"{MAX_JOURNAL_BYTES / 2**30:g} GiB (optuna replays the whole file into memory): "
+                         "start a new journal file for new studies, or keep large grids in "
+                         "sqlite:///FILE or postgresql://…")
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    return JournalHeartbeatStorage(JournalFileBackend(path), heartbeat, grace, on_stale)
+
+
+def _rdb_scheme(url: str, masked: str) -> str:
+    """The database of an SQLAlchemy URL (``sqlite``, ``postgresql``, ``mysql``, …); ``StoreError``
+    for anything optuna's RDBStorage does not take (and for ``postgres://``)."""
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    if "://" not in url or scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle",
+                                          "mssql"):
+        raise StoreError(f"storage {masked!r} is not an optuna storage URL: expected sqlite:///FILE, "
+                         "postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:FILE")
+    if scheme == "postgres":
+        raise StoreError(f"storage {masked!r}: SQLAlchemy spells the scheme postgresql://, not postgres://")
+    return scheme
+
+
+def _engine_kwargs(url: str, scheme: str) -> tuple[str, dict[str, Any]]:
+    """(URL, SQLAlchemy engine kwargs) for ``scheme``: an SQLite file's folder made, a 60 s lock
+    wait; a 10 s connect timeout for PostgreSQL and MySQL (PostgreSQL's driver chosen)."""
+    engine: dict[str, Any] = {}
+    if scheme == "sqlite":
+        file = url.split(":///", 1)[-1]
+        if file and file != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(file)) or ".", exist_ok=True)
+        engine = {"connect_args": {"timeout": 60}}
+    elif scheme == "postgresql":
+        engine = {"connect_args": {"connect_timeout": 10}}
+        url = _postgres_driver(url)
+    elif scheme in ("mysql", "mariadb"):
+        engine = {"connect_args": {"connect_timeout": 10}}
+    return url, engine
+
+
+def _rdb_storage(url: str, engine: dict[str, Any], heartbeat: int, grace: int, on_stale: Callable | None) -> Any:
+    """optuna's RDBStorage for ``url`` with the heartbeat settings (up to 5 tries: see below)."""
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=heartbeat,
+                                                     grace_period=grace,
+                                                     heartbeat_stale_trial_callback=on_stale)
+            break
+        except Exception as e:  # noqa: BLE001
+            # two processes creating the tables of a new database at once: the loser retries
+            text = str(e)
+            if attempt == 4 or not ("alembic_version" in text or "already exists" in text):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    return storage
 
 
 # words of a driver's own message that say what went wrong with the machine, not the data: when a

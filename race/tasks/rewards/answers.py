@@ -492,9 +492,35 @@ def serve() -> None:  # pragma: no cover — runs in the worker process (tests d
     """The worker's loop: JSON lines in on stdin, replies on stdout. Each check runs under a
     ``setitimer`` alarm of its ``timeout``; math-verify's own (whole-second ``signal.alarm``)
     timeouts are off. Memory is capped (``RLIMIT_AS``, 4 GiB) where the platform allows."""
-    import logging
     import signal
 
+    send = _reply_channel()
+    _cap_memory()
+    try:
+        from math_verify import LatexExtractionConfig, parse, verify
+    except ImportError:
+        send({"fatal": "the math and format rewards need math-verify: pip install 'math-verify>=0.9,<1'"})
+        return
+    read = _latex_reader(parse, LatexExtractionConfig)
+    signal.signal(signal.SIGALRM, _ring)
+    send({"ready": True})
+    for raw in sys.stdin.buffer:
+        msg = json.loads(raw)
+        send(_check(msg, read, verify))
+
+
+class _Alarm(BaseException):     # not an Exception: math-verify's `except Exception` cannot swallow it
+    """A check's time is up (the worker's ``SIGALRM``)."""
+
+
+def _ring(signum, frame):  # pragma: no cover — the worker's SIGALRM handler
+    raise _Alarm()
+
+
+def _reply_channel() -> Callable[[dict], None]:  # pragma: no cover — runs in the worker process
+    """The worker's reply channel: a JSON line each on its own copy of stdout, while fd 1 and
+    ``sys.stdout`` go to stderr (a library's prints never mix with the replies). A parent gone
+    (killed on a timeout): the worker leaves quietly."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -506,28 +532,26 @@ def serve() -> None:  # pragma: no cover — runs in the worker process (tests d
         except (BrokenPipeError, OSError):     # the parent is gone (killed on a timeout): leave quietly
             os._exit(0)
 
+    return send
+
+
+def _cap_memory() -> None:  # pragma: no cover — runs in the worker process
+    """Cap the worker's address space at 4 GiB (``RLIMIT_AS``) where the platform allows."""
     try:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
     except (ImportError, ValueError, OSError):
         pass
-    try:
-        from math_verify import LatexExtractionConfig, parse, verify
-    except ImportError:
-        send({"fatal": "the math and format rewards need math-verify: pip install 'math-verify>=0.9,<1'"})
-        return
+
+
+def _latex_reader(parse: Callable, extraction_config: type) -> Callable:  # pragma: no cover — worker only
+    """math-verify's ``parse`` of an answer as LaTeX, with its own timeout off (and its loggers quiet)."""
+    import logging
+
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.CRITICAL)
-    config = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
-
-    class Alarm(BaseException):     # not an Exception: math-verify's `except Exception` cannot swallow it
-        pass
-
-    def ring(signum, frame):
-        raise Alarm()
-
-    signal.signal(signal.SIGALRM, ring)
+    config = [extraction_config(boxed_match_priority=0, try_extract_without_anchor=False)]
 
     def read(text: str):
         # LaTeX only: the answer is put in a box, so math-verify's ExprExtractionConfig path
@@ -535,21 +559,27 @@ def serve() -> None:  # pragma: no cover — runs in the worker process (tests d
         return parse("\\boxed{" + text + "}", extraction_config=config, fallback_mode="no_fallback",
                      parsing_timeout=None)
 
-    send({"ready": True})
-    for raw in sys.stdin.buffer:
-        msg = json.loads(raw)
-        signal.setitimer(signal.ITIMER_REAL, max(float(msg["timeout"]), 1e-3))
-        try:
-            if msg["op"] == "verify":
-                gold, pred = read(msg["gold"]), read(msg["pred"])
-                ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
-            else:
-                ok = bool(read(msg["text"]))
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            reply = {"ok": bool(ok)}
-        except Alarm:
-            reply = {"ok": False, "timeout": True}
-        except Exception:  # noqa: BLE001 — a malformed answer is not equal, never a crash
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            reply = {"ok": False}
-        send(reply)
+    return read
+
+
+def _check(msg: dict, read: Callable, verify: Callable) -> dict:  # pragma: no cover — worker only
+    """The reply to one request (``verify`` two answers, or ``parse`` one) under a ``setitimer``
+    alarm of its ``timeout``: ``ok``, and ``timeout`` when the alarm rang; a malformed answer is
+    not equal, never a crash."""
+    import signal
+
+    signal.setitimer(signal.ITIMER_REAL, max(float(msg["timeout"]), 1e-3))
+    try:
+        if msg["op"] == "verify":
+            gold, pred = read(msg["gold"]), read(msg["pred"])
+            ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
+        else:
+            ok = bool(read(msg["text"]))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        reply = {"ok": bool(ok)}
+    except _Alarm:
+        reply = {"ok": False, "timeout": True}
+    except Exception:  # noqa: BLE001 — a malformed answer is not equal, never a crash
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        reply = {"ok": False}
+    return reply

@@ -882,7 +882,7 @@ def test_a_huge_value_is_quoted_short_in_the_error_line(tmp_path):
         (tmp_path / name).write_text(text)
         r = CliRunner().invoke(main, ["plan", str(tmp_path / name)])
         assert r.exit_code == 2 and len(_one_error_line(r)) < 300, (name, r.output)
-    from race.run.cli import LINE_CHARS, _one_line
+    from race.run.cli_support import LINE_CHARS, error_line as _one_line
 
     long = "x " * 2000
     assert len(_one_line(long)) <= LINE_CHARS + 40 and "characters cut" in _one_line(long)

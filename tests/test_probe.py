@@ -204,7 +204,7 @@ def test_the_probe_says_its_progress_at_each_tenth_of_its_budget_with_the_time_l
 
 
 def test_a_stopped_probe_is_not_told_it_resumes():
-    from race.run.cli import _what_is_kept
+    from race.run.cli_support import what_is_kept as _what_is_kept
 
     assert "runs it again from the start" in _what_is_kept(["probe", "runs/g", "--full-run", "6e12"])
     assert "finished pilots stay in the storage" in _what_is_kept(["pilot", "grid.yaml"])

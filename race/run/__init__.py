@@ -1,7 +1,8 @@
 """The faces and the study: the ``race`` command, ``race.diagnose()``, and a grid run as an optuna study.
 
 Interface:
-- ``cli``: the ``race`` command; every error one ``Error:`` line, exit 2.
+- ``cli``: the ``race`` command; ``cli_pilot``: its ``pilot`` and ``worker`` commands; ``cli_support``:
+  what every command shares (one ``Error:`` line and exit 2, help in groups, safe terminal output).
 - ``api``: ``diagnose``, ``run_models``, ``run_probe``: config → grid → diagnosis, raising ``RaceError``.
 - ``options``: ``RunOptions``, how a grid runs (workers, engine, adaptive policy and share, …),
   checked once; the one table of engines.

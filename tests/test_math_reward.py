@@ -251,7 +251,7 @@ def test_mix_reward_refuses_bad_weights_in_one_line(weights, message):
 
 
 def test_kinds_math_format_and_mix_are_accepted_everywhere_a_kind_is():
-    from race.config.configfile import REWARD_KINDS, RULE_REWARDS as CONFIG_RULES
+    from race.config.rules import REWARD_KINDS, RULE_REWARDS as CONFIG_RULES
 
     assert tuple(CONFIG_RULES) == tuple(RULE_REWARDS) == tuple(REWARDS)
     assert {"math", "format", "mix"} <= set(REWARD_KINDS)

@@ -3,7 +3,9 @@
 A config names the policy, the reward system, the FLOP budget *per pilot*, the
 ρ grid and the fixed GRPO knobs. Every validation error is a ``ConfigError``
 (a ``ValueError``) with a one-line message naming the bad value and what was
-expected; the CLI turns it into exit code 2.
+expected; the CLI turns it into exit code 2. The rules a ``GridConfig`` keeps, and
+the choices and bounds they check against, are race.config.rules'; a config is
+checked by them as it is built.
 
 YAML schema: see ``docs/interfaces.md``.
 """
@@ -11,26 +13,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from race.core.errors import ConfigError  # noqa: F401  (defined there; race.config.configfile.ConfigError is the name users know)
-from race.core.arguments import whole       # the argument checks the public API shares
 from race.core.safeio import quote          # a bad value in a message: at most ~200 characters of it
+from race.config.rules import NAME_PATTERN, parse_models, validate_config
 
-MAX_CHECKPOINTS = 64            # eval.checkpoints: at most this many held-out evaluations per pilot (race.stats.instability)
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
-RULE_REWARDS = ("sparse", "structured", "dense", "math", "format")   # race.tasks.rewards.mix.RULE_REWARDS: mix components
-REWARD_KINDS = (*RULE_REWARDS, "mix", "prm", "proxy-prm", "custom")
-LOSS_AGGREGATIONS = ("dapo", "grpo", "dr_grpo")
-ADVANTAGES = ("grpo", "dr_grpo")
-BACKENDS = ("auto", "hf", "vllm")
-CHAT_TEMPLATE = ("auto", "on", "off")
-CHECKERS = ("auto", "exact", "math")     # eval.checker: how pass@k judges a sample (race.tasks.taskdata.answer_check)
-VLLM_SLEEP = ("auto", "on", "off")
-PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.tasks.rewards.prm.AGGREGATIONS
-LR_SCHEDULES = ("constant", "linear", "cosine", "wsd")   # race.flops.grid.lr_factor
 
 
 def parse_flops(value: Any, what: str = "budget", *, noun: str = "FLOP count", example: str = "2e17") -> float:
@@ -49,14 +39,6 @@ def parse_flops(value: Any, what: str = "budget", *, noun: str = "FLOP count", e
     if not math.isfinite(x) or x <= 0:
         raise ConfigError(f"{what} {shown} must be a positive finite {noun}, e.g. {example}")
     return x
-
-
-# Upper bounds a grid may not pass, each with its reason (a typo such as seeds: 1000000 would
-# otherwise go on writing the study for hours before anything fails)
-MAX_SEEDS = 64            # the rule's seeds-needed advice tops out far below this
-MAX_FIRST_SEED = 2**31 - 1 - MAX_SEEDS - 20_011   # a pilot's generators seed at 20_011 + seed (race.engine.loop)
-MAX_GRID_POINTS = 32      # an IsoFLOP grid is 3–8 points; race pilot --extend adds a few
-MAX_MODELS = 16           # a grid over policies runs one full grid per model
 
 
 def parse_grid(value: Any) -> tuple[float, ...]:
@@ -227,7 +209,7 @@ class GridConfig:
                                                   # (race.run.multimodel); model is then models[0]
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate_config(self)
 
     @property
     def pilots(self) -> int:
@@ -271,210 +253,11 @@ _SECTIONS = {"reward": RewardSettings, "lora": LoRASettings, "grpo": GRPOSetting
              "schedule": ScheduleKnobs, "learning_rate": LearningRate, "eval": EvalSettings}
 
 
-def parse_models(value: Any) -> tuple[str, ...]:
-    """Policies of a grid over models, from a list or a comma-separated string: at least two
-    distinct non-empty names (HF ids, folders, ``race/<name>``)."""
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)):
-        raise ConfigError(f"models {quote(value)} is not valid: expected a list of at least 2 policies, "
-                          "e.g. [race/tiny-arith-s, race/tiny-arith]")
-    for item in items:
-        if not isinstance(item, str) or not item.strip():
-            raise ConfigError(f"models entry {quote(item)} is not valid: expected a Hugging Face id, a folder or "
-                              "race/<shipped model>")
-    if len(items) < 2:
-        raise ConfigError(f"models {quote(list(items))} names {len(items)} policy: a grid over models needs at least 2 "
-                          "(for one, use model:)")
-    dup = next((m for i, m in enumerate(items) if m in items[:i]), None)
-    if dup is not None:
-        raise ConfigError(f"models {quote(list(items))} repeats {quote(dup, 80)}: expected distinct policies")
-    return tuple(items)
-
-
-def _positive_int(name: str, v: Any) -> None:
-    whole(name, v, ge=1, error=ConfigError, expected="a positive integer", floats=False)
-
-
-def _non_negative_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ConfigError(f"{name} {v!r} must be a whole number ≥ 0")
-
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-
-
-def _validate(c: GridConfig) -> None:
-    if not isinstance(c.model, str) or not c.model:
-        raise ConfigError(f"model {quote(c.model)} must be a Hugging Face id or a folder with a config.json")
-    if c.models:
-        parse_models(c.models)
-        if c.model != c.models[0]:
-            raise ConfigError(f"model {quote(c.model, 80)} is not models[0] {quote(c.models[0], 80)}: a grid over "
-                              "models takes its policies from models (give model or models, not both)")
-    if not isinstance(c.name, str) or not _NAME.fullmatch(c.name):
-        raise ConfigError(f"name {quote(c.name, 80)} is not a grid name: expected letters, digits, '.', '_', '+', '-' "
-                          "(it names the study and the folder runs/NAME, so no '/' or leading '.')")
-    _positive_int("seeds", c.seeds)
-    _non_negative_int("first_seed", c.first_seed)
-    if c.first_seed > MAX_FIRST_SEED:
-        raise ConfigError(f"first_seed {c.first_seed} is more than {MAX_FIRST_SEED}: a pilot seeds its "
-                          "generators with up to 20_011 + its seed, which must stay below 2³¹")
-    if c.seeds > MAX_SEEDS:
-        raise ConfigError(f"seeds {c.seeds} is more than {MAX_SEEDS}: the rule's seeds-needed advice stays far below "
-                          f"it, and {c.seeds} × {len(c.grid)} pilots would run for days")
-    if len(c.grid) > MAX_GRID_POINTS:
-        raise ConfigError(f"grid has {len(c.grid)} points, more than {MAX_GRID_POINTS}: an IsoFLOP grid needs 3–8")
-    if c.models and len(c.models) > MAX_MODELS:
-        raise ConfigError(f"models lists {len(c.models)} policies, more than {MAX_MODELS}: each runs a whole grid")
-    for name in ("prompt_len", "completion_len"):
-        v = getattr(c, name)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
-            raise ConfigError(f"{name} {v!r} must be a positive number of tokens")
-    if c.reward.kind not in REWARD_KINDS:
-        raise ConfigError(f"reward.kind {c.reward.kind!r} is unknown: expected one of {', '.join(REWARD_KINDS)}")
-    if c.reward.kind == "custom" and not c.reward.function:
-        raise ConfigError("reward.kind 'custom' needs reward.function ('module:function')")
-    if c.reward.kind in ("prm", "proxy-prm") and not c.reward.model:
-        raise ConfigError(f"reward.kind {c.reward.kind!r} needs reward.model (a reward-model id or folder)")
-    if c.reward.aggregation not in PRM_AGGREGATIONS:
-        raise ConfigError(f"reward.aggregation {c.reward.aggregation!r} is unknown: expected one of "
-                          f"{', '.join(PRM_AGGREGATIONS)}")
-    if c.reward.step_separator is not None and (not isinstance(c.reward.step_separator, str)
-                                                 or not c.reward.step_separator):
-        raise ConfigError(f"reward.step_separator {c.reward.step_separator!r} must be a non-empty string")
-    _positive_int("reward.batch_size", c.reward.batch_size)
-    for name in ("timeout", "check_timeout"):
-        t = getattr(c.reward, name)
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            raise ConfigError(f"reward.{name} {t!r} must be a positive number of seconds")
-    _validate_mix(c.reward)
-    if c.grpo.loss_agg not in LOSS_AGGREGATIONS:
-        raise ConfigError(f"grpo.loss_agg {c.grpo.loss_agg!r} is unknown: expected one of {', '.join(LOSS_AGGREGATIONS)}")
-    if c.grpo.advantage not in ADVANTAGES:
-        raise ConfigError(f"grpo.advantage {c.grpo.advantage!r} is unknown: expected one of {', '.join(ADVANTAGES)}")
-    if c.grpo.beta < 0 or c.grpo.clip_eps <= 0 or c.grpo.temperature <= 0:
-        raise ConfigError(f"grpo: beta ({c.grpo.beta}) must be ≥ 0, clip_eps ({c.grpo.clip_eps}) and "
-                          f"temperature ({c.grpo.temperature}) > 0")
-    if c.grpo.clip_eps_high is not None and c.grpo.clip_eps_high < c.grpo.clip_eps:
-        raise ConfigError(f"grpo.clip_eps_high ({c.grpo.clip_eps_high}) must be ≥ grpo.clip_eps ({c.grpo.clip_eps}): "
-                          "it widens the upper clip bound (clip-higher), it never narrows it")
-    _positive_int("grpo.max_completion_len", c.grpo.max_completion_len)
-    if c.grpo.micro_batch is not None:
-        _positive_int("grpo.micro_batch", c.grpo.micro_batch)
-    s = c.schedule
-    for name in ("prompts_per_step", "n_train", "max_n_gen", "max_mu"):
-        _positive_int(f"schedule.{name}", getattr(s, name))
-    if s.n_train > s.max_n_gen:
-        raise ConfigError(f"schedule.n_train ({s.n_train}) must be ≤ schedule.max_n_gen ({s.max_n_gen})")
-    if s.lower_rho_by not in ("generate", "keep"):
-        raise ConfigError(f"schedule.lower_rho_by must be 'generate' or 'keep', got {s.lower_rho_by!r}")
-    _positive_int("schedule.min_n_train", s.min_n_train)
-    if s.lower_rho_by == "keep" and s.min_n_train > (s.n_gen or s.n_train):
-        raise ConfigError(f"schedule.min_n_train ({s.min_n_train}) must be ≤ the group size "
-                          f"n_gen ({s.n_gen or s.n_train}) when lower_rho_by is 'keep'")
-    if s.n_gen is not None and (s.n_gen < s.n_train):
-        raise ConfigError(f"schedule.n_gen ({s.n_gen}) must be ≥ schedule.n_train ({s.n_train})")
-    if s.mu is not None:
-        _positive_int("schedule.mu", s.mu)
-    _positive_int("lora.rank", c.lora.rank)
-    if c.learning_rate.ref <= 0:
-        raise ConfigError(f"learning_rate.ref {c.learning_rate.ref!r} must be > 0")
-    _positive_int("learning_rate.ref_batch", c.learning_rate.ref_batch)
-    if c.learning_rate.schedule not in LR_SCHEDULES:
-        raise ConfigError(f"learning_rate.schedule {c.learning_rate.schedule!r} is unknown: expected one of "
-                          f"{', '.join(LR_SCHEDULES)}")
-    w = c.learning_rate.warmup
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
-        raise ConfigError(f"learning_rate.warmup {w!r} must be a share of the run's optimizer steps in [0, 1)")
-    d = c.learning_rate.decay
-    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 < d <= 1.0 or w + d > 1.0:
-        raise ConfigError(f"learning_rate.decay {d!r} must be a share of the run's optimizer steps in (0, 1] "
-                          f"that fits beside the warm-up ({w!r})")
-    _positive_int("eval.prompts", c.eval.prompts)
-    _positive_int("eval.samples", c.eval.samples)
-    _validate_checkpoints(c.eval)
-    if c.eval.judge_model is not None and (not isinstance(c.eval.judge_model, str) or not c.eval.judge_model):
-        raise ConfigError(f"eval.judge_model {c.eval.judge_model!r} must be a model id or folder")
-    if c.eval.judge_aggregation not in PRM_AGGREGATIONS:
-        raise ConfigError(f"eval.judge_aggregation {c.eval.judge_aggregation!r} is unknown: expected one of "
-                          f"{', '.join(PRM_AGGREGATIONS)}")
-    if c.eval.checker not in CHECKERS:
-        raise ConfigError(f"eval.checker {c.eval.checker!r} is unknown: expected one of {', '.join(CHECKERS)}")
-    _validate_eval_tasks(c)
-    if c.chat_template not in CHAT_TEMPLATE:
-        raise ConfigError(f"chat_template {c.chat_template!r} is unknown: expected one of {', '.join(CHAT_TEMPLATE)}")
-    if c.system_prompt is not None and not isinstance(c.system_prompt, str):
-        raise ConfigError(f"system_prompt {c.system_prompt!r} must be a string")
-    if c.backend not in BACKENDS:
-        raise ConfigError(f"backend {c.backend!r} is unknown: expected one of {', '.join(BACKENDS)}")
-    if not isinstance(c.allow_approximate_flops, bool):
-        raise ConfigError(f"allow_approximate_flops {c.allow_approximate_flops!r} must be true or false")
-    if c.vllm_sleep not in VLLM_SLEEP:
-        raise ConfigError(f"vllm_sleep {c.vllm_sleep!r} is unknown: expected one of {', '.join(VLLM_SLEEP)}")
-    if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
-                                     or c.gpu_memory <= 0):
-        raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
-
-
-def _validate_mix(r: RewardSettings) -> None:
-    """``reward.mix`` is given iff ``reward.kind`` is ``mix``: rule rewards → finite weights > 0."""
-    if r.kind != "mix":
-        if r.mix is not None:
-            raise ConfigError(f"reward.mix is given but reward.kind is {r.kind!r}: set reward.kind: mix "
-                              "(or remove reward.mix)")
-        return
-    if r.mix is None:
-        raise ConfigError("reward.kind 'mix' needs reward.mix: rule rewards and their weights, "
-                          "e.g. {math: 0.9, format: 0.1}")
-    if not isinstance(r.mix, Mapping) or not r.mix:
-        raise ConfigError(f"reward.mix {r.mix!r} is not valid: expected at least one rule reward and its weight, "
-                          "e.g. {math: 0.9, format: 0.1}")
-    for name, w in r.mix.items():
-        if name not in RULE_REWARDS:
-            raise ConfigError(f"reward.mix component {name!r} is unknown: expected one of {', '.join(RULE_REWARDS)}")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
-            raise ConfigError(f"reward.mix weight {w!r} of {name!r} is not valid: expected a finite number > 0")
-
-
 def default_settings() -> dict[str, Any]:
     """Every setting's default, as ``GridConfig.to_dict`` writes it (model and budget left out):
     what a study stored before a setting existed ran with."""
     d = GridConfig(model="-", budget=1.0).to_dict()
     return {k: v for k, v in d.items() if k not in ("model", "budget")}
-
-
-def _validate_checkpoints(e: EvalSettings) -> None:
-    cp = e.checkpoints
-    if isinstance(cp, bool) or not isinstance(cp, (int, tuple)):
-        raise ConfigError(f"eval.checkpoints {cp!r} must be a count (0: off) or a list of budget fractions in (0, 1]")
-    if isinstance(cp, int) and not 0 <= cp <= MAX_CHECKPOINTS:
-        raise ConfigError(f"eval.checkpoints {cp!r} must be a count from 0 (off) to {MAX_CHECKPOINTS}, "
-                          "or a list of budget fractions in (0, 1]")
-    if isinstance(cp, tuple):
-        if not cp or len(cp) > MAX_CHECKPOINTS:
-            raise ConfigError(f"eval.checkpoints {list(cp)!r} must list 1 to {MAX_CHECKPOINTS} budget fractions "
-                              "in (0, 1] (or be a count; 0: off)")
-        for f in cp:
-            if isinstance(f, bool) or not isinstance(f, float) or not 0.0 < f <= 1.0:
-                raise ConfigError(f"eval.checkpoints value {f!r} is not a budget fraction: expected numbers in (0, 1]")
-        if len(set(cp)) < len(cp):
-            raise ConfigError(f"eval.checkpoints {list(cp)!r} repeats a fraction: expected distinct values in (0, 1]")
-    if e.checkpoint_prompts is not None:
-        _positive_int("eval.checkpoint_prompts", e.checkpoint_prompts)
-        if e.checkpoint_prompts > e.prompts:
-            raise ConfigError(f"eval.checkpoint_prompts ({e.checkpoint_prompts}) must be ≤ eval.prompts ({e.prompts}): "
-                              "checkpoints evaluate a subset of the held-out prompts")
-
-
-def _validate_eval_tasks(c: GridConfig) -> None:
-    labels = [t.label for t in c.eval.tasks]
-    for t in c.eval.tasks:
-        if t.path == c.task:
-            raise ConfigError(f"eval.tasks entry {t.path!r} is the training task: its held-out split is already the "
-                              "`reward` and `pass@1` targets; expected another dataset")
-    dup = next((x for x in labels if labels.count(x) > 1), None)
-    if dup is not None:
-        raise ConfigError(f"eval.tasks names {dup!r} twice: give each entry its own name")
 
 
 def _eval_tasks(raw: Any, name: str) -> tuple[EvalTask, ...]:
@@ -502,7 +285,7 @@ def _eval_tasks(raw: Any, name: str) -> tuple[EvalTask, ...]:
         if not isinstance(path, str) or not path:
             raise ConfigError(f"{where}.path {path!r} is not valid: expected a dataset path, HF name or built-in task")
         label = item.get("name")
-        if label is not None and (not isinstance(label, str) or not _NAME.fullmatch(label)):
+        if label is not None and (not isinstance(label, str) or not NAME_PATTERN.fullmatch(label)):
             raise ConfigError(f"{where}.name {label!r} is not valid: expected letters, digits, '.', '_', '+', '-'")
         for key in ("prompts", "samples"):
             v = item.get(key)

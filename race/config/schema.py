@@ -12,7 +12,7 @@ ranges. Invariants:
   here, as ``targets: q_proj`` is accepted as one target by ``race.config.configfile``);
 - an error is one line naming the field, the value and what was expected.
 
-Cross-field rules (n_train ≤ max_n_gen, …) stay in ``race.config.configfile._validate``. pydantic is
+Cross-field rules (n_train ≤ max_n_gen, …) stay in ``race.config.rules.validate_config``. pydantic is
 imported only when a config is validated (``import race`` stays light).
 """
 from __future__ import annotations

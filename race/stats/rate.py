@@ -31,7 +31,8 @@ from typing import Any, Mapping
 
 from race.core import arguments as A
 from race.stats.instability import LONG_RUN
-from race.config.configfile import LR_SCHEDULES, LearningRate, ScheduleKnobs
+from race.config.configfile import LearningRate, ScheduleKnobs
+from race.config.rules import LR_SCHEDULES
 from race.core.errors import RaceError
 
 RATE_CUT = 3.0          # at risk: η divided by this

@@ -20,7 +20,7 @@ from race.tasks.rewards.rules import dense, sparse, structured
 RewardFn = Callable[[str, str, str], float]
 """``fn(prompt, completion, reference) -> float``; higher is better."""
 
-# the rule rewards (race.config.configfile.RULE_REWARDS names them too): exact answers of the built-in tasks, and
+# the rule rewards (race.config.rules.RULE_REWARDS names them too): exact answers of the built-in tasks, and
 # final answers of worked solutions (race.tasks.rewards.answers: ``math`` checks them, ``format`` their form)
 REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "dense": dense,
                                 "math": math_answer, "format": answer_format}

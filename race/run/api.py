@@ -30,7 +30,7 @@ def build_config(config: str | Mapping[str, Any] | GridConfig | None = None, **o
         if callable(reward):
             raise ValueError("reward: pass a name (sparse, structured, dense, math, format) or 'module:function'; "
                              "a callable cannot cross into pilot processes")
-        from race.config.configfile import RULE_REWARDS
+        from race.config.rules import RULE_REWARDS
 
         kind = reward if reward in RULE_REWARDS else "custom"
         cfg = replace(cfg, reward=replace(cfg.reward, kind=kind, function=None if kind != "custom" else reward,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from race.config.configfile import RULE_REWARDS, ConfigError, GridConfig, config_from_dict, parse_flops, parse_grid
+from race.config.configfile import ConfigError, GridConfig, config_from_dict, parse_flops, parse_grid
+from race.config.rules import RULE_REWARDS
 
 DEFAULT_SHARE = 0.10                       # share of the full run spent on the pilot grid
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)

@@ -7,6 +7,13 @@ at that ρ (race.flops.grid: prompts per step B_p, rollouts generated n_gen and 
 update iterations μ, the √B learning rate, with the results' calibrated lengths), and writes it in
 the trainer's own parameter names (``docs/recipes.md`` names the version each was read from).
 
+This module is the dispatch: the verdict → recipe logic, the FLOP count of a step as a trainer runs
+it (``trainer_step_cost``) and the rendering. Each trainer's own part (its version pin, its
+``TrainerRun``, its config builder in its parameter names, its command lines) is one module below it:
+race.fullrun.trl, race.fullrun.verl, race.fullrun.openrlhf (``TRAINERS`` lists them, in this order);
+what they share (``Recipe``, ``TrainerRun``, ``Shape``, the micro-batch and watch rules) is
+race.fullrun.recipe_base, below them.
+
 Invariants:
 
 - **μ optimizer steps per rollout batch, as RACE planned.** One rollout batch is B_p prompts × n
@@ -34,144 +41,37 @@ Invariants:
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from race.flops import formulas as F
-from race.stats.instability import stability, stability_at
 from race.config.configfile import GridConfig, config_from_dict, parse_flops
 from race.core.errors import RaceError
-from race.core.safeio import one_line
-from race.stats.results import probe_for
-from race.stats.rate import apply_rate, full_run_rate
 from race.core.records import FlopBreakdown, Schedule
+from race.core.safeio import one_line
+from race.flops import formulas as F
+from race.fullrun import openrlhf, trl, verl
+from race.fullrun.recipe_base import DEFAULT_MICRO_BATCH, WATCH_EVALS  # noqa: F401  (re-exported: their old home)
+from race.fullrun.recipe_base import Recipe, Shape, TrainerRun
+from race.stats.instability import stability, stability_at
+from race.stats.rate import apply_rate, full_run_rate
+from race.stats.results import probe_for
 
 TRAINERS = ("trl", "verl", "openrlhf")
 FORMATS = ("text", "yaml", "json")
-# where each trainer's parameter names and behaviour were read (docs/recipes.md)
-VERSIONS = {"trl": "TRL 1.16.0", "verl": "verl 0.9.1",
-            "openrlhf": "OpenRLHF 0.11.2"}
-DEFAULT_MICRO_BATCH = 8     # sequences per forward/backward when the config sets no grpo.micro_batch
+# each trainer's module: VERSION (where its parameter names and behaviour were read, docs/recipes.md), RUN
+# (how it runs a step), settings (its config for a schedule), command_lines and yaml_document (its rendering)
+TRAINER_MODULES = {"trl": trl, "verl": verl, "openrlhf": openrlhf}
+VERSIONS = {key: TRAINER_MODULES[key].VERSION for key in TRAINERS}
+RUNS = {key: TRAINER_MODULES[key].RUN for key in TRAINERS}
 
 
-@dataclass(frozen=True)
-class TrainerRun:
-    """How a trainer runs a GRPO step, as far as FLOPs go.
-
-    ``prefix_shared``: one prefill serves a prompt's n rollouts (vLLM prefix caching) or n prefills
-    (transformers ``generate`` on the repeated prompt); ``adapter_in_sampler``: the sampler runs the
-    unmerged LoRA adapter (2·r·(in+out) per adapted module per token) or plain base weights;
-    ``old_logprob``: when a no-grad forward for the old policy's log-probs runs ("mu>1" or "always");
-    ``completion_logits_only``: the LM head runs on the completion positions only (else all);
-    ``head_recompute``: the log-prob kernel's backward recomputes the logits (one more LM-head
-    product per scored position per iteration); ``head_on_tokens``: the fused head scores exactly the
-    C completion tokens of a sequence (labels ≠ −100), not ``logits_to_keep`` = C + 1 positions;
-    ``attention_recompute``: a fused attention kernel
-    (transformers' default SDPA) recomputes the scores QKᵀ in its backward (2·d more per score entry
-    and head per iteration, on top of race.flops.formulas' 8·d)."""
-
-    name: str
-    sampler: str
-    prefix_shared: bool
-    adapter_in_sampler: bool
-    old_logprob: str
-    completion_logits_only: bool
-    head_recompute: bool = False
-    head_on_tokens: bool = False
-    attention_recompute: bool = False
-
-
-RUNS = {
-    # TRL 1.16 GRPOTrainer, use_vllm=False: unwrapped PeftModel.generate on B_p·n repeated prompts
-    # (RepeatSampler), old log-probs only when generation and optimizer steps are misaligned (μ > 1),
-    # the fused LM head scores only the completion tokens on CUDA and recomputes them in backward,
-    # the model's default SDPA attention recomputes its scores in backward (measured: bench/trl_split.py)
-    "trl": TrainerRun("trl", "transformers generate (use_vllm=False)", prefix_shared=False,
-                      adapter_in_sampler=True, old_logprob="mu>1", completion_logits_only=True,
-                      head_recompute=True, head_on_tokens=True, attention_recompute=True),
-    # verl: vLLM rollout with enable_prefix_caching (default true) and the adapter loaded as a LoRA
-    # request; compute_log_prob recomputes old log-probs every step; logits over all positions
-    "verl": TrainerRun("verl", "vLLM, prefix caching, LoRA adapter", prefix_shared=True,
-                       adapter_in_sampler=True, old_logprob="always", completion_logits_only=False),
-    # OpenRLHF: vLLM engines (prefix caching switched on by the recipe), weights broadcast as tensors;
-    # the actor forward of make_experience gives old log-probs every step; logits over all positions
-    "openrlhf": TrainerRun("openrlhf", "vLLM, --vllm.enable_prefix_caching", prefix_shared=True,
-                           adapter_in_sampler=False, old_logprob="always", completion_logits_only=False),
-}
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A full-run configuration for one trainer at one ρ.
-
-    ``rho``: the ρ asked for (the diagnosis' range centre, or given); ``schedule``: RACE's knobs for
-    it at the full-run budget (``flops`` there are RACE's own engine accounting, ``steps`` the
-    trainer's); ``settings``: the trainer's parameters (TRL: GRPOConfig keyword arguments; verl: Hydra
-    overrides; OpenRLHF: command-line flags, ``True`` for a bare flag); ``model``: LoRA and model
-    arguments outside the trainer config proper; ``flops_per_step`` / ``flops``: RACE's FLOP count of
-    the recipe as the trainer runs it; ``planned``: the ρ RACE's pilots counted for the knobs actually
-    used; ``notes``: one line per knob the trainer cannot express."""
-
-    trainer: str
-    version: str
-    source: str
-    rho: float
-    full_run_budget: float
-    schedule: Schedule
-    settings: Mapping[str, Any]
-    model: Mapping[str, Any]
-    flops_per_step: FlopBreakdown
-    flops: FlopBreakdown
-    planned: FlopBreakdown
-    run: TrainerRun
-    prompt_len: float
-    completion_len: float
-    notes: tuple[str, ...] = ()
-    asked: Schedule | None = None            # RACE's own schedule when it was not expressible
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def steps(self) -> int:
-        return self.schedule.steps
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"trainer": self.trainer, "version": self.version, "source": self.source, "rho": self.rho,
-                "full_run_budget": self.full_run_budget, "schedule": self.schedule.to_dict(),
-                "settings": dict(self.settings), "model": dict(self.model),
-                "flops_per_step": self.flops_per_step.to_dict(), "flops": self.flops.to_dict(),
-                "rho_as_run": self.flops.rho, "rho_race_pilots": self.planned.rho,
-                "accounting": {"sampler": self.run.sampler, "prefix_shared": self.run.prefix_shared,
-                               "adapter_in_sampler": self.run.adapter_in_sampler,
-                               "old_logprob_forward": self.run.old_logprob,
-                               "completion_logits_only": self.run.completion_logits_only,
-                               "head_recompute": self.run.head_recompute,
-                               "head_on_tokens": self.run.head_on_tokens,
-                               "attention_recompute": self.run.attention_recompute,
-                               "prompt_len": self.prompt_len, "completion_len": self.completion_len},
-                "notes": list(self.notes), "asked": self.asked.to_dict() if self.asked else None,
-                **dict(self.extra)}
+def _trainer_name(key: str) -> str:
+    """The trainer as the notes name it (``TRL``, ``verl``, ``OpenRLHF``)."""
+    return VERSIONS[key].split(" ")[0]
 
 
 # ----------------------------------------------------------------------------- the trainer's FLOPs
-
-
-def _checkpointing_key() -> str:
-    """TrainingArguments' name for activation checkpointing in the installed transformers:
-    ``activation_checkpointing`` where its source declares that field (newer releases), else
-    ``gradient_checkpointing``. Read from the source text, so this module never imports transformers."""
-    import importlib.util
-    import os
-
-    spec = importlib.util.find_spec("transformers")
-    path = os.path.join(os.path.dirname(spec.origin), "training_args.py") if spec and spec.origin else ""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            source = fh.read()
-    except OSError:
-        return "gradient_checkpointing"
-    return "activation_checkpointing" if "\n    activation_checkpointing:" in source else "gradient_checkpointing"
 
 def trainer_step_cost(run: TrainerRun, arch: F.ArchSpec, lora: F.LoRASpec, reward: F.RewardModelSpec | None, *,
                       prompt_len: float, completion_len: float, n: int, mu: int, beta: float,
@@ -287,10 +187,6 @@ def _check_rho(rho: Any) -> float:
 
 # ----------------------------------------------------------------------------- planning
 
-def _divisor_at_most(total: int, cap: int) -> int:
-    return max(d for d in range(1, min(total, cap) + 1) if total % d == 0)
-
-
 def _nearest_expressible(cm: Any, rho: float, sched: Schedule, min_n: int) -> tuple[int, int]:
     """(n, μ) with n generated = n trained, n between n_train and n_gen (≥ ``min_n``), μ ≤ max_mu,
     whose ρ as RACE's pilots count it is nearest ``rho``; ties: fewer μ, then n nearer n_train."""
@@ -302,25 +198,6 @@ def _nearest_expressible(cm: Any, rho: float, sched: Schedule, min_n: int) -> tu
     return n, mu
 
 
-@dataclass(frozen=True)
-class Shape:
-    """The hardware a recipe is sized for: ``gpus`` per node × ``nodes`` (verl / OpenRLHF: every
-    count and batch divides on it; TRL: data-parallel processes)."""
-
-    gpus: int = 8
-    nodes: int = 1
-
-    @property
-    def world(self) -> int:
-        return self.gpus * self.nodes
-
-    def check(self) -> "Shape":
-        for name, v in (("gpus", self.gpus), ("nodes", self.nodes)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
-                raise RaceError(f"{name} {v!r} is not a whole number from 1 to 4096 (the hardware the recipe is for)")
-        return self
-
-
 def _fit_prompts(bp: int, n: int, world: int) -> int:
     """The smallest B_p' ≥ B_p whose B_p'·n sequences split evenly over ``world`` GPUs (B_p is not a
     knob of ρ: the step count absorbs it, the FLOPs stay the budget's)."""
@@ -328,6 +205,176 @@ def _fit_prompts(bp: int, n: int, world: int) -> int:
     while (k * n) % world:
         k += 1
     return k
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One step of the recipe before its count: RACE's knobs at ρ (``asked``), the (``n``, ``mu``) the
+    trainer runs (every generated rollout trained), the prompts per step fitted to the GPUs, and the
+    model as race.flops sees it (``cm``: race.flops.grid.CostModel; ``arch``, ``lora``, ``reward``)."""
+
+    cm: Any
+    arch: F.ArchSpec
+    lora: F.LoRASpec
+    reward: F.RewardModelSpec | None
+    asked: Schedule
+    exact: bool                 # RACE's own (n_gen, n_train, μ) is expressible as is
+    n: int
+    mu: int
+    prompts: int
+
+
+def _trainer_key(trainer: Any) -> str:
+    """The trainer's key in ``TRAINERS`` (any case); another name is refused."""
+    key = str(trainer).lower() if trainer is not None else ""
+    if key not in TRAINERS:
+        raise RaceError(f"trainer {trainer!r} is unknown: expected one of {', '.join(TRAINERS)}")
+    return key
+
+
+def _full_budget(cfg: GridConfig, full_run_budget: float | str | None) -> float:
+    """The full run's FLOPs: the one given, else the config's."""
+    raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
+    if raw_full is None:
+        raise RaceError("no full-run budget: give --full-run F (FLOPs of the full run, e.g. 1e20) or "
+                        "full_run_budget in the config")
+    return parse_flops(raw_full, "--full-run" if full_run_budget is not None else "full_run_budget")
+
+
+def _rho_at(results: Any, rho: float | None, cfg: GridConfig, full: float,
+            r: float) -> tuple[float, str, dict[str, Any] | None]:
+    """(ρ, where it comes from, the range at F or None). Which ρ: the user's, else the range at F
+    (race.stats.drift) where the drift model gives one, else the verdict's at B; the recipe says which."""
+    rho_source, at_f = ("given", None) if results is None or rho is not None else ("range at B", None)
+    if rho_source == "range at B":
+        at_f = _range_at_f(results, cfg, full)
+        if at_f is not None and "refused" not in at_f:
+            r, rho_source = round(float(at_f["recommended_rho"]), 4), "range at F"
+    return r, rho_source, at_f
+
+
+def _rho_line(r: float, rho_source: str, at_f: dict[str, Any] | None, results: Any) -> str:
+    """The first note when ρ is the verdict's: which range it is the centre of."""
+    return (f"ρ={r:g} is the recommended ρ of the {rho_source}"
+            + (f": {at_f['line']}" if rho_source == "range at F" else
+               f" ({results.diagnosis.primary.range_text()}); no range at F: {at_f['refused']}"
+               if at_f and "refused" in at_f else ""))
+
+
+def _plan(cfg: GridConfig, key: str, r: float, P: float, C: float, shape: Shape) -> tuple[_Plan, list[str]]:
+    """RACE's knobs at ρ (race.flops.grid.choose_knobs: a one-line ConfigError when unreachable), the
+    nearest the trainer can express when it cannot train a subset of a prompt's rollouts, and the
+    prompts per step fitted to ``shape``; with one note per change."""
+    from race.flops.grid import CostModel, choose_knobs, learning_rate
+    from race.flops.specs import lora_spec, policy_arch, reward_spec
+
+    arch = policy_arch(cfg)
+    lora = lora_spec(cfg, arch)
+    reward = reward_spec(cfg)
+    cm = CostModel(cfg, arch, reward, P, C)
+    knobs = choose_knobs(cm, r)                         # one-line ConfigError when unreachable
+    bp = cfg.schedule.prompts_per_step
+    asked = Schedule(rho_target=r, prompts_per_step=bp, n_gen=knobs.n_gen, n_train=knobs.n_train, mu=knobs.mu,
+                     steps=0, learning_rate=learning_rate(cfg, bp * knobs.n_train), lora_rank=cfg.lora.rank,
+                     flops_per_step=knobs.per_prompt.scaled(bp), flops=FlopBreakdown())
+    notes: list[str] = []
+    n, mu = knobs.n_gen, knobs.mu
+    if knobs.n_train < knobs.n_gen or knobs.n_gen < 2:
+        n, mu = _nearest_expressible(cm, r, asked, 2)
+        near = cm.cost(n, mu, n).per_prompt.rho
+        how = ("the max-reward-variance subset" if cfg.schedule.lower_rho_by == "keep"
+               else "a max-reward-variance subset")
+        notes.append(f"RACE's schedule at ρ={r:g} trains {knobs.n_train} of {knobs.n_gen} rollouts per prompt "
+                     f"({how}, lower_rho_by: {cfg.schedule.lower_rho_by}) and {_trainer_name(key)} trains every "
+                     f"generated rollout: the recipe is the nearest expressible one, {n} generated and trained per "
+                     f"prompt with μ={mu} (ρ={near:.3f} as RACE's pilots count it, {knobs.per_prompt.rho:.3f} asked)")
+    fitted = _fit_prompts(bp, n, shape.world)
+    if fitted != bp:
+        notes.append(f"prompts per step {bp} → {fitted}: {fitted} × {n} sequences split evenly over "
+                     f"{shape.world} GPUs ({shape.gpus} × {shape.nodes}); B_p is not a knob of ρ, the step count "
+                     "absorbs it")
+        bp = fitted
+    exact = (n, mu) == (knobs.n_gen, knobs.mu) and knobs.n_train == n
+    return _Plan(cm, arch, lora, reward, asked, exact, n, mu, bp), notes
+
+
+def _trainer_steps(plan: _Plan, cfg: GridConfig, key: str, r: float, P: float, C: float,
+                   full: float) -> tuple[FlopBreakdown, int]:
+    """(one step's FLOPs as the trainer runs it, the steps F pays for); a budget below one step is refused."""
+    per_prompt = trainer_step_cost(RUNS[key], plan.arch, plan.lora, plan.reward, prompt_len=P, completion_len=C,
+                                   n=plan.n, mu=plan.mu, beta=cfg.grpo.beta,
+                                   grad_checkpointing=cfg.grpo.grad_checkpointing)
+    per_step = per_prompt.scaled(plan.prompts)
+    steps = int(full // per_step.total)
+    if steps < 1:
+        raise RaceError(f"full-run budget {full:.3g} FLOPs is below one {_trainer_name(key)} step at ρ={r:g}: a "
+                        f"step of {plan.prompts} prompts × {plan.n} rollouts costs {per_step.total:.3g} FLOPs")
+    return per_step, steps
+
+
+def _rate_at_f(cfg: GridConfig, results: Any, full: float,
+               batch: int) -> tuple[GridConfig, dict[str, Any], dict[str, Any]]:
+    """(the config with the rate for F, the stability line at F, the rate rule): the stability line at
+    F (with a stored length probe) decides the rate (race.stats.rate); rule 4 keeps the configured one."""
+    from race.flops.grid import learning_rate
+
+    st = stability(results.pilots, results.diagnosis.primary_target) if results is not None else None
+    probe = probe_for(results, full) if results is not None else None
+    at_risk = stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None,
+                           probe=probe)
+    rate = full_run_rate(cfg.learning_rate, status=at_risk["status"], factor=full / float(cfg.budget),
+                         full_lr=learning_rate(cfg, batch), probe=probe, cause=at_risk.get("cause"))
+    if rate["rule"] != 4:
+        cfg = replace(cfg, learning_rate=apply_rate(cfg.learning_rate, rate))
+    return cfg, at_risk, rate
+
+
+def _emitted_rows(cfg: GridConfig, key: str, emit_dir: str | None, force: bool, steps: int,
+                  bp: int) -> tuple[int | None, int, list[str]]:
+    """(training rows written to ``emit_dir`` or None, the steps, notes): with OpenRLHF, whole batches
+    and episodes × batches ≤ steps (race.fullrun.emit), so the steps may drop."""
+    from race.fullrun.emit import emit, openrlhf_passes
+
+    notes: list[str] = []
+    rows = emit(cfg, key, emit_dir, force=force)["rows"] if emit_dir else None
+    if key == "openrlhf" and rows is not None:     # whole batches, episodes × batches ≤ steps (race.fullrun.emit)
+        episodes, samples = openrlhf_passes(steps, bp, rows)
+        drawn = episodes * samples // bp if samples >= bp else steps
+        if drawn < steps:
+            notes.append(f"steps {steps} → {drawn}: OpenRLHF walks its whole dataset every episode, and "
+                         f"{episodes} episode(s) of {samples // bp} whole batches of the {rows:,}-prompt split is "
+                         "the most that does not exceed F")
+            steps = drawn
+    return rows, steps, notes
+
+
+def _trainer_settings(cfg: GridConfig, key: str, schedule: Schedule, P: float, shape: Shape,
+                      emit_dir: str | None, rows: int | None) -> tuple[dict, dict, list[str]]:
+    """(settings, model arguments, notes): the trainer module's config for ``schedule``, pointed at the
+    emitted data and reward (race.fullrun.emit.data_settings; TRL's are script arguments, beside the model's)."""
+    from race.fullrun.emit import data_settings, model_location
+
+    settings, model, notes = TRAINER_MODULES[key].settings(replace(cfg, model=model_location(cfg.model, emit_dir)),
+                                                           schedule, P, shape)
+    data, more = data_settings(key, emit_dir, steps=schedule.steps, prompts_per_step=schedule.prompts_per_step,
+                               rows=rows)
+    if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
+        model = {**model, **data}
+    else:
+        settings = {**settings, **data}
+    return settings, model, notes + more
+
+
+def _closing_notes(cfg: GridConfig, key: str, at_risk: dict[str, Any], rate: dict[str, Any]) -> list[str]:
+    """The stability line at F, the rate for F when it is not the configured one, the healthy recipe."""
+    notes = [at_risk["line"]]
+    if rate["rule"] != 4:
+        notes.append(rate["line"] + "; the recipe uses it")
+    if cfg.grpo.healthy_recipe:
+        notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {_trainer_name(key)} "
+                     f"has no such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} "
+                     "as configured")
+    return notes
 
 
 def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = None,
@@ -344,336 +391,37 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     (a folder that holds anything is refused unless ``force``, which replaces RACE's own files only);
     without it the recipe names placeholders the trainer refuses.
     """
-    from race.flops.grid import CostModel, choose_knobs, learning_rate
-    from race.flops.specs import lora_spec, policy_arch, reward_spec
+    from race.flops.grid import learning_rate
 
-    key = str(trainer).lower() if trainer is not None else ""
-    if key not in TRAINERS:
-        raise RaceError(f"trainer {trainer!r} is unknown: expected one of {', '.join(TRAINERS)}")
-    key_ = str(trainer).lower() if trainer is not None else ""
-    shape = Shape(gpus if gpus is not None else (1 if key_ == "trl" else 8), nodes).check()
+    key = _trainer_key(trainer)
+    shape = Shape(gpus if gpus is not None else (1 if key == "trl" else 8), nodes).check()
     cfg, r, P, C, label, results = _load_source(source, rho)
-    raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
-    if raw_full is None:
-        raise RaceError("no full-run budget: give --full-run F (FLOPs of the full run, e.g. 1e20) or "
-                        "full_run_budget in the config")
-    full = parse_flops(raw_full, "--full-run" if full_run_budget is not None else "full_run_budget")
-    # which ρ: the user's, else the range at F (race.stats.drift) where the drift model gives one, else the
-    # verdict's at B; the recipe says which
-    rho_source, at_f = ("given", None) if results is None or rho is not None else ("range at B", None)
-    if rho_source == "range at B":
-        at_f = _range_at_f(results, cfg, full)
-        if at_f is not None and "refused" not in at_f:
-            r, rho_source = round(float(at_f["recommended_rho"]), 4), "range at F"
-    arch = policy_arch(cfg)
-    lora = lora_spec(cfg, arch)
-    reward = reward_spec(cfg)
-    cm = CostModel(cfg, arch, reward, P, C)
-    knobs = choose_knobs(cm, r)                         # one-line ConfigError when unreachable
-    bp = cfg.schedule.prompts_per_step
-    asked = Schedule(rho_target=r, prompts_per_step=bp, n_gen=knobs.n_gen, n_train=knobs.n_train, mu=knobs.mu,
-                     steps=0, learning_rate=learning_rate(cfg, bp * knobs.n_train), lora_rank=cfg.lora.rank,
-                     flops_per_step=knobs.per_prompt.scaled(bp), flops=FlopBreakdown())
-    notes: list[str] = []
-    n, mu = knobs.n_gen, knobs.mu
-    name = VERSIONS[key].split(" ")[0]
-    if knobs.n_train < knobs.n_gen or knobs.n_gen < 2:
-        n, mu = _nearest_expressible(cm, r, asked, 2)
-        near = cm.cost(n, mu, n).per_prompt.rho
-        how = ("the max-reward-variance subset" if cfg.schedule.lower_rho_by == "keep"
-               else "a max-reward-variance subset")
-        notes.append(f"RACE's schedule at ρ={r:g} trains {knobs.n_train} of {knobs.n_gen} rollouts per prompt "
-                     f"({how}, lower_rho_by: {cfg.schedule.lower_rho_by}) and {name} trains every generated "
-                     f"rollout: the recipe is the nearest expressible one, {n} generated and trained per prompt "
-                     f"with μ={mu} (ρ={near:.3f} as RACE's pilots count it, {knobs.per_prompt.rho:.3f} asked)")
-    run = RUNS[key]
-    fitted = _fit_prompts(bp, n, shape.world)
-    if fitted != bp:
-        notes.append(f"prompts per step {bp} → {fitted}: {fitted} × {n} sequences split evenly over "
-                     f"{shape.world} GPUs ({shape.gpus} × {shape.nodes}); B_p is not a knob of ρ, the step count "
-                     "absorbs it")
-        bp = fitted
-    per_prompt = trainer_step_cost(run, arch, lora, reward, prompt_len=P, completion_len=C, n=n, mu=mu,
-                                   beta=cfg.grpo.beta, grad_checkpointing=cfg.grpo.grad_checkpointing)
-    per_step = per_prompt.scaled(bp)
-    steps = int(full // per_step.total)
-    if steps < 1:
-        raise RaceError(f"full-run budget {full:.3g} FLOPs is below one {name} step at ρ={r:g}: a step of "
-                        f"{bp} prompts × {n} rollouts costs {per_step.total:.3g} FLOPs")
-    # the rate for F (race.stats.rate): the stability line at F (with a stored length probe) decides it
-    st = stability(results.pilots, results.diagnosis.primary_target) if results is not None else None
-    probe = probe_for(results, full) if results is not None else None
-    at_risk = stability_at(st, full_run_budget=full, pilot_budget=float(cfg.budget), ran=results is not None,
-                           probe=probe)
-    rate = full_run_rate(cfg.learning_rate, status=at_risk["status"], factor=full / float(cfg.budget),
-                         full_lr=learning_rate(cfg, bp * n), probe=probe, cause=at_risk.get("cause"))
-    if rate["rule"] != 4:
-        cfg = replace(cfg, learning_rate=apply_rate(cfg.learning_rate, rate))
+    full = _full_budget(cfg, full_run_budget)
+    r, rho_source, at_f = _rho_at(results, rho, cfg, full, r)
+    plan, notes = _plan(cfg, key, r, P, C, shape)
+    per_step, steps = _trainer_steps(plan, cfg, key, r, P, C, full)
+    bp, n, mu = plan.prompts, plan.n, plan.mu
+    cfg, at_risk, rate = _rate_at_f(cfg, results, full, bp * n)
     lr = learning_rate(cfg, bp * n)
-    planned = cm.cost(n, mu, n).per_prompt.scaled(bp)
-    from race.fullrun.emit import data_settings, emit, model_location, openrlhf_passes
-
-    rows = emit(cfg, key, emit_dir, force=force)["rows"] if emit_dir else None
-    if key == "openrlhf" and rows is not None:     # whole batches, episodes × batches ≤ steps (race.fullrun.emit)
-        episodes, samples = openrlhf_passes(steps, bp, rows)
-        drawn = episodes * samples // bp if samples >= bp else steps
-        if drawn < steps:
-            notes.append(f"steps {steps} → {drawn}: OpenRLHF walks its whole dataset every episode, and "
-                         f"{episodes} episode(s) of {samples // bp} whole batches of the {rows:,}-prompt split is "
-                         "the most that does not exceed F")
-            steps = drawn
+    planned = plan.cm.cost(n, mu, n).per_prompt.scaled(bp)
+    rows, steps, more = _emitted_rows(cfg, key, emit_dir, force, steps, bp)
+    notes += more
     schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
                         learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
                         flops=planned.scaled(steps))
-    settings, model, more = _SETTINGS[key](replace(cfg, model=model_location(cfg.model, emit_dir)), schedule, P,
-                                           shape)
-    notes += more
-    data, more = data_settings(key, emit_dir, steps=steps, prompts_per_step=bp, rows=rows)
-    if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
-        model = {**model, **data}
-    else:
-        settings = {**settings, **data}
-    notes += more
-    notes.append(at_risk["line"])
-    if rate["rule"] != 4:
-        notes.append(rate["line"] + "; the recipe uses it")
-    if cfg.grpo.healthy_recipe:
-        notes.append(f"grpo.healthy_recipe switches KL and entropy by the data's base pass rate; {name} has no "
-                     f"such switch: the recipe sets β={cfg.grpo.beta:g} and entropy {cfg.grpo.entropy_coef:g} as "
-                     "configured")
+    settings, model, more = _trainer_settings(cfg, key, schedule, P, shape, emit_dir, rows)
+    notes += more + _closing_notes(cfg, key, at_risk, rate)
     if rho_source != "given":
-        notes.insert(0, f"ρ={r:g} is the recommended ρ of the {rho_source}"
-                     + (f": {at_f['line']}" if rho_source == "range at F" else
-                        f" ({results.diagnosis.primary.range_text()}); no range at F: {at_f['refused']}"
-                        if at_f and "refused" in at_f else ""))
+        notes.insert(0, _rho_line(r, rho_source, at_f, results))
     rec = Recipe(trainer=key, version=VERSIONS[key], source=label, rho=r, full_run_budget=full, schedule=schedule,
                  settings=settings, model=model, flops_per_step=per_step, flops=per_step.scaled(steps),
-                 planned=planned, run=run, prompt_len=P, completion_len=C, notes=tuple(notes),
-                 asked=asked if (n, mu) != (knobs.n_gen, knobs.mu) or knobs.n_train != n else None,
-                 extra={"gpus": shape.gpus, "nodes": shape.nodes})
+                 planned=planned, run=RUNS[key], prompt_len=P, completion_len=C, notes=tuple(notes),
+                 asked=None if plan.exact else plan.asked, extra={"gpus": shape.gpus, "nodes": shape.nodes})
     if emit_dir:
         from race.fullrun.emit import write_recipe
 
         write_recipe(rec, emit_dir)
     return rec
-
-
-# ----------------------------------------------------------------------------- the trainers' names
-
-def _micro(cfg: GridConfig, total: int) -> int:
-    return _divisor_at_most(total, cfg.grpo.micro_batch or DEFAULT_MICRO_BATCH)
-
-
-def _warmup_steps(cfg: GridConfig, optimizer_steps: int) -> int:
-    return int(round(cfg.learning_rate.warmup * optimizer_steps))
-
-
-WATCH_EVALS = 20        # validations over a full run that the recipe asks verl / OpenRLHF for (race.fullrun.watch)
-
-
-def _watch_every(steps: int) -> int:
-    """Steps between validations: WATCH_EVALS over the run (at least every step)."""
-    return max(1, round(steps / WATCH_EVALS))
-
-
-def _alpha(cfg: GridConfig) -> int | float:
-    a = cfg.lora.alpha
-    return int(a) if float(a).is_integer() else a
-
-
-def _trl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
-    g, total = cfg.grpo, s.prompts_per_step * s.n_gen
-    micro = _micro(cfg, total // shape.world)          # per process: the batch splits over the processes
-    opt_steps = s.steps * s.mu
-    lr = cfg.learning_rate
-    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant",
-             "wsd": "warmup_stable_decay"}.get(lr.schedule, lr.schedule)
-    settings = {
-        "num_generations": s.n_gen,
-        "per_device_train_batch_size": micro,            # completions, not prompts
-        "gradient_accumulation_steps": total // (micro * shape.world),
-        "steps_per_generation": total // (micro * shape.world),   # generation batch = B_p · n_gen completions
-        "num_iterations": s.mu,
-        "max_steps": opt_steps,                          # optimizer steps: μ per generation batch
-        "learning_rate": s.learning_rate,
-        "lr_scheduler_type": sched,
-        "warmup_steps": _warmup_steps(cfg, opt_steps),
-        "max_completion_length": g.max_completion_len,
-        "temperature": g.temperature,
-        "top_p": g.top_p,
-        "beta": g.beta,
-        "epsilon": g.clip_eps,
-        **({"epsilon_high": g.clip_eps_high} if g.clip_eps_high is not None else {}),
-        "loss_type": g.loss_agg,
-        "scale_rewards": "group" if g.advantage == "grpo" else "none",
-        "entropy_coef": g.entropy_coef,
-        # TRL sets checkpointing True by default, so it is set explicitly; newer transformers renamed the field
-        # (gradient_checkpointing is then a deprecated alias with a FutureWarning): the name this one knows
-        _checkpointing_key(): g.grad_checkpointing,
-        "use_vllm": False,
-    }
-    if lr.schedule == "wsd":       # transformers' get_wsd_schedule: the decay's length, linear to 0 as RACE's
-        settings["lr_scheduler_kwargs"] = {"num_decay_steps": max(1, int(round(lr.decay * opt_steps))),
-                                           "decay_type": "linear"}
-    model = {"model_name_or_path": cfg.model, "use_peft": True, "lora_r": cfg.lora.rank,
-             "lora_alpha": _alpha(cfg), "lora_target_modules": list(cfg.lora.targets)}
-    notes = ["the watch: pass race.fullrun.watch.trl_callback(held-out prompts, your checker) in "
-             "GRPOTrainer(callbacks=[…]): it stops a collapsing run and restores its best adapter (docs/stability.md)"]
-    if shape.world > 1:
-        notes.append(f"launch on {shape.world} processes (accelerate launch --num_processes {shape.world}"
-                     + (f" --num_machines {shape.nodes}" if shape.nodes > 1 else "") + "): the per-device batch and "
-                     "accumulation above assume it")
-    return settings, model, notes
-
-
-def _verl(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
-    g, lr = cfg.grpo, cfg.learning_rate
-    # verl splits a mini-batch of B_p · n sequences over the data-parallel GPUs, then into micro-batches
-    micro = _micro(cfg, s.prompts_per_step * s.n_gen // shape.world)
-    notes = []
-    sched = lr.schedule
-    if sched in ("linear", "wsd"):
-        sched = "cosine"
-        notes.append(f"learning_rate.schedule {lr.schedule}: verl's actor optimizer has constant and cosine only; "
-                     "the recipe uses cosine (also to 0), ρ unchanged")
-    agg = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}[g.loss_agg]
-    ov: dict[str, Any] = {
-        "algorithm.adv_estimator": "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": g.advantage == "grpo",
-        "algorithm.use_kl_in_reward": False,
-        "data.train_batch_size": s.prompts_per_step,
-        "data.max_prompt_length": _max_prompt(P),
-        "data.max_response_length": g.max_completion_len,
-        "actor_rollout_ref.rollout.n": s.n_gen,
-        # mandatory in verl's ppo_trainer.yaml (`???`); vLLM and safetensors as its LoRA page requires
-        "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.load_format": "safetensors",
-        "actor_rollout_ref.rollout.temperature": g.temperature,
-        "actor_rollout_ref.rollout.top_p": g.top_p,
-        "actor_rollout_ref.rollout.enable_prefix_caching": True,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": micro,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": s.prompts_per_step,   # prompts: one optimizer step per epoch
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": micro,
-        "actor_rollout_ref.actor.ppo_epochs": s.mu,
-        "actor_rollout_ref.actor.optim.lr": s.learning_rate,
-        "actor_rollout_ref.actor.optim.lr_scheduler_type": sched,
-        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": lr.warmup,
-        "actor_rollout_ref.actor.clip_ratio": g.clip_eps,
-        **({"actor_rollout_ref.actor.clip_ratio_low": g.clip_eps, "actor_rollout_ref.actor.clip_ratio_high": g.clip_eps_high}
-           if g.clip_eps_high is not None else {}),
-        "actor_rollout_ref.actor.loss_agg_mode": agg,
-        "actor_rollout_ref.actor.entropy_coeff": g.entropy_coef,
-        "actor_rollout_ref.actor.use_kl_loss": g.beta > 0,
-        "actor_rollout_ref.actor.kl_loss_coef": g.beta,
-        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
-        "actor_rollout_ref.model.path": cfg.model,
-        "actor_rollout_ref.model.lora_rank": cfg.lora.rank,
-        "actor_rollout_ref.model.lora_alpha": _alpha(cfg),
-        "actor_rollout_ref.model.target_modules": list(cfg.lora.targets),
-        "actor_rollout_ref.model.enable_gradient_checkpointing": g.grad_checkpointing,
-        "trainer.total_training_steps": s.steps,
-        # total_training_steps ends the run; enough epochs that a dataset of ≥ B_p prompts never ends it first
-        "trainer.total_epochs": s.steps,
-        "trainer.n_gpus_per_node": shape.gpus,
-        "trainer.nnodes": shape.nodes,
-        # the watch (race.fullrun.watch): the base policy, then every test_freq steps, samples dumped per step
-        "trainer.val_before_train": True,
-        "trainer.test_freq": _watch_every(s.steps),
-        "trainer.validation_data_dir": "race_watch_val",
-    }
-    notes.append("the watch: with a fixed held-out set as data.val_files, verl validates every "
-                 f"{_watch_every(s.steps)} steps and dumps each sample's score to race_watch_val/STEP.jsonl; "
-                 "race.fullrun.watch.check_scores(race.fullrun.watch.verl_history('race_watch_val')) applies the pilots' "
-                 "instability rule (docs/stability.md); validation FLOPs are outside this recipe's count")
-    if g.loss_agg == "dr_grpo":
-        ov["actor_rollout_ref.actor.loss_scale_factor"] = g.max_completion_len
-    if lr.schedule != "constant" or lr.warmup:
-        notes.append(f"verl steps its learning-rate schedule once per rollout batch ({s.steps} steps), RACE once "
-                     f"per optimizer step ({s.steps * s.mu}): the same shape, μ={s.mu} optimizer steps share a rate")
-    return ov, {}, notes
-
-
-def _openrlhf(cfg: GridConfig, s: Schedule, P: float, shape: Shape) -> tuple[dict, dict, list[str]]:
-    g, lr = cfg.grpo, cfg.learning_rate
-    total = s.prompts_per_step * s.n_gen
-    micro = _micro(cfg, total // shape.world)          # per GPU; accumulation = total / (micro · GPUs)
-    notes = []
-    alpha = _alpha(cfg)
-    if not float(alpha).is_integer():                  # OpenRLHF parses --ds.lora.alpha as an int
-        notes.append(f"lora.alpha {alpha:g}: OpenRLHF 0.11 takes a whole number; the recipe uses "
-                     f"{round(alpha)} (LoRA scale {round(alpha) / cfg.lora.rank:g} instead of {alpha / cfg.lora.rank:g})")
-        alpha = int(round(alpha))
-    notes.append("OpenRLHF 0.11.0 sends LoRA weights to vLLM under their adapter-wrapped names, unmerged: its open "
-                 "issue #1349 reports LoRA + vLLM weight sync failing at this version. Until it is fixed the nearest "
-                 "working recipe is race recipe --for verl (LoRA through vLLM), or this one with --ds.lora.rank 0 "
-                 "(full fine-tuning: another FLOP count)")
-    if g.loss_agg != "dapo":
-        notes.append(f"grpo.loss_agg {g.loss_agg}: OpenRLHF 0.11's PPO loss is token-level (token sum / token "
-                     "count of the optimizer step: RACE's dapo) and has no switch for it; the recipe uses that, "
-                     "ρ unchanged")
-    sched = {"constant": "constant_with_warmup" if lr.warmup else "constant"}.get(lr.schedule, lr.schedule)
-    if lr.schedule == "wsd":
-        sched = "cosine"
-        notes.append("learning_rate.schedule wsd: OpenRLHF 0.11 passes no decay length to transformers' "
-                     "warm-up–stable–decay schedule; the recipe uses cosine (also to 0), ρ unchanged")
-    flags: dict[str, Any] = {
-        "--actor.model_name_or_path": cfg.model,
-        "--algo.advantage.estimator": "group_norm" if g.advantage == "grpo" else "dr_grpo",
-        "--rollout.batch_size": s.prompts_per_step,
-        "--rollout.n_samples_per_prompt": s.n_gen,
-        "--rollout.micro_batch_size": micro,
-        "--train.batch_size": total,                    # one optimizer step per pass over the rollout batch
-        "--train.micro_batch_size": micro,
-        "--train.max_epochs": s.mu,
-        "--train.num_episodes": 1,
-        "--data.max_samples": s.steps * s.prompts_per_step,   # steps rollout batches in one episode
-        "--actor.adam.lr": s.learning_rate,
-        "--actor.lr_scheduler": sched,
-        "--actor.lr_warmup_ratio": lr.warmup,
-        "--ds.lora.rank": cfg.lora.rank,
-        "--ds.lora.alpha": alpha,
-        "--ds.lora.target_modules": list(cfg.lora.targets),
-        "--rollout.max_new_tokens": g.max_completion_len,
-        "--data.max_len": _max_prompt(P) + g.max_completion_len,
-        "--rollout.temperature": g.temperature,
-        "--rollout.top_p": g.top_p,
-        "--actor.eps_clip": g.clip_eps,
-        **({"--actor.eps_clip_low_high": [g.clip_eps, g.clip_eps_high]} if g.clip_eps_high is not None else {}),
-        "--actor.entropy_coef": g.entropy_coef,
-        "--algo.kl.init_coef": g.beta,
-        "--vllm.enable_prefix_caching": True,
-        # generation runs only through vLLM: one engine per GPU, colocated with training (OpenRLHF's
-        # hybrid engine), vLLM asleep during the update
-        "--vllm.num_engines": shape.world,
-        "--vllm.tensor_parallel_size": 1,
-        "--train.colocate_all": True,
-        "--vllm.enable_sleep": True,
-        "--actor.num_nodes": shape.nodes,
-        "--actor.num_gpus_per_node": shape.gpus,
-    }
-    if g.beta > 0:                                     # the reference model on the same GPUs
-        flags.update({"--ref.num_nodes": shape.nodes, "--ref.num_gpus_per_node": shape.gpus})
-    if g.beta > 0:
-        flags["--algo.kl.use_loss"] = True
-        flags["--algo.kl.estimator"] = "k3"
-    if g.grad_checkpointing:
-        flags["--actor.gradient_checkpointing_enable"] = True
-    flags["--eval.steps"] = _watch_every(s.steps)       # the watch (race.fullrun.watch): a validation every K steps
-    notes.append(f"the watch: add --eval.dataset HELD_OUT (a fixed held-out set); OpenRLHF validates every "
-                 f"{_watch_every(s.steps)} steps and logs the mean (eval_*_pass1), and "
-                 "race.fullrun.watch.check_means([(0, base mean), (step, mean), …], prompts=N) applies the pilots' "
-                 "instability rule to those means (docs/stability.md); validation FLOPs are outside this "
-                 "recipe's count")
-    return flags, {}, notes
-
-
-def _max_prompt(P: float) -> int:
-    """A prompt-length cap twice the expected prompt, in multiples of 64 (set it to the data's longest)."""
-    return int(64 * math.ceil(2.0 * P / 64.0))
-
-
-_SETTINGS = {"trl": _trl, "verl": _verl, "openrlhf": _openrlhf}
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -682,52 +430,9 @@ def _fmt_flops(x: float) -> str:
     return f"{x:.3e}"
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return repr(v) if isinstance(v, str) else str(v)
-
-
 def trainer_lines(rec: Recipe) -> list[str]:
     """The configuration alone, as the trainer takes it: TRL Python, verl / OpenRLHF command lines."""
-    s = rec.settings
-    if rec.trainer == "trl":      # a script that runs as printed (python - < it), on the --emit folder's files
-        m = rec.model
-        d = os.path.dirname(str(m.get("dataset_name", os.path.join("RACE_EMIT_DIR", "data"))))
-        lines = ["import sys", "", "import torch", "from datasets import load_dataset", "from peft import LoraConfig",
-                 "from trl import GRPOConfig, GRPOTrainer", "",
-                 f"sys.path.insert(0, {d!r})            # race_reward.py, written by --emit",
-                 "from race_reward import reward  # noqa: E402", "",
-                 "cpu = not torch.cuda.is_available()",
-                 "args = GRPOConfig("]
-        lines += [f"    {k}={_value(v)}," for k, v in s.items()]
-        lines += [f"    output_dir={os.path.join(d, 'out')!r}, report_to='none', save_strategy='no',",
-                  "    use_cpu=cpu, bf16=not cpu,",
-                  ")", f"peft_config = LoraConfig(r={m['lora_r']}, lora_alpha={m['lora_alpha']}, "
-                       f"target_modules={m['lora_target_modules']!r}, task_type='CAUSAL_LM')",
-                  f"data = load_dataset('json', data_files={os.path.join(d, 'data', 'train.jsonl')!r}, split='train')",
-                  f"trainer = GRPOTrainer(model={m['model_name_or_path']!r}, reward_funcs=reward, args=args, "
-                  "train_dataset=data, peft_config=peft_config)",
-                  "trainer.train()"]
-        return lines
-    if rec.trainer == "verl":
-        def ov(k: str, v: Any) -> str:
-            if isinstance(v, list):
-                return f"{k}='[{','.join(map(str, v))}]'"
-            return f"{k}={str(v).lower() if isinstance(v, bool) else _value(v).strip(chr(39))}"
-        return ["python3 -m verl.trainer.main_ppo \\"] + [f"    {ov(k, v)} \\" for k, v in s.items()][:-1] + \
-            [f"    {ov(*list(s.items())[-1])}"]
-    out = []
-    for k, v in s.items():
-        if v is True:
-            out.append(k)
-        elif isinstance(v, list):
-            out.append(f"{k} {' '.join(map(str, v))}")
-        else:
-            out.append(f"{k} {_value(v).strip(chr(39))}")
-    return ["python3 -m openrlhf.cli.train_ppo_ray \\"] + [f"    {x} \\" for x in out[:-1]] + [f"    {out[-1]}"]
+    return TRAINER_MODULES[rec.trainer].command_lines(rec)
 
 
 def flop_lines(rec: Recipe) -> list[str]:
@@ -769,35 +474,14 @@ def render_recipe(rec: Recipe, fmt: str = "text") -> str:
     if fmt == "yaml":
         import yaml
 
-        body = {**rec.model, **rec.settings} if rec.trainer == "trl" else dict(rec.settings)
-        if rec.trainer == "verl":
-            body = _nest(rec.settings)
-        elif rec.trainer == "openrlhf":
-            raise RaceError("OpenRLHF 0.11's train_ppo_ray.py takes command-line flags only (it has no --config): "
-                            "use --format text for the command, or --format json")
-        comments = head + flop_lines(rec) + notes
-        if rec.trainer == "trl":
-            placeholder = str(rec.model.get("dataset_name", "")).startswith("RACE_EMIT_DIR")
-            comments.append("for `trl grpo --config FILE --output_dir OUT`, run from the --emit folder (race_reward.py "
-                            "is imported from there)" + ("; dataset_name and reward_funcs are placeholders until "
-                                                         "race recipe … --emit DIR" if placeholder else "")
-                            + "; on a machine without a GPU add --use_cpu true --bf16 false")
+        # the trainer's configuration and its own comment lines (OpenRLHF, flags only, refuses)
+        body, more = TRAINER_MODULES[rec.trainer].yaml_document(rec)
+        comments = head + flop_lines(rec) + notes + more
         text = yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
         return "".join(f"# {c}\n" for c in comments) + text
     # everything but the configuration is a comment (# in Python and in a shell), so the text runs as printed
     return "\n".join([f"# {x}" for x in head] + [""] + trainer_lines(rec) + [""]
                       + [f"# {x}" for x in flop_lines(rec) + notes]) + "\n"
-
-
-def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in flat.items():
-        node = out
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
-    return out
 
 
 __all__ = ["TRAINERS", "VERSIONS", "Recipe", "TrainerRun", "RUNS", "recipe", "render_recipe", "trainer_step_cost"]

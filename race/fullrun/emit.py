@@ -31,7 +31,7 @@ import json
 import math
 import os
 import shutil
-from typing import Any
+from typing import Any, Callable
 
 from race.config.configfile import GridConfig
 from race.core.errors import RaceError
@@ -297,13 +297,9 @@ def write_recipe(rec: Any, out_dir: str) -> str:
     return write_inside(out_dir, "recipe.json", json.dumps(rec.to_dict(), indent=2), what="--emit file")
 
 
-def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False) -> dict[str, Any]:
-    """Write the data and reward files for ``trainer`` into ``out_dir``; return ``{"rows", "held_out",
-    "files", "replaced"}`` (training rows, held-out rows, the paths written, RACE's own files that
-    were there before, relative to ``out_dir``). A non-empty ``out_dir`` is refused unless ``force``."""
-    if config.reward.kind in ("prm", "proxy-prm"):
-        raise RaceError(f"reward.kind {config.reward.kind!r} is a reward model: --emit writes rule and custom "
-                        "rewards only; run the model through the trainer's own reward-model settings")
+def _custom_reward(config: GridConfig) -> tuple[str | None, str | None]:
+    """(the file of a ``custom`` reward, its function's name) to copy beside race_reward.py, or
+    (None, None) for any other kind; refused in one line when the file cannot be found."""
     custom_fn, custom_src = None, None
     if config.reward.kind == "custom":
         from race.tasks.rewards.base import reward_source
@@ -313,24 +309,20 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
         if not custom_src or not custom_fn:
             raise RaceError(f"reward.function {spec!r}: its file cannot be found from here: give it as "
                             "'path/to/file.py:function' so --emit can copy it beside race_reward.py")
-    replaced = check_target(out_dir, trainer, force=force, model=config.model, custom=bool(custom_fn))
-    train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
-    reward_text = reward_module(config, custom_fn)
-    files = []
+    return custom_src, custom_fn
 
-    def put(name: str, content: Any) -> None:
-        try:
-            files.append(write_inside(out_dir, name, content, what="--emit file"))
-        except OSError as e:
-            raise RaceError(f"cannot write {os.path.join(out_dir, name)!r}: {e.strerror or e}: choose a writable "
-                            "--emit folder") from None
 
-    def copy(src: str):
-        def write(fh: Any) -> None:
-            with open(src, "rb") as f:
-                shutil.copyfileobj(f, fh)
-        return write
+def _copier(src: str) -> Callable[[Any], None]:
+    """A writer for race.core.safeio.write_inside that copies the file ``src`` byte for byte."""
+    def write(fh: Any) -> None:
+        with open(src, "rb") as f:
+            shutil.copyfileobj(f, fh)
+    return write
 
+
+def _write_splits(put: Callable[[str, Any], None], trainer: str, train: list, held: list) -> None:
+    """The training and held-out splits through ``put``, as the trainer reads them: verl Parquet rows
+    (the prompt as a user message, ``reward_model.ground_truth``), else JSON lines ``{"prompt", "answer"}``."""
     if trainer == "verl":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -346,10 +338,33 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
         for name, rows in (("train", train), ("test", held)):
             put(f"data/{name}.jsonl", "".join(json.dumps({"prompt": p.prompt, "answer": p.answer}, ensure_ascii=False)
                                               + "\n" for p in rows))
+
+
+def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False) -> dict[str, Any]:
+    """Write the data and reward files for ``trainer`` into ``out_dir``; return ``{"rows", "held_out",
+    "files", "replaced"}`` (training rows, held-out rows, the paths written, RACE's own files that
+    were there before, relative to ``out_dir``). A non-empty ``out_dir`` is refused unless ``force``."""
+    if config.reward.kind in ("prm", "proxy-prm"):
+        raise RaceError(f"reward.kind {config.reward.kind!r} is a reward model: --emit writes rule and custom "
+                        "rewards only; run the model through the trainer's own reward-model settings")
+    custom_src, custom_fn = _custom_reward(config)
+    replaced = check_target(out_dir, trainer, force=force, model=config.model, custom=bool(custom_fn))
+    train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
+    reward_text = reward_module(config, custom_fn)
+    files = []
+
+    def put(name: str, content: Any) -> None:
+        try:
+            files.append(write_inside(out_dir, name, content, what="--emit file"))
+        except OSError as e:
+            raise RaceError(f"cannot write {os.path.join(out_dir, name)!r}: {e.strerror or e}: choose a writable "
+                            "--emit folder") from None
+
+    _write_splits(put, trainer, train, held)
     put("race_config.json", json.dumps(config.to_dict(), indent=2, default=list))
     put("race_reward.py", reward_text)
     if custom_src:
-        put(CUSTOM_FILE, copy(custom_src))
+        put(CUSTOM_FILE, _copier(custom_src))
     if trainer == "trl":
         put("train_trl.py", TRL_SCRIPT)
     shipped = shipped_files(config.model)
@@ -358,7 +373,7 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
 
         folder = resolve_model_path(config.model)
         for f in shipped:
-            put(f"model/{f}", copy(os.path.join(folder, f)))
+            put(f"model/{f}", _copier(os.path.join(folder, f)))
     return {"rows": len(train), "held_out": len(held), "files": files, "replaced": replaced}
 
 

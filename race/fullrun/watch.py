@@ -280,20 +280,66 @@ def run_with_timeout(fn: Callable[[], Any], timeout: float, name: str) -> Any:
     return box["value"]
 
 
-def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[float]], *,
-                 columns: Mapping[str, Sequence[Any]] | None = None, samples: int = 1, max_new_tokens: int = 64,
-                 temperature: float = 1.0, checkpoints: int | Sequence[float] = DEFAULT_CHECKPOINTS,
-                 stop: bool = True, keep_best: bool = True, batch_size: int = 64, log: Callable[[str], None] = print,
-                 timeout: float = 60.0, on_error: str = "log"):
-    """A ``transformers.TrainerCallback`` watching a TRL run (see the module docstring).
+@dataclass(frozen=True)
+class _Evaluator:
+    """The TRL callback's held-out evaluation: ``samples`` completions per prompt from the model,
+    scored by the user's ``reward_func`` under ``timeout`` and averaged per prompt (its arguments
+    checked by ``_evaluator``)."""
 
-    ``prompts``: held-out prompts (never trained on); ``reward_func``: TRL's reward-function
-    signature, ``f(prompts=…, completions=…, **columns) -> scores``; ``columns``: its extra
-    per-prompt columns (e.g. ``{"answer": [...]}``); ``samples`` per prompt, averaged per prompt.
-    ``timeout``: seconds one call of ``reward_func`` may take (as ``reward.timeout`` in pilots);
-    ``on_error``: what a failed evaluation does (the checker raised, timed out or returned nonsense;
-    generation failed): ``"log"`` one line and train on, ``"stop"`` the run, or ``"raise"`` it.
-    The callback's ``watch`` attribute holds the Watch (its history, fall and line)."""
+    prompts: list
+    reward_func: Callable[..., Sequence[float]]
+    cols: dict
+    samples: int
+    max_new_tokens: int
+    temperature: float
+    batch_size: int
+    timeout: float
+
+    def checked(self, texts: list[str]) -> tuple[float, ...]:
+        """``reward_func`` on ``texts`` under ``timeout``, its answer checked: one finite score per prompt."""
+        prompts = self.prompts
+        got = run_with_timeout(lambda: self.reward_func(prompts=prompts, completions=texts, **self.cols), self.timeout,
+                               "reward_func")
+        scores = _scores(got, "reward_func")
+        if len(scores) != len(prompts):
+            raise WatchError(f"reward_func gave {len(scores)} scores for {len(prompts)} prompts: expected one per prompt")
+        return scores
+
+    def __call__(self, model, tok) -> list[float]:
+        """The per-prompt scores of ``model`` now; torch's random state, the model's mode and the
+        tokenizer's padding side are put back after."""
+        import torch
+
+        prompts, samples, batch_size = self.prompts, self.samples, self.batch_size
+        state = torch.random.get_rng_state()
+        was_training = model.training
+        model.eval()
+        side = tok.padding_side
+        tok.padding_side = "left"
+        try:
+            per = [0.0] * len(prompts)
+            for s in range(samples):
+                torch.manual_seed(1_000_003 + s)         # the same draws at every evaluation
+                texts = []
+                for i in range(0, len(prompts), batch_size):
+                    chunk = prompts[i:i + batch_size]
+                    enc = tok(chunk, return_tensors="pt", padding=True).to(model.device)
+                    with torch.no_grad():
+                        out = model.generate(**enc, do_sample=True, temperature=self.temperature, top_p=1.0,
+                                             max_new_tokens=self.max_new_tokens, pad_token_id=tok.pad_token_id)
+                    texts += tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                scores = self.checked(texts)
+                per = [a + b / samples for a, b in zip(per, scores)]
+            return per
+        finally:
+            tok.padding_side = side
+            model.train(was_training)
+            torch.random.set_rng_state(state)
+
+
+def _evaluator(prompts: Any, reward_func: Any, columns: Any, samples: Any, max_new_tokens: Any, batch_size: Any,
+               temperature: Any, timeout: Any) -> _Evaluator:
+    """``trl_callback``'s evaluation arguments checked, in this order (a ``WatchError`` naming the first bad one)."""
     prompts = A.items("prompts", prompts, error=WatchError, what="held-out prompt strings")
     if not prompts:
         raise WatchError("no held-out prompts to watch with")
@@ -310,50 +356,29 @@ def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[flo
     batch_size = A.whole("batch_size", batch_size, ge=1, floats=False, error=WatchError)
     temperature = A.number("temperature", temperature, gt=0, error=WatchError)
     timeout = A.number("timeout", timeout, gt=0, error=WatchError)
-    checkpoints = _checkpoints(checkpoints)
-    stop, keep_best = A.flag("stop", stop, error=WatchError), A.flag("keep_best", keep_best, error=WatchError)
-    A.function("log", log, error=WatchError)
-    A.one_of("on_error", on_error, ON_ERROR, error=WatchError)
-    from transformers import TrainerCallback
+    return _Evaluator(prompts, reward_func, cols, samples, max_new_tokens, temperature, batch_size, timeout)
 
-    def checked(texts: list[str]) -> tuple[float, ...]:
-        """``reward_func`` on ``texts`` under ``timeout``, its answer checked: one finite score per prompt."""
-        got = run_with_timeout(lambda: reward_func(prompts=prompts, completions=texts, **cols), timeout,
-                               "reward_func")
-        scores = _scores(got, "reward_func")
-        if len(scores) != len(prompts):
-            raise WatchError(f"reward_func gave {len(scores)} scores for {len(prompts)} prompts: expected one per prompt")
-        return scores
 
-    def evaluate(model, tok) -> list[float]:
-        import torch
+def _snapshot(model) -> dict[str, Any]:
+    """The trainable weights (the adapter's), copied."""
+    return {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
 
-        state = torch.random.get_rng_state()
-        was_training = model.training
-        model.eval()
-        side = tok.padding_side
-        tok.padding_side = "left"
-        try:
-            per = [0.0] * len(prompts)
-            for s in range(samples):
-                torch.manual_seed(1_000_003 + s)         # the same draws at every evaluation
-                texts = []
-                for i in range(0, len(prompts), batch_size):
-                    chunk = prompts[i:i + batch_size]
-                    enc = tok(chunk, return_tensors="pt", padding=True).to(model.device)
-                    with torch.no_grad():
-                        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0,
-                                             max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
-                    texts += tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-                scores = checked(texts)
-                per = [a + b / samples for a, b in zip(per, scores)]
-            return per
-        finally:
-            tok.padding_side = side
-            model.train(was_training)
-            torch.random.set_rng_state(state)
 
-    class RaceWatch(TrainerCallback):
+def _restore(model, best: Mapping[str, Any]) -> None:
+    """Put the weights ``_snapshot`` copied back into ``model``."""
+    import torch
+
+    with torch.no_grad():
+        for k, v in model.named_parameters():
+            if k in best:
+                v.copy_(best[k])
+
+
+def _watch_callback(base: type, evaluate: _Evaluator, checkpoints: int | tuple[float, ...], stop: bool,
+                    keep_best: bool, log: Callable[[str], None], on_error: str):
+    """The callback: a ``base`` (transformers' TrainerCallback) that evaluates at the Watch's due steps."""
+
+    class RaceWatch(base):
         def __init__(self):
             self.watch: Watch | None = None
             self.best: dict[str, Any] | None = None
@@ -372,7 +397,7 @@ def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[flo
                     control.should_training_stop = True
                 return
             if keep_best and self.watch.best_step == step:
-                self.best = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+                self.best = _snapshot(model)
             if fall is not None and stop and not control.should_training_stop:
                 log(self.watch.line())
                 control.should_training_stop = True
@@ -394,12 +419,31 @@ def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[flo
             if self.watch.fall is None and self.watch.history[-1].step < state.global_step:
                 self._check(state.global_step, model, processing_class, control)
             if self.watch.fall is not None and keep_best and self.best is not None:
-                import torch
-
-                with torch.no_grad():
-                    for k, v in model.named_parameters():
-                        if k in self.best:
-                            v.copy_(self.best[k])
+                _restore(model, self.best)
                 log(f"race.fullrun.watch: restored the adapter of step {self.watch.best_step}, the best held-out checkpoint")
 
     return RaceWatch()
+
+
+def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[float]], *,
+                 columns: Mapping[str, Sequence[Any]] | None = None, samples: int = 1, max_new_tokens: int = 64,
+                 temperature: float = 1.0, checkpoints: int | Sequence[float] = DEFAULT_CHECKPOINTS,
+                 stop: bool = True, keep_best: bool = True, batch_size: int = 64, log: Callable[[str], None] = print,
+                 timeout: float = 60.0, on_error: str = "log"):
+    """A ``transformers.TrainerCallback`` watching a TRL run (see the module docstring).
+
+    ``prompts``: held-out prompts (never trained on); ``reward_func``: TRL's reward-function
+    signature, ``f(prompts=…, completions=…, **columns) -> scores``; ``columns``: its extra
+    per-prompt columns (e.g. ``{"answer": [...]}``); ``samples`` per prompt, averaged per prompt.
+    ``timeout``: seconds one call of ``reward_func`` may take (as ``reward.timeout`` in pilots);
+    ``on_error``: what a failed evaluation does (the checker raised, timed out or returned nonsense;
+    generation failed): ``"log"`` one line and train on, ``"stop"`` the run, or ``"raise"`` it.
+    The callback's ``watch`` attribute holds the Watch (its history, fall and line)."""
+    evaluate = _evaluator(prompts, reward_func, columns, samples, max_new_tokens, batch_size, temperature, timeout)
+    checkpoints = _checkpoints(checkpoints)
+    stop, keep_best = A.flag("stop", stop, error=WatchError), A.flag("keep_best", keep_best, error=WatchError)
+    A.function("log", log, error=WatchError)
+    A.one_of("on_error", on_error, ON_ERROR, error=WatchError)
+    from transformers import TrainerCallback
+
+    return _watch_callback(TrainerCallback, evaluate, checkpoints, stop, keep_best, log, on_error)

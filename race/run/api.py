@@ -87,18 +87,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
         raise RaceError(f"config names models {list(cfg.models)}: a grid over policies returns a joint view, "
                         "not one diagnosis: call race.run.api.run_models (or give one model)")
-    from race.config.configfile import parse_flops
-    from race.core.errors import RaceError
-
-    full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
-    if force_forecast and full is None:
-        raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
-    if probe and full is None:
-        raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
-    if probe:
-        from race.fullrun.probe import check_full_run
-
-        check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
+    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=probe)
     from race.run.options import RunOptions
 
     # checked once, before a folder is made (race.run.options.RunOptions.check)
@@ -107,6 +96,30 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
+    return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
+
+
+def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool, probe: bool) -> float | None:
+    """The full-run budget (the argument over the config's), with force / probe refused without one and
+    the probe's factor checked, before any pilot runs."""
+    from race.config.configfile import parse_flops
+    from race.core.errors import RaceError
+
+    full = parse_flops(full_run_budget, "full_run_budget") if full_run_budget is not None else cfg.full_run_budget
+    if force and full is None:
+        raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
+    if probe and full is None:
+        raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
+    if probe:
+        from race.fullrun.probe import check_full_run
+
+        check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
+    return full
+
+
+def _diagnosis(results: Any, out: str, *, full: float | None, force: bool, probe: bool, device: str) -> Diagnosis:
+    """The grid's diagnosis (with the forecast at ``full`` and the length probe when asked), or the one
+    line its failure is."""
     import race.stats.report  # noqa: F401  (registers the renderer: print(diagnosis) is the text report)
     from race.core.errors import PilotsFailed, RaceError
     from race.stats.results import failure_message
@@ -118,9 +131,9 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         raise RaceError(f"the grid in {out} ended without a diagnosis: no pilot finished "
                         f"(results.json there lists what ran)")
     if full:
-        results = save_forecast(results, out, full_run_budget=full, force=force_forecast)
+        results = save_forecast(results, out, full_run_budget=full, force=force)
         if probe:
-            results = run_probe(results, full_run_budget=full, device=device, out=out, force=force_forecast)
+            results = run_probe(results, full_run_budget=full, device=device, out=out, force=force)
     return results.diagnosis
 
 

@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Callable
+from typing import Any, Callable
 
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import PilotResult, Schedule
@@ -163,74 +163,93 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
 
     # vLLM's import takes 10–20 s: the fork server does it once for all pilots
     ctx = _context(("vllm.entrypoints.llm", "race.engine.backends.vllm") if resolve_backend(config.backend) == "vllm" else ())
-    threads = pilot_threads(workers, device)
-    cfg = config.to_dict()
+    pool = _Pool(ctx, config.to_dict(), pilot_threads(workers, device), device, on_result=on_result,
+                 on_progress=on_progress, on_start=on_start)
     pending: list[list[Job]] = lockstep_groups(list(jobs), group_size)
-    running: dict = {}
-    results = []
     try:
-        while pending or running or (keep_going is not None and keep_going()):
-            while len(running) < workers:
+        while pending or pool.running or (keep_going is not None and keep_going()):
+            while len(pool.running) < workers:
                 got = pending.pop(0) if pending else (next_job() if next_job else None)
                 if not got:
                     break
-                group = list(got) if isinstance(got, list) else [got]
-                parent, child = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(child, cfg, group[0].schedule.to_dict(),
-                                                        [j.seed for j in group], threads, device), daemon=True)
-                with _unimportable_main_hidden():
-                    proc.start()
-                child.close()
-                running[parent] = (proc, {j.seed: j for j in group})
-                if on_start:
-                    for job in group:
-                        on_start(job, proc.pid)
+                pool.start(list(got) if isinstance(got, list) else [got])
             if on_tick:
                 on_tick()
-            if not running:
+            if not pool.running:
                 time.sleep(poll)
                 continue
-            ready = wait(list(running) + [p.sentinel for p, _ in running.values()], timeout=poll)
-            for conn in list(running):
-                proc, left = running[conn]
-                done, error = False, None
-
-                def finish(job: Job, result: PilotResult) -> None:
-                    results.append(result)
-                    if on_result:
-                        on_result(job, result)
-
-                try:
-                    while conn.poll():
-                        msg = conn.recv()
-                        if msg[0] == "progress" and on_progress and msg[1] in left:
-                            on_progress(left[msg[1]], msg[2], msg[3])
-                        elif msg[0] == "result":
-                            result = PilotResult.from_dict(msg[1])
-                            job = left.pop(result.seed, None)
-                            if job is not None:
-                                finish(job, result)
-                            done = not left
-                        elif msg[0] == "error":
-                            error, done = (msg[1], msg[2]), True
-                except (EOFError, OSError):
-                    done = True
-                if not done and proc.sentinel in ready and not proc.is_alive():
-                    done = True
-                if done:
-                    proc.join(timeout=5)
-                    if error is None and left:
-                        code = proc.exitcode
-                        why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
-                        error = (f"pilot process {why}", "")
-                    for job in list(left.values()):
-                        finish(job, _failed(job, *error))
-                    del running[conn]
-                    conn.close()
+            ready = wait(list(pool.running) + [p.sentinel for p, _ in pool.running.values()], timeout=poll)
+            for conn in list(pool.running):
+                pool.collect(conn, ready)
     except BaseException:  # stopping (SIGTERM, Ctrl-C, an error in a callback): no pilot outlives the caller
-        _stop(running)
+        _stop(pool.running)
         raise
-    return results
+    return pool.results
+
+
+class _Pool:
+    """The pilot processes of one ``run_jobs`` call: each runs one job or one lockstep group, its
+    messages read from its pipe (progress, a result per seed, or an error)."""
+
+    def __init__(self, ctx: Any, cfg: dict, threads: int, device: str, *,
+                 on_result: Callable[[Job, PilotResult], None] | None,
+                 on_progress: Callable[[Job, int, float], None] | None,
+                 on_start: Callable[[Job, int], None] | None):
+        self.ctx, self.cfg, self.threads, self.device = ctx, cfg, threads, device
+        self.on_result, self.on_progress, self.on_start = on_result, on_progress, on_start
+        self.running: dict = {}            # pipe → (process, {seed: job not yet returned})
+        self.results: list[PilotResult] = []
+
+    def start(self, group: list[Job]) -> None:
+        """One process for ``group`` (one job, or a grid point's seeds in lockstep)."""
+        parent, child = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_child, args=(child, self.cfg, group[0].schedule.to_dict(),
+                                                     [j.seed for j in group], self.threads, self.device), daemon=True)
+        with _unimportable_main_hidden():
+            proc.start()
+        child.close()
+        self.running[parent] = (proc, {j.seed: j for j in group})
+        if self.on_start:
+            for job in group:
+                self.on_start(job, proc.pid)
+
+    def finish(self, job: Job, result: PilotResult) -> None:
+        self.results.append(result)
+        if self.on_result:
+            self.on_result(job, result)
+
+    def collect(self, conn: Any, ready: list) -> None:
+        """Read what the process behind ``conn`` sent; when it is done (every seed returned, an error, or
+        it died), fail the seeds it did not return and forget it."""
+        proc, left = self.running[conn]
+        done, error = False, None
+        try:
+            while conn.poll():
+                msg = conn.recv()
+                if msg[0] == "progress" and self.on_progress and msg[1] in left:
+                    self.on_progress(left[msg[1]], msg[2], msg[3])
+                elif msg[0] == "result":
+                    result = PilotResult.from_dict(msg[1])
+                    job = left.pop(result.seed, None)
+                    if job is not None:
+                        self.finish(job, result)
+                    done = not left
+                elif msg[0] == "error":
+                    error, done = (msg[1], msg[2]), True
+        except (EOFError, OSError):
+            done = True
+        if not done and proc.sentinel in ready and not proc.is_alive():
+            done = True
+        if done:
+            proc.join(timeout=5)
+            if error is None and left:
+                code = proc.exitcode
+                why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
+                error = (f"pilot process {why}", "")
+            for job in list(left.values()):
+                self.finish(job, _failed(job, *error))
+            del self.running[conn]
+            conn.close()
 
 
 def _stop(running: dict) -> None:

@@ -10,7 +10,7 @@
 # parser, its reward loader (openrlhf/utils/agent.py), its dataset and batching code.
 #
 # The pins are the versions docs/recipes.md names. To move one: change it here and in
-# race/fullrun/recipes.py VERSIONS, run the tests, and fix the recipe where the trainer moved.
+# `VERSION` in race/fullrun/trl.py, verl.py or openrlhf.py, run the tests, and fix the recipe where the trainer moved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${RACE_TRAINER_SOURCES:-.ci/cache/trainers}"

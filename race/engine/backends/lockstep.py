@@ -321,14 +321,7 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
         raise ValueError(f"lockstep sampling needs the same number of prompts per seed, got {[len(p) for p in prompt_ids]}")
     stop = torch.tensor(sorted({int(eos_id)} if isinstance(eos_id, int) else {int(i) for i in eos_id}),
                         dtype=torch.long, device=device)
-    width = max(len(p) for seed in prompt_ids for p in seed)
-    ids = torch.full((S, P, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((S, P, width), dtype=torch.long)
-    for s, seed in enumerate(prompt_ids):
-        for i, p in enumerate(seed):
-            ids[s, i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[s, i, width - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask, width = _left_padded(prompt_ids, pad_id, device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = model.new_cache(S * P, width + max_new_tokens)
     logits = model(ids, mask, pos, cache=cache, logits_to_keep=1, merged=True).logits[:, :, -1, :]
@@ -337,82 +330,134 @@ def sample_lockstep(model: LockstepLM, prompt_ids: list[list[list[int]]], *, n: 
     logits = logits.repeat_interleave(n, dim=1)                    # [S, R, V]
     mask = mask.repeat_interleave(n, dim=1)                        # [S, R, L]
     next_pos = pos[:, :, -1:].repeat_interleave(n, dim=1) + 1      # [S, R, 1]
+    rows = _SeedRows(S, B, device)
     R = B
-    # seed s's solo row set is always the first own[s] physical rows, in solo order (compaction
-    # moves a seed's kept rows to the front): a slice, where an index would copy
-    own = [B] * S
-    rollout = [torch.arange(B, device=device) for _ in range(S)]   # which rollout each own row is
-    done = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(S)]
-    live = [True] * S                                              # the seed's solo sampler is still looping
-    out = [[[] for _ in range(B)] for _ in range(S)]
-    lps = [[[] for _ in range(B)] for _ in range(S)]
     for t in range(max_new_tokens):
         toks, cols = [], []                                        # per seed: next token, new mask column
         for s in range(S):
-            m = own[s]
-            if not live[s]:
-                toks.append(torch.full((R,), pad_id, dtype=torch.long, device=device))
-                cols.append(torch.zeros(R, dtype=torch.long, device=device))
-                continue
-            scaled = logits[s, :m].float() / temperature
-            probs = top_p_filter(torch.softmax(scaled, dim=-1), top_p)
-            nxt = torch.multinomial(probs, 1, generator=generators[s]).squeeze(1)
-            nxt = torch.where(done[s], torch.full_like(nxt, pad_id), nxt)
-            lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \
-                if logprobs is not None else None
-            for k, (r, tok, d) in enumerate(zip(rollout[s].tolist(), nxt.tolist(), done[s].tolist())):
-                if not d:
-                    out[s][r].append(tok)
-                    if lp is not None:
-                        lps[s][r].append(lp[k])
-            finished = torch.isin(nxt, stop) & ~done[s]
-            col = (~done[s] | finished).long()       # the mask column as the solo sampler writes it
-            done[s] = done[s] | finished
-            if bool(done[s].all()) or t == max_new_tokens - 1:
-                live[s] = False
-            if not live[s]:                          # its rows are read no more
-                col = torch.zeros_like(col)
-            toks.append(nxt if m == R else F.pad(nxt, (0, R - m), value=pad_id))
-            cols.append(col if m == R else F.pad(col, (0, R - m)))   # padding rows masked
-        if not any(live):
+            tok, col = _seed_step(rows, s, logits, t, R, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  top_p=top_p, generator=generators[s], stop=stop, pad_id=pad_id,
+                                  want_logprobs=logprobs is not None, device=device)
+            toks.append(tok)
+            cols.append(col)
+        if not any(rows.live):
             break
         nxt_phys = torch.stack(toks)                                   # [S, R]
         mask = torch.cat([mask, torch.stack(cols).unsqueeze(-1)], dim=-1)
-        compact = [live[s] and float(done[s].float().mean()) >= COMPACT_SHARE and max_new_tokens - 1 - t >= COMPACT_MIN_LEFT
-                   for s in range(S)]
+        compact = [rows.live[s] and float(rows.done[s].float().mean()) >= COMPACT_SHARE
+                   and max_new_tokens - 1 - t >= COMPACT_MIN_LEFT for s in range(S)]
         if any(compact):
-            keep_own = []
-            for s in range(S):
-                if compact[s]:
-                    k = (~done[s]).nonzero().squeeze(1)
-                    rollout[s], done[s] = rollout[s][k], done[s][k]
-                    keep_own.append(k)
-                else:
-                    keep_own.append(torch.arange(own[s] if live[s] else 0, device=device))
-            R_new = max(len(k) for k in keep_own)
-            phys = []
-            for s in range(S):                   # own rows first (solo order), then any rows as padding
-                k = keep_own[s]
-                extra = R_new - len(k)
-                if extra:
-                    spare = torch.ones(R, dtype=torch.bool, device=device)
-                    spare[k] = False
-                    k = torch.cat((k, spare.nonzero().squeeze(1)[:extra]))
-                phys.append(k)
-                own[s] = len(keep_own[s])
-            sel = torch.cat([p + s * R for s, p in enumerate(phys)])
-            cache.k = [c.index_select(0, sel) for c in cache.k]
-            cache.v = [c.index_select(0, sel) for c in cache.v]
-            idx = torch.stack(phys)                                       # [S, R_new]
-            mask = torch.gather(mask, 1, idx[..., None].expand(-1, -1, mask.shape[-1]))
-            next_pos = torch.gather(next_pos, 1, idx[..., None])
-            nxt_phys = torch.gather(nxt_phys, 1, idx)
+            phys, R_new = _compacted_rows(rows, compact, R, device)
+            mask, next_pos, nxt_phys = _keep_rows(cache, phys, R, mask, next_pos, nxt_phys)
             R = R_new
         logits = model(nxt_phys.unsqueeze(-1), mask, next_pos, cache=cache, merged=True).logits[:, :, -1, :]
         next_pos = next_pos + 1
     if logprobs is not None:
-        logprobs.extend([lps[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S))
-    return [[out[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S)]
+        logprobs.extend([rows.lps[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S))
+    return [[rows.out[s][i * n:(i + 1) * n] for i in range(P)] for s in range(S)]
+
+
+def _left_padded(prompt_ids: list[list[list[int]]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(ids, attention mask, width): every seed's prompts left-padded to the widest, [S, P, width], on ``device``."""
+    S, P = len(prompt_ids), len(prompt_ids[0])
+    width = max(len(p) for seed in prompt_ids for p in seed)
+    ids = torch.full((S, P, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((S, P, width), dtype=torch.long)
+    for s, seed in enumerate(prompt_ids):
+        for i, p in enumerate(seed):
+            ids[s, i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[s, i, width - len(p):] = 1
+    return ids.to(device), mask.to(device), width
+
+
+class _SeedRows:
+    """What ``sample_lockstep`` keeps per seed s: ``own[s]``, how many of the physical rows are its
+    solo sampler's (always the first ones, in solo order: compaction moves a seed's kept rows to the
+    front, so they are a slice where an index would copy); ``rollout[s]``, which rollout each own
+    row is; ``done[s]``, which own rows have finished; ``live[s]``, whether its solo sampler is still
+    looping; ``out[s]`` / ``lps[s]``, the tokens (and log-probs) of each rollout so far."""
+
+    def __init__(self, S: int, B: int, device) -> None:
+        self.own = [B] * S
+        self.rollout = [torch.arange(B, device=device) for _ in range(S)]
+        self.done = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(S)]
+        self.live = [True] * S
+        self.out: list[list[list[int]]] = [[[] for _ in range(B)] for _ in range(S)]
+        self.lps: list[list[list[float]]] = [[[] for _ in range(B)] for _ in range(S)]
+
+
+def _seed_step(rows: _SeedRows, s: int, logits: torch.Tensor, t: int, R: int, *, max_new_tokens: int,
+               temperature: float, top_p: float, generator: torch.Generator | None, stop: torch.Tensor,
+               pad_id: int, want_logprobs: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoding step ``t`` of seed s over its own rows, as its solo sampler takes it: the next
+    tokens drawn from ``generator``, recorded for the rows not done; returns the seed's [R] token
+    row and mask column (padding rows, and every row once the seed stops, masked)."""
+    m = rows.own[s]
+    if not rows.live[s]:
+        return (torch.full((R,), pad_id, dtype=torch.long, device=device),
+                torch.zeros(R, dtype=torch.long, device=device))
+    done = rows.done[s]
+    scaled = logits[s, :m].float() / temperature
+    probs = top_p_filter(torch.softmax(scaled, dim=-1), top_p)
+    nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+    lp = torch.log_softmax(scaled, dim=-1).gather(1, nxt.unsqueeze(1)).squeeze(1).tolist() \
+        if want_logprobs else None
+    for k, (r, tok, d) in enumerate(zip(rows.rollout[s].tolist(), nxt.tolist(), done.tolist())):
+        if not d:
+            rows.out[s][r].append(tok)
+            if lp is not None:
+                rows.lps[s][r].append(lp[k])
+    finished = torch.isin(nxt, stop) & ~done
+    col = (~done | finished).long()       # the mask column as the solo sampler writes it
+    rows.done[s] = done | finished
+    if bool(rows.done[s].all()) or t == max_new_tokens - 1:
+        rows.live[s] = False
+    if not rows.live[s]:                  # its rows are read no more
+        col = torch.zeros_like(col)
+    return (nxt if m == R else F.pad(nxt, (0, R - m), value=pad_id),
+            col if m == R else F.pad(col, (0, R - m)))   # padding rows masked
+
+
+def _compacted_rows(rows: _SeedRows, compact: list[bool], R: int, device) -> tuple[list[torch.Tensor], int]:
+    """Compaction: each seed in ``compact`` keeps only its rows not done (its solo rule), a stopped
+    seed keeps none. Returns per seed the physical rows to keep, its own rows first (solo order),
+    then any others as padding up to the new row count, and that count; updates ``rows``."""
+    S = len(compact)
+    keep_own = []
+    for s in range(S):
+        if compact[s]:
+            k = (~rows.done[s]).nonzero().squeeze(1)
+            rows.rollout[s], rows.done[s] = rows.rollout[s][k], rows.done[s][k]
+            keep_own.append(k)
+        else:
+            keep_own.append(torch.arange(rows.own[s] if rows.live[s] else 0, device=device))
+    R_new = max(len(k) for k in keep_own)
+    phys = []
+    for s in range(S):                   # own rows first (solo order), then any rows as padding
+        k = keep_own[s]
+        extra = R_new - len(k)
+        if extra:
+            spare = torch.ones(R, dtype=torch.bool, device=device)
+            spare[k] = False
+            k = torch.cat((k, spare.nonzero().squeeze(1)[:extra]))
+        phys.append(k)
+        rows.own[s] = len(keep_own[s])
+    return phys, R_new
+
+
+def _keep_rows(cache, phys: list[torch.Tensor], R: int, mask: torch.Tensor, next_pos: torch.Tensor,
+               nxt_phys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows ``phys`` of each seed (of R physical rows) kept in the KV cache (in place), the
+    attention mask, the next positions and the next tokens; returns the last three."""
+    sel = torch.cat([p + s * R for s, p in enumerate(phys)])
+    cache.k = [c.index_select(0, sel) for c in cache.k]
+    cache.v = [c.index_select(0, sel) for c in cache.v]
+    idx = torch.stack(phys)                                       # [S, R_new]
+    mask = torch.gather(mask, 1, idx[..., None].expand(-1, -1, mask.shape[-1]))
+    next_pos = torch.gather(next_pos, 1, idx[..., None])
+    nxt_phys = torch.gather(nxt_phys, 1, idx)
+    return mask, next_pos, nxt_phys
 
 
 class LockstepBackend:

@@ -459,15 +459,8 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
     S = len(batches)
     if not seed_axis and S != 1:
         raise ValueError(f"update without a seed axis takes one batch, got {S}")
-    per_seed_chunks = [micro_batches(b, micro_batch) for b in batches]
+    per_seed_chunks, chunks = _seed_chunks(batches, micro_batch, pad_id, seed_axis)
     n_chunks = len(per_seed_chunks[0])
-    if seed_axis:
-        chunks = [stack_batches([c[k] for c in per_seed_chunks], pad_id) for k in range(n_chunks)]
-    else:
-        chunks = per_seed_chunks[0]
-
-    def of(t: Any, s: int) -> Any:                # seed s's slice (the whole tensor without a seed axis)
-        return t if t is None or not seed_axis else t[s]
     weights = [[_chunk_weight(c[k], b, loss_agg) for k in range(n_chunks)] for c, b in zip(per_seed_chunks, batches)]
     widths = [[c[k].completion_width for k in range(n_chunks)] for c in per_seed_chunks]
     refs: list[torch.Tensor | None] = [None] * n_chunks
@@ -477,6 +470,8 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
     olds: list[torch.Tensor | None] = [None] * n_chunks
     params = [[p for group in opt.param_groups for p in group["params"]] for opt in optimizers]
     stats: list[list[UpdateStats]] = [[] for _ in range(S)]
+    loss_kw = dict(clip_eps=clip_eps, clip_eps_high=clip_eps_high, loss_agg=loss_agg,
+                   max_completion_len=max_completion_len, beta=beta, entropy_coef=entropy_coef)
     for _ in range(mu):
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
@@ -486,26 +481,11 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
                                                 with_entropy=entropy_coef > 0)        # [S, B, Lc]
             if olds[k] is None:
                 olds[k] = logp.detach()
-            total = None
-            for s in range(S):
-                w = weights[s][k]
-                terms = policy_loss(of(logp, s), of(olds[k], s), of(chunk.advantages, s),
-                                    of(chunk.completion_mask, s), clip_eps=clip_eps, clip_eps_high=clip_eps_high,
-                                    loss_agg=loss_agg,
-                                    max_completion_len=max_completion_len, ref_logp=of(refs[k], s), beta=beta,
-                                    entropy=of(entropy, s), entropy_coef=entropy_coef)
-                term = terms.loss * w if n_chunks > 1 else terms.loss
-                total = term if total is None else total + term
-                a = acc[s]
-                a[0] += float(terms.loss.detach()) * w
-                a[1], a[2], a[3] = a[1] + terms.clip_fraction * w, a[2] + terms.kl * w, a[3] + terms.entropy * w
+            total = _seeds_loss(logp, olds[k], refs[k], entropy, chunk, [w[k] for w in weights], acc,
+                                seed_axis=seed_axis, weighted=n_chunks > 1, loss_kw=loss_kw)
             total.backward()
         for s in range(S):
-            if max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params[s], max_grad_norm, foreach=True)
-            optimizers[s].step()
-            if lr_schedulers is not None and lr_schedulers[s] is not None:
-                lr_schedulers[s].step()
+            _step_seed(optimizers[s], params[s], None if lr_schedulers is None else lr_schedulers[s], max_grad_norm)
             stats[s].append(UpdateStats(*acc[s]))
     out = []
     for s in range(S):
@@ -513,9 +493,62 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
         if sample_logprobs is not None and sample_logprobs[s] is not None:
             # each chunk of a seed has the seed's own batch width (micro_batches slices rows only):
             # drop the columns the other seeds' widths added
-            old = torch.cat([of(olds[k], s)[:, :widths[s][k]] for k in range(n_chunks)])
+            old = torch.cat([_of_seed(olds[k], s, seed_axis)[:, :widths[s][k]] for k in range(n_chunks)])
             sync = sync_gap(old, sample_logprobs[s], batches[s].completion_mask)
-        n = len(stats[s])
-        out.append(UpdateStats(sum(x.loss for x in stats[s]) / n, sum(x.clip_fraction for x in stats[s]) / n,
-                               sum(x.kl for x in stats[s]) / n, sum(x.entropy for x in stats[s]) / n, sync))
+        out.append(_mean_stats(stats[s], sync))
     return out
+
+
+def _seed_chunks(batches: Sequence[TrainBatch], micro_batch: int | None, pad_id: int,
+                 seed_axis: bool) -> tuple[list[list[TrainBatch]], list[TrainBatch]]:
+    """(per seed its micro-batches, the micro-batches the policy runs): with a seed axis the k-th
+    micro-batches of all seeds stacked into one; without, the one seed's own."""
+    per_seed_chunks = [micro_batches(b, micro_batch) for b in batches]
+    n_chunks = len(per_seed_chunks[0])
+    if seed_axis:
+        chunks = [stack_batches([c[k] for c in per_seed_chunks], pad_id) for k in range(n_chunks)]
+    else:
+        chunks = per_seed_chunks[0]
+    return per_seed_chunks, chunks
+
+
+def _of_seed(t: Any, s: int, seed_axis: bool) -> Any:
+    """Seed s's slice of ``t`` (the whole tensor without a seed axis; None stays None)."""
+    return t if t is None or not seed_axis else t[s]
+
+
+def _seeds_loss(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, entropy: torch.Tensor | None,
+                chunk: TrainBatch, weights: Sequence[float], acc: list[list[float]], *, seed_axis: bool,
+                weighted: bool, loss_kw: dict) -> torch.Tensor:
+    """The summed loss of one micro-batch over the seeds (each seed's ``policy_loss`` times its chunk
+    weight ``weights[s]`` when there are several micro-batches), seed by seed in order; adds each
+    seed's weighted loss, clip fraction, KL and entropy to ``acc[s]``."""
+    total = None
+    for s, w in enumerate(weights):
+        terms = policy_loss(_of_seed(logp, s, seed_axis), _of_seed(old, s, seed_axis),
+                            _of_seed(chunk.advantages, s, seed_axis), _of_seed(chunk.completion_mask, s, seed_axis),
+                            ref_logp=_of_seed(ref, s, seed_axis), entropy=_of_seed(entropy, s, seed_axis), **loss_kw)
+        term = terms.loss * w if weighted else terms.loss
+        total = term if total is None else total + term
+        a = acc[s]
+        a[0] += float(terms.loss.detach()) * w
+        a[1], a[2], a[3] = a[1] + terms.clip_fraction * w, a[2] + terms.kl * w, a[3] + terms.entropy * w
+    return total
+
+
+def _step_seed(optimizer: Any, params: Sequence[torch.Tensor], lr_scheduler: Any | None,
+               max_grad_norm: float | None) -> None:
+    """One seed's optimizer step: its gradient clipped to ``max_grad_norm`` (when set), then its
+    optimizer and its schedule (when it has one) stepped."""
+    if max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    optimizer.step()
+    if lr_scheduler is not None:
+        lr_scheduler.step()
+
+
+def _mean_stats(stats: Sequence[UpdateStats], sync: SyncGap | None) -> UpdateStats:
+    """One seed's ``UpdateStats`` averaged over its μ iterations, with its sync gap."""
+    n = len(stats)
+    return UpdateStats(sum(x.loss for x in stats) / n, sum(x.clip_fraction for x in stats) / n,
+                       sum(x.kl for x in stats) / n, sum(x.entropy for x in stats) / n, sync)

@@ -68,19 +68,43 @@ def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
     (one checkpoint per decoder layer, as ``flops.learning_flops(grad_checkpointing=True)``
     counts) when ``grpo.grad_checkpointing`` is on."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
-    from race.flops.architectures import (EXPERTS_IMPLEMENTATION, FAMILIES, UnsupportedArchitecture, check_adapted_modules,
-                                    peft_target_modules)
-    from race.engine.backends.hf import load_causal_lm
     from race.flops.grid import lora_spec, policy_arch
-    from race.flops.catalog import resolve_model_path
 
     hf_logging.disable_progress_bar()
     arch = policy_arch(config)
     lora = lora_spec(config, arch)
+    tok, model, path = _pretrained(config, arch, device)
+    from race.engine.backends.lean import supports
+
+    if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:
+        from race.engine.backends.lockstep import LockstepLM
+
+        model.requires_grad_(False)
+        return tok, LockstepLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules,
+                               seeds=seeds), path
+    targets = _peft_targets(arch, lora, model)
+    lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
+                      target_modules=targets, task_type="CAUSAL_LM")
+    policy = get_peft_model(model, lcfg)
+    _check_peft_adapters(arch, lora, policy)
+    if config.grpo.grad_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.train()          # HF checkpoints only in training mode (dropout is 0: nothing else changes)
+    return tok, policy, path
+
+
+def _pretrained(config: GridConfig, arch, device: str):
+    """(tokenizer, model on ``device``, model path) of ``config.model``; a model that cannot be
+    loaded (not cached and no hub, a misspelt or gated id, a folder without weights) raises
+    ``race.flops.catalog.load_error``'s one-line error."""
+    from transformers import AutoTokenizer
+
+    from race.flops.architectures import EXPERTS_IMPLEMENTATION
+    from race.engine.backends.hf import load_causal_lm
+    from race.flops.catalog import resolve_model_path
+
     path = resolve_model_path(config.model)
     kw = model_load_kwargs(device)
     if arch.num_experts:      # the experts implementation the FLOP count is verified against
@@ -92,33 +116,33 @@ def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
         from race.flops.catalog import load_error
 
         raise load_error(config.model, e) from None
-    model = model.to(device)
-    from race.engine.backends.lean import supports
+    return tok, model.to(device), path
 
-    if config.grpo.fast_path and not config.grpo.grad_checkpointing and supports(model.config) is None:
-        from race.engine.backends.lockstep import LockstepLM
 
-        model.requires_grad_(False)
-        return tok, LockstepLM(model, rank=config.lora.rank, alpha=config.lora.alpha, targets=lora.target_modules,
-                               seeds=seeds), path
+def _peft_targets(arch, lora, model) -> list[str]:
+    """The module names peft adapts: the architecture's for the configured roles; for an
+    approximate reading (allow_approximate_flops, a family RACE does not know) only the names the
+    model has, and ``UnsupportedArchitecture`` when it has none."""
+    from race.flops.architectures import FAMILIES, UnsupportedArchitecture, peft_target_modules
+
     targets = peft_target_modules(arch, lora.target_modules)
-    exact = arch.model_type in FAMILIES
-    if not exact:             # an approximate reading (allow_approximate_flops): the role names the model has
+    if arch.model_type not in FAMILIES:
         present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
         targets = [t for t in targets if t in present]
         if not targets:
             raise UnsupportedArchitecture(f"model type {arch.model_type!r} has none of the LoRA modules "
                                           f"{', '.join(lora.target_modules)}: RACE cannot place adapters on it")
-    lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
-                      target_modules=targets, task_type="CAUSAL_LM")
-    policy = get_peft_model(model, lcfg)
-    if exact:                 # the adapters peft built must be the ones the FLOP count assumes (one line if not)
+    return targets
+
+
+def _check_peft_adapters(arch, lora, policy) -> None:
+    """For a family RACE knows, the adapters peft built must be the ones the FLOP count assumes
+    (one line if not); an approximate reading is not checked."""
+    from race.flops.architectures import FAMILIES, check_adapted_modules
+
+    if arch.model_type in FAMILIES:
         check_adapted_modules(arch, lora, [name for name, mod in policy.named_modules()
                                            if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {})])
-    if config.grpo.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        policy.train()          # HF checkpoints only in training mode (dropout is 0: nothing else changes)
-    return tok, policy, path
 
 
 def backend_options(config: GridConfig, name: str, *, device: str = "cpu", schedule: Schedule | None = None) -> dict:

@@ -277,8 +277,11 @@ def test_group_size_follows_the_engine_and_what_can_run():
     assert group_size_for(slow, "auto", "cpu") == 1
     with pytest.raises(ConfigError, match="engine 'lockstep' cannot run this config: gradient checkpointing is on"):
         group_size_for(slow, "lockstep", "cpu")
-    with pytest.raises(ConfigError, match="engine 'fast' is unknown: expected one of auto, lockstep, solo"):
-        group_size_for(cfg, "fast", "cpu")
+    from race.core.errors import RaceError
+    from race.run.options import RunOptions
+
+    with pytest.raises(RaceError, match="engine 'fast' is unknown: expected one of auto, lockstep, solo"):
+        RunOptions(out_dir="x", engine="fast").check()       # the engine is a run option, checked there once
     # with the worker count, groups are sized so the last round leaves no core idle
     # 3 points × 3 seeds: solo (5 rounds × 1) beats groups of 3 (2 rounds × 3 × 0.9 = 5.4)
     assert group_size_for(cfg, "auto", "cpu", workers=2) == 1

@@ -1,6 +1,6 @@
 """Did a refactor change a number? Run from the repository root against two checkouts.
 
-    python research/probes/refactor_identity.py records CHECKOUT     # hash of every record round-trip
+    python research/probes/refactor_identity.py records CHECKOUT [DATA]   # hash of every record round-trip
     python research/probes/refactor_identity.py pilot CHECKOUT       # hash of a solo pilot and a 2-seed lockstep group
     python research/probes/refactor_identity.py results A.json B.json   # two runs' results files, pilot by pilot
 
@@ -25,9 +25,13 @@ import os
 import sys
 
 
-def records(root: str) -> str:
-    from race.core.records import Diagnosis, PilotResult
+def records(root: str, data: str | None = None) -> str:
+    try:                                # the packages by layer (issue 52), or the flat layout before them
+        from race.core.records import Diagnosis, PilotResult
+    except ImportError:
+        from race.records import Diagnosis, PilotResult
 
+    root = data or root                 # the files of another checkout, read with this one's code
     files = sorted(glob.glob(f"{root}/docs/runs/*.json*") + glob.glob(f"{root}/pilots/**/*.json*", recursive=True)
                    + glob.glob(f"{root}/research/validation/**/*.json.gz", recursive=True)
                    + glob.glob(f"{root}/validation/**/*.json.gz", recursive=True))
@@ -55,10 +59,16 @@ def pilot(root: str) -> str:
     import torch
 
     torch.set_num_threads(1)
-    from race.run.api import build_config
-    from race.flops.grid import plan_grid
-    from race.engine.lean_engine import run_lockstep
-    from race.engine.pilot import run_pilot
+    try:                                # the packages by layer (issue 52), or the flat layout before them
+        from race.engine.lean_engine import run_lockstep
+        from race.engine.pilot import run_pilot
+        from race.flops.grid import plan_grid
+        from race.run.api import build_config
+    except ImportError:
+        from race.api import build_config
+        from race.grid import plan_grid
+        from race.lockstep import run_lockstep
+        from race.pilot import run_pilot
 
     cfg = build_config(None, budget=4e10, grid="0.6,0.73,0.84")
     sched = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
@@ -104,4 +114,7 @@ if __name__ == "__main__":
     what, root = sys.argv[1], os.path.abspath(sys.argv[2])
     sys.path.insert(0, root)
     os.chdir("/")                       # nothing imported from the current directory
+    if what == "records" and len(sys.argv) > 3:     # records CHECKOUT DATA: DATA's files, CHECKOUT's code
+        print(records(root, os.path.abspath(sys.argv[3])))
+        raise SystemExit(0)
     print({"records": records, "pilot": pilot}[what](root))

@@ -28,7 +28,10 @@ The supported factor (``supported_factor``) is what race.stats.forecast's refusa
 
 Invariants: deterministic (fixed starts, no random draws); a fit that cannot be made is a
 ``ForecastError`` (race.stats.curves) or a ValueError / LinAlgError, which the forecast turns into
-a note or a refusal.
+a note or a refusal; the public functions a planning script calls (``model_value``, ``fit_surface``,
+``SurfaceFit.predict`` / ``described``, ``backtest_cuts``, ``run_backtest``, ``choose_model``,
+``supported_factor``) check their arguments on entry (race.core.arguments: a ``ForecastError``
+naming the argument, its value and what was expected).
 """
 from __future__ import annotations
 
@@ -38,8 +41,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race.core import arguments as A
 from race.core.records import Backtest
-from race.stats.curves import Curves, ForecastError, base_score, fit_data, pilot_ends
+from race.stats.curves import Curves, ForecastError, base_score, checked_curves, fit_data, pilot_ends
 
 MODELS = ("sigmoid", "loglinear")
 BACKTEST_CUT = 0.5           # the model is chosen by the backtest fitted up to this fraction of the budget
@@ -70,7 +74,7 @@ class SurfaceFit:
 
     def predict(self, x: Any) -> np.ndarray:
         """Fitted score per ρ at x = ln(C / budget): x (P,) or scalar → (P,)."""
-        x = np.broadcast_to(np.asarray(x, dtype=float), (self.params.shape[0],))
+        x = _finite_array("x", x, shape=(self.params.shape[0],))
         if self.model == "loglinear":
             return self.params[:, 0] + self.params[:, 1] * x
         from scipy.special import expit
@@ -85,15 +89,48 @@ class SurfaceFit:
 
     def described(self, point: int, budget: float) -> dict[str, float]:
         """The parameters of ρ ``point`` in the report's units (C in FLOPs)."""
+        n = self.params.shape[0]
+        point = A.whole("point", point, ge=0, le=n - 1, floats=False, error=ForecastError,
+                        expected=f"a grid point's index, 0 to {n - 1}")
+        budget = A.number("budget", budget, gt=0, error=ForecastError, expected="a positive finite FLOP count")
         p = self.params[point]
         if self.model == "loglinear":   # a + b·ln(C / budget) = (a − b·ln budget) + b·ln C
             return {"a": float(p[0] - p[1] * math.log(budget)), "b": float(p[1])}
         return {"A": float(p[0]), "c_mid": float(budget * math.exp(p[1])), "B": float(p[2])}
 
 
+_PARAMS = {"loglinear": ("a", "b"), "sigmoid": ("A", "c_mid", "B")}     # a stored fit's parameters, by model
+
+
+def _finite_array(name: str, value: Any, *, gt: float | None = None, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``value`` (a number or an array of them) as a float array, every entry finite (and > ``gt``),
+    broadcast to ``shape`` when given; else a ForecastError naming it."""
+    want = "finite numbers" + (f" > {gt:g}" if gt is not None else "") + (f", a scalar or {shape[0]} of them"
+                                                                          if shape else "")
+    if isinstance(value, (bool, str, bytes)):
+        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}")
+    try:
+        a = np.asarray(value, dtype=float)
+        if shape is not None:
+            a = np.broadcast_to(a, shape)
+    except (TypeError, ValueError, OverflowError):
+        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}") from None
+    if not np.all(np.isfinite(a)) or (gt is not None and not np.all(a > gt)):
+        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}")
+    return a
+
+
 def model_value(model: str, params: Mapping[str, float], r0: float, flops: Any) -> np.ndarray:
     """A stored fit (``ForecastPoint.params``, report units) at FLOPs ``flops`` > 0; numpy only."""
-    c = np.asarray(flops, dtype=float)
+    model = A.one_of("model", model, MODELS, error=ForecastError)
+    params = A.mapping("params", params, error=ForecastError)
+    for key in _PARAMS[model]:
+        if key not in params:
+            raise ForecastError(f"params {str(dict(params))[:80]} has no {key!r}: a {model} fit stores "
+                                f"{', '.join(_PARAMS[model])}")
+        A.number(f"params[{key!r}]", params[key], gt=0 if key == "c_mid" else None, error=ForecastError)
+    A.number("r0", r0, error=ForecastError)
+    c = _finite_array("flops", flops, gt=0)
     if model == "loglinear":
         return params["a"] + params["b"] * np.log(c)
     return r0 + (params["A"] - r0) / (1.0 + (params["c_mid"] / c) ** params["B"])
@@ -223,13 +260,37 @@ def _sigmoid_starts(data: Sequence[tuple[np.ndarray, np.ndarray]], r0: float, xs
 def fit_surface(model: str, data: Sequence[tuple[np.ndarray, np.ndarray]], r0: float, *, unit: bool,
                 init: SurfaceFit | None = None) -> SurfaceFit:
     """``model`` (MODELS) fitted to per-ρ data (x, y); ``init`` fixes the sigmoid's B sharing and start."""
+    model = A.one_of("model", model, MODELS, error=ForecastError)
+    data = _checked_data(data)
+    r0 = A.number("r0", r0, error=ForecastError)
+    A.flag("unit", unit, error=ForecastError)
+    if init is not None:
+        A.instance("init", init, SurfaceFit, error=ForecastError, expected="None or a SurfaceFit (fit_surface's)")
     if model == "loglinear":
         return fit_loglinear_curves(data, r0)
     if model == "sigmoid":
         ys = np.concatenate([d[1] for d in data])
         return fit_sigmoid_curves(data, r0, bounds_a=a_bounds(unit, ys, r0),
                                   shared=None if init is None else init.shared, init=init)
-    raise ValueError(f"model {model!r} is unknown: expected one of {', '.join(MODELS)}")
+    raise ForecastError(f"model {model!r} is unknown: expected one of {', '.join(MODELS)}")
+
+
+def _checked_data(data: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``data``: per ρ a pair (x, y) of equal-length 1-D arrays of finite numbers (``fit_data``'s)."""
+    pairs = A.items("data", data, error=ForecastError, what="(x, y) pairs, one per ρ")
+    if not pairs:
+        raise ForecastError("data is empty: expected one (x, y) pair per ρ (race.stats.curves.fit_data)")
+    out = []
+    for i, pair in enumerate(pairs):
+        xy = A.items(f"data[{i}]", pair, error=ForecastError, what="arrays (x, y)")
+        if len(xy) != 2:
+            raise ForecastError(f"data[{i}] has {len(xy)} items: expected (x, y)")
+        x, y = (_finite_array(f"data[{i}][{j}]", v) for j, v in enumerate(xy))
+        if x.ndim != 1 or x.shape != y.shape:
+            raise ForecastError(f"data[{i}]: x of shape {x.shape} and y of shape {y.shape}: expected two 1-D arrays "
+                                "of one length")
+        out.append((x, y))
+    return out
 
 
 # ----------------------------------------------------------------------------- backtests
@@ -237,6 +298,7 @@ def fit_surface(model: str, data: Sequence[tuple[np.ndarray, np.ndarray]], r0: f
 def backtest_cuts(curves: Curves) -> list[float]:
     """Fractions of the pilot budget a backtest can be cut at: every checkpoint fraction of the
     largest-budget runs below 1 with ≥ MIN_PREFIX_POINTS checkpoints per ρ at or below it."""
+    checked_curves(curves)
     fracs = sorted({float(f) for g in curves.groups if curves.primary(g) for f in g.fractions if 0 < f < 1})
     means = [g.mean for g in curves.groups]
     return [f for f in fracs if all(x.shape[0] >= MIN_PREFIX_POINTS for x, _ in fit_data(curves, means, f))]
@@ -244,6 +306,9 @@ def backtest_cuts(curves: Curves) -> list[float]:
 
 def run_backtest(curves: Curves, model: str, cut: float) -> Backtest:
     """Fit ``model`` on the checkpoints up to ``cut``, predict each point's end (module docstring)."""
+    checked_curves(curves)
+    model = A.one_of("model", model, MODELS, error=ForecastError)
+    cut = A.number("cut", cut, gt=0, lt=1, error=ForecastError, expected="a fraction of the pilot budget in (0, 1)")
     means = [g.mean for g in curves.groups]
     data = fit_data(curves, means, cut)
     fit = fit_surface(model, data, float(base_score(curves, means)), unit=curves.unit)
@@ -260,6 +325,7 @@ def run_backtest(curves: Curves, model: str, cut: float) -> Backtest:
 def choose_model(backtests: Sequence[Backtest]) -> tuple[str, Backtest | None]:
     """The model with the lower mae at the half-budget backtest (a tie, or no sigmoid: loglinear),
     and that backtest; the backtest closest to BACKTEST_CUT when none is at or below it."""
+    backtests = _checked_backtests(backtests)
     cuts = sorted({b.cut_fraction for b in backtests})
     if not cuts:
         return "loglinear", None
@@ -274,9 +340,18 @@ def choose_model(backtests: Sequence[Backtest]) -> tuple[str, Backtest | None]:
 
 def supported_factor(backtests: Sequence[Backtest], model: str) -> float | None:
     """The largest factor up to which every backtest of ``model`` held; None when the first failed."""
+    backtests = _checked_backtests(backtests)
+    model = A.one_of("model", model, MODELS, error=ForecastError)
     out = None
     for b in sorted((b for b in backtests if b.model == model), key=lambda b: b.factor):
         if not b.held:
             break
         out = b.factor
+    return out
+
+
+def _checked_backtests(backtests: Any) -> list[Backtest]:
+    out = A.items("backtests", backtests, error=ForecastError, what="race.core.records.Backtest")
+    for i, b in enumerate(out):
+        A.instance(f"backtests[{i}]", b, Backtest, error=ForecastError)
     return out

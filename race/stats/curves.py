@@ -16,7 +16,8 @@ at the largest budget (``pilot_ends``), which the backtests predict.
 
 Invariants: groups in canonical order (run, ρ), pilots sorted by seed, so everything here is
 independent of the order of the pilots; data it cannot use is a ``ForecastError`` or a note, never
-another exception.
+another exception; every public function checks its arguments on entry (race.core.arguments: a
+``ForecastError`` naming the argument, its value and what was expected).
 """
 from __future__ import annotations
 
@@ -100,6 +101,31 @@ def check_runs(runs: Any) -> None:
         A.number(f"runs[{i}][1]", pair[1], gt=0, error=ForecastError, expected="a positive finite FLOP count")
 
 
+def checked_curves(curves: Any, name: str = "curves") -> "Curves":
+    """``curves`` when it is a ``Curves`` (``collect_curves``'s), else a ForecastError naming it."""
+    return A.instance(name, curves, Curves, error=ForecastError,
+                      expected="a race.stats.curves.Curves (from collect_curves)")
+
+
+def _checked_means(curves: Curves, means: Any) -> list[np.ndarray]:
+    """``means``: one array per group of ``curves`` whose last axis is the group's checkpoints, finite."""
+    ms = A.items("means", means, error=ForecastError, what="arrays, one per group of curves")
+    if len(ms) != len(curves.groups):
+        raise ForecastError(f"means has {len(ms)} items, curves {len(curves.groups)} groups: expected one mean "
+                            "curve per group ([g.mean for g in curves.groups])")
+    out = []
+    for i, (m, g) in enumerate(zip(ms, curves.groups)):
+        try:
+            a = np.asarray(m, dtype=float)
+        except (TypeError, ValueError):
+            raise ForecastError(f"means[{i}] {str(m)[:60]!r} must be an array of numbers") from None
+        if a.ndim < 1 or a.shape[-1] != g.scores.shape[1] or not np.all(np.isfinite(a)):
+            raise ForecastError(f"means[{i}] of shape {a.shape} must hold {g.scores.shape[1]} finite scores on its "
+                                "last axis, one per checkpoint of its group")
+        out.append(a)
+    return out
+
+
 def collect_curves(runs: Sequence[tuple[Sequence[PilotResult], float]], target: str) -> Curves:
     """Group the complete pilots of ``runs`` (each: pilots, pilot budget) with checkpoints of
     ``target``. Raises ForecastError when no grid point at the largest budget has any."""
@@ -174,6 +200,7 @@ def _group(run: int, rho_t: float, pilots: list[PilotResult], budget: float, tar
 
 def base_score(curves: Curves, means: Sequence[np.ndarray]) -> np.ndarray:
     """Mean base-policy score over every pilot: means[g] (..., n_k), column 0 the base."""
+    means = _checked_means(checked_curves(curves), means)
     w = np.array([len(g.seeds) for g in curves.groups], dtype=float)
     return sum(wi * m[..., 0] for wi, m in zip(w, means)) / w.sum()
 
@@ -182,6 +209,9 @@ def fit_data(curves: Curves, means: Sequence[np.ndarray], cut: float | None = No
              ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per point (x, y) of the checkpoints after the base, those at or below ``cut`` (a fraction of
     the pilot budget; None: all): by fraction in the largest-budget runs, by FLOPs in the others."""
+    means = _checked_means(checked_curves(curves), means)
+    if cut is not None:
+        cut = A.number("cut", cut, gt=0, le=1, error=ForecastError, expected="a fraction of the pilot budget in (0, 1]")
     xs: list[list[np.ndarray]] = [[] for _ in curves.points]
     ys: list[list[np.ndarray]] = [[] for _ in curves.points]
     for g, m in zip(curves.groups, means):
@@ -196,6 +226,7 @@ def fit_data(curves: Curves, means: Sequence[np.ndarray], cut: float | None = No
 
 def pilot_ends(curves: Curves) -> tuple[np.ndarray, np.ndarray]:
     """(P,) mean FLOPs and mean score at the end of each point's pilots at the largest budget."""
+    checked_curves(curves)
     c_end, y_end = np.zeros(len(curves.points)), np.zeros(len(curves.points))
     w = np.zeros(len(curves.points))
     for g in curves.groups:
@@ -211,6 +242,9 @@ def pilot_ends(curves: Curves) -> tuple[np.ndarray, np.ndarray]:
 def point_curve(curves: Curves, point: int) -> tuple[tuple[float, float], ...]:
     """(FLOPs, mean score) of every checkpoint after the base of grid point ``point``, its groups in
     order: the held-out curve a forecast stores per ρ (``ForecastPoint.curve``)."""
+    checked_curves(curves)
+    point = A.whole("point", point, ge=0, le=len(curves.points) - 1, floats=False, error=ForecastError,
+                    expected=f"a grid point's index, 0 to {len(curves.points) - 1}")
     out: list[tuple[float, float]] = []
     for g in curves.groups:
         if curves.point_of(g) == point:

@@ -36,11 +36,11 @@ import numpy as np
 
 from race.core import arguments as A
 from race.core.errors import RaceError
-from race.core.records import Backtest, Forecast, ForecastPoint, PilotResult, Regime
+from race.core.records import Backtest, Forecast, ForecastPoint, PilotResult, Regime, Stability
 from race.stats.curvefit import (BACKTEST_CUT, HOLD_SHARE, MIN_PREFIX_POINTS, MODELS, SurfaceFit, backtest_cuts,
                                  choose_model, fit_surface, run_backtest, supported_factor)
-from race.stats.curves import (Curves, ForecastError, base_score, check_runs, collect_curves, fit_data, pilot_ends,
-                               point_curve)
+from race.stats.curves import (Curves, ForecastError, base_score, check_runs, checked_curves, collect_curves, fit_data,
+                               pilot_ends, point_curve)
 from race.stats.instability import stability, stability_at
 
 SCALERL_FACTOR = 2.0         # ScaleRL's prefix fits held to about 2×: the advice when no backtest held
@@ -55,6 +55,10 @@ def replicate_means(curves: Curves, *, n_boot: int, seed: int, level: float) -> 
     √(n/(n−1))·t_df/z (df = Σ (pilots − 1) over groups), as race.stats.fit does for point means."""
     from race.stats.fit import t_quantile
 
+    checked_curves(curves)
+    n_boot = A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+    seed = A.whole("seed", seed, ge=0, error=ForecastError)
+    level = A.number("level", level, gt=0, lt=1, error=ForecastError)
     rng = np.random.default_rng(seed)
     counts: dict[int, np.ndarray] = {}
     for k in sorted({g.scores.shape[2] for g in curves.groups}):
@@ -110,8 +114,8 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
              seed: int = 0, confidence_level: float = 0.9, reward_share_threshold: float = 0.2) -> Forecast:
     """The forecast at ``full_run_budget`` from the pilots of ``runs`` (each: pilots, pilot budget;
     several runs of one setup are pooled). Never raises for data it cannot forecast from: the
-    result is then ``status == "refused"`` with a one-line ``message``. Raises RaceError only for
-    a non-positive budget or n_boot."""
+    result is then ``status == "refused"`` with a one-line ``message``. Raises ``ForecastError``
+    (a RaceError) only for arguments that fail their checks on entry, in one line naming the argument."""
     ask = _checked(runs, target=target, full_run_budget=full_run_budget, pilot_regime=pilot_regime,
                    pilot_best_rho=pilot_best_rho, force=force, n_boot=n_boot, seed=seed,
                    confidence_level=confidence_level, reward_share_threshold=reward_share_threshold)
@@ -162,6 +166,8 @@ def _checked(runs: Any, *, target: Any, full_run_budget: Any, pilot_regime: Regi
     reward_share_threshold = A.number("reward_share_threshold", reward_share_threshold, ge=0, le=1,
                                       error=ForecastError)
     pilot_best_rho = A.number("pilot_best_rho", pilot_best_rho, gt=0, lt=1, error=ForecastError)
+    A.instance("pilot_regime", pilot_regime, Regime, error=ForecastError,
+               expected="a race.core.records.Regime (the pilot verdict's regime)")
     check_runs(runs)
     settings = {"n_boot": n_boot, "seed": seed, "confidence_level": confidence_level,
                 "reward_share_threshold": reward_share_threshold, "backtest_cut": BACKTEST_CUT,
@@ -331,7 +337,8 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
     (default: the config's ``full_run_budget``), pooling the pilots of the ``pool`` results (other
     budgets of the same setup). Without a full-run budget: the diagnosis as stored, its forecast
     (if any) kept. The bootstrap follows the diagnosis's classify settings (seed, confidence
-    level, reward-share threshold; n_boot unless given)."""
+    level, reward-share threshold; n_boot unless given). Its arguments are checked on entry
+    (``ForecastError`` or, for the budget, ``ConfigError``: one line naming the argument)."""
     from race.config.configfile import LearningRate, parse_flops
     from race.stats.results import diagnose_results
 
@@ -386,6 +393,11 @@ def stability_at_with_rate(results: Any, st: Any, full_run_budget: float) -> dic
     from race.stats.rate import configured_lr, full_run_rate
 
     budget = results_budget(results)
+    full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=ForecastError,
+                               expected="a positive finite FLOP count, e.g. 6e12")
+    if st is not None:
+        A.instance("st", st, Stability, error=ForecastError,
+                   expected="None or a race.core.records.Stability (race.stats.instability.stability)")
     probe = probe_for(results, full_run_budget)
     at_f = stability_at(st, full_run_budget=full_run_budget, pilot_budget=budget, probe=probe)
     lr, full_lr = configured_lr(results.config or {})
@@ -396,7 +408,12 @@ def stability_at_with_rate(results: Any, st: Any, full_run_budget: float) -> dic
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:
     """The budget-drift model's range at F for these results (race.stats.drift), or ``{"refused": why}``."""
+    from race.config.rules import LR_SCHEDULES
     from race.stats.drift import range_record
 
+    _results(results, "results")
+    full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=ForecastError,
+                               expected="a positive finite FLOP count, e.g. 6e12")
+    A.one_of("schedule", schedule, LR_SCHEDULES, error=ForecastError)
     return range_record(results.pilots, diag, pilot_budget=results_budget(results), full_run_budget=full_run_budget,
                         constant_rate=schedule == "constant")

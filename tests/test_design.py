@@ -123,8 +123,12 @@ def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
     assert info["grid_factor"] == pytest.approx(6e13 / 3e11)
     text = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e13", "--share", "0.2"]).output
     assert "within a 20% share" in text and "What pilots can buy" in text and "not pay for themselves" in text
-    bad = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12"])
+    fit = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12"])        # the default design: fit
+    assert fit.exit_code == 0 and "design fit: no pilots" in fit.output and "run at the prior ρ 0.46" in fit.output
+    bad = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "flat"])
     assert bad.exit_code == 2 and "buy nothing" in bad.output and "Traceback" not in bad.output
+    odd = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "halving"])
+    assert odd.exit_code == 2 and "pilot design 'halving' is unknown: expected one of fit, flat, prior" in odd.output
     assert CliRunner().invoke(main, ["plan", cfg, "--share", "0.1"]).exit_code == 2
 
 
@@ -135,3 +139,34 @@ def test_race_pilot_warns_before_any_pilot_when_the_base_pass_rate_gives_no_sign
     assert "learn nothing" in signal_line(0.007, 8)
     assert signal_line(0.31, 8) is None
     assert signal_line(None, 8) is None and signal_line(0.0, 1) is None
+
+
+def test_pilot_designs_spend_the_share_as_they_say():
+    """race.stats.pilotdesign: flat is the grid or a refusal; fit falls back to one seed per point plus a
+    second at the point nearest the prior, then to the points nearest the prior, then to no pilots; prior
+    runs none. No plan spends more than its share or gives a pilot less than the minimum."""
+    from race.stats import pilotdesign as PD
+
+    grid, F = [0.25, 0.4, 0.55, 0.7], 6e12
+    kw = dict(full_run=F, min_budget=1.87e11, eval_share=0.61)
+    flat = PD.DESIGNS["flat"].plan(grid, 3, share=0.9, **kw)
+    assert len(flat.pilots) == 12 and flat.spent == pytest.approx(0.9 * F)
+    with pytest.raises(D.DesignError, match="buy nothing"):
+        PD.DESIGNS["flat"].plan(grid, 3, share=0.1, **kw)
+    # 30 %: 12 pilots get 9.3e10 < 1.87e11; 5 (one seed each, a second at 0.4, nearest 0.46) get 2.23e11
+    five = PD.DESIGNS["fit"].plan(grid, 3, share=0.3, **kw)
+    assert five.pilots == ((0.25, 0), (0.4, 0), (0.55, 0), (0.7, 0), (0.4, 1)) and not five.dropped
+    assert five.budget == pytest.approx(0.3 * F / (5 * 1.61)) and five.spent <= 0.3 * F * (1 + 1e-12)
+    # 22 %: 5 pilots get 1.64e11, too few; 4 (the 3 points nearest the prior, 0.25 dropped) get 2.05e11
+    four = PD.DESIGNS["fit"].plan(grid, 3, share=0.22, **kw)
+    assert four.points == (0.4, 0.55, 0.7) and four.dropped == (0.25,) and len(four.pilots) == 4
+    assert four.budget >= 1.87e11
+    none = PD.DESIGNS["fit"].plan(grid, 3, share=0.1, **kw)
+    assert none.pilots == () and none.spent == 0 and "run at the prior ρ 0.46" in none.line()
+    assert PD.DESIGNS["fit"].plan(grid, 3, share=0.9, **kw).pilots == flat.pilots
+    assert PD.DESIGNS["prior"].plan(grid, 3, share=0.5, **kw).pilots == ()
+    assert list(PD.DESIGNS) == ["fit", "flat", "prior"]
+    with pytest.raises(D.DesignError, match="pilot design 'x' is unknown"):
+        PD.design_named("x")
+    with pytest.raises(D.DesignError, match="share"):
+        PD.DESIGNS["fit"].plan(grid, 3, share=1.5, **kw)

@@ -167,10 +167,13 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--share", type=float, default=None,
               help="With --full-run: the share of the full run for pilots, held-out evaluation counted "
                    "(default 0.1, race init's).")
+@click.option("--design", default="fit", show_default=True, metavar="[fit|flat|prior]",
+              help="With --full-run: how the share becomes pilots: fit (the grid if it fits, else fewer pilots "
+                   "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots) (docs/pilot.md).")
 @ALLOW_APPROXIMATE
 @user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
-         as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None,
+         as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None, design: str,
          allow_approximate: bool) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown; with
     --full-run F, what the pilots cost of F, what a share of F buys, and what pilots are worth."""
@@ -205,12 +208,13 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
     if full is None:
         echo(render_plan(planned, fmt), nl=False)
     else:
-        from race.stats.design import DEFAULT_SHARE, render_share
         from race.flops.grid import eval_share, policy_arch
+        from race.stats.design import DEFAULT_SHARE
+        from race.stats.pilotdesign import render_share
 
         ev = eval_share(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
         echo(render_share(planned, full_run=full, share=DEFAULT_SHARE if share is None else share, eval_share=ev,
-                           fmt=fmt), nl=False)
+                          design=design, fmt=fmt), nl=False)
     from race.run.newconfig import DATA_SUFFIXES, set_warnings, task_sizes
     from race.core.safeio import one_line
 

@@ -9,6 +9,8 @@ Interface:
   curve models, their fits and backtests) and ``curves`` (the pilots' held-out curves as the fits read them).
 - ``design``: what RACE knows before a pilot (the prior of the best ρ, the signal check) and
   pilots sized within a share of the full run.
+- ``pilotdesign``: pilot designs as objects (``fit``, ``flat``, ``prior``): how a share of the full run
+  becomes pilots, or none.
 - ``report``: text / Markdown / LaTeX / JSON renderings of a diagnosis.
 - ``results``: ``results.json`` read, written and re-diagnosed, with its stored probe records.
 

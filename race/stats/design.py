@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from race.core import arguments as A
-from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR, Z90
+from race.stats.drift import Z90
 from race.core.errors import RaceError
 
 # The no-pilot prior: rounds 1–2's 10 × B full-run grids (research/validation/suite.yaml, round2.yaml), the
@@ -221,46 +221,3 @@ def pilot_value(share: float) -> PilotValue:
     """The value of a pilot share (see ``PilotValue``)."""
     s = A.number("share", share, error=DesignError, ge=0, lt=1)
     return PilotValue(s, PRIOR_REGRET, SE_PER_DOUBLING * math.log2(1.0 / (1.0 - s)))
-
-
-def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
-                 fmt: str = "text") -> str:
-    """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
-    what ``share`` of F buys (``plan_share``: the same pilots, held-out evaluation counted; refused when a
-    pilot would get fewer than ``MIN_STEPS`` steps of its costliest point), and what pilots are worth
-    (``pilot_value``). JSON: the plan's object with ``full_run`` added."""
-    import json
-
-    from race.stats.report import SCHEMA_VERSION, check_format, fmt_flops, render_plan
-
-    check_format(fmt)
-    c = plan.config
-    F = A.number("full_run", full_run, error=DesignError, gt=0)
-    pilots = len(plan.schedules) * c.seeds
-    per_step = max(s.flops_per_step.total for s in plan.schedules)
-    fit = plan_share(F, pilots=pilots, share=share, eval_share=eval_share, min_budget=MIN_STEPS * per_step,
-                     max_factor=MAX_FACTOR)
-    value = pilot_value(fit.share)
-    grid_cost = plan.grid_flops * (1.0 + eval_share)
-    info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,
-            "within_share": fit.to_dict(), "validated_factor": VALIDATED_FACTOR,
-            "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
-                      "pays": value.pays, "line": value.line()},
-            "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS}}
-    if fmt == "json":
-        body = json.loads(render_plan(plan, "json"))
-        return json.dumps({**body, "schema_version": SCHEMA_VERSION, "full_run": info}, indent=2)
-
-    def reach(factor: float) -> str:
-        return ("within the " if factor <= VALIDATED_FACTOR else "past the ") + \
-            f"{VALIDATED_FACTOR:.0f} × the range at F is validated to"
-    lines = [render_plan(plan, fmt).rstrip("\n"), "",
-             f"Against the full run F = {fmt_flops(F)} FLOPs:",
-             f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "
-             f"evaluation (+{eval_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
-             f"  within a {fit.share:.0%} share: the same {pilots} pilots at {fmt_flops(fit.budget)} FLOPs each, "
-             f"evaluation counted; F / B = {fit.factor:.3g} ({reach(fit.factor)})",
-             f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, the median full-run best of "
-             f"{POPULATION_GRIDS} grids of rounds 1–2); race pilot checks the base pass rate after calibration",
-             f"  {value.line()}", ""]
-    return "\n".join(lines)

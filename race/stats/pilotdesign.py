@@ -1,0 +1,213 @@
+"""Pilot designs as objects: how a share of the full run becomes pilots, or none (issues 49 and 52). Pure.
+
+A design reads what a config asks for (its ρ points and seeds), the full run F, the share s of F the
+pilots may spend, the smallest budget whose steps plan (``min_budget``: ``MIN_STEPS`` optimizer steps of
+the costliest point) and held-out evaluation's share of a pilot's budget, and returns a ``DesignPlan``:
+the pilots it runs (ρ, seed index), each pilot's budget B, the factor F / B, and one line saying why.
+
+- ``FlatGrid`` (``flat``): every point × every seed within the share, as ``race pilot`` runs a config;
+  refused in one line when a pilot would get less than ``min_budget`` or F / B passes the drift model's
+  range (``race.stats.design.plan_share``).
+- ``FitShare`` (``fit``, the default of ``race plan --full-run``): the flat grid when it fits; else
+  fewer pilots: one seed per point and a second one at the point nearest the prior (the regime rule
+  needs one point with two seeds), then only the points nearest the prior, down to ``MIN_GRID_POINTS``
+  (the fewest a verdict reads). When even that does not fit, no pilots: the run takes the whole share
+  at the prior ρ.
+- ``PriorOnly`` (``prior``): no pilots; the run at the prior ρ (``POPULATION_RHO``) with the share.
+
+Why ``fit`` falls back to the prior rather than to weaker pilots: on rounds 1–2 no design cheaper than
+the flat grid at B (1.2 full runs) beat the prior's median regret, and reads at a tenth of B lost the
+regime in 14–16 of 17 grids (docs/pilot.md, "Replaying pilot designs"); pilots below ``MIN_STEPS``
+steps learn nothing to read.
+
+Invariants: a plan never spends more than its share; no pilot gets less than ``min_budget``; a plan
+with no pilots says so and gives its share back to the full run. ``DESIGNS`` is the one table of them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from race.core import arguments as A
+from race.stats.design import (DEFAULT_SHARE, MIN_STEPS, POPULATION_GRIDS, POPULATION_RHO, POPULATION_RHO_SD,
+                               DesignError, pilot_value, plan_share)
+from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR
+from race.stats.regime import MIN_GRID_POINTS
+
+
+@dataclass(frozen=True)
+class DesignPlan:
+    """The pilots a design runs within ``share`` of ``full_run`` (none: ``pilots`` empty, the prior)."""
+
+    design: str
+    full_run: float
+    share: float
+    eval_share: float
+    pilots: tuple[tuple[float, int], ...]      # (ρ, seed index 0 …)
+    budget: float                              # FLOPs per pilot (0 with no pilots)
+    why: str
+    prior: float = POPULATION_RHO
+    dropped: tuple[float, ...] = field(default=())
+
+    @property
+    def points(self) -> tuple[float, ...]:
+        return tuple(sorted({r for r, _ in self.pilots}))
+
+    @property
+    def spent(self) -> float:
+        """FLOPs the pilots spend, held-out evaluation counted."""
+        return len(self.pilots) * self.budget * (1.0 + self.eval_share)
+
+    @property
+    def factor(self) -> float | None:
+        return self.full_run / self.budget if self.budget else None
+
+    def to_dict(self) -> dict:
+        return {"design": self.design, "full_run": self.full_run, "share": self.share, "eval_share": self.eval_share,
+                "pilots": [list(p) for p in self.pilots], "points": list(self.points), "budget": self.budget,
+                "spent": self.spent, "factor": self.factor, "prior": self.prior, "dropped": list(self.dropped),
+                "why": self.why}
+
+    def line(self) -> str:
+        if not self.pilots:
+            return f"design {self.design}: no pilots; {self.why}"
+        seeds = {r: sum(1 for q, _ in self.pilots if q == r) for r in self.points}
+        grid = ", ".join(f"{r:g}" + (f" ×{n}" if n > 1 else "") for r, n in seeds.items())
+        return (f"design {self.design}: {len(self.pilots)} pilots (ρ {grid}) at {self.budget:.3g} FLOPs each, "
+                f"F / B = {self.factor:.3g}; {self.why}")
+
+
+class PilotDesign(Protocol):
+    """One pilot design: its name (``race plan --design``) and how it spends a share of the full run."""
+
+    name: str
+
+    def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
+             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        ...
+
+
+def _checked(grid: Sequence[float], seeds: int, full_run: float, share: float, min_budget: float,
+             eval_share: float) -> tuple[list[float], int, float, float, float, float]:
+    points = sorted(A.number("grid point", r, error=DesignError, gt=0, lt=1) for r in grid)
+    if not points:
+        raise DesignError("grid []: expected at least one ρ")
+    return (points, A.whole("seeds", seeds, error=DesignError, ge=1),
+            A.number("full_run", full_run, error=DesignError, gt=0),
+            A.number("share", share, error=DesignError, gt=0, lt=1),
+            A.number("min_budget", min_budget, error=DesignError, ge=0),
+            A.number("eval_share", eval_share, error=DesignError, ge=0))
+
+
+@dataclass(frozen=True)
+class FlatGrid:
+    """Every point × every seed within the share (race.stats.design.plan_share; refused in one line)."""
+
+    name: str = "flat"
+
+    def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
+             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
+        fit = plan_share(F, pilots=len(points) * n, share=s, eval_share=e, min_budget=lo, max_factor=max_factor)
+        return DesignPlan(self.name, F, s, e, tuple((r, k) for r in points for k in range(n)), fit.budget,
+                          "the config's grid, every seed")
+
+
+@dataclass(frozen=True)
+class PriorOnly:
+    """No pilots: the run at the prior ρ, with the share given back to it."""
+
+    name: str = "prior"
+
+    def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
+             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
+        return DesignPlan(self.name, F, s, e, (), 0.0,
+                          f"run at the prior ρ {POPULATION_RHO:g} with the whole compute (F plus the {s:.0%} share)")
+
+
+@dataclass(frozen=True)
+class FitShare:
+    """The flat grid when it fits the share; else fewer pilots nearest the prior; else the prior."""
+
+    name: str = "fit"
+
+    def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
+             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
+        try:
+            flat = FlatGrid().plan(points, n, full_run=F, share=s, min_budget=lo, eval_share=e, max_factor=max_factor)
+            return DesignPlan(self.name, F, s, e, flat.pilots, flat.budget, "the config's grid fits the share")
+        except DesignError:
+            pass
+        near = sorted(points, key=lambda r: (abs(math.log(r) - math.log(POPULATION_RHO)), r))
+        for k in range(len(points), MIN_GRID_POINTS - 1, -1):
+            kept = sorted(near[:k])
+            pilots = tuple((r, 0) for r in kept) + ((near[0], 1),)
+            B = s * F / (len(pilots) * (1.0 + e))
+            if B >= lo and (max_factor is None or F / B <= max_factor):
+                dropped = tuple(r for r in points if r not in kept)
+                why = ("the flat grid does not fit the share: one seed per point, a second at the point nearest "
+                       "the prior" + (f", points {', '.join(f'{r:g}' for r in dropped)} dropped" if dropped else ""))
+                return DesignPlan(self.name, F, s, e, pilots, B, why, dropped=dropped)
+        return DesignPlan(self.name, F, s, e, (), 0.0,
+                          f"not even {MIN_GRID_POINTS + 1} pilots of {lo:.3g} FLOPs ({MIN_GRID_POINTS} points, one "
+                          f"with two seeds) fit a {s:.0%} share: run at the prior ρ {POPULATION_RHO:g} with the "
+                          "whole compute")
+
+
+DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), PriorOnly())}   # the first: default
+
+
+def design_named(name: str) -> PilotDesign:
+    """The design called ``name``, or a one-line DesignError naming the choices."""
+    if name not in DESIGNS:
+        raise DesignError(f"pilot design {name!r} is unknown: expected one of {', '.join(DESIGNS)}")
+    return DESIGNS[name]
+
+
+def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
+                 design: str = "fit", fmt: str = "text") -> str:
+    """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
+    what ``share`` of F buys under pilot ``design`` (``DESIGNS``; ``flat`` refuses when a pilot would get fewer
+    than ``MIN_STEPS`` steps of its costliest point, ``fit`` falls back to fewer pilots, then to the prior),
+    and what pilots are worth (``pilot_value``). JSON: the plan's object with ``full_run`` added."""
+    import json
+
+    from race.stats.report import SCHEMA_VERSION, check_format, fmt_flops, render_plan
+
+    check_format(fmt)
+    c = plan.config
+    F = A.number("full_run", full_run, error=DesignError, gt=0)
+    pilots = len(plan.schedules) * c.seeds
+    per_step = max(s.flops_per_step.total for s in plan.schedules)
+    chosen = design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
+                                       eval_share=eval_share, max_factor=MAX_FACTOR)
+    within = plan_share(F, pilots=len(chosen.pilots), share=chosen.share, eval_share=eval_share).to_dict() \
+        if chosen.pilots else None
+    value = pilot_value(chosen.share)
+    grid_cost = plan.grid_flops * (1.0 + eval_share)
+    info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,
+            "within_share": within, "design": chosen.to_dict(), "validated_factor": VALIDATED_FACTOR,
+            "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
+                      "pays": value.pays, "line": value.line()},
+            "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS}}
+    if fmt == "json":
+        body = json.loads(render_plan(plan, "json"))
+        return json.dumps({**body, "schema_version": SCHEMA_VERSION, "full_run": info}, indent=2)
+
+    def reach(factor: float) -> str:
+        return ("within the " if factor <= VALIDATED_FACTOR else "past the ") + \
+            f"{VALIDATED_FACTOR:.0f} × the range at F is validated to"
+    within_line = (f"  within a {chosen.share:.0%} share: {chosen.line()} ({reach(chosen.factor)})" if chosen.pilots
+                   else f"  within a {chosen.share:.0%} share: {chosen.line()}")
+    lines = [render_plan(plan, fmt).rstrip("\n"), "",
+             f"Against the full run F = {fmt_flops(F)} FLOPs:",
+             f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "
+             f"evaluation (+{eval_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
+             within_line,
+             f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, the median full-run best of "
+             f"{POPULATION_GRIDS} grids of rounds 1–2); race pilot checks the base pass rate after calibration",
+             f"  {value.line()}", ""]
+    return "\n".join(lines)

@@ -3,6 +3,7 @@
 Interface:
 - ``fit``: response fits of reward against ρ and the bootstrap.
 - ``regime``: ``classify``, fits → the verdict (search-, update- or reward-heavy, a ρ range).
+- ``confidence``: simulated reruns of a grid; the verdict's confidence is the share that states it.
 - ``instability``: the rule that flags a pilot whose held-out checkpoints fell back.
 - ``drift``: the ρ range at the full-run budget; ``rate``: the learning rate for it.
 - ``forecast``: held-out reward at the full-run budget per ρ, or a one-line refusal; over ``curvefit`` (the

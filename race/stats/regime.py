@@ -41,9 +41,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race.stats.confidence import SimulatedReruns, simulate_reruns
 from race.stats.instability import learned, stability
 from race.stats.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
-                      percentile_ci, quadratic_argmax, t_quantile)
+                      percentile_ci, quadratic_argmax, response_of_means, t_quantile)
 from race.core.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict
 
 REWARD_SHARE_THRESHOLD = 0.2   # default τ: feedback share of C_total at the best point
@@ -54,6 +55,7 @@ REPLICATE_BAND_SE = 2.0        # a replicate is decisive when its effect ≥ thi
 SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.stats.fit)
 SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
 MIN_SUPPORT = 0.7              # a trend verdict needs this share of decisive replicates
+CONFIDENCE_METHOD = "bootstrap"  # TargetVerdict.confidence: "bootstrap" share, or "rerun" (fits["rerun_confidence"])
 UNSTABLE_GRID_SHARE = 0.5      # a grid with at least this share of unstable pilots is an unstable grid
 SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
 MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
@@ -324,6 +326,13 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
         agree = reward_reps
     else:
         agree = ~reward_reps & (ev.replicates == _TRENDS.index(regime))
+    share = float(np.mean(agree))
+    sims = simulate_reruns(grid=grid, replicates=boot.point_means, seed_scale=seed_scale(grid=grid, level=level),
+                           seed=seed, seed_resampling=SEED_RESAMPLING)
+    rerun = None if sims is None else rerun_confidence(sims, rho=grid.rho, regime=regime, shares=shares, tau=tau,
+                                                       level=level)
+    use_rerun = CONFIDENCE_METHOD == "rerun" and rerun is not None
+    confidence = rerun if use_rerun else share
     chosen = {Regime.BALANCED: "quadratic", Regime.UPDATE_HEAVY: "loglinear",
               Regime.SEARCH_HEAVY: "loglinear"}.get(ev.trend)
     points = tuple(
@@ -337,12 +346,44 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
     return TargetVerdict(
         target=target, regime=regime, rho_range=_rho_range(grid.rho, boot, chosen, fits, best),
         open_side=open_side(regime, best, grid.n_points),
-        confidence=float(np.mean(agree)), best_rho=float(grid.rho_targets[best]),
+        confidence=confidence, best_rho=float(grid.rho_targets[best]),
         best_reward=float(means[best]), slope=slope, slope_ci=ev.slope_ci, argmax_ci=ev.argmax_ci,
         points=points, warnings=tuple(_warnings(grid, regime=regime, trend=ev.trend, best=best,
                                                 share=float(shares[best]), tau=tau, slope=slope, level=level)
                                       + feedback_advice(flops[best], regime=regime)),
-        fits=_fit_info(fits, grid, ev, chosen=chosen, share=float(shares[best]), n_boot=n_boot, level=level))
+        fits={**_fit_info(fits, grid, ev, chosen=chosen, share=float(shares[best]), n_boot=n_boot, level=level),
+              "bootstrap_share": share, "rerun_confidence": rerun,
+              "confidence_method": "rerun" if use_rerun else "bootstrap share"})
+
+
+def rerun_confidence(sims: SimulatedReruns, *, rho: np.ndarray, regime: Regime, shares: np.ndarray, tau: float,
+                     level: float) -> float:
+    """The share of simulated reruns (race.stats.confidence) that state ``regime``: each is
+    classified by this module's rule itself (reward-heavy at its own best point, else its
+    trend: the CI conditions and the support gate on its own replicates). Deterministic."""
+    n_runs, n_rep, n_points = sims.replicates.shape
+    boot = response_of_means(rho=rho, means=sims.replicates.reshape(-1, n_points))
+    quad = compare_fits(rho=rho, y=sims.means)["quadratic"].coef            # each rerun's point-estimate fit
+    want = _TRENDS.index(regime) if regime in _TRENDS else None
+    agree = 0
+    for m in range(n_runs):
+        rows = slice(m * n_rep, (m + 1) * n_rep)
+        rerun = BootstrapResponse(rho, boot.point_means[rows], boot.loglinear[rows], boot.quadratic[rows],
+                                  boot.argmax_rho[rows], boot.concave[rows], boot.interior[rows])
+        heavy = bool(shares[int(np.argmax(sims.means[m]))] >= tau)
+        if regime is Regime.REWARD_HEAVY:
+            agree += heavy
+        elif not heavy:
+            ev = _trend_evidence(rho, rerun, _Coef(quad[m]), level, seeds_measured=True)
+            agree += _TRENDS.index(ev.trend) == want
+    return agree / n_runs
+
+
+@dataclass(frozen=True)
+class _Coef:
+    """A fit's coefficients where the rule reads only ``.coef``."""
+
+    coef: np.ndarray
 
 
 @dataclass(frozen=True)

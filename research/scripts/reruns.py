@@ -235,16 +235,39 @@ def rerun_zero(setting: str) -> dict | None:
 
 
 def _classify_dict(pilots: list[dict]) -> dict:
+    """The diagnosis of a committed grid as it was stated: its confidence the bootstrap share (the
+    rule's number before the rerun confidence, which ``rescore`` adds beside it)."""
     from race.core.records import PilotResult
     from race.stats.regime import classify
 
     ps = [PilotResult.from_dict(p) for p in pilots if p.get("status") == "complete"]
     diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).to_dict()
-    return diag
+    v = diag["verdicts"][diag["primary_target"]]
+    return {**diag, "confidence": v["fits"].get("bootstrap_share", diag["confidence"])}
 
 
-def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Per verdict: stated confidence c and its observed agreement (the share of the *other*
+def rescore(recs: list[dict]) -> None:
+    """Each record classified again from its pilots with the current rule: ``bootstrap_share`` (the
+    confidence as the rule stated it before issue 54's fix) and ``rerun_confidence`` (the predicted
+    rerun agreement, race.stats.regime.rerun_confidence), and ``regime_now`` (the rule is unchanged,
+    so it should be ``regime``)."""
+    from race.core.records import PilotResult
+    from race.stats.regime import classify
+
+    for r in recs:
+        if "_pilots" in r:
+            ps = [PilotResult.from_dict(p) for p in r["_pilots"] if p.get("status") == "complete"]
+        elif (OUT / f"{r['name']}.pilots.json.gz").exists():
+            ps = load_pilots(r["name"])
+        else:
+            continue
+        v = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).primary
+        r.update(regime_now=v.regime.value, bootstrap_share=v.fits["bootstrap_share"],
+                 rerun_confidence=v.fits["rerun_confidence"])
+
+
+def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], list[dict]]:
+    """Per verdict: stated confidence c (``key``) and its observed agreement (the share of the *other*
     reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c."""
     by: dict[str, list[dict]] = {}
     for r in recs:
@@ -256,7 +279,7 @@ def reliability(recs: list[dict]) -> tuple[list[dict], list[dict]]:
             if not others:
                 continue
             agree = sum(o["regime"] == r["regime"] for o in others) / len(others)
-            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r["confidence"],
+            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r[key],
                          "agreement": agree})
     rows.sort(key=lambda x: x["confidence"])
     return rows, [{**b, "gap": b["observed"] - b["stated"]} for b in bins_of(rows, "confidence")]
@@ -279,6 +302,7 @@ def add_predicted(recs: list[dict]) -> None:
 
 def table(recs: list[dict], *, predicted: bool = False) -> str:
     lines = []
+    rescore(recs)
     if predicted:
         add_predicted(recs)
     by: dict[str, list[dict]] = {}
@@ -295,11 +319,12 @@ def table(recs: list[dict], *, predicted: bool = False) -> str:
                      f"{mode} in {k}/{len(rs)} (reruns: {kf}/{len(fresh)}); "
                      + ", ".join(f"{g} {n}" for g, n in counts.most_common()))
         if predicted:
-            lines.append("| run | seeds | regime | ρ range | confidence | predicted agreement | means by ρ | transformers |")
-            lines.append("|---|---|---|---|---|---|---|---|")
+            lines.append("| run | seeds | regime | ρ range | confidence (stated) | rerun confidence | predicted agreement "
+                         "| means by ρ | transformers |")
+            lines.append("|---|---|---|---|---|---|---|---|---|")
         else:
-            lines.append("| run | seeds | regime | ρ range | confidence | means by ρ | transformers |")
-            lines.append("|---|---|---|---|---|---|---|")
+            lines.append("| run | seeds | regime | ρ range | confidence (stated) | rerun confidence | means by ρ | transformers |")
+            lines.append("|---|---|---|---|---|---|---|---|")
         for r in rs:
             rng = r.get("rho_range") or [None, None]
             rng_s = f"[{rng[0]:.2f}, {rng[1]:.2f}]" if rng and rng[0] is not None else "—"
@@ -307,8 +332,11 @@ def table(recs: list[dict], *, predicted: bool = False) -> str:
             sw = r.get("software") or {}
             seeds = f"{r['first_seed']}–{r['first_seed'] + r.get('seeds', 3) - 1}"
             pred = f" {r['predicted_agreement']:.3f} |" if predicted and "predicted_agreement" in r else (" — |" if predicted else "")
+            now = f"{r['rerun_confidence']:.3f}" if "rerun_confidence" in r else "—"
+            if r.get("regime_now", r["regime"]) != r["regime"]:
+                now += f" (now {r['regime_now']})"
             lines.append(f"| {r['name']} | {seeds} | {r['regime']} | "
-                         f"{rng_s} | {r['confidence']:.3f} |{pred} {means} | {sw.get('transformers', '?')} |")
+                         f"{rng_s} | {r['confidence']:.3f} | {now} |{pred} {means} | {sw.get('transformers', '?')} |")
         lines.append("")
     rows, bins = reliability(recs)
     lines.append(f"## Reliability: stated confidence vs agreement with the other runs of the setting "
@@ -322,6 +350,12 @@ def table(recs: list[dict], *, predicted: bool = False) -> str:
         c = sum(x["confidence"] for x in rows) / len(rows)
         a = sum(x["agreement"] for x in rows) / len(rows)
         lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    scored = [r for r in recs if "rerun_confidence" in r]
+    if scored:
+        part, _ = reliability(scored, "rerun_confidence")
+        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, recomputed from "
+                      f"each run's pilots; nothing in it fitted to these runs)",
+                  *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
     if predicted:
         by_name = {r["name"]: r for r in recs}
         for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
@@ -394,7 +428,7 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     p_dec = np.array([ndist.cdf((-band1 - c) / sd) + 1 - ndist.cdf((band1 - c) / sd) for c in wide_change])
     gated = np.where(p_dec >= R.MIN_SUPPORT, rule, 3)
     predicted_gate = float(np.mean(gated == idx)) if idx is not None else float("nan")
-    return {"regime": v.regime.value, "confidence": v.confidence, "predicted_agreement": predicted,
+    return {"regime": v.regime.value, "confidence": v.fits["bootstrap_share"], "predicted_agreement": predicted,
             "predicted_rule": predicted_rule, "predicted_gate": predicted_gate}
 
 
@@ -424,6 +458,78 @@ def synthetic(repeats: int = 10, *, unwiden: bool = False, scales=(0.0, 0.5, 1.0
     return rows
 
 
+TRUTHS = {   # true responses on the default grid (ρ 0.5 … 0.85): flat, falling, rising and peaked at several sizes
+    **{f"falling x{a:g}": (lambda a: (lambda r: -0.15 * a * (r - 0.6)))(a) for a in (0.0, 0.5, 1.0, 1.5)},
+    "rising x1": lambda r: 0.15 * (r - 0.6),
+    **{f"peaked x{a:g}": (lambda a: (lambda r: -0.4 * a * (math.log(r) - math.log(0.64)) ** 2))(a)
+       for a in (0.5, 1.0, 1.5)},
+}
+
+
+def calibration(repeats: int = 40, *, base: int = 30_000, shrinks: tuple[int, ...] = (), seed_sd: float = 0.024,
+                n_seeds: int = 3, n_prompts: int = 500) -> list[dict]:
+    """Synthetic grids with a known answer (tests/test_regime.py::synthetic_results, the default grid's
+    design) for each of TRUTHS, ``repeats`` grids a truth from generator seeds ``base`` + k: each
+    grid's verdict with its bootstrap share and rerun confidence (race.stats.regime), and its
+    agreement, the share of the other grids of its truth that state the same regime (independent
+    reruns). ``shrinks``: the rerun confidence again with these James–Stein degrees of freedom
+    (race.stats.confidence ``shrink``; 0 = a flat prior), as ``rerun_k{K}`` — how SHRINK was chosen."""
+    sys.path[:0] = [str(ROOT / "tests")]
+    from test_regime import synthetic_results  # noqa: E402
+
+    from race.stats import regime as R
+    from race.stats.confidence import simulate_reruns
+    from race.stats.fit import bootstrap_response
+
+    grid_rho = (0.5, 0.62, 0.74, 0.85)
+    rows = []
+    for name, response in TRUTHS.items():
+        runs = []
+        for rep in range(repeats):
+            res = synthetic_results(response=response, n_seeds=n_seeds, seed_sd=seed_sd, n_prompts=n_prompts,
+                                    grid=grid_rho, seed=base + rep)
+            v = R.classify(res, n_boot=N_BOOT, seed=0).primary
+            row = {"regime": v.regime.value, "bootstrap_share": v.fits["bootstrap_share"],
+                   "rerun": v.fits["rerun_confidence"]}
+            if shrinks:
+                complete = sorted(res, key=lambda r: (r.rho_target, r.seed))
+                grid = R._grid(complete, "reward")
+                scale = R.seed_scale(grid=grid, level=0.9)
+                boot = bootstrap_response(grid=grid, n_boot=N_BOOT, seed=0, seed_resampling=R.SEED_RESAMPLING,
+                                          seed_scale=scale)
+                shares = np.array([f.shares()["reward"] for f in R._point_flops(complete, grid)])
+                for k in shrinks:
+                    for noise in (True, False):
+                        sims = simulate_reruns(grid=grid, replicates=boot.point_means, seed_scale=scale, seed=0,
+                                               shrink=k, truth_noise=noise)
+                        row[f"rerun_k{k}" + ("" if noise else "_plugin")] = R.rerun_confidence(
+                            sims, rho=grid.rho, regime=v.regime, shares=shares, tau=R.REWARD_SHARE_THRESHOLD, level=0.9)
+            runs.append(row)
+        for i, r in enumerate(runs):
+            others = [o for j, o in enumerate(runs) if j != i]
+            rows.append({"setting": name, "name": f"{name}#{i}", **r,
+                         "agreement": sum(o["regime"] == r["regime"] for o in others) / len(others)})
+    return rows
+
+
+def calibration_lines(rows: list[dict], keys: tuple[str, ...] = ("bootstrap_share", "rerun")) -> list[str]:
+    """Per truth: verdicts, mean of each confidence and the observed agreement; then each confidence's
+    reliability table (bins of ≥ MIN_BIN verdicts by that confidence)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["setting"], []).append(r)
+    out = ["| truth | verdicts | " + " | ".join(keys) + " | observed agreement |",
+           "|---|---|" + "---|" * len(keys) + "---|"]
+    for s, rs in by.items():
+        counts = Counter(r["regime"] for r in rs)
+        out.append(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
+                   + " | ".join(f"{np.mean([r[k] for r in rs]):.3f}" for k in keys)
+                   + f" | {np.mean([r['agreement'] for r in rs]):.3f} |")
+    for k in keys:
+        out += ["", *fixed_bin_lines(rows, k, f"{k}: {len(rows)} verdicts, bins 0.1 wide")]
+    return out
+
+
 def bins_of(rows: list[dict], key: str) -> list[dict]:
     rows = sorted(rows, key=lambda x: x[key])
     out, cur = [], []
@@ -437,6 +543,30 @@ def bins_of(rows: list[dict], key: str) -> list[dict]:
         (out[-1].extend(cur) if out else out.append(cur))
     return [{"lo": b[0][key], "hi": b[-1][key], "n": len(b), "stated": sum(x[key] for x in b) / len(b),
              "observed": sum(x["agreement"] for x in b) / len(b)} for b in out]
+
+
+def fixed_bins(rows: list[dict], key: str, width: float = 0.1) -> list[dict]:
+    """Reliability-diagram bins of ``key``: [0, w), [w, 2w), … [1 − w, 1]; every bin that holds a verdict."""
+    n_bins = int(round(1 / width))
+    out = []
+    for i in range(n_bins):
+        b = [x for x in rows if min(int(x[key] / width + 1e-9), n_bins - 1) == i]
+        if b:
+            out.append({"lo": i * width, "hi": (i + 1) * width, "n": len(b), "stated": sum(x[key] for x in b) / len(b),
+                        "observed": sum(x["agreement"] for x in b) / len(b)})
+    return out
+
+
+def fixed_bin_lines(rows: list[dict], key: str, title: str) -> list[str]:
+    lines = [f"### {title}", "| bin | verdicts | mean stated | observed agreement | gap |", "|---|---|---|---|---|"]
+    for b in fixed_bins(rows, key):
+        lines.append(f"| {b['lo']:.1f}–{b['hi']:.1f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
+                     f"{b['observed'] - b['stated']:+.3f} |")
+    c = sum(x[key] for x in rows) / len(rows)
+    a = sum(x["agreement"] for x in rows) / len(rows)
+    lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    worst = max(abs(b["observed"] - b["stated"]) for b in fixed_bins(rows, key) if b["n"] >= MIN_BIN)
+    return lines + ["", f"largest |gap| in a bin of ≥ {MIN_BIN} verdicts: {worst:.3f}"]
 
 
 def reliability_lines(rows: list[dict], key: str, title: str) -> list[str]:
@@ -533,6 +663,11 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     tb = sub.add_parser("table", help="agreement and reliability from the committed records")
     tb.add_argument("--predicted", action="store_true", help="and the predicted-agreement candidates, from the pilots")
+    ca = sub.add_parser("calibration", help="bootstrap share and rerun confidence against the agreement of "
+                                            "independent synthetic reruns, in bins")
+    ca.add_argument("--repeats", type=int, default=40)
+    ca.add_argument("--base", type=int, default=30_000, help="first generator seed of each truth's grids")
+    ca.add_argument("--shrinks", type=int, nargs="*", default=[], help="James–Stein dof to compare (0 = flat prior)")
     pa = sub.add_parser("pairing", help="what paired seeds buy, from a setting's reruns")
     pa.add_argument("setting", nargs="?", default="default")
     sy = sub.add_parser("synthetic", help="stated vs predicted confidence against rerun agreement on synthetic grids")
@@ -559,6 +694,10 @@ def main(argv: list[str] | None = None) -> int:
             if a.commit:
                 git_commit([path, OUT / f"{name}.pilots.json.gz"],
                            f"reruns: {name} — {rec['regime']}, confidence {rec['confidence']} (issue 54)")
+    elif a.cmd == "calibration":
+        rows = calibration(a.repeats, base=a.base, shrinks=tuple(a.shrinks))
+        keys = ("bootstrap_share", "rerun", *(f"rerun_k{k}{p}" for k in a.shrinks for p in ("", "_plugin")))
+        print("\n".join(calibration_lines(rows, keys)))
     elif a.cmd == "pairing":
         print("\n".join(pairing(a.setting)))
     elif a.cmd == "synthetic":

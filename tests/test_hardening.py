@@ -266,14 +266,17 @@ def test_the_api_refuses_bad_arguments_with_a_race_error_naming_them(tmp_path):
 
 
 def test_property_the_api_numbers_give_an_answer_or_a_race_error():
-    """Over any floats (NaN, ±inf, negative, huge, inverted ranges) range_at, shrink and
-    full_run_rate return a well-formed answer or raise the module's RaceError, nothing else."""
+    """Over any floats (NaN, ±inf, negative, huge, inverted ranges) range_at, shrink, full_run_rate,
+    forecast and model_value return a well-formed answer or raise the module's RaceError, nothing else."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from race.config.configfile import LearningRate
     from race.stats.drift import DriftError, range_at, shrink
     from race.stats.rate import RateError, full_run_rate
+    from race.core.records import Regime
+    from race.stats.curvefit import model_value
+    from race.stats.forecast import ForecastError, forecast
 
     anything = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10 ** 6, 10 ** 6),
                          st.booleans(), st.text(max_size=5), st.none())
@@ -309,9 +312,32 @@ def test_property_the_api_numbers_give_an_answer_or_a_race_error():
             return
         assert 0 < rate["scale"] <= 1 and rate["schedule"] in ("constant", "cosine")
 
+    @settings(max_examples=200, deadline=None)
+    @given(f=anything, rho=anything, n=anything, level=anything, share=anything, seed=anything)
+    def forecasts(f, rho, n, level, share, seed):
+        try:
+            fc = forecast([], target="reward", full_run_budget=f, pilot_regime=Regime.BALANCED, pilot_best_rho=rho,
+                          n_boot=n, seed=seed, confidence_level=level, reward_share_threshold=share)
+        except ForecastError as e:
+            assert "\n" not in str(e)
+            return
+        assert fc.status == "refused" and fc.full_run_budget > 0 and 0 < fc.settings["confidence_level"] < 1
+
+    @settings(max_examples=200, deadline=None)
+    @given(a=anything, c_mid=anything, b=anything, r0=anything, c=anything)
+    def values(a, c_mid, b, r0, c):
+        try:
+            v = model_value("sigmoid", {"A": a, "c_mid": c_mid, "B": b}, r0, c)
+        except ForecastError as e:
+            assert "\n" not in str(e)
+            return
+        assert c_mid > 0 and c > 0 and v.shape == () and math.isfinite(float(v))
+
     ranges()
     shrunk()
     rates()
+    forecasts()
+    values()
 
 
 # ------------------------------------------------------------------ 5. a watch that cannot take the run down

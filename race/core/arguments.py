@@ -25,7 +25,7 @@ from race.core.errors import RaceError
 from race.core.safeio import quote
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """``value`` quoted for a message (race.core.safeio.quote, 80 characters); an int too long for
     ``repr`` (past Python's digit limit) by its size."""
     try:
@@ -52,14 +52,14 @@ def number(name: str, value: Any, *, error: type[RaceError] = RaceError, gt: flo
     bounds = _bounds(gt, ge, lt, le)
     want = expected or ("a finite number" if finite else "a number") + (f" {bounds}" if bounds else "")
     if isinstance(value, bool) or (isinstance(value, str) and not strings):
-        raise error(f"{name} {_shown(value)} must be {want}")
+        raise error(f"{name} {shown(value)} must be {want}")
     try:
         x = float(value.strip().replace("_", "")) if isinstance(value, str) else float(value)
     except (TypeError, ValueError, OverflowError):
-        raise error(f"{name} {_shown(value)} must be {want}") from None
+        raise error(f"{name} {shown(value)} must be {want}") from None
     if (finite and not math.isfinite(x)) or (not math.isnan(x) and not _within(x, gt, ge, lt, le)) or (
             math.isnan(x) and bounds):
-        raise error(f"{name} {_shown(value)} must be {want}")
+        raise error(f"{name} {shown(value)} must be {want}")
     return x
 
 
@@ -71,17 +71,17 @@ def whole(name: str, value: Any, *, error: type[RaceError] = RaceError, ge: int 
     want = expected or "a whole number" + (f" {bounds}" if bounds else "")
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float) if floats else numbers.Integral) or (
             isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
-        raise error(f"{name} {_shown(value)} must be {want}")
+        raise error(f"{name} {shown(value)} must be {want}")
     n = int(value)
     if not _within(n, None, ge, None, le):
-        raise error(f"{name} {_shown(value)} must be {want}")
+        raise error(f"{name} {shown(value)} must be {want}")
     return n
 
 
 def flag(name: str, value: Any, *, error: type[RaceError] = RaceError) -> bool:
     """``value`` when it is a real boolean (``True`` / ``False``); anything else is refused."""
     if not isinstance(value, bool):
-        raise error(f"{name} {_shown(value)} must be True or False (a boolean"
+        raise error(f"{name} {shown(value)} must be True or False (a boolean"
                     + (", not a string" if isinstance(value, str) else "") + ")")
     return value
 
@@ -91,41 +91,41 @@ def interval(name: str, value: Any, *, error: type[RaceError] = RaceError, ge: f
     """``value`` as an ordered pair ``(lo, hi)`` of finite numbers within [ge, le], ``lo ≤ hi``."""
     bounds = f" within [{ge:g}, {le:g}]" if ge is not None and le is not None else ""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != 2:
-        raise error(f"{name} {_shown(value)} must be a pair (lo, hi) of numbers{bounds}")
+        raise error(f"{name} {shown(value)} must be a pair (lo, hi) of numbers{bounds}")
     lo, hi = (number(f"{name}[{i}]", v, error=error, ge=ge, le=le) for i, v in enumerate(value))
     if lo > hi:
-        raise error(f"{name} {_shown(value)} is inverted: expected (lo, hi) with lo ≤ hi")
+        raise error(f"{name} {shown(value)} is inverted: expected (lo, hi) with lo ≤ hi")
     return lo, hi
 
 
 def one_of(name: str, value: Any, choices: Sequence[str], *, error: type[RaceError] = RaceError) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise error(f"{name} {_shown(value)} must be one of {', '.join(map(repr, choices))}")
+        raise error(f"{name} {shown(value)} must be one of {', '.join(map(repr, choices))}")
     return value
 
 
 def text(name: str, value: Any, *, error: type[RaceError] = RaceError) -> str:
     if not isinstance(value, str) or not value:
-        raise error(f"{name} {_shown(value)} must be a non-empty string")
+        raise error(f"{name} {shown(value)} must be a non-empty string")
     return value
 
 
 def function(name: str, value: Any, *, error: type[RaceError] = RaceError) -> Callable[..., Any]:
     if not callable(value):
-        raise error(f"{name} {_shown(value)} must be a function (a callable)")
+        raise error(f"{name} {shown(value)} must be a function (a callable)")
     return value
 
 
 def items(name: str, value: Any, *, error: type[RaceError] = RaceError, what: str = "items") -> list[Any]:
     """``value`` as a list: a list or tuple (or another sequence), never a string, bytes or a mapping."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
-        raise error(f"{name} {_shown(value)} must be a list of {what}")
+        raise error(f"{name} {shown(value)} must be a list of {what}")
     return list(value)
 
 
 def mapping(name: str, value: Any, *, error: type[RaceError] = RaceError) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise error(f"{name} {_shown(value)} must be a mapping")
+        raise error(f"{name} {shown(value)} must be a mapping")
     return value
 
 
@@ -136,5 +136,5 @@ def instance(name: str, value: Any, cls: type | tuple[type, ...], *, error: type
     if not isinstance(value, cls):
         first = cls[0] if isinstance(cls, tuple) else cls
         want = expected or f"a {first.__module__}.{first.__qualname__}"
-        raise error(f"{name} {_shown(value)} must be {want}")
+        raise error(f"{name} {shown(value)} must be {want}")
     return value

@@ -20,7 +20,8 @@ and ``race pilot --full-run F --probe`` call that. The record (``probe_record``)
 Invariants: ``plan_probe`` is pure and refuses, as one line before any compute, what it cannot
 probe (no complete pilots, no recommended ρ, F not above the pilot budget or past
 race.stats.drift.MAX_FACTOR × it: ``check_full_run``; a probe that would cover under ``MIN_COVER`` of the
-full run's steps); the record's ``covers`` is what the probe ran, ``planned_covers`` what its plan
+full run's steps); ``race pilot --probe`` and ``race.diagnose(probe=True)`` refuse those F-dependent
+cases before calibration and before any pilot, from the config alone (``check_probe_config``); the record's ``covers`` is what the probe ran, ``planned_covers`` what its plan
 promised, and a probe that held over less than the whole run vouches for no more than it ran
 (race.stats.instability.stability_at); the probe never changes the pilots or the verdict of the results
 it is stored in.
@@ -37,6 +38,10 @@ from race.core.errors import RaceError
 PROBE_SHARE = 0.25          # the probe's cost, at most, as a share of the pilot grid's compute
 PROBE_PROMPTS = 1           # prompts per step of the probe (the full run's B_p otherwise)
 MIN_COVER = 0.05            # a probe that would run under this share of the full run's steps is refused before it runs
+# before the grid, the probe's coverage is known up to the pilots' real compute (a pilot stops on FLOPs and may
+# run a step past its budget) and the full run's whole steps: refused then only when even this many times the
+# config's estimate is under MIN_COVER (the cases between are plan_probe's, after the grid, on its real compute)
+COVER_SLACK = 1.1
 
 
 def check_full_run(pilot_budget: float, full_run_budget: float) -> float:
@@ -53,6 +58,42 @@ def check_full_run(pilot_budget: float, full_run_budget: float) -> float:
                         f"compute would cover almost none of that run; run pilots of ≥ {F / MAX_FACTOR:.3g} FLOPs "
                         "each first")
     return F / B
+
+
+def cover_bound(config: Any, full_run_budget: float, *, pilots: int | None = None) -> float:
+    """The most of the full run's optimizer steps a probe after ``config``'s grid could cover, from the
+    config alone: PROBE_SHARE · G · B_p / F, capped at 1, with G = ``pilots`` (default: the grid's
+    points × seeds) × the budget per pilot and B_p the full run's prompts per step.
+
+    Why it holds whatever the calibration finds and whatever ρ the verdict picks: the probe and the
+    full run are planned at one ρ with the same knobs (race.flops.grid.choose_knobs depends on ρ and
+    the lengths, not on the budget or the prompts per step), so a probe step of PROBE_PROMPTS prompt
+    costs 1 / B_p of a full-run step, and the probe's budget is at most PROBE_SHARE × the grid's
+    compute (``plan_probe``). Measured against ``plan_probe`` on docs/runs' grids: within 0.6 %."""
+    n = int(pilots) if pilots is not None else len(config.grid) * int(config.seeds)
+    grid_flops = n * float(config.budget)
+    return min(1.0, PROBE_SHARE * grid_flops * config.schedule.prompts_per_step
+               / (PROBE_PROMPTS * float(full_run_budget)))
+
+
+def check_probe_config(config: Any, full_run_budget: float, *, pilots: int | None = None) -> float:
+    """Every F-dependent refusal of the probe that the config alone decides, before calibration and
+    before any pilot runs: F not above the budget or past MAX_FACTOR × it (``check_full_run``), and a
+    probe that cannot cover MIN_COVER of the full run's steps (``cover_bound``, with COVER_SLACK).
+    ``pilots``: the most pilots the grid can run (an adaptive grid's cap, an extension's added
+    points), default its points × seeds. Returns the coverage bound."""
+    B, F = float(config.budget), float(full_run_budget)
+    check_full_run(B, F)
+    cover = cover_bound(config, F, pilots=pilots)
+    if cover * COVER_SLACK < MIN_COVER:
+        n = int(pilots) if pilots is not None else len(config.grid) * int(config.seeds)
+        raise RaceError(f"the length probe at F = {F:.3g} ({F / B:.3g} × B) could cover at most {cover:.1%} of the "
+                        f"full run's optimizer steps (it is capped at {PROBE_SHARE:.0%} of the grid's compute, "
+                        f"{n} pilots of {B:.3g} FLOPs), under the {MIN_COVER:.0%} it needs to say anything of the "
+                        f"run's length: this grid's probe covers that much of runs up to about "
+                        f"{F / B * cover / MIN_COVER:.3g} × B; run pilots with a larger budget (or more "
+                        "of them) for this F; nothing was run")
+    return cover
 
 
 class ProgressLines:

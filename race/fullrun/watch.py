@@ -18,10 +18,14 @@ and the pilots cannot see that. The watch applies the pilots' own rule (race.sta
   It saves and restores torch's random state around each evaluation, so training draws the same
   samples as without it.
 
-  The user's checker runs under ``timeout`` seconds (in a helper thread); if it raises, times out
-  or returns something that is not one finite score per prompt, the callback logs one line and the
-  training goes on (``on_error="log"``); ``on_error="stop"`` stops the run at that step,
-  ``"raise"`` raises the ``WatchError`` into the trainer.
+  The user's checker runs under ``timeout`` seconds, in a forked worker process that is killed,
+  with all it started, when the time is up (race.tasks.rewards.isolated.call_forked, the machinery
+  of custom rewards): a checker that never returns leaves nothing running. ``isolate=False`` runs it
+  in a helper thread instead (a checker that needs this process's state or its GPU; a timed-out
+  one is then abandoned, still running). If it raises, times out or returns something that is not
+  one finite score per prompt, the callback logs one line and the training goes on
+  (``on_error="log"``); ``on_error="stop"`` stops the run at that step, ``"raise"`` raises the
+  ``WatchError`` into the trainer.
 
 Invariants: ``import race.fullrun.watch`` imports no torch or transformers (they load inside
 ``trl_callback``); the rule is race.stats.instability', unchanged; scores are never model text run as code;
@@ -32,7 +36,7 @@ argument, its value and what was expected); the callback never raises into the t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from race.core import arguments as A
@@ -47,6 +51,7 @@ class WatchError(RaceError):
 
 
 ON_ERROR = ("log", "stop", "raise")     # what the TRL callback does when an evaluation fails
+MAX_STEPS = 10 ** 12                     # optimizer steps past this are refused (no run takes them; the fractions overflow)
 
 
 def _checkpoints(value: Any) -> int | tuple[float, ...]:
@@ -65,7 +70,7 @@ def _pairs(name: str, history: Any) -> list[tuple[int, Any]]:
         pair = A.items(f"{name}[{i}]", item, error=WatchError, what="(step, scores)")
         if len(pair) != 2:
             raise WatchError(f"{name}[{i}] has {len(pair)} items: expected (step, scores)")
-        out.append((A.whole(f"{name}[{i}] step", pair[0], ge=0, error=WatchError), pair[1]))
+        out.append((A.whole(f"{name}[{i}] step", pair[0], ge=0, le=MAX_STEPS, error=WatchError), pair[1]))
     return out
 
 
@@ -93,8 +98,8 @@ class Watch:
     fall: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        self.total_steps = A.whole("total_steps", self.total_steps, ge=1, error=WatchError,
-                                   expected="a whole number ≥ 1 (the run's optimizer steps)")
+        self.total_steps = A.whole("total_steps", self.total_steps, ge=1, le=MAX_STEPS, error=WatchError,
+                                   expected=f"a whole number from 1 to {MAX_STEPS:.0e} (the run's optimizer steps)")
         self.checkpoints = _checkpoints(self.checkpoints)
         A.text("target", self.target, error=WatchError)
         fr = checkpoint_fractions(self.checkpoints)
@@ -108,7 +113,7 @@ class Watch:
 
     def due(self, step: int) -> bool:
         """Whether an evaluation is due at ``step``: the base at 0, then once a due step is reached."""
-        step = A.whole("step", step, ge=0, error=WatchError)
+        step = A.whole("step", step, ge=0, le=MAX_STEPS, error=WatchError)
         if not self.history:
             return step == 0
         last = self.history[-1].step
@@ -118,7 +123,7 @@ class Watch:
     def record(self, step: int, scores: Sequence[Any]) -> dict[str, Any] | None:
         """Add the per-prompt scores at ``step`` (the same prompts, in the same order, every time);
         return the fall (race.stats.instability.find_instability's record, with ``step``) once there is one."""
-        step = A.whole("step", step, ge=0, error=WatchError)
+        step = A.whole("step", step, ge=0, le=MAX_STEPS, error=WatchError)
         vals = _scores(scores, f"step {step}")
         if self.history:
             if step <= self.history[-1].step:
@@ -254,10 +259,30 @@ def _failure(step: int, e: BaseException) -> str:
     return f"race.fullrun.watch: the held-out evaluation at step {step} failed ({one_line(what)[:300]})"
 
 
-def run_with_timeout(fn: Callable[[], Any], timeout: float, name: str) -> Any:
-    """``fn()`` in a daemon thread, waited on for ``timeout`` seconds: its value, or a WatchError when
-    it raised (named with its type) or did not return in time (the thread is left behind, never
-    joined: a checker that hangs cannot hang the run)."""
+def run_with_timeout(fn: Callable[[], Any], timeout: float, name: str, *, isolate: bool = True) -> Any:
+    """``fn()`` under ``timeout`` seconds: its value, or a WatchError when it raised (named with its
+    type), did not return in time or its process died. ``isolate``: in a forked worker process, killed
+    with all it started on a timeout (race.tasks.rewards.isolated.call_forked; where there is no fork,
+    as without it); else in a daemon thread, left behind (never joined) on a timeout."""
+    timeout = A.number("timeout", timeout, gt=0, error=WatchError)
+    if isolate:
+        from race.tasks.rewards.isolated import call_forked, can_fork
+
+        if can_fork():
+            kind, got = call_forked(fn, timeout)
+            if kind == "value":
+                return got
+            if kind == "timeout":
+                raise WatchError(f"{name} did not return within {timeout:g} s (timeout; its process was killed): "
+                                 "expected a checker that scores a batch in time")
+            if kind == "raised":
+                raise WatchError(f"{name} raised {got[0]}: {got[1]}")
+            raise WatchError(f"{name} ended its process (exit code {got}) without an answer")
+    return _in_thread(fn, timeout, name)
+
+
+def _in_thread(fn: Callable[[], Any], timeout: float, name: str) -> Any:
+    """``fn()`` in a daemon thread, waited on for ``timeout`` seconds (``run_with_timeout``, isolate=False)."""
     import threading
 
     box: dict[str, Any] = {}
@@ -294,12 +319,13 @@ class _Evaluator:
     temperature: float
     batch_size: int
     timeout: float
+    isolate: bool = True
 
     def checked(self, texts: list[str]) -> tuple[float, ...]:
         """``reward_func`` on ``texts`` under ``timeout``, its answer checked: one finite score per prompt."""
         prompts = self.prompts
         got = run_with_timeout(lambda: self.reward_func(prompts=prompts, completions=texts, **self.cols), self.timeout,
-                               "reward_func")
+                               "reward_func", isolate=self.isolate)
         scores = _scores(got, "reward_func")
         if len(scores) != len(prompts):
             raise WatchError(f"reward_func gave {len(scores)} scores for {len(prompts)} prompts: expected one per prompt")
@@ -429,7 +455,7 @@ def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[flo
                  columns: Mapping[str, Sequence[Any]] | None = None, samples: int = 1, max_new_tokens: int = 64,
                  temperature: float = 1.0, checkpoints: int | Sequence[float] = DEFAULT_CHECKPOINTS,
                  stop: bool = True, keep_best: bool = True, batch_size: int = 64, log: Callable[[str], None] = print,
-                 timeout: float = 60.0, on_error: str = "log"):
+                 timeout: float = 60.0, on_error: str = "log", isolate: bool = True):
     """A ``transformers.TrainerCallback`` watching a TRL run (see the module docstring).
 
     ``prompts``: held-out prompts (never trained on); ``reward_func``: TRL's reward-function
@@ -438,12 +464,15 @@ def trl_callback(prompts: Sequence[str], reward_func: Callable[..., Sequence[flo
     ``timeout``: seconds one call of ``reward_func`` may take (as ``reward.timeout`` in pilots);
     ``on_error``: what a failed evaluation does (the checker raised, timed out or returned nonsense;
     generation failed): ``"log"`` one line and train on, ``"stop"`` the run, or ``"raise"`` it.
+    ``isolate``: the checker runs in a forked process killed on its timeout (default), or, False, in
+    a thread of this process (a checker that needs its GPU or its state; a timed-out one keeps running).
     The callback's ``watch`` attribute holds the Watch (its history, fall and line)."""
     evaluate = _evaluator(prompts, reward_func, columns, samples, max_new_tokens, batch_size, temperature, timeout)
     checkpoints = _checkpoints(checkpoints)
     stop, keep_best = A.flag("stop", stop, error=WatchError), A.flag("keep_best", keep_best, error=WatchError)
     A.function("log", log, error=WatchError)
     A.one_of("on_error", on_error, ON_ERROR, error=WatchError)
+    evaluate = replace(evaluate, isolate=A.flag("isolate", isolate, error=WatchError))
     from transformers import TrainerCallback
 
     return _watch_callback(TrainerCallback, evaluate, checkpoints, stop, keep_best, log, on_error)

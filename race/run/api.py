@@ -87,7 +87,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
         raise RaceError(f"config names models {list(cfg.models)}: a grid over policies returns a joint view, "
                         "not one diagnosis: call race.run.api.run_models (or give one model)")
-    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=probe)
+    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=probe, extend=extend,
+                             adaptive=adaptive, adaptive_share=adaptive_share)
     from race.run.options import RunOptions
 
     # checked once, before a folder is made (race.run.options.RunOptions.check)
@@ -99,9 +100,11 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
 
 
-def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool, probe: bool) -> float | None:
+def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool, probe: bool,
+                      extend: Any = 0, adaptive: Any = False, adaptive_share: Any = None) -> float | None:
     """The full-run budget (the argument over the config's), with force / probe refused without one and
-    the probe's factor checked, before any pilot runs."""
+    every F-dependent check of the probe (its factor, the share of the run it can cover: race.fullrun.probe.
+    check_probe_config) done before calibration and before any pilot runs."""
     from race.config.configfile import parse_flops
     from race.core.errors import RaceError
 
@@ -111,10 +114,26 @@ def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, f
     if probe and full is None:
         raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
     if probe:
-        from race.fullrun.probe import check_full_run
+        from race.fullrun.probe import check_probe_config
 
-        check_full_run(cfg.budget, full)            # before any pilot runs, not after the grid
+        check_probe_config(cfg, full, pilots=_most_pilots(cfg, extend, adaptive, adaptive_share))   # before any compute
     return full
+
+
+def _most_pilots(cfg: GridConfig, extend: Any, adaptive: Any, adaptive_share: Any) -> int:
+    """The most pilots this grid can run: its points × seeds (an adaptive grid with its share given: the
+    share's cap, race.run.adaptive.adaptive_cap; without one, a resumed study may hold a larger share, so
+    the full grid), plus a point's seeds per extension round. Unchecked values count as none: RunOptions
+    refuses them next."""
+    n, seeds = len(cfg.grid), cfg.seeds
+    most = n * seeds
+    share = adaptive_share if isinstance(adaptive_share, (int, float)) and not isinstance(adaptive_share, bool) else None
+    if share is not None and 0 < share <= 1:        # a share given implies an adaptive grid
+        from race.run.adaptive import adaptive_cap
+
+        most = adaptive_cap(n, seeds, share)
+    ext = extend if isinstance(extend, int) and not isinstance(extend, bool) and extend > 0 else 0
+    return most + ext * seeds
 
 
 def _diagnosis(results: Any, out: str, *, full: float | None, force: bool, probe: bool, device: str) -> Diagnosis:
@@ -176,6 +195,8 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
         results = load_results(results)
     device = check_device(device)
     plan = plan_probe(results, full_run_budget, rho=rho, lr=lr)     # one line before any compute
+    if out:
+        _check_writable(out)             # a record that cannot be stored is refused before the probe runs
     if announce:
         announce(plan.line())
     target = results.diagnosis.primary_target if results.diagnosis is not None else "reward"
@@ -196,6 +217,24 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
         out_results = stored(results)
         save_results(out, out_results)
     return out_results
+
+
+def _check_writable(out: str) -> None:
+    """``out`` (a folder, or a .json file in one) can take the probe's record: the folder exists or can
+    be made, and it and an existing results file are writable by this user; else one line, before the
+    probe runs."""
+    from race.core.errors import RaceError
+
+    path = out if out.endswith(".json") else os.path.join(out, "results.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    probe = folder
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        where = path if os.path.exists(path) and os.path.isdir(probe) and os.access(probe, os.W_OK) else probe
+        raise RaceError(f"cannot store the probe's record: {where!r} is not writable by this user; nothing was run "
+                        "(give a results file in a folder you can write, or copy it there)")
 
 
 def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, study: str | None = None,

@@ -130,10 +130,12 @@ def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: d
     full = full_run_budget(full_run["full_run"], full_run["force_forecast"], cfg.full_run_budget)     # before any pilot runs
     if full_run["probe_f"] and not full:
         raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
-    if full_run["probe_f"]:
-        from race.fullrun.probe import check_full_run
+    if full_run["probe_f"] and not cfg.models:
+        from race.fullrun.probe import check_probe_config
 
-        check_full_run(cfg.budget, full)            # F ≤ B or past MAX_FACTOR: refused before the grid runs
+        # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before calibration
+        # and the grid (an extension's rounds add a point's seeds each: counted as the most the grid can run)
+        check_probe_config(cfg, full, pilots=(len(cfg.grid) + (grid.get("extend") or 0)) * cfg.seeds)
     return cfg, full
 
 

@@ -108,15 +108,15 @@ def _finite_array(name: str, value: Any, *, gt: float | None = None, shape: tupl
     want = "finite numbers" + (f" > {gt:g}" if gt is not None else "") + (f", a scalar or {shape[0]} of them"
                                                                           if shape else "")
     if isinstance(value, (bool, str, bytes)):
-        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}")
+        raise ForecastError(f"{name} {A.shown(value)} must be {want}")
     try:
         a = np.asarray(value, dtype=float)
         if shape is not None:
             a = np.broadcast_to(a, shape)
     except (TypeError, ValueError, OverflowError):
-        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}") from None
+        raise ForecastError(f"{name} {A.shown(value)} must be {want}") from None
     if not np.all(np.isfinite(a)) or (gt is not None and not np.all(a > gt)):
-        raise ForecastError(f"{name} {str(value)[:60]!r} must be {want}")
+        raise ForecastError(f"{name} {A.shown(value)} must be {want}")
     return a
 
 

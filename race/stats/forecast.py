@@ -7,7 +7,9 @@ are race.stats.curves'; the models (``sigmoid``, ``loglinear``), their fits, and
 choose the model and bound the extrapolation are race.stats.curvefit's.
 
 **Refusal.** The supported factor f* is the largest backtest factor up to which every backtest of
-the chosen model held (none held: no f*). A full run F with F / B ≤ 1, or ≤ f*, is predicted;
+the chosen model held (none held: no f*). A full run F below the pilots' first held-out checkpoint
+is refused (no curve reaches back there; ``force`` does not change that). A full run F with
+F / B ≤ 1, or ≤ f*, is predicted;
 otherwise the forecast is refused in one line that names the pilot budget that would support it
 (F / f*, or F / SCALERL_FACTOR when no backtest held), unless ``force``, which predicts anyway and
 marks it forced. Missing checkpoints or too few of them are refused the same way, never raised.
@@ -45,6 +47,7 @@ from race.stats.instability import stability, stability_at
 
 SCALERL_FACTOR = 2.0         # ScaleRL's prefix fits held to about 2×: the advice when no backtest held
 FORECAST_N_BOOT = 1000       # bootstrap replicates (race.stats.fit's convention)
+MAX_N_BOOT = 100_000         # more replicates are refused on entry: memory and time grow with them, the CIs do not
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -56,7 +59,7 @@ def replicate_means(curves: Curves, *, n_boot: int, seed: int, level: float) -> 
     from race.stats.fit import t_quantile
 
     checked_curves(curves)
-    n_boot = A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+    n_boot = A.whole("n_boot", n_boot, ge=1, le=MAX_N_BOOT, error=ForecastError)
     seed = A.whole("seed", seed, ge=0, error=ForecastError)
     level = A.number("level", level, gt=0, lt=1, error=ForecastError)
     rng = np.random.default_rng(seed)
@@ -128,6 +131,12 @@ def forecast(runs: Sequence[tuple[Sequence[PilotResult], float]], *, target: str
     if len(curves.points) < 2:
         return _refused(ask, f"only {len(curves.points)} grid point has checkpoints: a forecast compares ρ", curves,
                         r0=r0)
+    first = min(float(g.flops[g.fractions > 0].min()) for g in curves.groups)
+    if ask.full_run_budget < first * (1 - 1e-9):
+        return _refused(ask, f"F is below the pilots' first held-out checkpoint ({_fmt(first)} FLOPs, "
+                        f"{first / curves.budget:.2g} × the pilot budget): a forecast there would extrapolate back "
+                        "from the checkpoints, not between them; a run that short is shorter than a pilot, whose "
+                        "verdict at the pilot budget applies", curves, r0=r0)
     cuts = backtest_cuts(curves)
     if not cuts:
         return _refused(ask, f"no grid point has {MIN_PREFIX_POINTS} checkpoints after the base before its end, so "
@@ -158,7 +167,7 @@ def _checked(runs: Any, *, target: Any, full_run_budget: Any, pilot_regime: Regi
     """``forecast``'s arguments checked, in the order its errors name them."""
     full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=ForecastError,
                                expected="a positive finite FLOP count, e.g. 6e12")
-    n_boot = A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+    n_boot = A.whole("n_boot", n_boot, ge=1, le=MAX_N_BOOT, error=ForecastError)
     seed = A.whole("seed", seed, ge=0, error=ForecastError)
     A.flag("force", force, error=ForecastError)
     A.text("target", target, error=ForecastError)
@@ -348,7 +357,7 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
     for i, other in enumerate(A.items("pool", pool, error=ForecastError, what="Results")):
         _results(other, f"pool[{i}]")
     if n_boot is not None:
-        A.whole("n_boot", n_boot, ge=1, error=ForecastError)
+        A.whole("n_boot", n_boot, ge=1, le=MAX_N_BOOT, error=ForecastError)
     if full_run_budget is not None:
         parse_flops(full_run_budget, "full_run_budget")
     diag = diagnose_results(results, refit=refit)

@@ -18,6 +18,12 @@ cannot reach (the child's fd 1 is pointed at stderr). Invariants:
 
 Built-in rewards (rules, PRMs) stay in-process: math checkers that rely on ``signal.alarm``
 keep working there.
+
+``call_forked`` is the same machinery for a Python callable that has no importable name (the
+full-run watch's checker, race.fullrun.watch): it runs ``fn()`` in a forked child (its own session,
+a copy of this process, nothing to import), reads the pickled answer back over a pipe under the
+same deadline, and on a timeout ends the child with ``kill_tree``: a checker that never returns
+leaves nothing running behind.
 """
 from __future__ import annotations
 
@@ -88,6 +94,127 @@ def kill_tree(proc: subprocess.Popen) -> None:
     except OSError:
         pass
     proc.wait()
+
+
+class _Forked:
+    """A forked child as ``kill_tree`` handles it (the part of ``subprocess.Popen`` it uses)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        import signal
+
+        os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = -1
+        return self.returncode
+
+
+def can_fork() -> bool:
+    """Whether ``call_forked`` can run here (a POSIX ``os.fork``)."""
+    return hasattr(os, "fork") and hasattr(os, "setsid")
+
+
+def _pickled(value: object) -> bytes:
+    """The child's answer, pickled: the value, or (an iterator, a generator) its items as a list, or
+    a TypeError saying it cannot be sent back."""
+    import pickle
+
+    try:
+        return pickle.dumps(("value", value))
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        return pickle.dumps(("value", list(value)))          # type: ignore[call-overload]
+    except Exception:  # noqa: BLE001
+        return pickle.dumps(("raised", ("TypeError", f"returned a {type(value).__name__}, which cannot be sent back "
+                                                     "from its process (expected a list of numbers)")))
+
+
+def call_forked(fn, timeout: float) -> tuple[str, object]:
+    """``fn()`` in a forked child under ``timeout`` seconds (module docstring). Returns ``("value", v)``,
+    ``("raised", (type name, message))`` for any exception (``SystemExit`` included), ``("timeout",
+    None)`` after killing the child and all it started, or ``("exited", code)`` when the child died
+    without an answer (``os._exit``, a signal). ``v`` must pickle; an iterator is sent as a list."""
+    import pickle
+
+    timeout = float(timeout)
+    for stream in (sys.stdout, sys.stderr):        # nothing buffered here is written twice by the child
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                   # the child: never returns into the caller's code
+        code = 0
+        try:
+            os.close(r)
+            os.setsid()                            # its own group: kill_tree ends what it starts too
+            try:
+                value = fn()
+            except BaseException as e:  # noqa: BLE001 — reported to the parent, whatever it is
+                payload = pickle.dumps(("raised", (type(e).__name__, str(e)[:2000])))
+            else:
+                payload = _pickled(value)
+            with os.fdopen(w, "wb") as out:
+                out.write(payload)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+        except BaseException:  # noqa: BLE001 — the pipe is gone (the parent gave up): leave quietly
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(w)
+    child = _Forked(pid)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kill_tree(child)
+                return "timeout", None
+            ready, _, _ = select.select([r], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except BaseException:
+        kill_tree(child)                           # interrupted while waiting: the child does not outlive it
+        raise
+    finally:
+        os.close(r)
+    code = child.wait()
+    if not chunks:
+        return "exited", code
+    try:
+        return pickle.loads(b"".join(chunks))
+    except Exception:  # noqa: BLE001 — a child that died mid-answer
+        return "exited", code
 
 
 class IsolatedReward:

@@ -66,19 +66,22 @@ _TRENDS = (Regime.BALANCED, Regime.UPDATE_HEAVY, Regime.SEARCH_HEAVY, Regime.INC
 def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = None,
              primary_target: str = "reward", reward_share_threshold: float = REWARD_SHARE_THRESHOLD,
              n_boot: int = 1000, confidence_level: float = 0.9, seed: int = 0,
-             meta: Mapping[str, Any] | None = None) -> Diagnosis:
+             meta: Mapping[str, Any] | None = None, rerun_confidence: bool | None = None) -> Diagnosis:
     """Classify a pilot grid into a regime per evaluation target.
 
     Only results with ``status == "complete"`` count; pilots are grouped into
     grid points by ``rho_target``. ``targets=None`` means every target that all
     complete pilots report. The output does not depend on the order of
     ``results``. Raises ValueError on: no complete result, < 3 grid points, a
-    requested target missing from a pilot, misaligned prompt counts.
+    requested target missing from a pilot, misaligned prompt counts. ``rerun_confidence``: also
+    simulate reruns for ``fits["rerun_confidence"]`` (race.stats.confidence; about 0.6 s per target on
+    2 cores); None: only when ``CONFIDENCE_METHOD`` is ``"rerun"`` (otherwise it is None in the fits).
     """
+    simulate = CONFIDENCE_METHOD == "rerun" if rerun_confidence is None else bool(rerun_confidence)
     complete = _complete_results(results, confidence_level)
     names, notes = _resolve_targets(complete, targets, primary_target)
     verdicts = {name: _verdict(complete, name, tau=reward_share_threshold, n_boot=n_boot,
-                               level=confidence_level, seed=seed) for name in names}
+                               level=confidence_level, seed=seed, simulate=simulate) for name in names}
     notes += _disagreement_notes(verdicts)
     notes += _pilot_notes(results, complete)
     st = stability(complete, primary_target)
@@ -309,7 +312,7 @@ def _trend_evidence(rho: np.ndarray, boot: BootstrapResponse, quadratic: Any, le
 
 
 def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: int, level: float,
-             seed: int) -> TargetVerdict:
+             seed: int, simulate: bool = False) -> TargetVerdict:
     grid = _grid(complete, target)
     boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=SEED_RESAMPLING,
                               seed_scale=seed_scale(grid=grid, level=level))
@@ -328,7 +331,7 @@ def _verdict(complete: list[PilotResult], target: str, *, tau: float, n_boot: in
         agree = ~reward_reps & (ev.replicates == _TRENDS.index(regime))
     share = float(np.mean(agree))
     sims = simulate_reruns(grid=grid, replicates=boot.point_means, seed_scale=seed_scale(grid=grid, level=level),
-                           seed=seed, seed_resampling=SEED_RESAMPLING)
+                           seed=seed, seed_resampling=SEED_RESAMPLING) if simulate else None
     rerun = None if sims is None else rerun_confidence(sims, rho=grid.rho, regime=regime, shares=shares, tau=tau,
                                                        level=level)
     use_rerun = CONFIDENCE_METHOD == "rerun" and rerun is not None

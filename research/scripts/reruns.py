@@ -261,7 +261,7 @@ def rescore(recs: list[dict]) -> None:
             ps = load_pilots(r["name"])
         else:
             continue
-        v = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).primary
+        v = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0, rerun_confidence=True).primary
         r.update(regime_now=v.regime.value, bootstrap_share=v.fits["bootstrap_share"],
                  rerun_confidence=v.fits["rerun_confidence"])
 
@@ -488,7 +488,7 @@ def calibration(repeats: int = 40, *, base: int = 30_000, shrinks: tuple[int, ..
         for rep in range(repeats):
             res = synthetic_results(response=response, n_seeds=n_seeds, seed_sd=seed_sd, n_prompts=n_prompts,
                                     grid=grid_rho, seed=base + rep)
-            v = R.classify(res, n_boot=N_BOOT, seed=0).primary
+            v = R.classify(res, n_boot=N_BOOT, seed=0, rerun_confidence=True).primary
             row = {"regime": v.regime.value, "bootstrap_share": v.fits["bootstrap_share"],
                    "rerun": v.fits["rerun_confidence"]}
             if shrinks:

@@ -4,7 +4,6 @@ compute (item 3: a probe that cannot cover its share of the run is refused befor
 a watch checker that never returns is killed with what it started, not left running (item 5)."""
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys

@@ -232,6 +232,8 @@ def test_the_api_refuses_bad_arguments_with_a_race_error_naming_them(tmp_path):
         (lambda: range_at((0.3, 0.6), 0.5, pilot_budget=1e12, full_run_budget=1e13, drift_se=-1), DriftError,
          "drift_se -1"),
         (lambda: range_at("0.3-0.6", 0.5, pilot_budget=1e12, full_run_budget=1e13), DriftError, "a pair"),
+        (lambda: range_at((0.3, 0.6), 0.9, pilot_budget=1e12, full_run_budget=1e13), DriftError,
+         "recommended_rho 0.9 is outside rho_range [0.3, 0.6]"),
         (lambda: shrink(0.1, 0.1, spread=0), DriftError, "spread 0 must be a finite number > 0"),
         (lambda: full_run_rate(LearningRate(), status="stable", factor=10, full_lr=float("nan")), RateError,
          "full_lr nan"),
@@ -291,7 +293,7 @@ def test_property_the_api_numbers_give_an_answer_or_a_race_error():
             return
         assert 0.01 <= r.rho_range[0] <= r.rho_range[1] <= 0.99
         assert r.rho_range[0] <= r.recommended_rho <= r.rho_range[1] and math.isfinite(r.shift)
-        assert lo <= hi and 1.0 <= r.factor
+        assert lo <= hi and 1.0 <= r.factor and lo - 1e-6 <= rec <= hi + 1e-6
 
     @settings(max_examples=200, deadline=None)
     @given(d=anything, s=anything, p=anything, sp=anything)

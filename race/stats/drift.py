@@ -204,10 +204,13 @@ def range_at(rho_range: tuple[float, float], recommended_rho: float, *, pilot_bu
     """The range at F: the closed range at B (``rho_range``, a range open at a grid edge included:
     the drift says where past the edge) moved by ``drift`` × log10(F / B), widened on each side by
     the 90 % CI of that move, clipped to [0.01, 0.99]. Refused (DriftError) past
-    ``validated_factor`` or for F < B; every argument is checked first (an inverted range, NaN, a
-    negative SE, a budget that is not a positive finite FLOP count: DriftError naming it)."""
+    ``validated_factor`` or for F < B; every argument is checked first (an inverted range, a recommended ρ
+    outside it, NaN, a negative SE, a budget that is not a positive finite FLOP count: DriftError naming it)."""
     rho_range = A.interval("rho_range", rho_range, ge=0.0, le=1.0, error=DriftError)
     recommended_rho = A.number("recommended_rho", recommended_rho, ge=0.0, le=1.0, error=DriftError)
+    if not rho_range[0] - 1e-6 <= recommended_rho <= rho_range[1] + 1e-6:     # a verdict's ρ lies in its range
+        raise DriftError(f"recommended_rho {recommended_rho:g} is outside rho_range [{rho_range[0]:g}, {rho_range[1]:g}]: "
+                         "expected the ρ the verdict recommends, inside its range at B")
     pilot_budget = A.number("pilot_budget", pilot_budget, gt=0, error=DriftError, expected="a positive finite FLOP count")
     full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=DriftError,
                                expected="a positive finite FLOP count")

@@ -558,21 +558,20 @@ def fixed_bins(rows: list[dict], key: str, width: float = 0.1) -> list[dict]:
 
 
 def fixed_bin_lines(rows: list[dict], key: str, title: str) -> list[str]:
-    lines = [f"### {title}", "| bin | verdicts | mean stated | observed agreement | gap |", "|---|---|---|---|---|"]
-    for b in fixed_bins(rows, key):
-        lines.append(f"| {b['lo']:.1f}–{b['hi']:.1f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
-                     f"{b['observed'] - b['stated']:+.3f} |")
-    c = sum(x[key] for x in rows) / len(rows)
-    a = sum(x["agreement"] for x in rows) / len(rows)
-    lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
     worst = max(abs(b["observed"] - b["stated"]) for b in fixed_bins(rows, key) if b["n"] >= MIN_BIN)
-    return lines + ["", f"largest |gap| in a bin of ≥ {MIN_BIN} verdicts: {worst:.3f}"]
+    return (bin_table(rows, key, title, fixed_bins(rows, key), digits=1)
+            + ["", f"largest |gap| in a bin of ≥ {MIN_BIN} verdicts: {worst:.3f}"])
 
 
 def reliability_lines(rows: list[dict], key: str, title: str) -> list[str]:
+    return bin_table(rows, key, title, bins_of(rows, key), digits=2)
+
+
+def bin_table(rows: list[dict], key: str, title: str, bins: list[dict], *, digits: int) -> list[str]:
+    """A reliability table: one row per bin (its bounds to ``digits`` places), then all of ``rows``."""
     lines = [f"### {title}", "| bin | verdicts | mean stated | observed agreement | gap |", "|---|---|---|---|---|"]
-    for b in bins_of(rows, key):
-        lines.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
+    for b in bins:
+        lines.append(f"| {b['lo']:.{digits}f}–{b['hi']:.{digits}f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
                      f"{b['observed'] - b['stated']:+.3f} |")
     c = sum(x[key] for x in rows) / len(rows)
     a = sum(x["agreement"] for x in rows) / len(rows)

@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 
 from race.core import arguments as A
 from race.stats.design import (DEFAULT_SHARE, MIN_STEPS, POPULATION_GRIDS, POPULATION_RHO, POPULATION_RHO_SD,
-                               DesignError, pilot_value, plan_share)
+                               DesignError, SharePlan, pilot_value, plan_share)
 from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR
 from race.stats.regime import MIN_GRID_POINTS
 
@@ -184,8 +184,8 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_sh
     per_step = max(s.flops_per_step.total for s in plan.schedules)
     chosen = design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
                                        eval_share=eval_share, max_factor=MAX_FACTOR)
-    within = plan_share(F, pilots=len(chosen.pilots), share=chosen.share, eval_share=eval_share).to_dict() \
-        if chosen.pilots else None
+    within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_share,
+                       chosen.factor).to_dict() if chosen.pilots else None     # the design's own plan, not recomputed
     value = pilot_value(chosen.share)
     grid_cost = plan.grid_flops * (1.0 + eval_share)
     info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,

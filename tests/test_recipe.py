@@ -403,14 +403,16 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
             assert rec.settings["actor_rollout_ref.model.path"] == str(out / "model")        # the shipped policy, copied
         else:
             lines = (out / "data" / "train.jsonl").read_text().splitlines()
-            assert len(lines) == len(train) and json.loads(lines[0]) == {"prompt": train[0].prompt,
-                                                                         "answer": train[0].answer}
+            # the shipped policy has a chat template, which RACE's pilots apply (chat_template auto): TRL gets the
+            # conversational form, OpenRLHF the text with --data.apply_chat_template (it makes the user turn)
+            prompt = [{"role": "user", "content": train[0].prompt}] if trainer == "trl" else train[0].prompt
+            assert len(lines) == len(train) and json.loads(lines[0]) == {"prompt": prompt, "answer": train[0].answer}
         if trainer == "openrlhf":
             f = rec.settings
             drawn = f["--train.num_episodes"] * min(f["--data.max_samples"], len(train))
             assert 0.98 * s.steps * s.prompts_per_step <= drawn <= s.steps * s.prompts_per_step
             assert f["--actor.model_name_or_path"] == str(out / "model")
-            assert f["--reward.remote_url"] == str(out / "race_reward.py")
+            assert f["--reward.remote_url"] == str(out / "race_reward.py") and f["--data.apply_chat_template"] is True
         if trainer == "trl":
             assert rec.model["dataset_name"] == str(out / "data") and rec.model["reward_funcs"] == ["race_reward.reward"]
         assert any(f"the training split holds {len(train):,}" in n for n in rec.notes)
@@ -420,6 +422,8 @@ def test_emit_writes_the_tasks_splits_and_races_reward_for_each_trainer(tmp_path
         p = train[0]
         assert mod.compute_score("race", p.answer, p.answer) == 1.0 and mod.compute_score("race", "x", p.answer) == 0.0
         assert mod.reward([p.answer, "x"], [p.answer, p.answer]) == [1.0, 0.0]
+        assert mod.reward([[{"role": "assistant", "content": c}] for c in (p.answer, "x")], [p.answer] * 2,
+                          prompts=[[{"role": "user", "content": p.prompt}]] * 2) == [1.0, 0.0]
         assert mod.reward_func([p.prompt + p.answer], [p.prompt], [p.answer])["rewards"].tolist() == [1.0]
     bare = recipe(RESULTS, trainer="verl", full_run_budget=6e12)
     assert bare.settings["data.train_files"].startswith("RACE_EMIT_DIR/") and not os.path.exists("RACE_EMIT_DIR")

@@ -118,11 +118,20 @@ def score(prompt, completion, reference):
     return value if value == value and abs(value) <= MAX_ABS else 0.0
 
 
+def _prompt_text(prompt):
+    """A prompt as text: a conversational prompt (chat turns) gives its last user turn's content."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt or () if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else ""
+
+
 def reward(completions, answer, prompts=None, **kwargs):
-    """TRL: reward_funcs=["race_reward.reward"]: the dataset's answer column is the reference."""
+    """TRL: reward_funcs=["race_reward.reward"]: the dataset's answer column is the reference; a
+    conversational completion is its last turn's content."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     prompts = prompts or [""] * len(texts)
-    return [score(p if isinstance(p, str) else "", c, a) for p, c, a in zip(prompts, texts, answer)]
+    return [score(_prompt_text(p), c, a) for p, c, a in zip(prompts, texts, answer)]
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -204,6 +213,11 @@ sys.path.insert(0, HERE)
 
 def build(max_steps=None, output_dir=None, **overrides):
     """The GRPOTrainer of the recipe (``overrides``: more GRPOConfig keywords)."""
+    import warnings
+
+    # peft 0.21 (PeftModel.__init__) and TRL 1.16 (unwrap_model_for_generation) read transformers'
+    # deprecated `is_gradient_checkpointing` whatever the settings: their FutureWarning, not this recipe's
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     import torch
     from datasets import load_dataset
     from peft import LoraConfig
@@ -320,9 +334,49 @@ def _copier(src: str) -> Callable[[Any], None]:
     return write
 
 
-def _write_splits(put: Callable[[str, Any], None], trainer: str, train: list, held: list) -> None:
+def _has_template(folder: str) -> bool:
+    """Does the tokenizer in ``folder`` carry a chat template (``tokenizer_config.json``'s
+    ``chat_template``, or a ``chat_template.jinja`` / ``.json`` file beside it)? Read as text."""
+    if any(os.path.isfile(os.path.join(folder, f)) for f in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as fh:
+            return bool(json.load(fh).get("chat_template"))
+    except (OSError, ValueError):
+        return False
+
+
+def chat_format(config: GridConfig) -> tuple[bool, list[str]]:
+    """(does the trainer render each prompt as a user turn of the policy's chat template, notes): as
+    RACE's pilots do (race.tasks.taskdata.policy_prompts): ``chat_template`` on, or auto with a
+    tokenizer that has a template; off: the prompt text as it is. A model that is not a local folder
+    (a Hub id) is taken to have one under auto, and a note says so. Pure: the tokenizer files are
+    read as text, transformers is not imported."""
+    from race.flops.catalog import resolve_model_path
+
+    mode = config.chat_template
+    if mode in ("on", "off"):
+        return mode == "on", []
+    folder = resolve_model_path(config.model)
+    if os.path.isdir(folder):
+        return _has_template(folder), []
+    return True, [f"prompts: RACE's pilots render them with {config.model!r}'s chat template when its tokenizer has "
+                  "one (chat_template: auto), and the recipe assumes it has; set chat_template: off in the config "
+                  "if it has none"]
+
+
+def _messages(p: Any, system: str | None) -> list[dict[str, str]]:
+    """A problem's prompt as the chat template's turns: the system prompt, if any, then the user turn."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": p.prompt}]
+
+
+def _write_splits(put: Callable[[str, Any], None], trainer: str, train: list, held: list, *, chat: bool,
+                  system: str | None) -> None:
     """The training and held-out splits through ``put``, as the trainer reads them: verl Parquet rows
-    (the prompt as a user message, ``reward_model.ground_truth``), else JSON lines ``{"prompt", "answer"}``."""
+    (the prompt as chat turns, which verl always renders with the template; ``reward_model.ground_truth``),
+    else JSON lines ``{"prompt", "answer"}``. With ``chat``, TRL's prompt is its conversational form
+    (turns, which TRL renders with the template) and OpenRLHF's the text (``--data.apply_chat_template``
+    makes it a user turn), or turns when there is a system prompt; without, the text as it is."""
     if trainer == "verl":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -330,14 +384,16 @@ def _write_splits(put: Callable[[str, Any], None], trainer: str, train: list, he
         for name, rows in (("train", train), ("test", held)):
             table = pa.table({
                 "data_source": ["race"] * len(rows),
-                "prompt": [[{"role": "user", "content": p.prompt}] for p in rows],
+                "prompt": [_messages(p, system if chat else None) for p in rows],
                 "reward_model": [{"style": "rule", "ground_truth": p.answer} for p in rows],
                 "extra_info": [{"index": p.id, "prompt": p.prompt} for p in rows]})
             put(f"data/{name}.parquet", lambda fh, t=table: pq.write_table(t, fh))
-    else:
-        for name, rows in (("train", train), ("test", held)):
-            put(f"data/{name}.jsonl", "".join(json.dumps({"prompt": p.prompt, "answer": p.answer}, ensure_ascii=False)
-                                              + "\n" for p in rows))
+        return
+    turns = chat and (trainer == "trl" or bool(system))
+    for name, rows in (("train", train), ("test", held)):
+        put(f"data/{name}.jsonl", "".join(
+            json.dumps({"prompt": _messages(p, system) if turns else p.prompt, "answer": p.answer},
+                       ensure_ascii=False) + "\n" for p in rows))
 
 
 def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False) -> dict[str, Any]:
@@ -360,7 +416,7 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
             raise RaceError(f"cannot write {os.path.join(out_dir, name)!r}: {e.strerror or e}: choose a writable "
                             "--emit folder") from None
 
-    _write_splits(put, trainer, train, held)
+    _write_splits(put, trainer, train, held, chat=chat_format(config)[0], system=config.system_prompt)
     put("race_config.json", json.dumps(config.to_dict(), indent=2, default=list))
     put("race_reward.py", reward_text)
     if custom_src:
@@ -407,13 +463,18 @@ def openrlhf_passes(steps: int, prompts_per_step: int, rows: int) -> tuple[int, 
 
 
 def data_settings(trainer: str, out_dir: str | None, *, steps: int, prompts_per_step: int,
-                  rows: int | None) -> tuple[dict[str, Any], list[str]]:
+                  rows: int | None, chat: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The settings that point a recipe at the emitted files (``out_dir``), or, without one,
-    placeholders the trainer rejects loudly (a path that does not exist), with the note that says so."""
+    placeholders the trainer rejects loudly (a path that does not exist), with the note that says so.
+    ``chat``: the prompts are rendered with the policy's chat template (``chat_format``): OpenRLHF's
+    ``--data.apply_chat_template``; TRL's is the data's conversational form; verl always renders it."""
     d = os.path.abspath(out_dir) if out_dir else "RACE_EMIT_DIR"
     notes = [] if out_dir else [
         "data and reward: the paths under RACE_EMIT_DIR are placeholders the trainer refuses: "
         "race recipe … --emit DIR writes the task's splits and RACE's reward module there"]
+    if trainer == "verl" and not chat:
+        notes.append("prompts: verl renders every prompt with the tokenizer's chat template (RLHFDataset), and RACE's "
+                     "pilots fed this policy the text as it is (chat_template off, or no template)")
     need = steps * prompts_per_step
     if trainer == "trl":
         if rows is not None:
@@ -437,7 +498,8 @@ def data_settings(trainer: str, out_dir: str | None, *, steps: int, prompts_per_
         return out, notes
     out = {"--data.prompt_dataset": os.path.join(d, "data", "train.jsonl"), "--data.input_key": "prompt",
            "--data.label_key": "answer", "--reward.remote_url": os.path.join(d, "race_reward.py"),
-           "--eval.dataset": os.path.join(d, "data", "test.jsonl")}
+           "--eval.dataset": os.path.join(d, "data", "test.jsonl"),
+           **({"--data.apply_chat_template": True} if chat else {})}
     if rows is not None:
         episodes, samples = openrlhf_passes(steps, prompts_per_step, rows)
         out["--data.max_samples"] = samples

@@ -352,17 +352,18 @@ def _trainer_settings(cfg: GridConfig, key: str, schedule: Schedule, P: float, s
                       emit_dir: str | None, rows: int | None) -> tuple[dict, dict, list[str]]:
     """(settings, model arguments, notes): the trainer module's config for ``schedule``, pointed at the
     emitted data and reward (race.fullrun.emit.data_settings; TRL's are script arguments, beside the model's)."""
-    from race.fullrun.emit import data_settings, model_location
+    from race.fullrun.emit import chat_format, data_settings, model_location
 
     settings, model, notes = TRAINER_MODULES[key].settings(replace(cfg, model=model_location(cfg.model, emit_dir)),
                                                            schedule, P, shape)
+    chat, chat_notes = chat_format(cfg)
     data, more = data_settings(key, emit_dir, steps=schedule.steps, prompts_per_step=schedule.prompts_per_step,
-                               rows=rows)
+                               rows=rows, chat=chat)
     if key == "trl":                    # `trl grpo`'s script arguments, outside GRPOConfig
         model = {**model, **data}
     else:
         settings = {**settings, **data}
-    return settings, model, notes + more
+    return settings, model, notes + more + chat_notes
 
 
 def _closing_notes(cfg: GridConfig, key: str, at_risk: dict[str, Any], rate: dict[str, Any]) -> list[str]:

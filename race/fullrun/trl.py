@@ -17,6 +17,9 @@ from race.fullrun.recipe_base import (Recipe, Shape, TrainerRun, format_value, l
                                       warmup_steps)
 
 VERSION = "TRL 1.16.0"      # where the parameter names and behaviour were read (docs/recipes.md)
+# peft 0.21.2 (PeftModel.__init__) and TRL 1.16.0 (unwrap_model_for_generation) read transformers'
+# deprecated is_gradient_checkpointing property whatever the settings: the one warning the recipe cannot avoid
+PEFT_WARNING_FILTER = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
 
 # TRL 1.16 GRPOTrainer, use_vllm=False: unwrapped PeftModel.generate on B_p·n repeated prompts
 # (RepeatSampler), old log-probs only when generation and optimizer steps are misaligned (μ > 1),
@@ -94,8 +97,11 @@ def command_lines(rec: Recipe) -> list[str]:
     """A script that runs as printed (python - < it), on the --emit folder's files."""
     s, m = rec.settings, rec.model
     d = os.path.dirname(str(m.get("dataset_name", os.path.join("RACE_EMIT_DIR", "data"))))
-    lines = ["import sys", "", "import torch", "from datasets import load_dataset", "from peft import LoraConfig",
-             "from trl import GRPOConfig, GRPOTrainer", "",
+    lines = ["import sys", "import warnings", "", "import torch", "from datasets import load_dataset",
+             "from peft import LoraConfig", "from trl import GRPOConfig, GRPOTrainer", "",
+             "# peft 0.21 and TRL 1.16 read transformers' deprecated is_gradient_checkpointing whatever the settings",
+             "warnings.filterwarnings('ignore', message='`is_gradient_checkpointing` is deprecated', "
+             "category=FutureWarning)",
              f"sys.path.insert(0, {d!r})            # race_reward.py, written by --emit",
              "from race_reward import reward  # noqa: E402", "",
              "cpu = not torch.cuda.is_available()",
@@ -118,8 +124,10 @@ def yaml_document(rec: Recipe) -> tuple[dict[str, Any], list[str]]:
     comment = ("for `trl grpo --config FILE --output_dir OUT`, run from the --emit folder (race_reward.py "
                "is imported from there)" + ("; dataset_name and reward_funcs are placeholders until "
                                             "race recipe … --emit DIR" if placeholder else "")
-               + "; on a machine without a GPU add --use_cpu true --bf16 false")
+               + "; on a machine without a GPU add --use_cpu true --bf16 false; peft 0.21 and TRL 1.16 read "
+               "transformers' deprecated is_gradient_checkpointing whatever the settings (a FutureWarning of "
+               f"theirs): PYTHONWARNINGS={PEFT_WARNING_FILTER!r} silences it")
     return {**rec.model, **rec.settings}, [comment]
 
 
-__all__ = ["RUN", "VERSION", "command_lines", "settings", "yaml_document"]
+__all__ = ["PEFT_WARNING_FILTER", "RUN", "VERSION", "command_lines", "settings", "yaml_document"]

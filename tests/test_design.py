@@ -53,9 +53,13 @@ def test_shrinkage_to_the_prior_by_hand():
 
 
 def test_a_share_of_the_full_run_counts_evaluation_and_refuses_what_buys_nothing():
-    plan = D.plan_share(6e12, pilots=12, share=0.1, eval_share=0.05)
-    assert plan.budget == pytest.approx(0.1 * 6e12 / (12 * 1.05))
+    # evaluation costs a pilot the same FLOPs whatever its budget: it comes off each pilot's slice of the share
+    plan = D.plan_share(6e12, pilots=12, share=0.1, eval_flops=2e9)
+    assert plan.budget == pytest.approx(0.1 * 6e12 / 12 - 2e9)
+    assert plan.eval_share == pytest.approx(2e9 / plan.budget)
     assert plan.spent == pytest.approx(0.1 * 6e12)
+    with pytest.raises(D.DesignError, match="buy nothing"):
+        D.plan_share(6e12, pilots=12, share=0.1, eval_flops=6e10)     # evaluation eats the whole slice
     assert plan.factor == pytest.approx(6e12 / plan.budget)
     with pytest.raises(D.DesignError, match="buy nothing"):
         D.plan_share(1e11, pilots=12, share=0.1, min_budget=5e10)
@@ -148,16 +152,17 @@ def test_pilot_designs_spend_the_share_as_they_say():
     from race.stats import pilotdesign as PD
 
     grid, F = [0.25, 0.4, 0.55, 0.7], 6e12
-    kw = dict(full_run=F, min_budget=1.87e11, eval_share=0.61)
+    kw = dict(full_run=F, min_budget=1.87e11, eval_flops=1.1e11)
     flat = PD.DESIGNS["flat"].plan(grid, 3, share=0.9, **kw)
     assert len(flat.pilots) == 12 and flat.spent == pytest.approx(0.9 * F)
     with pytest.raises(D.DesignError, match="buy nothing"):
         PD.DESIGNS["flat"].plan(grid, 3, share=0.1, **kw)
-    # 30 %: 12 pilots get 9.3e10 < 1.87e11; 5 (one seed each, a second at 0.4, nearest 0.46) get 2.23e11
+    # 30 %: 12 pilots get 1.5e11 − 1.1e11 = 4e10 < 1.87e11; 5 (one seed each, a second at 0.4, nearest 0.46) get
+    # 3.6e11 − 1.1e11 = 2.5e11
     five = PD.DESIGNS["fit"].plan(grid, 3, share=0.3, **kw)
     assert five.pilots == ((0.25, 0), (0.4, 0), (0.55, 0), (0.7, 0), (0.4, 1)) and not five.dropped
-    assert five.budget == pytest.approx(0.3 * F / (5 * 1.61)) and five.spent <= 0.3 * F * (1 + 1e-12)
-    # 22 %: 5 pilots get 1.64e11, too few; 4 (the 3 points nearest the prior, 0.25 dropped) get 2.05e11
+    assert five.budget == pytest.approx(0.3 * F / 5 - 1.1e11) and five.spent == pytest.approx(0.3 * F)
+    # 22 %: 5 pilots get 1.54e11, too few; 4 (the 3 points nearest the prior, 0.25 dropped) get 2.2e11
     four = PD.DESIGNS["fit"].plan(grid, 3, share=0.22, **kw)
     assert four.points == (0.4, 0.55, 0.7) and four.dropped == (0.25,) and len(four.pilots) == 4
     assert four.budget >= 1.87e11

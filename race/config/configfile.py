@@ -207,6 +207,9 @@ class GridConfig:
     system_prompt: str | None = None              # the system turn the chat template opens with (None: none)
     models: tuple[str, ...] = ()                  # a grid over policies: one ρ grid per model at the same budget
                                                   # (race.run.multimodel); model is then models[0]
+    pilot_design: str = "grid"                    # how the pilots are sized: grid (as written) | fit | flat | prior,
+                                                  # within pilot_share of full_run_budget (race.run.sizing)
+    pilot_share: float = 0.10                     # the share of the full run a sized design spends on pilots
 
     def __post_init__(self) -> None:
         validate_config(self)
@@ -246,6 +249,9 @@ class GridConfig:
             d.pop("models")
         if not self.first_seed:                  # seeds from 0: reads as before first_seed existed
             d.pop("first_seed")
+        if self.pilot_design == "grid" and self.pilot_share == 0.10:   # as written: reads as before sizing existed
+            d.pop("pilot_design")
+            d.pop("pilot_share")
         return d
 
 

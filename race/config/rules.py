@@ -25,6 +25,11 @@ BACKENDS = ("auto", "hf", "vllm")
 CHAT_TEMPLATE = ("auto", "on", "off")
 CHECKERS = ("auto", "exact", "math")     # eval.checker: how pass@k judges a sample (race.tasks.taskdata.answer_check)
 VLLM_SLEEP = ("auto", "on", "off")
+# pilot_design: how the pilots are sized: the config as written, or a design of race.stats.pilotdesign.DESIGNS
+# (the same names, tied by tests/test_sizing.py) within pilot_share of the full run (race.run.sizing)
+AS_WRITTEN = "grid"
+PILOT_DESIGNS = (AS_WRITTEN, "fit", "flat", "prior")
+DEFAULT_PILOT_SHARE = 0.10
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.tasks.rewards.prm.AGGREGATIONS
 LR_SCHEDULES = ("constant", "linear", "cosine", "wsd")   # race.flops.grid.lr_factor
 
@@ -200,7 +205,8 @@ def _check_eval(c: Any) -> None:
 
 
 def _check_runtime(c: Any) -> None:
-    """How the pilots run: the chat template, system prompt, backend, approximate FLOPs, vLLM sleep, GPU memory."""
+    """How the pilots run: the chat template, system prompt, backend, approximate FLOPs, vLLM sleep, GPU memory,
+    and how they are sized from the full run."""
     if c.chat_template not in CHAT_TEMPLATE:
         raise ConfigError(f"chat_template {c.chat_template!r} is unknown: expected one of {', '.join(CHAT_TEMPLATE)}")
     if c.system_prompt is not None and not isinstance(c.system_prompt, str):
@@ -211,9 +217,20 @@ def _check_runtime(c: Any) -> None:
         raise ConfigError(f"allow_approximate_flops {c.allow_approximate_flops!r} must be true or false")
     if c.vllm_sleep not in VLLM_SLEEP:
         raise ConfigError(f"vllm_sleep {c.vllm_sleep!r} is unknown: expected one of {', '.join(VLLM_SLEEP)}")
+    _check_sizing(c)
     if c.gpu_memory is not None and (isinstance(c.gpu_memory, bool) or not isinstance(c.gpu_memory, (int, float))
                                      or c.gpu_memory <= 0):
         raise ConfigError(f"gpu_memory {c.gpu_memory!r} must be a positive number of bytes (in YAML: e.g. 80GiB)")
+
+
+def _check_sizing(c: Any) -> None:
+    """pilot_design is a known design; pilot_share a fraction in (0, 1)."""
+    if c.pilot_design not in PILOT_DESIGNS:
+        raise ConfigError(f"pilot_design {c.pilot_design!r} is unknown: expected one of {', '.join(PILOT_DESIGNS)}")
+    share = c.pilot_share
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 < share < 1.0:
+        raise ConfigError(f"pilot_share {share!r} is outside (0, 1): expected the fraction of the full run the pilots "
+                          "spend, e.g. 0.1")
 
 
 def _validate_mix(r: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 # field → pydantic Field keywords (ranges); numbers are finite everywhere
 CONSTRAINTS: dict[str, dict[str, Any]] = {
     "seeds": {"ge": 1}, "first_seed": {"ge": 0}, "prompt_len": {"gt": 0}, "completion_len": {"gt": 0},
+    "pilot_share": {"gt": 0, "lt": 1},
     "lora.rank": {"ge": 1}, "lora.alpha": {"gt": 0},
     "reward.num_labels": {"ge": 1}, "reward.batch_size": {"ge": 1}, "reward.timeout": {"gt": 0},
     "reward.check_timeout": {"gt": 0},

@@ -318,14 +318,20 @@ def _checkpoint_prompts(config: GridConfig) -> int:
     return checkpoint_prompts(config.eval.prompts, config.eval.checkpoint_prompts)
 
 
-def eval_share(config: GridConfig, arch: F.ArchSpec, prompt_len: float, completion_len: float) -> float:
-    """Estimated FLOPs of one pilot's held-out evaluations (the checkpoints and the final one, each
-    prompt sampled ``eval.samples`` times at the expected lengths; downstream sets not counted) over
-    its budget. An estimate for the warning: the evaluations are metered and reported apart."""
+def eval_flops(config: GridConfig, arch: F.ArchSpec, prompt_len: float, completion_len: float) -> float:
+    """Estimated FLOPs of one pilot's held-out evaluations (the checkpoints and the final one, each prompt
+    sampled ``eval.samples`` times at the expected lengths; downstream sets not counted). The same whatever
+    the pilot's budget: the checkpoints are fractions of it, their count and prompts are fixed."""
     per_prompt = F.search_flops(arch, prompt_len=prompt_len, completion_len=completion_len, n=config.eval.samples,
                                 prefix_shared=config.schedule.prefix_shared, lora=lora_spec(config, arch))
     prompts = _eval_runs(config) * _checkpoint_prompts(config) + config.eval.prompts
-    return per_prompt * prompts / config.budget
+    return per_prompt * prompts
+
+
+def eval_share(config: GridConfig, arch: F.ArchSpec, prompt_len: float, completion_len: float) -> float:
+    """``eval_flops`` over the config's budget per pilot. An estimate for the warning: the evaluations are
+    metered and reported apart."""
+    return eval_flops(config, arch, prompt_len, completion_len) / config.budget
 
 
 def plan_grid(config: GridConfig, *, prompt_len: float | None = None,

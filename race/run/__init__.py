@@ -8,6 +8,7 @@ Interface:
   checked once; the one table of engines.
 - ``adaptive``: adaptive policies as objects (``informative``, ``halving``) behind one protocol.
 - ``prechecks``: the table of checks a grid passes before anything is written.
+- ``sizing``: ``size_pilots``: a config sized from the full run by its pilot design (``race pilot --design``).
 - ``study``: ``run_grid``: a grid as an optuna study (create or resume, calibrate and plan, coordinate).
 - ``workers``: the queue of a study's pilots a coordinator and ``race worker`` share.
 - ``processes``: pilot processes from a fork server, at most N at a time.

@@ -44,7 +44,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              workers: int | None = None, device: str = "cpu", quiet: bool = True,
              adaptive: bool | str = False, adaptive_share: float | None = None,
              allow_approximate: bool = False, full_run_budget: float | str | None = None,
-             force_forecast: bool = False, engine: str = "auto", extend: int = 0, probe: bool = False) -> Diagnosis:
+             force_forecast: bool = False, engine: str = "auto", extend: int = 0, probe: bool = False,
+             design: str | None = None, share: float | None = None) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -74,6 +75,11 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         probe: with a full-run budget, then run the length probe (race.fullrun.probe: η for the full run's
             step count at 1 prompt per step, ≤ 25 % of the grid's compute); the stability line at F
             and the rate for F read it.
+        design: how the pilots are sized (default: the config's ``pilot_design``, else ``grid``, the config
+            as written); ``fit``, ``flat`` or ``prior`` spend ``share`` of the full run (default: the config's
+            ``pilot_share``, 0.1), held-out evaluation counted, as ``race plan --full-run F`` states
+            (race.run.sizing; a design with no pilots within the share raises ``SizingError``).
+        share: with a design, the share of the full run the pilots spend.
 
     Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
@@ -87,13 +93,18 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
         raise RaceError(f"config names models {list(cfg.models)}: a grid over policies returns a joint view, "
                         "not one diagnosis: call race.run.api.run_models (or give one model)")
-    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=probe, extend=extend,
-                             adaptive=adaptive, adaptive_share=adaptive_share)
+    from race.run.sizing import size_pilots
+
+    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=False)
+    cfg, sized = size_pilots(cfg, full_run=full, design=design, share=share)       # before calibration
+    _checked_full_run(cfg, full, force=force_forecast, probe=probe, extend=extend, adaptive=adaptive,
+                      adaptive_share=adaptive_share, design=sized)
     from race.run.options import RunOptions
 
     # checked once, before a folder is made (race.run.options.RunOptions.check)
     options = RunOptions(out_dir=out_dir or "(a temporary folder)", extend=extend or 0, workers=workers, device=device,
-                         quiet=quiet, adaptive=adaptive, adaptive_share=adaptive_share, engine=engine).check()
+                         quiet=quiet, adaptive=adaptive, adaptive_share=adaptive_share, engine=engine,
+                         design=sized).check()
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
@@ -101,7 +112,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
 
 
 def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool, probe: bool,
-                      extend: Any = 0, adaptive: Any = False, adaptive_share: Any = None) -> float | None:
+                      extend: Any = 0, adaptive: Any = False, adaptive_share: Any = None,
+                      design: Any = None) -> float | None:
     """The full-run budget (the argument over the config's), with force / probe refused without one and
     every F-dependent check of the probe (its factor, the share of the run it can cover: race.fullrun.probe.
     check_probe_config) done before calibration and before any pilot runs."""
@@ -116,7 +128,8 @@ def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, f
     if probe:
         from race.fullrun.probe import check_probe_config
 
-        check_probe_config(cfg, full, pilots=_most_pilots(cfg, extend, adaptive, adaptive_share))   # before any compute
+        most = len(design["pilots"]) if design else _most_pilots(cfg, extend, adaptive, adaptive_share)
+        check_probe_config(cfg, full, pilots=most)   # before any compute
     return full
 
 

@@ -208,12 +208,12 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
     if full is None:
         echo(render_plan(planned, fmt), nl=False)
     else:
-        from race.flops.grid import eval_share, policy_arch
+        from race.flops.grid import eval_flops, policy_arch
         from race.stats.design import DEFAULT_SHARE
         from race.stats.pilotdesign import render_share
 
-        ev = eval_share(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
-        echo(render_share(planned, full_run=full, share=DEFAULT_SHARE if share is None else share, eval_share=ev,
+        ev = eval_flops(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
+        echo(render_share(planned, full_run=full, share=DEFAULT_SHARE if share is None else share, eval_flops=ev,
                           design=design, fmt=fmt), nl=False)
     from race.run.newconfig import DATA_SUFFIXES, set_warnings, task_sizes
     from race.core.safeio import one_line

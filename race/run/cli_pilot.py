@@ -58,6 +58,13 @@ from race.stats.report import FORMATS
                    "storage; a grid with fewer seeds or other ρ points is fine) in the study first, so only "
                    "the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
+@click.option("--design", default=None, metavar="[grid|fit|flat|prior]",
+              help="How the pilots are sized (default: the config's pilot_design, else grid): grid runs the config "
+                   "as written; fit, flat and prior spend --share of --full-run F, held-out evaluation counted, "
+                   "as race plan --full-run F states (docs/pilot.md).")
+@click.option("--share", type=float, default=None,
+              help="With --design fit|flat|prior: the share of the full run the pilots spend (default: the config's "
+                   "pilot_share, 0.1).")
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
 @click.option("--probe", "probe_f", is_flag=True,
               help="With --full-run F: after the grid, test η at F's length (race probe; at most a quarter of the "
@@ -81,8 +88,8 @@ def pilot(config_path: str | None, **given: Any) -> None:
     grid, out = g["Grid"], g["Output"]
     if out["as_json"] and not out["quiet"]:        # a deprecated alias, kept one release (docs/reference/cli.md)
         echo("warning: --json is deprecated: use --format json", err=True)
-    cfg, full = _pilot_config(config_path, grid, g["Engine"], g["Full run"], out)
-    options = _pilot_options(cfg, g)           # every run option checked here, once (race.run.options)
+    cfg, full, design = _pilot_config(config_path, grid, g["Engine"], g["Full run"], out)
+    options = _pilot_options(cfg, g).with_(design=design).check()   # every run option checked here, once
     if cfg.models:
         if options.extend:
             raise click.UsageError("--extend takes one policy's grid: run a grid over models without it")
@@ -91,8 +98,11 @@ def pilot(config_path: str | None, **given: Any) -> None:
 
     def announce() -> None:              # after the checks: a refusal stays one line
         if not options.quiet:
-            echo(f"RACE pilot grid {cfg.name}: {len(cfg.grid)} points × {cfg.seeds} seeds, "
-                  f"{cfg.budget:.3g} FLOPs per pilot → {options.out_dir}/results.json", err=True)
+            shape = (f"{len(options.design['pilots'])} pilots of design {options.design['design']} "
+                     f"(ρ {', '.join(f'{r:g}' for r in cfg.grid)}) within {options.design['share']:.0%} of F"
+                     if options.design else f"{len(cfg.grid)} points × {cfg.seeds} seeds")
+            echo(f"RACE pilot grid {cfg.name}: {shape}, {cfg.budget:.3g} FLOPs per pilot → "
+                 f"{options.out_dir}/results.json", err=True)
 
     results = run_extended(cfg, options, announce=announce)      # extend 0: run_grid itself
     if results.diagnosis is not None:
@@ -112,9 +122,13 @@ def _render(diagnosis: Any, fmt: str) -> str:
     return render_diagnosis(diagnosis, fmt)
 
 
-def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: dict, out: dict) -> tuple[Any, float | None]:
+def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: dict,
+                  out: dict) -> tuple[Any, float | None, Any]:
     """``race pilot``'s config (CONFIG, or the embedded default / thorough grid, with the Grid group's
-    overrides) and the full-run budget, each refused in one line before anything runs."""
+    overrides, sized from the full run by its pilot design: race.run.sizing), the full-run budget and the
+    design's record, each refused in one line before anything runs."""
+    from race.run.sizing import size_pilots
+
     from race.config import presets
     from race.run.api import build_config
 
@@ -130,13 +144,15 @@ def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: d
     full = full_run_budget(full_run["full_run"], full_run["force_forecast"], cfg.full_run_budget)     # before any pilot runs
     if full_run["probe_f"] and not full:
         raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
+    cfg, design = size_pilots(cfg, full_run=full, design=full_run["design"], share=full_run["share"])
     if full_run["probe_f"] and not cfg.models:
         from race.fullrun.probe import check_probe_config
 
         # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before calibration
         # and the grid (an extension's rounds add a point's seeds each: counted as the most the grid can run)
-        check_probe_config(cfg, full, pilots=(len(cfg.grid) + (grid.get("extend") or 0)) * cfg.seeds)
-    return cfg, full
+        check_probe_config(cfg, full, pilots=len(design["pilots"]) if design else
+                           (len(cfg.grid) + (grid.get("extend") or 0)) * cfg.seeds)
+    return cfg, full, design
 
 
 def _pilot_options(cfg: Any, g: dict) -> Any:

@@ -153,7 +153,7 @@ class PilotCommand(Sectioned):
         "Engine": ("backend", "workers", "device", "engine", "retries", "heartbeat"),
         "Storage": ("storage", "study", "import_pilots"),
         ADAPTIVE_GROUP: ("adaptive", "adaptive_policy", "adaptive_share"),
-        "Full run": ("full_run", "force_forecast", "probe_f"),
+        "Full run": ("full_run", "design", "share", "force_forecast", "probe_f"),
         "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path"),
     }
 

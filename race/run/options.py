@@ -40,6 +40,8 @@ class RunOptions:
     import_pilots: str | None = None       # a results file whose finished pilots are recorded first
     engine: str = "auto"                   # auto | lockstep | solo (race.engine.lean_engine)
     extend: int = 0                        # rounds past the best edge (race.run.extend)
+    design: Any = None                     # a sized design's record (race.run.sizing): its (ρ, seed index) pilots
+                                           # are the ones that run; None: every pilot of the grid
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "RunOptions":
@@ -74,6 +76,9 @@ class RunOptions:
                             "full grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
         if self.extend and (self.adaptive or self.adaptive_share is not None):
             raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")
+        if self.design is not None and (self.policy or self.extend):
+            raise RaceError("a pilot design (--design fit, flat or prior) chooses the pilots itself: it does not combine "
+                            "with an adaptive grid or extend")
         if self.extend and self.workers == 0:
             raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
         return self

@@ -92,16 +92,6 @@ def signal_line(pass_rate: float | None, group: int) -> str | None:
     return signal(pass_rate, group).line
 
 
-def signal_line(pass_rate: float | None, group: int) -> str | None:
-    """One line, before any pilot, when the base pass rate leaves most groups without a reward that
-    varies (race.stats.design.signal: the grid would learn nothing); None when it does not, or cannot tell."""
-    from race.stats.design import signal
-
-    if pass_rate is None or group < 2:
-        return None
-    return signal(pass_rate, group).line
-
-
 def start_study(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, backend: str, calibration: Any,
                 classify_kw: dict | None) -> Results:
     """Create or resume the study in ``st``, then coordinate it (``o``: the run's options)."""
@@ -223,7 +213,8 @@ class Coordinator:
                                 first_number=self.first_number, group_size=group_size)
         self.given_up: set[Key] = set()
         self.done, self.last = False, 0.0
-        self.all_keys = info.keys()
+        self.all_keys = info.keys() if o.design is None else \
+            [(float(r), info.first_seed + int(k)) for r, k in o.design["pilots"]]     # a sized design's pilots
 
     def needed(self, scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
         """The pilots the grid needs so far, and whether that list is final."""
@@ -271,6 +262,7 @@ class Coordinator:
                           meta={"backend": info.meta.get("backend"), "device": self.o.device, "storage": st.masked,
                                 "study": st.name,
                                 **({"adaptive": policy_named(self.policy).stored["policy"]} if self.policy else {}),
+                                **({"design": design_meta(self.o.design)} if self.o.design else {}),
                                 **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings")
                                    else {}),
                                 **({"failed": list(failed)} if failed else {}),
@@ -304,7 +296,7 @@ class Coordinator:
         failed = [f"ρ={p.rho_target:g} seed {p.seed}: {p.extra.get('error')}" for p in st.failed_pilots(self.given_up)]
         diagnosis = None
         # the report names the backend that actually produced the pilots (each records its own)
-        meta = pilots_meta(info.meta, pilots, adaptive=self.adaptive_attrs, full_grid=len(info.grid) * info.seeds)
+        meta = pilots_meta(info.meta, pilots, adaptive=self.adaptive_attrs, full_grid=len(self.all_keys))
         try:
             diagnosis = classify_fn(pilots, meta=meta, **dict(info.classify))
         except ValueError:
@@ -314,6 +306,13 @@ class Coordinator:
             st.save_diagnosis(diagnosis, pilots)
         st.set_finished(True)
         return self.save(diagnosis, failed)
+
+
+def design_meta(design: Mapping[str, Any]) -> dict[str, Any]:
+    """What results.json records of a sized design (race.run.sizing): its name, F, share, budget per pilot,
+    F / B, evaluation FLOPs and why it chose those pilots."""
+    return {k: design[k] for k in ("design", "full_run", "share", "budget", "factor", "eval_flops", "spent", "why")
+            if k in design}
 
 
 def import_finished(st: Any, path: str) -> int:

@@ -143,44 +143,51 @@ def shrink_to_prior(own_rho: float | None, own_sd: float | None, *, prior: float
 @dataclass(frozen=True)
 class SharePlan:
     """Pilots within ``share`` × F: ``pilots`` runs at ``budget`` FLOPs each, every one of them plus its
-    held-out evaluation (``eval_share`` of its budget) inside the share; ``factor`` = F / budget."""
+    held-out evaluation (``eval_flops`` per pilot, whatever its budget) inside the share; ``factor`` = F / budget."""
 
     full_run: float
     share: float
     pilots: int
     budget: float
-    eval_share: float
+    eval_flops: float
     factor: float
 
     @property
+    def eval_share(self) -> float:
+        """Held-out evaluation over a pilot's budget."""
+        return self.eval_flops / self.budget
+
+    @property
     def spent(self) -> float:
-        return self.pilots * self.budget * (1.0 + self.eval_share)
+        return self.pilots * (self.budget + self.eval_flops)
 
     def to_dict(self) -> dict:
         return {"full_run": self.full_run, "share": self.share, "pilots": self.pilots, "budget": self.budget,
-                "eval_share": self.eval_share, "factor": self.factor, "spent": self.spent}
+                "eval_flops": self.eval_flops, "eval_share": self.eval_share, "factor": self.factor,
+                "spent": self.spent}
 
 
-def plan_share(full_run: float, *, pilots: int, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
+def plan_share(full_run: float, *, pilots: int, share: float = DEFAULT_SHARE, eval_flops: float = 0.0,
                min_budget: float = 0.0, max_factor: float | None = None) -> SharePlan:
     """The budget per pilot that spends ``share`` of ``full_run`` on ``pilots`` pilots, held-out
-    evaluation (``eval_share`` of a pilot's budget) counted. Refused in one line when a pilot would get
-    less than ``min_budget`` (the smallest budget whose steps plan: it buys nothing) or when F / B would
-    pass ``max_factor`` (race.stats.drift.MAX_FACTOR: no range at F past it)."""
+    evaluation counted (``eval_flops`` per pilot: its checkpoints and final evaluation cost the same
+    whatever the pilot's budget, so a smaller pilot pays a larger share of it). Refused in one line when a
+    pilot would get less than ``min_budget`` (the smallest budget whose steps plan: it buys nothing) or
+    when F / B would pass ``max_factor`` (race.stats.drift.MAX_FACTOR: no range at F past it)."""
     F = A.number("full_run", full_run, error=DesignError, gt=0)
     n = A.whole("pilots", pilots, error=DesignError, ge=1)
     s = A.number("share", share, error=DesignError, gt=0, lt=1)
-    e = A.number("eval_share", eval_share, error=DesignError, ge=0)
-    B = s * F / (n * (1.0 + e))
-    if min_budget and B < min_budget:
-        raise DesignError(f"a share of {s:.0%} of a {F:.3g}-FLOP full run gives each of {n} pilots {B:.3g} FLOPs, "
-                          f"under the {min_budget:.3g} its steps need: the pilots would buy nothing; raise the share "
-                          f"to {min_budget * n * (1 + e) / F:.0%}, run fewer pilots, or run at the prior "
-                          f"(ρ {POPULATION_RHO:g}) without pilots")
+    E = A.number("eval_flops", eval_flops, error=DesignError, ge=0)
+    B = s * F / n - E
+    if B <= 0 or (min_budget and B < min_budget):
+        raise DesignError(f"a share of {s:.0%} of a {F:.3g}-FLOP full run gives each of {n} pilots {max(B, 0.0):.3g} "
+                          f"FLOPs after its {E:.3g} of held-out evaluation, under the {min_budget:.3g} its steps need: "
+                          f"the pilots would buy nothing; raise the share to {n * (min_budget + E) / F:.0%}, run fewer "
+                          f"pilots, or run at the prior (ρ {POPULATION_RHO:g}) without pilots")
     if max_factor and F / B > max_factor:
         raise DesignError(f"a share of {s:.0%} gives pilots of {B:.3g} FLOPs, {F / B:.0f} × below the full run: past "
                           f"the {max_factor:.0f} × the drift model extrapolates to; raise the share or run fewer pilots")
-    return SharePlan(F, s, n, B, e, F / B)
+    return SharePlan(F, s, n, B, E, F / B)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A design reads what a config asks for (its ρ points and seeds), the full run F, the share s of F the
 pilots may spend, the smallest budget whose steps plan (``min_budget``: ``MIN_STEPS`` optimizer steps of
-the costliest point) and held-out evaluation's share of a pilot's budget, and returns a ``DesignPlan``:
+the costliest point) and the FLOPs of one pilot's held-out evaluation (``eval_flops``: its checkpoints and
+final evaluation, the same whatever the pilot's budget), and returns a ``DesignPlan``:
 the pilots it runs (ρ, seed index), each pilot's budget B, the factor F / B, and one line saying why.
 
 - ``FlatGrid`` (``flat``): every point × every seed within the share, as ``race pilot`` runs a config;
@@ -43,7 +44,7 @@ class DesignPlan:
     design: str
     full_run: float
     share: float
-    eval_share: float
+    eval_flops: float                          # FLOPs of one pilot's held-out evaluation
     pilots: tuple[tuple[float, int], ...]      # (ρ, seed index 0 …)
     budget: float                              # FLOPs per pilot (0 with no pilots)
     why: str
@@ -57,14 +58,20 @@ class DesignPlan:
     @property
     def spent(self) -> float:
         """FLOPs the pilots spend, held-out evaluation counted."""
-        return len(self.pilots) * self.budget * (1.0 + self.eval_share)
+        return len(self.pilots) * (self.budget + self.eval_flops)
+
+    @property
+    def eval_share(self) -> float | None:
+        """Held-out evaluation over a pilot's budget (None with no pilots)."""
+        return self.eval_flops / self.budget if self.budget else None
 
     @property
     def factor(self) -> float | None:
         return self.full_run / self.budget if self.budget else None
 
     def to_dict(self) -> dict:
-        return {"design": self.design, "full_run": self.full_run, "share": self.share, "eval_share": self.eval_share,
+        return {"design": self.design, "full_run": self.full_run, "share": self.share, "eval_flops": self.eval_flops,
+                "eval_share": self.eval_share,
                 "pilots": [list(p) for p in self.pilots], "points": list(self.points), "budget": self.budget,
                 "spent": self.spent, "factor": self.factor, "prior": self.prior, "dropped": list(self.dropped),
                 "why": self.why}
@@ -84,12 +91,12 @@ class PilotDesign(Protocol):
     name: str
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
         ...
 
 
 def _checked(grid: Sequence[float], seeds: int, full_run: float, share: float, min_budget: float,
-             eval_share: float) -> tuple[list[float], int, float, float, float, float]:
+             eval_flops: float) -> tuple[list[float], int, float, float, float, float]:
     points = sorted(A.number("grid point", r, error=DesignError, gt=0, lt=1) for r in grid)
     if not points:
         raise DesignError("grid []: expected at least one ρ")
@@ -97,7 +104,7 @@ def _checked(grid: Sequence[float], seeds: int, full_run: float, share: float, m
             A.number("full_run", full_run, error=DesignError, gt=0),
             A.number("share", share, error=DesignError, gt=0, lt=1),
             A.number("min_budget", min_budget, error=DesignError, ge=0),
-            A.number("eval_share", eval_share, error=DesignError, ge=0))
+            A.number("eval_flops", eval_flops, error=DesignError, ge=0))
 
 
 @dataclass(frozen=True)
@@ -107,9 +114,9 @@ class FlatGrid:
     name: str = "flat"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
-        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
-        fit = plan_share(F, pilots=len(points) * n, share=s, eval_share=e, min_budget=lo, max_factor=max_factor)
+             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
+        fit = plan_share(F, pilots=len(points) * n, share=s, eval_flops=e, min_budget=lo, max_factor=max_factor)
         return DesignPlan(self.name, F, s, e, tuple((r, k) for r in points for k in range(n)), fit.budget,
                           "the config's grid, every seed")
 
@@ -121,8 +128,8 @@ class PriorOnly:
     name: str = "prior"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
-        points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
+             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         return DesignPlan(self.name, F, s, e, (), 0.0,
                           f"run at the prior ρ {POPULATION_RHO:g} with the whole compute (F plus the {s:.0%} share)")
 
@@ -134,10 +141,10 @@ class FitShare:
     name: str = "fit"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_share: float = 0.0, max_factor: float | None = None) -> DesignPlan:
-        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_share)
+             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         try:
-            flat = FlatGrid().plan(points, n, full_run=F, share=s, min_budget=lo, eval_share=e, max_factor=max_factor)
+            flat = FlatGrid().plan(points, n, full_run=F, share=s, min_budget=lo, eval_flops=e, max_factor=max_factor)
             return DesignPlan(self.name, F, s, e, flat.pilots, flat.budget, "the config's grid fits the share")
         except DesignError:
             pass
@@ -145,8 +152,8 @@ class FitShare:
         for k in range(len(points), MIN_GRID_POINTS - 1, -1):
             kept = sorted(near[:k])
             pilots = tuple((r, 0) for r in kept) + ((near[0], 1),)
-            B = s * F / (len(pilots) * (1.0 + e))
-            if B >= lo and (max_factor is None or F / B <= max_factor):
+            B = s * F / len(pilots) - e
+            if B > 0 and B >= lo and (max_factor is None or F / B <= max_factor):
                 dropped = tuple(r for r in points if r not in kept)
                 why = ("the flat grid does not fit the share: one seed per point, a second at the point nearest "
                        "the prior" + (f", points {', '.join(f'{r:g}' for r in dropped)} dropped" if dropped else ""))
@@ -167,27 +174,39 @@ def design_named(name: str) -> PilotDesign:
     return DESIGNS[name]
 
 
-def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_share: float = 0.0,
+def choose(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: float = 0.0,
+           design: str = "fit") -> DesignPlan:
+    """What ``design`` runs within ``share`` of ``full_run`` for the planned grid ``plan``
+    (race.flops.grid.Plan: its points, seeds and costliest step; ``eval_flops``: one pilot's held-out
+    evaluation). The one place ``race plan``, ``race pilot`` and ``race init`` size pilots from F."""
+    c = plan.config
+    F = A.number("full_run", full_run, error=DesignError, gt=0)
+    per_step = max(s.flops_per_step.total for s in plan.schedules)
+    return design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
+                                     eval_flops=eval_flops, max_factor=MAX_FACTOR)
+
+
+def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: float = 0.0,
                  design: str = "fit", fmt: str = "text") -> str:
     """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
-    what ``share`` of F buys under pilot ``design`` (``DESIGNS``; ``flat`` refuses when a pilot would get fewer
+    what ``share`` of F buys under pilot ``design`` (``choose``; ``flat`` refuses when a pilot would get fewer
     than ``MIN_STEPS`` steps of its costliest point, ``fit`` falls back to fewer pilots, then to the prior),
-    and what pilots are worth (``pilot_value``). JSON: the plan's object with ``full_run`` added."""
+    and what pilots are worth (``pilot_value``). ``eval_flops``: one pilot's held-out evaluation. JSON: the
+    plan's object with ``full_run`` added."""
     import json
 
     from race.stats.report import SCHEMA_VERSION, check_format, fmt_flops, render_plan
 
     check_format(fmt)
     c = plan.config
-    F = A.number("full_run", full_run, error=DesignError, gt=0)
+    chosen = choose(plan, full_run=full_run, share=share, eval_flops=eval_flops, design=design)
+    F = chosen.full_run
     pilots = len(plan.schedules) * c.seeds
-    per_step = max(s.flops_per_step.total for s in plan.schedules)
-    chosen = design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
-                                       eval_share=eval_share, max_factor=MAX_FACTOR)
-    within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_share,
+    within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_flops,
                        chosen.factor).to_dict() if chosen.pilots else None     # the design's own plan, not recomputed
     value = pilot_value(chosen.share)
-    grid_cost = plan.grid_flops * (1.0 + eval_share)
+    grid_cost = plan.grid_flops + pilots * eval_flops
+    ev_share = eval_flops / c.budget
     info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,
             "within_share": within, "design": chosen.to_dict(), "validated_factor": VALIDATED_FACTOR,
             "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
@@ -205,7 +224,7 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_sh
     lines = [render_plan(plan, fmt).rstrip("\n"), "",
              f"Against the full run F = {fmt_flops(F)} FLOPs:",
              f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "
-             f"evaluation (+{eval_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
+             f"evaluation (+{ev_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
              within_line,
              f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, the median full-run best of "
              f"{POPULATION_GRIDS} grids of rounds 1–2); race pilot checks the base pass rate after calibration",

@@ -1,0 +1,65 @@
+"""Pilots sized from the full run: a config, a full-run budget F and a pilot design become the grid
+that runs (issue 49, item 1).
+
+``race plan --full-run F`` states the design before anything runs; ``race pilot`` and
+``race.diagnose`` run exactly what it states, because both go through ``size_pilots``:
+
+- the design ``grid`` (the default of a config that names none) runs the config as written: its
+  points × seeds at its budget per pilot;
+- ``fit``, ``flat`` and ``prior`` (race.stats.pilotdesign.DESIGNS) spend ``share`` of F, held-out
+  evaluation counted (race.flops.grid.eval_flops, at the config's expected lengths, as ``race plan``
+  counts it): the config's budget is replaced by the design's, its grid by the design's points, and
+  the pilots that run are the design's (ρ, seed index) pairs (``RunOptions.design``).
+
+Invariants: a sized grid never spends more than its share of F on planned compute and evaluation
+estimates; a design that runs no pilots is refused in one line that says what to run instead (the
+prior ρ with the whole compute), before calibration; the same config, F, design and share always size
+the same grid, so a stopped study resumes; a sized config reads as written (``grid``), so it is never sized
+twice.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from race.config.configfile import GridConfig
+from race.config.rules import AS_WRITTEN, DEFAULT_PILOT_SHARE
+from race.core.errors import RaceError
+
+
+class SizingError(RaceError):
+    """A design that cannot run here: no full-run budget to size from, or no pilots within the share."""
+
+
+def size_pilots(cfg: GridConfig, *, full_run: float | None, design: str | None = None,
+                share: float | None = None) -> tuple[GridConfig, dict[str, Any] | None]:
+    """``cfg`` sized by ``design`` (default: the config's ``pilot_design``) within ``share`` (default: the
+    config's ``pilot_share``) of ``full_run``, and the design's record (race.stats.pilotdesign.DesignPlan
+    .to_dict(); None for ``grid``, the config as written)."""
+    name = cfg.pilot_design if design is None else design
+    s = cfg.pilot_share if share is None else share
+    if name == AS_WRITTEN:
+        if share is not None and share != cfg.pilot_share:
+            raise SizingError(f"share {share!r} sizes pilots from the full run: give a design too (--design fit)")
+        return cfg, None
+    from race.flops.grid import eval_flops, plan_grid, policy_arch
+    from race.stats.pilotdesign import choose, design_named
+
+    design_named(name)                               # an unknown design: one line, naming the choices
+    if not full_run:
+        raise SizingError(f"pilot design {name!r} sizes the pilots from the full run: give --full-run F "
+                          "(full_run_budget), or --design grid to run the config as written")
+    if cfg.models:
+        raise SizingError(f"pilot design {name!r} sizes one policy's grid: run a grid over models with --design grid")
+    planned = plan_grid(cfg)
+    ev = eval_flops(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
+    chosen = choose(planned, full_run=full_run, share=s, eval_flops=ev, design=name)
+    if not chosen.pilots:
+        raise SizingError(f"{chosen.line()} (no pilots run; race plan CONFIG --full-run {full_run:.3g} shows why)")
+    seeds = 1 + max(k for _, k in chosen.pilots)
+    # the sized grid reads as written (its design's record goes with the run: RunOptions.design, results.json's
+    # meta), so sizing it again, or a worker reading it, never sizes twice
+    sized = replace(cfg, budget=chosen.budget, grid=chosen.points, seeds=seeds, pilot_design=AS_WRITTEN,
+                    pilot_share=DEFAULT_PILOT_SHARE, full_run_budget=full_run)
+    return sized, chosen.to_dict()
+

@@ -1,0 +1,94 @@
+"""Pilots sized from the full run (race.run.sizing, issue 49 item 1): what race plan states is what race
+pilot runs, within the share, held-out evaluation counted; a design with no pilots is refused before
+calibration; the design's pilots are the ones that run."""
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from race.config.rules import AS_WRITTEN, PILOT_DESIGNS
+from race.core.errors import RaceError
+from race.run.api import build_config
+from race.run.cli import main
+from race.run.sizing import SizingError, size_pilots
+from race.stats.pilotdesign import DESIGNS
+
+
+def test_the_config_names_the_designs_of_race_stats():
+    assert PILOT_DESIGNS == (AS_WRITTEN, *DESIGNS)
+
+
+def test_grid_runs_the_config_as_written_and_fit_sizes_it_within_the_share():
+    cfg = build_config(None)                                  # the embedded grid: 4 ρ × 3 seeds
+    same, none = size_pilots(cfg, full_run=6e12)              # the config's own design: grid
+    assert same is cfg and none is None
+    sized, d = size_pilots(cfg, full_run=6e12, design="fit", share=0.1)
+    # 12 pilots do not fit 10 % of 6e12; the fallback: one seed per point, a second at 0.5 (nearest the prior 0.46)
+    assert d["pilots"] == [[0.5, 0], [0.62, 0], [0.74, 0], [0.85, 0], [0.5, 1]]
+    assert sized.grid == (0.5, 0.62, 0.74, 0.85) and sized.seeds == 2 and sized.budget == pytest.approx(d["budget"])
+    assert d["budget"] == pytest.approx(0.1 * 6e12 / 5 - d["eval_flops"])          # evaluation comes off each slice
+    assert d["spent"] == pytest.approx(0.1 * 6e12)
+    # the sized grid reads as written: sizing it again changes nothing, and its stored config is a plain one
+    assert (sized.pilot_design, sized.full_run_budget) == (AS_WRITTEN, 6e12) and "pilot_design" not in sized.to_dict()
+    assert size_pilots(sized, full_run=6e12) == (sized, None)
+    from_config, d3 = size_pilots(build_config(None).with_overrides(pilot_design="fit", pilot_share=0.1), full_run=6e12)
+    assert d3 == d and from_config == sized                  # a config's own pilot_design sizes the same way
+
+
+def test_race_plan_states_what_race_pilot_runs(tmp_path):
+    out = CliRunner().invoke(main, ["plan", "--help"])
+    assert out.exit_code == 0
+    cfg_path = tmp_path / "c.yaml"
+    raw = build_config(None).to_dict()
+    raw["lengths"] = {"prompt": raw.pop("prompt_len"), "completion": raw.pop("completion_len")}
+    cfg_path.write_text(yaml.safe_dump(json.loads(json.dumps(raw))))
+    planned = json.loads(CliRunner().invoke(main, ["plan", str(cfg_path), "--full-run", "6e12", "--json"]).output)
+    _, d = size_pilots(build_config(str(cfg_path)), full_run=6e12, design="fit", share=0.1)
+    assert planned["full_run"]["design"]["pilots"] == d["pilots"]
+    assert planned["full_run"]["design"]["budget"] == pytest.approx(d["budget"])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(full_run=6e11, design="fit", share=0.1), "no pilots"),                 # nothing fits: the prior
+    (dict(full_run=None, design="fit"), "give --full-run F"),
+    (dict(full_run=6e12, design="halving"), "pilot design 'halving' is unknown"),
+    (dict(full_run=6e12, share=0.2), "give a design too"),
+    (dict(full_run=6e12, design="fit", share=1.5), "share"),
+])
+def test_a_design_that_cannot_run_is_one_line(kw, match):
+    with pytest.raises(RaceError, match=match) as e:
+        size_pilots(build_config(None), **kw)
+    assert "\n" not in str(e.value)
+
+
+def test_the_prior_design_names_what_to_run_instead():
+    with pytest.raises(SizingError, match="run at the prior ρ 0.46"):
+        size_pilots(build_config(None), full_run=6e12, design="prior")
+
+
+def test_race_pilot_refuses_before_any_compute(tmp_path):
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["pilot", "--full-run", "6e11", "--design", "fit", "--out", str(out), "--quiet"])
+    assert r.exit_code == 2 and "no pilots" in r.output and "Traceback" not in r.output
+    assert not out.exists()                                   # refused before a folder or storage is made
+    r = CliRunner().invoke(main, ["pilot", "--full-run", "6e12", "--design", "fit", "--adaptive", "--out",
+                                  str(out), "--quiet"])
+    assert r.exit_code == 2 and "does not combine" in r.output and not out.exists()
+
+
+def test_race_pilot_runs_the_designs_pilots_and_records_it(tmp_path):
+    """A real grid: 5 pilots of the fit design within 10 % of F = 6e12 (about 30 s on 2 quiet cores)."""
+    out = tmp_path / "o"
+    r = CliRunner().invoke(main, ["pilot", "--full-run", "6e12", "--design", "fit", "--out", str(out), "--quiet",
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "results.json").read_text())
+    _, d = size_pilots(build_config(None), full_run=6e12, design="fit", share=0.1)
+    ran = sorted((p["rho_target"], p["seed"]) for p in res["pilots"])
+    assert ran == sorted((r, k) for r, k in d["pilots"])
+    assert res["design"]["design"] == "fit" and res["design"]["budget"] == pytest.approx(d["budget"])
+    assert res["config"]["budget"] == pytest.approx(d["budget"]) and res["config"]["full_run_budget"] == 6e12
+    counted = [p["flops"]["total"] for p in res["pilots"]]
+    # each pilot spends the design's budget, to the planner's 2 % (race.flops.grid: whole steps)
+    assert all(c == pytest.approx(d["budget"], rel=0.02) for c in counted)

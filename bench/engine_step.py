@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/engine_step.py [--point 1] [--steps 205] [--warmup 5]
 
-Builds ``race.engine.pilot.PilotEngine`` for the embedded default config at one grid point (index into
+Builds ``race.engine.seed_axis.SeedAxisEngine`` (one seed) for the embedded default config at one grid point (index into
 its schedules; 1 = ρ 0.62), 1 torch thread, seed 0, and times ``--steps`` steps on the task's
 training prompts in order, dropping the first ``--warmup``. Prints the median step time, the
 mean seconds per phase (rollout, reward, update, sync) and the mean metered FLOPs per step, so
@@ -34,23 +34,23 @@ def main() -> int:
     from race.config import presets
     from race.run.api import build_config
     from race.flops.grid import plan_grid
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
     from race.tasks import load_task
 
     cfg = build_config(presets.DEFAULT)
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[args.point]
-    engine = PilotEngine(cfg, schedule, 0)
+    engine = SeedAxisEngine(cfg, schedule, [0])
     train = load_task(cfg.task, split="train", seed=0)
     per = schedule.prompts_per_step
     times, flops = [], []
     for k in range(args.steps):
         start = (k * per) % (len(train) - per)
         t = time.perf_counter()
-        record = engine.step(train[start:start + per])
+        record = engine.step([0], [train[start:start + per]])[0]
         times.append(time.perf_counter() - t)
         flops.append(record.flops.total)
     kept = times[args.warmup:]
-    phases = {k: round(1000 * engine.wall[k] / args.steps, 1) for k in ("rollout", "reward", "update", "sync")}
+    phases = {k: round(1000 * engine.walls[0][k] / args.steps, 1) for k in ("rollout", "reward", "update", "sync")}
     print(f"{race.__file__}: ρ {schedule.rho_target:g}, {len(kept)} steps, median {1000 * statistics.median(kept):.1f} ms "
           f"per step; ms per step by phase {phases}; {statistics.mean(flops):.4g} FLOPs per step")
     return 0

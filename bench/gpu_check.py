@@ -8,7 +8,7 @@ Needs torch, transformers, peft, PyYAML, tabulate — no network, no vLLM, no op
 backend samples). Per model it builds a random bf16 model from race/assets/configs, saves it
 with the shipped tiny policy's character tokenizer (ids < 23, valid in any vocabulary; a random
 model rarely emits its end token, so completions run to full length), and runs
-``race.engine.pilot.PilotEngine`` steps — the same rollout, reward, GRPO update and adapter sync a
+``race.engine.seed_axis.SeedAxisEngine`` steps — the same rollout, reward, GRPO update and adapter sync a
 pilot runs — with arithmetic prompts. It prints, after ``--warmup`` untimed steps:
 
 - rollout tokens/s (completion tokens sampled / rollout seconds);
@@ -89,16 +89,15 @@ def build_random_model(config: dict, folder: str, dtype, device: str) -> str:
 
 
 def check_model(name: str, config: dict, args, device: str, peak: float, workdir: str, *, seeds: int = 1) -> dict:
-    """One model's row: ``seeds`` 1 runs ``race.engine.pilot.PilotEngine`` (a solo pilot); more run one
-    ``race.engine.lean_engine.LockstepEngine`` carrying that many seeds in one batch (throughput is then the
-    group's: tokens of all seeds per second)."""
+    """One model's row: one ``race.engine.seed_axis.SeedAxisEngine`` carrying ``seeds`` seeds in one batch
+    (1: a solo pilot; throughput is the group's: tokens of all seeds per second)."""
     import torch
 
     from race.flops import formulas as F
     from race.flops.architectures import read_arch
     from race.config.configfile import config_from_dict
     from race.flops.memory import schedule_memory
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
     from race.core.records import FlopBreakdown, Schedule
     from race.tasks import load_task
 
@@ -137,53 +136,29 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
     def record_lengths(batch, n):
         lengths.append((sum(map(len, batch.prompt_ids)) * n, sum(len(c) for g in batch.completion_ids for c in g)))
 
-    if seeds > 1:
-        from race.engine.lean_engine import LockstepEngine
+    # one engine for any number of seeds: a solo pilot is a seed axis of length 1
+    engine = SeedAxisEngine(cfg, schedule, list(range(seeds)), device=device)
+    generate_seeds = engine.backend.generate_seeds
 
-        engine = LockstepEngine(cfg, schedule, list(range(seeds)), device=device)
-        generate_seeds = engine.backend.generate_seeds
+    def recording_generate_seeds(*a, **kw):
+        batches = generate_seeds(*a, **kw)
+        for b in batches:
+            record_lengths(b, kw["n"])
+        return batches
 
-        def recording_generate_seeds(*a, **kw):
-            batches = generate_seeds(*a, **kw)
-            for b in batches:
-                record_lengths(b, kw["n"])
-            return batches
+    engine.backend.generate_seeds = recording_generate_seeds
 
-        engine.backend.generate_seeds = recording_generate_seeds
+    def step(batch):
+        records = engine.step(list(range(seeds)), [batch] * seeds)
+        return sum((r.flops for r in records), FlopBreakdown())
 
-        def step(batch):
-            records = engine.step(list(range(seeds)), [batch] * seeds)
-            return sum((r.flops for r in records), FlopBreakdown())
+    def walls():
+        return {k: sum(w[k] for w in engine.walls) for k in ("rollout", "update", "sync", "reward")}
 
-        def walls():
-            return {k: sum(w[k] for w in engine.walls) for k in ("rollout", "update", "sync", "reward")}
+    def reset():
+        for w in engine.walls:
+            w.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
 
-        def reset():
-            for w in engine.walls:
-                w.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
-    else:
-        engine = PilotEngine(cfg, schedule, seed=0, device=device)
-        # the lean path steps a one-seed group (engine.group): its group backend samples
-        sampler = engine.group.backend if engine.group is not None else engine.backend
-        method = "generate_seeds" if engine.group is not None else "generate"
-        generate = getattr(sampler, method)
-
-        def recording_generate(*a, **kw):
-            out = generate(*a, **kw)
-            for batch in (out if isinstance(out, list) else [out]):
-                record_lengths(batch, kw["n"])
-            return out
-
-        setattr(sampler, method, recording_generate)
-
-        def step(batch):
-            return engine.step(batch).flops
-
-        def walls():
-            return dict(engine.wall)
-
-        def reset():
-            engine.wall.update(rollout=0.0, update=0.0, sync=0.0, reward=0.0)
     setup_s = time.perf_counter() - t0 - build_s
     problems = load_task("arithmetic-easy", split="train", seed=0)
     spent = FlopBreakdown()
@@ -218,7 +193,7 @@ def check_model(name: str, config: dict, args, device: str, peak: float, workdir
         "peak_mem_plan": mem.peak, "plan_rollout_peak": mem.rollout_peak, "plan_update_peak": mem.update_peak,
     }
     out["update_mfu"] = out["update_flop_s"] / peak if peak else 0.0
-    engine.backend.close()
+    engine.close()
     del engine
     if cuda:
         torch.cuda.empty_cache()

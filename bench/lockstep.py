@@ -8,7 +8,7 @@
     python bench/lockstep.py --only none --grid --grid-out DIR    # the grid runs alone, kept in DIR
     python bench/lockstep.py --json out.json
 
-Per configuration, ``--seeds`` solo ``PilotEngine``s (one per seed) and one ``LockstepEngine``
+Per configuration, ``--seeds`` solo ``SeedAxisEngine``s (one seed each) and one ``SeedAxisEngine``
 carrying the same seeds take turns in this one process: after a warm-up, ``--rounds`` rounds of
 ``--steps`` steps each (the order alternating between rounds), every engine on the same prompts,
 so load from other jobs hits both alike. A solo "step" is the sum of the seeds' steps; the
@@ -93,13 +93,12 @@ def time_config(label: str, cfg, sch, *, seeds: list[int], steps: int, rounds: i
                 threads: int) -> dict:
     import torch
 
-    from race.engine.lean_engine import LockstepEngine
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
     from race.tasks.taskdata import task_problems
 
     torch.set_num_threads(threads)
-    solo = [PilotEngine(cfg, sch, s) for s in seeds]
-    group = LockstepEngine(cfg, sch, seeds)
+    solo = [SeedAxisEngine(cfg, sch, [s]) for s in seeds]
+    group = SeedAxisEngine(cfg, sch, seeds)
     train = task_problems(cfg, solo[0].backend.tok, split="train", seed=0)
     k = sch.prompts_per_step
     cursor = [0]
@@ -113,7 +112,7 @@ def time_config(label: str, cfg, sch, *, seeds: list[int], steps: int, rounds: i
     def solo_step():
         ps = problems()
         t = time.perf_counter()
-        flops = sum(e.step(ps).flops.total for e in solo)
+        flops = sum(e.step([0], [ps])[0].flops.total for e in solo)
         return time.perf_counter() - t, flops
 
     def group_step():

@@ -1,4 +1,4 @@
-"""Wall time of one LoRA GRPO step: RACE's ``PilotEngine`` against TRL's ``GRPOTrainer``.
+"""Wall time of one LoRA GRPO step: RACE's ``SeedAxisEngine`` (one seed) against TRL's ``GRPOTrainer``.
 
     python bench/step_vs_trl.py                          # 3 rounds x 30 steps each, 2 torch threads
     python bench/step_vs_trl.py --threads 2 1 --json out.json
@@ -19,7 +19,7 @@ dataloader fetch falls outside, and is reported separately as the end-to-end
 interval). TRL's generation is timed by wrapping ``GRPOTrainer._generate_single_turn``
 (its ``model.generate`` call plus padding) and its rollout+score phase by wrapping
 ``_generate_and_score_completions``. RACE's step is timed around ``engine.step`` and
-split by ``engine.wall``. A torch fp32 matmul peak is measured in the same run, at the
+split by ``engine.walls[0]``. A torch fp32 matmul peak is measured in the same run, at the
 same thread count, so RACE's metered FLOP/s can be read as a fraction of it.
 
 Nothing in race/ is modified: the benchmark only wraps instance attributes.
@@ -103,13 +103,13 @@ def best_per_shape(peaks: list[dict]) -> dict:
 # ----------------------------------------------------------------------------- RACE
 
 class RaceRunner:
-    """A ``PilotEngine`` with the benchmark's schedule; ``run(n)`` times n steps."""
+    """A one-seed ``SeedAxisEngine`` with the benchmark's schedule; ``run(n)`` times n steps."""
 
     def __init__(self, seed: int):
         from race.run.api import build_config
         from race.flops.grid import CostModel, reward_spec
         from race.flops.catalog import load_arch
-        from race.engine.pilot import PilotEngine
+        from race.engine.seed_axis import SeedAxisEngine
         from race.config.presets import DEFAULT
         from race.core.records import Schedule
         from race.tasks import load_task
@@ -131,15 +131,12 @@ class RaceRunner:
         self.schedule = Schedule(rho_target=per_step.rho, prompts_per_step=PROMPTS, n_gen=N_GEN, n_train=N_GEN,
                                  mu=1, steps=1_000_000, learning_rate=LR, lora_rank=RANK,
                                  flops_per_step=per_step, flops=per_step.scaled(1_000_000))
-        self.engine = PilotEngine(config, self.schedule, seed)
+        self.engine = SeedAxisEngine(config, self.schedule, [seed])
         self.train = load_task(TASK, split="train", seed=seed)
         self.rng, self.order, self.cursor = random.Random(seed), list(range(len(self.train))), 0
         self.rng.shuffle(self.order)
         self._tokens: list[int] = []
-        # the lean path steps a one-seed group (engine.group): its group backend samples
-        group = self.engine.group
-        backend = group.backend if group is not None else self.engine.backend
-        method = "generate_seeds" if group is not None else "generate"
+        backend, method = self.engine.backend, "generate_seeds"       # the seed group's sampler
         inner = getattr(backend, method)
 
         def counting_generate(*a, **kw):
@@ -163,12 +160,12 @@ class RaceRunner:
         eng = self.engine
         for _ in range(n):
             problems = self._problems()
-            before = dict(eng.wall)
+            before = dict(eng.walls[0])
             t = time.perf_counter()
-            rec = eng.step(problems)
+            rec = eng.step([0], [problems])[0]
             dt = time.perf_counter() - t
             if record:
-                phases = {k: eng.wall[k] - before[k] for k in ("rollout", "reward", "update", "sync")}
+                phases = {k: eng.walls[0][k] - before[k] for k in ("rollout", "reward", "update", "sync")}
                 self.steps.append({"step_s": dt, **phases, "tokens": self._tokens[-1],
                                    "flops": rec.flops.total, "search_flops": rec.flops.search,
                                    "learning_flops": rec.flops.learning, "mean_reward": rec.mean_reward})
@@ -355,7 +352,7 @@ def markdown(res: dict) -> str:
         "| system | median step (ms) | IQR (ms) | rollout (ms) | reward / score (ms) | update + other (ms) "
         "| completion tok/step | rollout tok/s | tok per step-second |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| RACE `PilotEngine` | **{ms(r['step_s'])}** | {iqr(r['step_s'])} | {ms(rp['rollout'])} "
+        f"| RACE `SeedAxisEngine` | **{ms(r['step_s'])}** | {iqr(r['step_s'])} | {ms(rp['rollout'])} "
         f"| {ms(rp['reward'])} | {1e3 * (rp['update']['median'] + rp['sync']['median'] + r['other_s']['median']):.1f} "
         f"| {r['completion_tokens_per_step']:.1f} | {r['rollout_tokens_per_s']:,.0f} | {r['tokens_per_step_second']:,.0f} |",
         f"| TRL 1.16 `GRPOTrainer` | **{ms(t['step_s'])}** | {iqr(t['step_s'])} | {ms(t['generate_s'])} "

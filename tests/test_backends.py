@@ -232,19 +232,20 @@ def test_vllm_sleep_comes_from_the_memory_plan(monkeypatch):
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_backend_is_paused_for_exactly_the_update(monkeypatch, fast_path):
     """The pilot step frees the sampler (vLLM sleep) for the update and wakes it before sync: on the
-    lean path's seed-axis engine (a solo pilot is a group of one) and on the peft path."""
+    lean path's seed-axis engine (a solo pilot is a group of one) and on the peft path (the same
+    engine and step, its backend a group of one)."""
     from race.engine import grpo
+    from race.engine.seed_axis import LeanPolicy, SeedAxisEngine
     from race.flops.grid import plan_grid
-    from race.engine.pilot import PilotEngine
 
     cfg = build_config({**presets.DEFAULT, "budget": 6e10, "seeds": 1,
                         "grpo": {**presets.DEFAULT["grpo"], "fast_path": fast_path}})
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
-    engine = PilotEngine(cfg, schedule, 0)
-    assert (engine.group is not None) == fast_path
+    engine = SeedAxisEngine(cfg, schedule, [0])
+    assert isinstance(engine.trainer, LeanPolicy) == fast_path
     calls = []
-    backend = engine.group.backend if fast_path else engine.backend
-    gen, upd = ("generate_seeds", "update_seeds") if fast_path else ("generate", "update")
+    backend = engine.backend
+    gen, upd = "generate_seeds", "update_seeds"
     real_update = getattr(grpo, upd)
     monkeypatch.setattr(backend, "pause", lambda: calls.append("pause"))
     monkeypatch.setattr(backend, "resume", lambda: calls.append("resume"))
@@ -255,7 +256,7 @@ def test_backend_is_paused_for_exactly_the_update(monkeypatch, fast_path):
     from race.tasks import load_task
 
     problems = load_task(cfg.task, split="train", seed=0)[:schedule.prompts_per_step]
-    engine.step(problems)
+    engine.step([0], [problems])
     assert calls == ["generate", "pause", "update", "resume", "sync"]
 
 

@@ -1,4 +1,4 @@
-"""Lockstep pilots (race.engine.lean_engine, race.engine.backends.lockstep): the seeds of a grid point as one batch.
+"""Lockstep pilots (race.engine.seed_axis, race.engine.backends.lockstep): the seeds of a grid point as one batch.
 
 A solo pilot on the lean path is a group of one seed. Equivalence of a seed in a group with the
 same seed alone, measured bit for bit: per-seed logits, losses, gradients and updated adapters,
@@ -6,10 +6,14 @@ sampled tokens and their log-probs (with finished rows leaving the batch), a see
 whichever seeds share its batch, and whole pilots (FLOPs, curve, held-out scores).
 Then the runner: a group runs in one process, a group that dies fails only its unfinished pilots,
 and a stored grid resumes without re-running finished ones."""
+import os
+
 import pytest
 
 from race.run.api import build_config
 from race.flops.grid import plan_grid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SEEDS = [0, 1, 2]
@@ -236,19 +240,21 @@ def _tiny(budget=1.5e10, **over):
 
 
 def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
-    """Two seeds in lockstep against the same two pilots run solo (``run_pilot``: a one-seed group on
-    the seed-axis engine): same steps, FLOPs, reward curve, held-out scores and checkpoints, bit for
+    """Two seeds in lockstep against the same two pilots run solo (``run_pilot``: a seed axis of length
+    one on the same engine): same steps, FLOPs, reward curve, held-out scores and checkpoints, bit for
     bit (measured on this CPU's kernels); the sync check reads rounding noise in both; the lockstep
-    pilots say so in ``extra["engine"]``."""
-    from race.engine.lean_engine import run_lockstep
-    from race.engine.pilot import run_pilot
+    pilots say so in ``extra["engine"]``; the loop yields each seed's progress, then the results."""
+    from race.core.records import PilotResult
+    from race.engine.pilot import PilotProgress, pilot_events, run_pilot
 
     cfg = _tiny()
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
     solo = [run_pilot(cfg, schedule, seed=s) for s in (0, 1)]
-    seen = []
-    group = run_lockstep(cfg, schedule, [0, 1], on_result=seen.append)
-    assert [r.seed for r in seen] == [0, 1]
+    events = list(pilot_events(cfg, schedule, [0, 1]))
+    group = [e for e in events if isinstance(e, PilotResult)]
+    assert [r.seed for r in group] == [0, 1] and all(isinstance(e, PilotResult) for e in events[-2:])
+    assert [e.steps for e in events if isinstance(e, PilotProgress) and e.seed == 0] == \
+        list(range(1, solo[0].extra["steps"] + 1))
     for a, b in zip(solo, group):
         assert a.extra["steps"] == b.extra["steps"] > 5
         assert a.flops == b.flops and a.curve == b.curve and a.evals == b.evals
@@ -260,6 +266,52 @@ def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
         assert b.extra["engine"] == "lockstep (2 seeds)" and "engine" not in a.extra
         assert all(b.wall_seconds[k] > 0 for k in ("rollout", "reward", "update", "sync", "eval"))   # its share
     assert solo[0].curve != solo[1].curve            # the seeds differ: each has its own streams
+
+
+def _code_path(run) -> set:
+    """Every RACE function (file, line, name) that ``run()`` enters, in this process."""
+    import sys
+
+    root = os.path.join(ROOT, "race") + os.sep
+    seen: set = set()
+
+    def hook(frame, event, arg):  # noqa: ARG001
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            c = frame.f_code
+            seen.add((os.path.relpath(c.co_filename, ROOT), c.co_firstlineno, c.co_name))
+
+    sys.setprofile(hook)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_solo_pilot_and_a_group_of_one_seed_run_the_same_code(torch_one_thread, fast_path):
+    """One loop: ``run_pilot(seed)`` and ``pilot_events([seed])`` enter exactly the same RACE functions
+    (the loop, the engine, its step), on the lean policy and on peft; only ``run_pilot``'s own
+    consumers (``run_pilot``, ``run_pilots``) come on top. A group of two enters the same functions of
+    the loop and the engine (its policy batches the seeds wider)."""
+    from dataclasses import replace
+
+    from race.engine.pilot import pilot_events, run_pilot
+
+    cfg = _tiny(budget=1e10)
+    cfg = replace(cfg, grpo=replace(cfg.grpo, fast_path=fast_path), eval=replace(cfg.eval, prompts=8))
+    schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[0]
+    list(pilot_events(cfg, schedule, [0]))          # imports and first-call caches, before the traces
+    solo = _code_path(lambda: run_pilot(cfg, schedule, seed=0))
+    group = _code_path(lambda: list(pilot_events(cfg, schedule, [0])))
+    assert {name for _, _, name in solo - group} == {"run_pilot", "run_pilots"}
+    assert not group - solo
+    assert ("race/engine/pilot.py", "pilot_events") in {(f, n) for f, _, n in group}
+    assert ("race/engine/seed_axis.py", "step") in {(f, n) for f, _, n in group}
+    if fast_path:           # two seeds: the same loop and engine functions (the policy batches wider)
+        two = _code_path(lambda: list(pilot_events(cfg, schedule, [0, 1])))
+        loop = ("race/engine/pilot.py", "race/engine/seed_axis.py", "race/engine/loop.py")
+        assert {(f, n) for f, _, n in two if f in loop} == {(f, n) for f, _, n in group if f in loop}
 
 
 def test_group_size_follows_the_engine_and_what_can_run():

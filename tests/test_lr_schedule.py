@@ -71,23 +71,23 @@ def test_a_pilot_steps_its_rate_once_per_optimizer_step(torch_one_thread):
     from race.config import presets
     from race.run.api import build_config
     from race.flops.grid import plan_grid
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
     from race.tasks import load_task
 
     raw = {**presets.DEFAULT, "budget": 1e10, "seeds": 1}
     cfg = build_config({**raw, "learning_rate": {**raw["learning_rate"], "schedule": "linear", "warmup": 0.25}})
     schedule = replace(plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[3], steps=4)
     assert schedule.mu == 2
-    engine = PilotEngine(cfg, schedule, seed=0)
+    engine = SeedAxisEngine(cfg, schedule, [0])
     seen = []
-    engine.optimizer.register_step_pre_hook(lambda opt, *_: seen.append(opt.param_groups[0]["lr"]))
+    engine.optimizers[0].register_step_pre_hook(lambda opt, *_: seen.append(opt.param_groups[0]["lr"]))
     train = load_task(cfg.task, split="train", n=32, seed=0)
     for k in range(4):
-        engine.step(train[8 * k:8 * k + 8])
+        engine.step([0], [train[8 * k:8 * k + 8]])
     eta = schedule.learning_rate
     assert seen == pytest.approx([eta * f for f in (0, 1 / 2, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6)], rel=1e-12)
     # the default, constant without warm-up, adds no scheduler: the optimizer runs exactly as before
-    assert PilotEngine(build_config(raw), schedule, seed=0).lr_scheduler is None
+    assert SeedAxisEngine(build_config(raw), schedule, [0]).lr_schedulers == [None]
 
 
 def test_the_plan_names_a_schedule_and_the_default_says_nothing():

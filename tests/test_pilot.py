@@ -114,12 +114,13 @@ def test_hf_peft_path_runs_a_pilot(torch_one_thread):
     """With the lean path off (or for other architectures) the pilot runs HF + peft, whole sequences."""
     from peft import PeftModel
 
-    from race.engine.pilot import PilotEngine, run_pilot
+    from race.engine.pilot import run_pilot
+    from race.engine.seed_axis import SeedAxisEngine
 
     cfg = build_config({**_tiny_dict(), "budget": 3e10, "grid": [0.6, 0.73, 0.84], "seeds": 1,
                         "grpo": {**_tiny_dict()["grpo"], "fast_path": False}, "eval": {"prompts": 50, "samples": 2}})
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
-    assert isinstance(PilotEngine(cfg, schedule, 0).policy, PeftModel)
+    assert isinstance(SeedAxisEngine(cfg, schedule, [0]).policy, PeftModel)
     result = run_pilot(cfg, schedule, seed=0)
     assert result.status == "complete" and result.extra["steps"] > 5
     assert result.flops.total == pytest.approx(3e10, rel=0.05)

@@ -20,13 +20,13 @@ def test_sync_gap_by_hand():
 
 def _engine(fast_path=True, **grpo_kw):
     from race.config import presets
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
 
     raw = dict(presets.DEFAULT)
     cfg = build_config({**raw, "budget": 2e10, "grid": [0.6, 0.73, 0.84],
                         "grpo": {**raw.get("grpo", {}), "fast_path": fast_path, **grpo_kw}})
     schedule = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[1]
-    return cfg, PilotEngine(cfg, schedule, seed=0)
+    return cfg, SeedAxisEngine(cfg, schedule, [0])
 
 
 def _steps(engine, n):
@@ -34,7 +34,7 @@ def _steps(engine, n):
 
     train = load_task(engine.config.task, split="train", seed=0)
     per = engine.schedule.prompts_per_step
-    return [engine.step(train[k * per:(k + 1) * per]) for k in range(n)]
+    return [engine.step([0], [train[k * per:(k + 1) * per]])[0] for k in range(n)]
 
 
 @pytest.mark.parametrize("fast_path, temperature", [(True, 1.0), (False, 1.0), (True, 0.7)])
@@ -56,11 +56,8 @@ def test_a_skipped_adapter_update_is_flagged_within_one_step(torch_one_thread, f
     _, engine = _engine(fast_path)
     first = _steps(engine, 1)[0]
     assert first.sync.mean_abs <= 1e-4
-    # the injected fault: step 2's update is not synced (on the lean path, in the one-seed group's backend)
-    if engine.group is not None:
-        engine.group.backend.sync = lambda seeds: {s: 0.0 for s in seeds}
-    else:
-        engine.backend.sync = lambda: 0.0
+    # the injected fault: step 2's update is not synced (in the one-seed group's backend, either policy)
+    engine.backend.sync = lambda seeds: {s: 0.0 for s in seeds}
     second, third = _steps(engine, 2)
     assert second.sync.mean_abs <= 1e-4               # sampled before the update that went missing
     assert third.sync.mean_abs > sync_warn_level("cpu") and third.sync.max_ratio > 1.1, third.sync

@@ -1,8 +1,11 @@
 """One real LoRA GRPO pilot: the policy, rollouts, rewards, the update and the budget loop.
 
 Interface:
-- ``pilot``: ``run_pilot(config, schedule, seed, calibration) → PilotResult``, one pilot to its budget.
-- ``lean_engine``: the engine of the lean path (one seed, or a grid point's seeds in one batch).
+- ``pilot``: the one pilot loop, ``pilot_events(config, schedule, seeds)`` (progress, then each seed's
+  ``PilotResult``); ``run_pilot(config, schedule, seed)`` and ``run_pilots`` consume it.
+- ``seed_axis``: the one engine, ``SeedAxisEngine``: a grid point's seeds (one or several) as a seed
+  axis, its policy a parameter (``LeanPolicy``, ``PeftPolicy``).
+- ``lean_engine``: whether the lean path runs a config, and how many seeds share a process.
 - ``loop``: what every engine shares: the step record, the budget loop, the sync check, scoring and
   packing, the final evaluation.
 - ``grpo``: advantages, the clipped loss, the update.

@@ -99,7 +99,7 @@ class HeldOutCheckpoints:
     checks that a pilot is bit-identical with and without checkpoints).
     """
 
-    def __init__(self, engine: Any, problems: list, judges: dict, seed: int):   # a race.engine.pilot.PilotEngine
+    def __init__(self, engine: Any, problems: list, judges: dict, seed: int):   # a race.engine.seed_axis.SeedAxisEngine view
         from race.config.checkpoints import checkpoint_fractions, checkpoint_prompts, checkpoints_on
 
         e = engine.config.eval

@@ -1,41 +1,17 @@
-"""The seed-axis engine: every pilot on the lean path, alone or with the other seeds of its grid point.
+"""Which pilots share a process on the lean path: whether a config runs there, and how many seeds of a
+grid point the seed-axis engine (race.engine.seed_axis) carries at once.
 
-``LockstepEngine(config, schedule, seeds)`` steps the pilots ``(schedule, seed)`` of every seed at
-once on a ``race.engine.backends.lockstep.LockstepLM``: one rollout batch for all active seeds (each seed
-its own prompts, generator and merged sampling weights), one reward call per seed, one
-forward/backward per iteration over every seed's sequences (``race.engine.grpo.update_seeds``), and per
-seed its own AdamW, learning-rate schedule, sync check, FLOP meter, curve, checkpoints and held-out
-evaluation. A solo pilot is a group of one seed (race.engine.pilot's ``PilotEngine`` wraps it): there is
-one engine on the lean path, so a seed's numbers do not depend on whether it ran alone or in a
-group (tests/test_lockstep.py checks a group's seed against the one-seed pilot bit for bit).
-``run_lockstep`` runs a group of several seeds to their budgets; a seed whose budget is spent leaves
-the batch (its adapter is frozen from then on) while the others go on. The loop state and the
-evaluation are race.engine.loop's ``PilotLoop`` and ``finish_pilot``.
-
-Shared step phases (rollout, reward, update, sync) are timed once and charged to the active seeds
-in equal shares, so a pilot's ``wall_seconds`` stays its own cost and sums over a grid stay right.
-The engine runs where the lean training path runs (``lockstep_supported``), sampling through the
-lean sampler (backend ``hf``), one vLLM engine serving every seed's adapter (backend ``vllm``,
-several seeds: race.engine.backends.vllm.VLLMLockstepBackend) or the single-adapter vLLM backend (one
-seed, with its sleep mode); other models run race.engine.pilot's HF + peft step. How many seeds share a
-process is ``group_size_for``'s choice.
+``lockstep_supported(config)``: None when the lean path runs this config (``grpo.fast_path``, no
+gradient checkpointing, an architecture race.engine.backends.lean supports), else why not in one line.
+``group_size_for(config, engine, device, workers)``: the seeds per pilot process for the run option
+``engine`` (``auto``, ``lockstep``, ``solo``): ``balanced_group_size`` over the measured cost of a
+grouped seed against a solo pilot (``lockstep_share``, ``COMPLETION_SHARES``), cut on a GPU to the group
+whose memory plan fits. Invariants: pure planning, no torch at module level; ``solo`` is always 1 and
+``lockstep`` on a config the lean path cannot run is one ``ConfigError`` line.
 """
 from __future__ import annotations
 
-import time
-from types import SimpleNamespace
-from typing import Callable
-
 from race.config.configfile import GridConfig
-from race.engine.evaluation import HeldOutCheckpoints, close_reward
-from race.engine.loading import group_backend, load_policy, seed_everything
-from race.flops.meter import FlopMeter
-from race.engine.loop import (PilotData, PilotLoop, StepRecord, check_sync, finish_pilot, lr_scheduler, pack_kept,
-                            rollout_search, score_rollouts)
-from race.tasks.taskdata import answer_check, task_problems
-from race.core.records import FlopBreakdown, PilotResult, Schedule
-
-SeedProgressFn = Callable[[int, int, float], None]       # (seed, steps done, FLOPs spent)
 
 
 def lockstep_supported(config: GridConfig) -> str | None:
@@ -57,132 +33,6 @@ def lockstep_supported(config: GridConfig) -> str | None:
                          "use_sliding_window": cfg.get("use_sliding_window", False),
                          "mlp_bias": cfg.get("mlp_bias", False)}))
     return None if why is None else f"the lean path cannot run this model: {why}"
-
-
-class LockstepEngine:
-    """The policy with one adapter per seed, its rollout backend, the shared reward and FLOP meter,
-    and per seed an optimizer, a learning-rate schedule and a sampling generator."""
-
-    def __init__(self, config: GridConfig, schedule: Schedule, seeds: list[int], *, device: str = "cpu"):
-        import torch
-
-        from race.flops.grid import lora_spec, policy_arch, reward_spec
-        from race.tasks.rewards import build_reward
-
-        self.config, self.schedule, self.seeds, self.device = config, schedule, list(seeds), device
-        t0 = time.perf_counter()
-        seed_everything(self.seeds[0])
-        arch = policy_arch(config)
-        lora = lora_spec(config, arch)
-        tok, self.policy, path = load_policy(config, device=device, seeds=self.seeds)
-        self.backend = group_backend(config, self.policy, tok, path, device=device, schedule=schedule)
-        self.optimizers = [torch.optim.AdamW(self.policy.parameters_of(s), lr=schedule.learning_rate,
-                                             weight_decay=0.0, fused=True) for s in self.seeds]
-        self.lr_schedulers = [lr_scheduler(o, config, schedule) for o in self.optimizers]
-        g = config.grpo
-        self.meter = FlopMeter(arch, lora, reward_spec(config), self.backend.sampling_uses_adapter, g.beta > 0,
-                               g.grad_checkpointing)
-        self.reward_fn = build_reward(config, device=device)
-        self.check = None
-        self.generators = [torch.Generator(device=device).manual_seed(s) for s in self.seeds]
-        self.setup = time.perf_counter() - t0
-        self.walls = [{"setup": self.setup / len(self.seeds), "rollout": 0.0, "reward": 0.0, "update": 0.0,
-                       "sync": 0.0, "eval": 0.0} for _ in self.seeds]
-
-    def view(self, seed: int) -> SimpleNamespace:
-        """Seed ``seed`` as a one-pilot engine (``config``, ``backend``, ``reward_fn``, ``meter``,
-        ``check``): what race.engine.pilot's checkpoints and evaluation read."""
-        return SimpleNamespace(config=self.config, backend=self.backend.view(seed), reward_fn=self.reward_fn,
-                               meter=self.meter, check=self.check)
-
-    def _charge(self, active: list[int], phase: str, seconds: float) -> None:
-        for k in active:
-            self.walls[k][phase] += seconds / len(active)
-
-    def step(self, active: list[int], problems: list[list]) -> list[StepRecord]:
-        """One GRPO step (race.engine.grpo's docstring) for the seeds at indices ``active``, seed ``active[i]``
-        on ``problems[i]``; returns each one's ``StepRecord``."""
-        from race.engine import grpo
-
-        s, g, backend, meter = self.schedule, self.config.grpo, self.backend, self.meter
-        seeds = [self.seeds[k] for k in active]
-        t = time.perf_counter()
-        batches = backend.generate_seeds(seeds, [[p.prompt for p in ps] for ps in problems], n=s.n_gen,
-                                         max_new_tokens=g.max_completion_len, temperature=g.temperature,
-                                         top_p=g.top_p, generators=[self.generators[k] for k in active])
-        self._charge(active, "rollout", time.perf_counter() - t)
-        searches = [rollout_search(meter, b) for b in batches]
-        t = time.perf_counter()
-        scored_all = [score_rollouts(self.reward_fn, meter, ps, b, s.n_gen) for ps, b in zip(problems, batches)]
-        self._charge(active, "reward", time.perf_counter() - t)
-
-        t = time.perf_counter()
-        backend.pause()          # vLLM with sleep mode frees its weights and KV cache for the update
-        packs, groups, sample_lps = zip(*(pack_kept(b, r, n_train=s.n_train, advantage=g.advantage,
-                                                    pad_id=backend.pad_id, device=self.device)
-                                          for b, (r, _, _) in zip(batches, scored_all)))
-        self.policy.set_active(seeds)
-        stats = grpo.update_seeds(self.policy, [self.optimizers[k] for k in active], packs, mu=s.mu,
-                                  temperature=g.temperature, clip_eps=g.clip_eps, clip_eps_high=g.clip_eps_high,
-                                  loss_agg=g.loss_agg,
-                                  max_completion_len=g.max_completion_len, beta=g.beta, entropy_coef=g.entropy_coef,
-                                  micro_batch=g.micro_batch, lr_schedulers=[self.lr_schedulers[k] for k in active],
-                                  pad_id=backend.pad_id, sample_logprobs=sample_lps)
-        learnings = [meter.learning(p.prompt_lens, p.completion_lens, grp, s.mu, shared_prefix=True)
-                     for p, grp in zip(packs, groups)]
-        self._charge(active, "update", time.perf_counter() - t)
-
-        t = time.perf_counter()
-        backend.resume()
-        merges = backend.sync(seeds)
-        self._charge(active, "sync", time.perf_counter() - t)
-        out = []
-        group = len(self.seeds) > 1
-        for seed, search, learning, (_, cost, scored), st in zip(seeds, searches, learnings, scored_all, stats):
-            check_sync(st.sync, backend.name + (", lockstep" if group else ""), who=f"seed {seed}: " if group else "")
-            out.append(StepRecord(FlopBreakdown(search + merges[seed], learning, cost), scored.mean, scored.errors,
-                                  scored.first_error, st.sync))
-        return out
-
-
-def run_lockstep(config: GridConfig, schedule: Schedule, seeds: list[int], *, device: str = "cpu",
-                 progress: SeedProgressFn | None = None,
-                 on_result: Callable[[PilotResult], None] | None = None) -> list[PilotResult]:
-    """Run the pilots ``(schedule, seed)`` for ``seeds`` in lockstep (module docstring); returns
-    their results in ``seeds`` order (``on_result`` also sees each as it is done)."""
-    engine = LockstepEngine(config, schedule, seeds, device=device)
-    tok = engine.backend.tok
-    data = PilotData.load(config, tok, device=device)
-    engine.check = answer_check(config, data.evals)
-    loops = [PilotLoop(config, schedule, s, task_problems(config, tok, split="train", seed=s)) for s in engine.seeds]
-    views = [engine.view(s) for s in engine.seeds]
-    checks = [HeldOutCheckpoints(v, data.evals, data.targets, s) for v, s in zip(views, engine.seeds)]
-    for k, cp in enumerate(checks):
-        if cp.on:
-            cp.run(0.0, 0, loops[k].spent)
-    active = [k for k in range(len(engine.seeds)) if loops[k].wants_step()]
-    while active:
-        records = engine.step(active, [loops[k].next_problems() for k in active])
-        for k, record in zip(active, records):
-            loop = loops[k]
-            loop.record(record)
-            fraction = checks[k].due(loop.spent.total)
-            if fraction is not None and loop.wants_step():
-                checks[k].run(fraction, loop.steps, loop.spent)
-            if progress:
-                progress(engine.seeds[k], loop.steps, loop.spent.total)
-        active = [k for k in active if loops[k].wants_step()]
-    results = []
-    for k, seed in enumerate(engine.seeds):
-        r = finish_pilot(views[k], views[k].backend, data, loops[k], checks[k], seed, wall=engine.walls[k],
-                         device=device,
-                         extra={"engine": f"lockstep ({len(engine.seeds)} seeds)"} if len(engine.seeds) > 1 else None)
-        results.append(r)
-        if on_result:
-            on_result(r)
-    engine.backend.close()
-    close_reward(engine.reward_fn)
-    return results
 
 
 # A lockstep group of g ≥ 2 seeds costs about this share of g solo pilots on the tiny policies

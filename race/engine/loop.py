@@ -1,9 +1,8 @@
-"""What every pilot engine shares: a step's record, the loop over a pilot's budget, the sync check,
-the learning-rate schedule, scoring and packing a rollout batch, and the evaluation at the end.
+"""The parts of a pilot's step and loop: a step's record, one seed's budget loop state, the sync
+check, the learning-rate schedule, scoring and packing a rollout batch, and the evaluation at the end.
 
-race.engine.lean_engine's seed-axis engine (every pilot on the lean path, one seed or several) and race.engine.pilot's
-peft engine (models the lean path cannot run) both step through these, so a pilot yields the same
-``PilotResult`` whichever engine ran it. Invariants: ``PilotLoop`` stops a pilot when the next step
+race.engine.seed_axis's engine steps through these for every seed, whichever policy it carries (the
+lean one or peft), and race.engine.pilot's loop keeps a ``PilotLoop`` per seed. Invariants: ``PilotLoop`` stops a pilot when the next step
 would overshoot its budget by more than half a step; evaluation FLOPs and seconds are recorded
 apart and never count towards the budget or ρ; a sync gap above ``SYNC_FAIL`` stops the pilot
 (``SyncFailed``, one line).

@@ -22,8 +22,8 @@ from typing import Any, Callable
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import PilotResult, Schedule
 
-_PRELOAD = ["torch", "transformers", "peft", "race.engine.pilot", "race.engine.grpo", "race.engine.backends.hf", "race.engine.lean_engine",
-            "race.engine.backends.lockstep"]
+_PRELOAD = ["torch", "transformers", "peft", "race.engine.pilot", "race.engine.grpo", "race.engine.backends.hf",
+            "race.engine.seed_axis", "race.engine.backends.lockstep"]
 
 
 @dataclass(frozen=True)
@@ -46,33 +46,23 @@ def lockstep_groups(jobs: list[Job], size: int) -> list[list[Job]]:
 
 
 def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, device: str) -> None:
-    """Entry point of a pilot process: run one pilot (one seed) or a lockstep group (several seeds
-    of one schedule: race.engine.lean_engine), sending progress and each result back as it comes."""
+    """Entry point of a pilot process: the pilots of ``seeds`` (one seed, or a lockstep group of one
+    schedule) through race.engine.pilot.pilot_events, sending progress and each result back as it comes."""
     try:
         import torch
 
         torch.set_num_threads(threads)
         cfg = config_from_dict(config)
         sched = Schedule.from_dict(schedule)
+        from race.engine.pilot import pilot_events
+
         last: dict[int, float] = {}
-
-        def progress(seed: int, step: int, spent: float) -> None:
-            now = time.monotonic()
-            if now - last.get(seed, 0.0) > 0.5:
-                last[seed] = now
-                conn.send(("progress", seed, step, spent))
-
-        if len(seeds) == 1:
-            from race.engine.pilot import run_pilot
-
-            result = run_pilot(cfg, sched, seeds[0], device=device,
-                               progress=lambda step, spent: progress(seeds[0], step, spent))
-            conn.send(("result", result.to_dict()))
-        else:
-            from race.engine.lean_engine import run_lockstep
-
-            run_lockstep(cfg, sched, list(seeds), device=device, progress=progress,
-                         on_result=lambda r: conn.send(("result", r.to_dict())))
+        for event in pilot_events(cfg, sched, list(seeds), device=device):
+            if isinstance(event, PilotResult):
+                conn.send(("result", event.to_dict()))
+            elif time.monotonic() - last.get(event.seed, 0.0) > 0.5:      # progress: at most 2 lines a second
+                last[event.seed] = time.monotonic()
+                conn.send(("progress", event.seed, event.steps, event.spent))
     except BaseException as e:  # report, then die: the parent records every unfinished pilot as failed
         # the parent may be gone or stopping (SIGTERM, Ctrl-C): its end of the pipe is closed and the
         # report has no reader; leave quietly rather than print a BrokenPipeError after its last line
@@ -152,7 +142,7 @@ def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str =
     """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
     ``status="failed"`` and the reason in ``extra["error"]``.
 
-    One process runs one pilot, or a lockstep group (race.engine.lean_engine): ``group_size`` > 1 groups
+    One process runs one pilot, or a lockstep group (race.engine.seed_axis): ``group_size`` > 1 groups
     ``jobs`` by grid point (``lockstep_groups``), and ``next_job()`` may hand a list of jobs of one
     schedule. A group that dies fails every pilot of it not yet returned; the ones it returned are
     kept. For a job queue that fills while it runs (race.run.study: trials of an optuna study),

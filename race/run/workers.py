@@ -43,7 +43,7 @@ class PilotQueue:
 
     def next_job(self):
         """The next pilot, or with lockstep the next group: one claimed trial and up to
-        ``group_size − 1`` more waiting trials of its grid point (race.engine.lean_engine)."""
+        ``group_size − 1`` more waiting trials of its grid point (race.engine.seed_axis)."""
         claim = self.store.claim()
         if claim is None:
             return None

@@ -10,7 +10,7 @@ tokens (``F.linear`` on ``[S, …, D]``), and each seed's LoRA A/B apply as batc
 Invariants:
 - a seed's adapter is drawn as ``LeanLM.new_adapter`` after ``torch.manual_seed(seed)`` (a
   ``from_pretrained`` draws nothing), whichever seeds share the group, and each seed keeps its own
-  optimizer, schedule and generators (race.engine.lean_engine): nothing but matmul batching is shared;
+  optimizer, schedule and generators (race.engine.seed_axis): nothing but matmul batching is shared;
 - per-seed logits, losses and gradients equal the one-seed group's to fp32 rounding
   (tests/test_lockstep.py); padding a seed's rows to the widest seed changes no real position;
 - ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
@@ -543,8 +543,8 @@ class SeedView:
 
 
 class OneSeedGroup:
-    """A single-adapter backend (race.engine.backends.vllm.VLLMBackend over a one-seed ``LockstepLM``) as a
-    group of that one seed, so the seed-axis engine drives it as any group: ``generate_seeds``,
+    """A single-adapter backend (race.engine.backends.vllm.VLLMBackend over a one-seed ``LockstepLM``, or
+    the HF / vLLM backend of a peft policy: race.engine.seed_axis.PeftPolicy) as a group of that one seed, so the seed-axis engine drives it as any group: ``generate_seeds``,
     ``sync(seeds)`` and ``view(seed)`` pass through to the backend, and so do its pause and resume
     (vLLM's sleep mode during the update)."""
 

@@ -338,7 +338,7 @@ class VLLMBackend:
 
 
 class VLLMLockstepBackend:
-    """Rollouts for a lockstep group (race.engine.lean_engine) from ONE vLLM engine serving every seed's adapter
+    """Rollouts for a lockstep group (race.engine.seed_axis) from ONE vLLM engine serving every seed's adapter
     at once (vLLM's multi-LoRA: ``max_loras`` = seeds + 1, each request carrying its seed's
     ``LoRARequest``). ``sync(seeds)`` publishes each seed's adapter as a new version (trap 1 holds
     per seed: fresh ids only); ``generate_seeds`` sends all seeds' prompts as one ``generate``

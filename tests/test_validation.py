@@ -339,3 +339,21 @@ def test_the_third_round_is_sealed_and_budgeted_by_its_full_run():
     assert V.planned(s, "full30", suite) and not V.planned(s, "full100", suite)
     noisy = V.grid_config(V.setting(suite, "noisy"), "full10", 5, suite=suite)
     assert noisy["reward"]["function"] == str(ROOT / "research/validation/round3/noisy_verifier.py") + ":score"
+
+
+def test_the_third_rounds_pilot_design_is_computed_from_configs_and_sized_as_race_pilot_sizes():
+    """research/scripts/validation_round3.py design: each setting's config as its user would give it (the base
+    config's grid and seeds, the setting's overrides, F), through race.run.sizing.size_pilots, the function
+    race pilot --design fit calls. With held-out evaluation counted as FLOPs per pilot, no setting fits 4
+    pilots in 10 % of its F: RACE's run is the prior's (ρ 0.46) with the whole compute on all ten."""
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation as V
+    import validation_round3 as R3
+
+    suite = V.load_suite(ROOT / "research" / "validation" / "round3.yaml")
+    rows = R3.design_rows(suite)
+    assert [r["setting"] for r in rows] == [s["name"] for s in suite["settings"]]
+    assert all(r["pilots"] == [] and "run at the prior ρ 0.46" in r["why"] for r in rows)
+    steps = R3.user_config(V.setting(suite, "steps-keep"), suite)
+    assert steps.grid == (0.25, 0.4, 0.55, 0.7) and steps.seeds == 3 and steps.schedule.lower_rho_by == "keep"
+    assert "none: the prior ρ 0.46" in R3.design_table(rows)

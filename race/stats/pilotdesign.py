@@ -159,9 +159,10 @@ class FitShare:
                        "the prior" + (f", points {', '.join(f'{r:g}' for r in dropped)} dropped" if dropped else ""))
                 return DesignPlan(self.name, F, s, e, pilots, B, why, dropped=dropped)
         return DesignPlan(self.name, F, s, e, (), 0.0,
-                          f"not even {MIN_GRID_POINTS + 1} pilots of {lo:.3g} FLOPs ({MIN_GRID_POINTS} points, one "
-                          f"with two seeds) fit a {s:.0%} share: run at the prior ρ {POPULATION_RHO:g} with the "
-                          "whole compute")
+                          f"not even {MIN_GRID_POINTS + 1} pilots of {lo:.3g} FLOPs"
+                          + (f" plus {e:.3g} of held-out evaluation each" if e else "")
+                          + f" ({MIN_GRID_POINTS} points, one with two seeds) fit a {s:.0%} share: run at the prior "
+                          f"ρ {POPULATION_RHO:g} with the whole compute")
 
 
 DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), PriorOnly())}   # the first: default

@@ -317,7 +317,7 @@ def test_a_settings_more_seeds_resumes_its_complete_grid_and_snapshots_it(tmp_pa
 
 
 def test_the_third_round_is_sealed_and_budgeted_by_its_full_run():
-    """Round 3 (research/validation/round3.yaml): no table reads it before its freeze (one line, exit 1),
+    """Round 3 (research/validation/round3.yaml): sealed until its freeze, its tables are its own script's,
     its kinds spend the setting's full run F × their factor (C = F + P = 1.1 F for the baselines at
     F / P = 10), the prior runs at the suite's ρ and on-policy at the setting's point, and a longer
     ratio is planned only where the setting has its grid."""
@@ -327,9 +327,12 @@ def test_the_third_round_is_sealed_and_budgeted_by_its_full_run():
     suite_path = ROOT / "research" / "validation" / "round3.yaml"
     out = subprocess.run([sys.executable, str(SCRIPT), "--suite", str(suite_path), "tables"], capture_output=True,
                          text=True, cwd=ROOT)
-    assert out.returncode == 1 and "sealed" in out.stderr and out.stdout == ""
+    assert out.returncode == 1 and "validation_round3.py" in out.stderr and out.stdout == ""
     suite = V.load_suite(suite_path)
-    assert not suite.get("freeze") and all(V.sealed(suite, k) for k in V.kinds_of(suite))
+    # frozen (research/scripts/validation_round3.py freeze) before any table read a sealed grid
+    assert set(suite["freeze"]) == {"rule", "drift", "probe", "rate", "design", "date"}
+    assert not any(V.sealed(suite, k) for k in V.kinds_of(suite))
+    assert all(V.sealed({**suite, "freeze": None}, k) for k in V.kinds_of(suite))
     s = V.setting(suite, "clip-higher")
     import pytest
 

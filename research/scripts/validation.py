@@ -1311,8 +1311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if suite.get("round", 1) >= 3:
         if args.cmd == "freeze" or suite.get("freeze"):
-            raise SystemExit(f"round {suite['round']}: its freeze and scores come with research/scripts/validation_round3.py "
-                             "(not written yet: the pilot design it scores is not final)")
+            raise SystemExit(f"round {suite['round']}: its freeze and scores are research/scripts/validation_round3.py's "
+                             f"(python research/scripts/validation_round3.py --suite {args.suite} {args.cmd})")
         raise SystemExit(f"round {suite['round']} is sealed: no table reads its grids before its freeze "
                          "(`status` says which grids are committed)")
     if suite.get("round") == 2 and args.cmd in ("tables", "freeze"):

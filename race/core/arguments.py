@@ -87,12 +87,13 @@ def flag(name: str, value: Any, *, error: type[RaceError] = RaceError) -> bool:
 
 
 def interval(name: str, value: Any, *, error: type[RaceError] = RaceError, ge: float | None = None,
-             le: float | None = None) -> tuple[float, float]:
-    """``value`` as an ordered pair ``(lo, hi)`` of finite numbers within [ge, le], ``lo ≤ hi``."""
-    bounds = f" within [{ge:g}, {le:g}]" if ge is not None and le is not None else ""
+             le: float | None = None, gt: float | None = None, lt: float | None = None) -> tuple[float, float]:
+    """``value`` as an ordered pair ``(lo, hi)`` of finite numbers within the bounds, ``lo ≤ hi``."""
+    bounds = _bounds(gt, ge, lt, le)
+    bounds = f" {bounds}" if bounds else ""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != 2:
         raise error(f"{name} {shown(value)} must be a pair (lo, hi) of numbers{bounds}")
-    lo, hi = (number(f"{name}[{i}]", v, error=error, ge=ge, le=le) for i, v in enumerate(value))
+    lo, hi = (number(f"{name}[{i}]", v, error=error, gt=gt, ge=ge, lt=lt, le=le) for i, v in enumerate(value))
     if lo > hi:
         raise error(f"{name} {shown(value)} is inverted: expected (lo, hi) with lo ≤ hi")
     return lo, hi

@@ -227,6 +227,25 @@ def write_inside(folder: str, name: str, content: str | bytes | Callable[[IO[byt
     return final
 
 
+def _open_lock(lock: str) -> int:
+    """The lock file's descriptor: created, or an existing regular file with one link. A planted link
+    (symbolic: never followed; hard: its other name would be truncated by the pid written in it), a
+    FIFO or a folder in its place is refused in one line (UnsafeWrite), before anything is written."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError as e:
+        kind = "a symbolic link" if os.path.islink(lock) else "a folder" if os.path.isdir(lock) else "unusable"
+        raise UnsafeWrite(f"lock file {lock!r} is {kind} ({e.strerror}): expected RACE's own lock file or none; "
+                          "remove it, then run the same command again (nothing was written)") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        kind = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
+        raise UnsafeWrite(f"lock file {lock!r} is {kind}: expected RACE's own lock file or none (a planted one "
+                          "would be written through); remove it, then run the same command again (nothing was written)")
+    return fd
+
+
 class Busy(RaceError):
     """Another process holds the lock on a file RACE reads, changes and writes back."""
 
@@ -247,7 +266,7 @@ def locked(path: str, *, what: str = "results file", wait: float | None = None) 
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     lock = os.path.join(folder, f".{os.path.basename(path)}.lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = _open_lock(lock)
     try:
         deadline = time.monotonic() + wait
         while True:

@@ -51,6 +51,8 @@ class WatchError(RaceError):
 
 
 ON_ERROR = ("log", "stop", "raise")     # what the TRL callback does when an evaluation fails
+MAX_SAMPLES = 1024                      # completions per held-out prompt at one evaluation, at most
+MAX_NEW_TOKENS = 1 << 20                # tokens per completion (and prompts per batch), at most
 MAX_STEPS = 10 ** 12                     # optimizer steps past this are refused (no run takes them; the fractions overflow)
 
 
@@ -60,7 +62,10 @@ def _checkpoints(value: Any) -> int | tuple[float, ...]:
         return A.whole("checkpoints", value, ge=0, le=64, error=WatchError,
                        expected="a count from 0 to 64, or a list of fractions in (0, 1]")
     fr = A.items("checkpoints", value, error=WatchError, what="fractions in (0, 1]")
-    return tuple(A.number(f"checkpoints[{i}]", f, gt=0, le=1, error=WatchError) for i, f in enumerate(fr))
+    out = tuple(A.number(f"checkpoints[{i}]", f, gt=0, le=1, error=WatchError) for i, f in enumerate(fr))
+    if len(set(out)) != len(out):
+        raise WatchError(f"checkpoints {A.shown(list(out))} repeats a fraction: expected distinct fractions in (0, 1]")
+    return out
 
 
 def _pairs(name: str, history: Any) -> list[tuple[int, Any]]:
@@ -377,9 +382,11 @@ def _evaluator(prompts: Any, reward_func: Any, columns: Any, samples: Any, max_n
     for k, v in cols.items():
         if len(v) != len(prompts):
             raise WatchError(f"column {k!r} has {len(v)} rows, prompts {len(prompts)}: expected one per prompt")
-    samples = A.whole("samples", samples, ge=1, floats=False, error=WatchError)
-    max_new_tokens = A.whole("max_new_tokens", max_new_tokens, ge=1, floats=False, error=WatchError)
-    batch_size = A.whole("batch_size", batch_size, ge=1, floats=False, error=WatchError)
+    # each evaluation generates prompts × samples completions of up to max_new_tokens: past these caps
+    # one evaluation would outlast any run (the same cap as the steps: refused, not left to hang)
+    samples = A.whole("samples", samples, ge=1, le=MAX_SAMPLES, floats=False, error=WatchError)
+    max_new_tokens = A.whole("max_new_tokens", max_new_tokens, ge=1, le=MAX_NEW_TOKENS, floats=False, error=WatchError)
+    batch_size = A.whole("batch_size", batch_size, ge=1, le=MAX_NEW_TOKENS, floats=False, error=WatchError)
     temperature = A.number("temperature", temperature, gt=0, error=WatchError)
     timeout = A.number("timeout", timeout, gt=0, error=WatchError)
     return _Evaluator(prompts, reward_func, cols, samples, max_new_tokens, temperature, batch_size, timeout)

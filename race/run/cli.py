@@ -167,13 +167,14 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--share", type=float, default=None,
               help="With --full-run: the share of the full run for pilots, held-out evaluation counted "
                    "(default 0.1, race init's).")
-@click.option("--design", default="fit", show_default=True, metavar="[fit|flat|prior]",
+@click.option("--design", default=None, metavar="[fit|flat|prior]",
               help="With --full-run: how the share becomes pilots: fit (the grid if it fits, else fewer pilots "
-                   "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots) (docs/pilot.md).")
+                   "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots) (docs/pilot.md).  "
+                   "[default: fit]")
 @ALLOW_APPROXIMATE
 @user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
-         as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None, design: str,
+         as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None, design: str | None,
          allow_approximate: bool) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown; with
     --full-run F, what the pilots cost of F, what a share of F buys, and what pilots are worth."""
@@ -201,9 +202,15 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
         return
     from race.config.configfile import parse_flops
 
-    if share is not None and full_run is None:
-        raise click.UsageError("--share is the share of a full run: give --full-run F too")
+    for given, what in ((share, "--share is the share of a full run"),
+                        (design, "--design says how a share of a full run becomes pilots")):
+        if given is not None and full_run is None:
+            raise click.UsageError(f"{what}: give --full-run F too")
+    design = design or "fit"
     full = parse_flops(full_run, "--full-run") if full_run is not None else None
+    if full is not None and not full > float(cfg.budget):      # as race probe and the range at F: F must exceed B
+        raise click.UsageError(f"--full-run {full:.3g} is not above the pilot budget {float(cfg.budget):.3g}: each pilot "
+                               "already costs that much; give the full run's FLOPs (F > B), or a smaller --budget")
     planned = plan_grid(cfg)
     if full is None:
         echo(render_plan(planned, fmt), nl=False)
@@ -341,6 +348,8 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
         source = load_stored(storage, study)
     elif not source:
         raise click.UsageError("give RESULTS.json (or its folder) or CONFIG.yaml, or --storage URL --study NAME")
+    if emit_dir is not None and not emit_dir.strip():
+        raise click.UsageError(f"--emit {emit_dir!r}: expected the folder to write the task's splits and reward module in")
     if force and not emit_dir:
         raise click.UsageError("--force replaces files of --emit DIR: give --emit DIR")
     replaced = []

@@ -8,14 +8,17 @@ the coordinator. No other module checks a run option again (tests/test_options.p
 
 Invariants: ``check()`` refuses a bad value in one ``RaceError`` line naming it and what was
 expected, before anything runs; the object is frozen (a round of ``--extend`` is a ``replace``).
+``most_pilots`` is the one place that looks at the disk (whether the study already exists), and never
+under-counts: a check before compute that uses it refuses only what the grid cannot do.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from race.core.errors import RaceError
-from race.run.adaptive import resolve_adaptive
+from race.run.adaptive import DEFAULT_SHARE, adaptive_most, resolve_adaptive
 
 # the one table of engines (race.engine.lean_engine.group_size_for: how many seeds share a process)
 ENGINES = {"auto": "lockstep groups where they were measured faster (CPU, lean path), else solo",
@@ -88,6 +91,21 @@ class RunOptions:
         """The adaptive policy's name (race.run.adaptive.POLICIES), or None for the full grid; an
         adaptive share alone asks for the default policy."""
         return resolve_adaptive(self.adaptive if self.adaptive_share is None else (self.adaptive or True))
+
+    def most_pilots(self, config: Any) -> int:
+        """The most pilots a grid of ``config`` run with these (checked) options can hold when it ends, before
+        anything runs: an adaptive grid on a fresh study, what its policy runs at its share
+        (race.run.adaptive.adaptive_most: under the full grid, and for halving at a large share under
+        ``adaptive_cap`` too); otherwise the grid's points × seeds, plus a point's seeds per ``extend`` round.
+        A study that may exist already (another storage, an ``out_dir`` with its race.db) or imported pilots
+        can hold pilots a fresh adaptive grid would not run (an earlier share or full grid): the full grid."""
+        points, seeds = len(config.grid), int(config.seeds)
+        fresh = (self.storage is None and self.import_pilots is None
+                 and not os.path.exists(os.path.join(self.out_dir, "race.db")))
+        if self.policy is None or not fresh:
+            return (points + self.extend) * seeds
+        share = float(self.adaptive_share) if self.adaptive_share is not None else DEFAULT_SHARE
+        return adaptive_most(self.policy, config.grid, seeds, share)
 
     def run_grid_kw(self) -> dict[str, Any]:
         """The options as run_grid's keywords (everything but ``extend``)."""

@@ -51,6 +51,11 @@ def check_plot_path(path: str) -> str:
     if suffix not in PLOT_SUFFIXES:
         raise PlotError(f"plot file {path!r} has suffix {suffix or '(none)'!r}: "
                         f"expected one of {', '.join(PLOT_SUFFIXES)}")
+    if os.path.islink(path):
+        raise PlotError(f"plot file {path!r} is a symbolic link (to {os.readlink(path)!r}): RACE never writes through a "
+                        "link nor replaces one; remove it or choose another file")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise PlotError(f"plot file {path!r} exists and is not a regular file: choose another file")
     _figure_class()
     return path
 

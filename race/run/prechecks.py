@@ -107,8 +107,51 @@ def _engine(config: GridConfig, o: RunOptions) -> None:
     group_size_for(config, o.engine, o.device)      # an engine that cannot run this config: one line
 
 
+def _out_dir(config: GridConfig, o: RunOptions) -> None:
+    """The files the grid writes in its folder, checked before any compute: results.json (written through
+    race.core.safeio.write_inside at every finished pilot, which refuses a link) and, with the default
+    storage, race.db (sqlite would follow a link there). A planted link or a non-file refused here costs
+    no calibration."""
+    from race.core.safeio import UnsafeWrite
+
+    if os.path.lexists(o.out_dir) and not os.path.isdir(o.out_dir):
+        raise UnsafeWrite(f"output folder {o.out_dir!r} exists and is not a folder: choose another --out")
+    _journal_file(o.storage)
+    for name in ("results.json", *(("race.db",) if o.storage is None else ())):
+        path = os.path.join(o.out_dir, name)
+        if os.path.islink(path):
+            raise UnsafeWrite(f"{path!r} is a symbolic link (to {os.readlink(path)!r}): RACE never writes through a "
+                              "link nor replaces one; remove it, then run the same command again")
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise UnsafeWrite(f"{path!r} exists and is not a regular file: expected a file RACE may replace")
+
+
+def _journal_file(storage: str | None) -> None:
+    """``journal:PATH`` naming a file that holds something other than an optuna journal (a line of JSON
+    with an ``op_code`` first): refused, since the grid would append its records to it."""
+    if not storage or not storage.startswith("journal:"):
+        return
+    path = storage[len("journal:"):]
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return                                   # a new journal, or a device / FIFO (refused where it opens)
+    import json
+
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 16)
+    try:
+        ok = isinstance(json.loads(first), dict) and "op_code" in json.loads(first)
+    except ValueError:
+        ok = False
+    if not ok:
+        from race.run.store.base import StoreError
+
+        raise StoreError(f"storage journal:{path!r} is a file that is not an optuna journal: RACE would append its "
+                         "records to it; name a new file or a journal a grid wrote")
+
+
 CHECKS: tuple[Check, ...] = (
     Check("one policy", "a config naming several models (race.run.api.run_models runs one study per model)", _one_policy),
+    Check("output folder", "a results.json or race.db in the output folder that is a link or not a file", _out_dir),
     Check("device", "a device this machine does not have", _device),
     Check("grid points", "a grid with fewer points than a verdict needs", _grid_points),
     Check("custom reward", "a custom reward that does not import within its timeout", _custom_reward),

@@ -90,6 +90,9 @@ def fit_joint(obs: Sequence[Observation], *, se_floor: float = 0.005) -> JointFi
     for i, o in enumerate(obs):
         if not isinstance(o, Observation):
             raise DriftError(f"obs[{i}] {str(o)[:60]!r} must be a race.stats.drift.Observation")
+        for field_name, lo in (("x", None), ("rho", 0.0), ("y", None), ("se", None)):
+            A.number(f"obs[{i}].{field_name}", getattr(o, field_name), gt=lo, lt=1.0 if field_name == "rho" else None,
+                     ge=0.0 if field_name == "se" else None, error=DriftError)
     se_floor = A.number("se_floor", se_floor, gt=0, error=DriftError)
     by_level: dict[int, list[Observation]] = {}
     for o in obs:
@@ -142,6 +145,10 @@ def shrink(d_own: float, se_own: float, d_pop: float = POPULATION_DRIFT,
     estimate and its SE. An unidentified own drift (SE inf, or a NaN drift) gives the population's."""
     d_own = A.number("d_own", d_own, finite=False, error=DriftError)
     se_own = A.number("se_own", se_own, finite=False, error=DriftError)
+    if math.isinf(d_own):
+        raise DriftError(f"d_own {d_own!r}: expected a finite drift, or NaN for one the grid did not identify")
+    if se_own < 0:
+        raise DriftError(f"se_own {se_own!r}: expected a standard error ≥ 0 (inf or NaN: unidentified)")
     d_pop = A.number("d_pop", d_pop, error=DriftError)
     spread = A.number("spread", spread, gt=0, error=DriftError)
     if not math.isfinite(se_own) or se_own <= 0 or not math.isfinite(d_own):
@@ -206,8 +213,8 @@ def range_at(rho_range: tuple[float, float], recommended_rho: float, *, pilot_bu
     the 90 % CI of that move, clipped to [0.01, 0.99]. Refused (DriftError) past
     ``validated_factor`` or for F < B; every argument is checked first (an inverted range, a recommended ρ
     outside it, NaN, a negative SE, a budget that is not a positive finite FLOP count: DriftError naming it)."""
-    rho_range = A.interval("rho_range", rho_range, ge=0.0, le=1.0, error=DriftError)
-    recommended_rho = A.number("recommended_rho", recommended_rho, ge=0.0, le=1.0, error=DriftError)
+    rho_range = A.interval("rho_range", rho_range, gt=0.0, lt=1.0, error=DriftError)
+    recommended_rho = A.number("recommended_rho", recommended_rho, gt=0.0, lt=1.0, error=DriftError)
     if not rho_range[0] - 1e-6 <= recommended_rho <= rho_range[1] + 1e-6:     # a verdict's ρ lies in its range
         raise DriftError(f"recommended_rho {recommended_rho:g} is outside rho_range [{rho_range[0]:g}, {rho_range[1]:g}]: "
                          "expected the ρ the verdict recommends, inside its range at B")

@@ -98,7 +98,7 @@ def configured_lr(raw: Mapping[str, Any]) -> tuple[LearningRate, float]:
     from dataclasses import fields
 
     A.mapping("raw", raw, error=RateError)
-    given = raw.get("learning_rate") if isinstance(raw.get("learning_rate"), Mapping) else {}
+    given = A.mapping("learning_rate", raw.get("learning_rate") or {}, error=RateError)
     kinds = {"ref": lambda n, v: A.number(n, v, gt=0, strings=True, error=RateError),
              "ref_batch": lambda n, v: A.whole(n, v, ge=1, error=RateError),
              "fixed": lambda n, v: A.flag(n, v, error=RateError),        # the string 'false' is not True

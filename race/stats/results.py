@@ -20,13 +20,15 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from race.core.errors import RaceError
 from race.core.records import Diagnosis, PilotResult, validation_line
 
 SCHEMA_VERSION = 1
 
 
-class ResultsError(ValueError):
-    """A results file that cannot be read; one-line message naming the file and the problem."""
+class ResultsError(RaceError):
+    """A results file that cannot be read; one-line message naming the file and the problem (a RaceError, and
+    so a ValueError as before)."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,10 @@ def results_schema() -> Any:
         @model_validator(mode="after")
         def _numbers(self) -> "ResultsFile":
             check_numbers(self.pilots, self.diagnosis, budget=self.config.get("budget"))
+            where = non_finite(self.plan, "plan")
+            if where:
+                raise ValueError(f"{where} is not a finite number: expected the plan RACE wrote (its FLOPs, lengths "
+                                 "and steps are finite)")
             return self
 
     return ResultsFile
@@ -251,6 +257,18 @@ def results_schema() -> Any:
 
 SPENT_TOLERANCE = 0.25      # a pilot's spent FLOPs may differ from the budget by this share (or 2 steps)
 RHO_TOLERANCE = 0.15        # measured ρ against the schedule's planned ρ (committed runs: ≤ 0.031)
+
+
+def non_finite(value: Any, where: str) -> str | None:
+    """The path of the first NaN or infinity in ``value`` (JSON's NaN / Infinity tokens), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = non_finite(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}")
+        if found:
+            return found
+    return None
 
 
 def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:
@@ -277,6 +295,11 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
                   "within its budget")
     for p in pilots:                  # consistent with its own schedule: a pilot stops within a step of the budget
         sched = p.schedule
+        per = sched.flops_per_step if sched is not None else None
+        if per is not None and not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                                       for x in (per.search, per.learning, per.reward, per.total)):
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed!r}: its schedule's FLOPs per step "
+                             f"{[per.search, per.learning, per.reward, per.total]!r}: expected finite numbers ≥ 0")
         if p.status != "complete" or sched is None or b <= 0 or p.flops.total <= 0:
             continue
         step = sched.flops_per_step.total
@@ -293,6 +316,10 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
         lo, hi = v.rho_range
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and 0 < x < 1 for x in (lo, hi)) or lo > hi:
             raise ValueError(f"target {name!r} has rho_range {[lo, hi]!r}: expected two numbers in (0, 1), low ≤ high")
+        if not (isinstance(v.confidence, (int, float)) and 0 <= v.confidence <= 1):
+            raise ValueError(f"target {name!r} has confidence {v.confidence!r}: expected a share in [0, 1]")
+        if not (isinstance(v.best_rho, (int, float)) and 0 < v.best_rho < 1):
+            raise ValueError(f"target {name!r} has best_rho {v.best_rho!r}: expected a grid point's ρ in (0, 1)")
 
 
 def software_line(pilots: Sequence[PilotResult]) -> str:

@@ -6,7 +6,8 @@ Interface:
 - ``informative``: ``Informative``, the default (seed 0 everywhere, then the most useful seeds).
 - ``halving``: ``Halving`` (successive halving over ρ).
 - ``POLICIES`` (the one table of policies, the default first), ``policy_named``, ``resolve_adaptive``,
-  ``adaptive_needed`` (a policy over seeds that start at ``first_seed``), ``adaptive_subset`` (replays).
+  ``adaptive_needed`` (a policy over seeds that start at ``first_seed``), ``adaptive_subset`` (replays),
+  ``adaptive_most`` (the most pilots a policy runs on a grid, from the grid alone).
 
 Adding a policy is adding a file with a class that keeps the protocol, and its line in ``POLICIES``.
 
@@ -76,3 +77,13 @@ def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Calla
             scores[k] = score(k)
         if final and not new:
             return keys
+
+
+def adaptive_most(policy: str, grid: Sequence[float], seeds: int, share: float = DEFAULT_SHARE) -> int:
+    """The most pilots ``policy`` runs on ``grid`` × ``seeds`` at ``share``, known before any pilot: what it
+    runs when every pilot finishes. Each policy's count depends only on which pilots finished, never on
+    their scores (informative: ``adaptive_cap``, or every seed of every point; halving: ⌈P / 2^k⌉ points at
+    rung k up to the cap, so under the cap at a large share), and a pilot that failed only lowers it. A
+    check before compute that needs the grid's most compute (race.fullrun.probe.check_probe_config) uses
+    this, not the full grid's points × seeds."""
+    return len(adaptive_subset(policy, grid, seeds, lambda key: 0.0, share=share))

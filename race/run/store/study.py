@@ -401,8 +401,15 @@ for _name in ("exists", "load", "create", "update_heartbeat", "claim_coordinatio
 
 def load_results(url: str, study_name: str):
     """A ``race.stats.results.Results`` built from storage alone (for ``race report --storage``)."""
+    import os
+
     from race.stats.results import Results, pilots_meta
 
+    for prefix in ("sqlite:///", "journal:"):          # a file storage that is not there: nothing to read, and
+        path = url[len(prefix):].split("?", 1)[0] if url.startswith(prefix) else ""   # opening it would create it
+        if path and path != ":memory:" and not os.path.exists(path):
+            raise StoreError(f"storage file {path!r} does not exist: nothing to read (expected the storage a grid "
+                             "wrote; its URL is in that grid's results.json)")
     store = Store(url, study_name)
     info = store.load(wait=0)
     pilots = store.pilots()

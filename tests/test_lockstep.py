@@ -383,7 +383,7 @@ def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
     import os
 
     import crash_reward
-    from race.run.processes import Job, lockstep_groups, run_jobs
+    from race.run.processes import Finished, Job, Started, lockstep_groups, run_jobs
 
     for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
         if os.path.exists(path):
@@ -397,8 +397,9 @@ def test_runner_groups_seeds_and_a_dying_group_fails_only_its_pilots(tmp_path):
     jobs = [Job(s, seed) for s in schedules for seed in (0, 1)]
     assert [[j.key for j in g] for g in lockstep_groups(jobs, 2)] == [[jobs[0].key, jobs[1].key],
                                                                        [jobs[2].key, jobs[3].key]]
-    pids: dict = {}
-    results = run_jobs(cfg, jobs, workers=2, group_size=2, on_start=lambda job, pid: pids.__setitem__(job.key, pid))
+    events = list(run_jobs(cfg, jobs, workers=2, group_size=2))
+    pids = {job.key: e.pid for e in events if isinstance(e, Started) for job in e.jobs}
+    results = [e.result for e in events if isinstance(e, Finished)]
     assert pids[jobs[0].key] == pids[jobs[1].key] != pids[jobs[2].key] == pids[jobs[3].key]
     by_point: dict = {}
     for r in results:

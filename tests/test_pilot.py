@@ -65,7 +65,7 @@ def test_a_dying_pilot_takes_only_itself_down():
     import os
 
     import crash_reward
-    from race.run.processes import Job, run_jobs
+    from race.run.processes import Job, finished_results, run_jobs
 
     for path in (crash_reward.MARKER, crash_reward.MARKER + ".taken"):
         if os.path.exists(path):
@@ -75,7 +75,7 @@ def test_a_dying_pilot_takes_only_itself_down():
                         "reward": {"kind": "custom", "function": "crash_reward:reward"},
                         "eval": {"prompts": 50, "samples": 2}})
     jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]
-    results = run_jobs(cfg, jobs, workers=2)
+    results = finished_results(run_jobs(cfg, jobs, workers=2))
     statuses = sorted(r.status for r in results)
     assert statuses == ["complete", "complete", "failed"], [(r.status, r.extra.get("error")) for r in results]
     failed = next(r for r in results if r.status == "failed")
@@ -84,23 +84,26 @@ def test_a_dying_pilot_takes_only_itself_down():
 
 
 def test_a_stopped_caller_takes_its_pilots_down_and_they_print_nothing(capfd):
-    """The caller is stopped mid-grid (SIGTERM and Ctrl-C reach run_jobs as an exception): every
-    pilot process ends before the exception leaves run_jobs, and none prints a traceback after it
-    (CI once saw a child's BrokenPipeError below `race pilot`'s one last line)."""
+    """The caller is stopped mid-grid (SIGTERM and Ctrl-C reach the caller as an exception while it
+    reads run_jobs' events): every pilot process ends before the exception leaves the block that
+    reads them, and none prints a traceback after it (CI once saw a child's BrokenPipeError below
+    `race pilot`'s one last line)."""
+    import contextlib
     import os
     import time
 
-    from race.run.processes import Job, run_jobs
+    from race.run.processes import Job, Progressed, Started, run_jobs
 
     cfg = build_config({**_tiny_dict(), "budget": 2e11, "grid": [0.6, 0.73, 0.84], "eval": {"prompts": 50, "samples": 2}})
     jobs = [Job(s, 0) for s in plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules]
     pids: list[int] = []
 
-    def stop(job, step, spent):  # noqa: ANN001, ARG001
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_jobs(cfg, jobs, workers=2, on_start=lambda job, pid: pids.append(pid), on_progress=stop, poll=0.1)
+    with pytest.raises(KeyboardInterrupt), contextlib.closing(run_jobs(cfg, jobs, workers=2, poll=0.1)) as events:
+        for event in events:
+            if isinstance(event, Started):
+                pids.append(event.pid)
+            elif isinstance(event, Progressed):
+                raise KeyboardInterrupt
     assert pids
     for pid in pids:                       # reaped: no such process (not even a zombie) any more
         with pytest.raises(ProcessLookupError):
@@ -133,3 +136,29 @@ def test_eta_is_the_pace_so_far_times_what_is_left():
     assert eta_seconds(elapsed=60.0, done=3, total=12) == pytest.approx(180.0)   # 20 s a pilot, 9 left
     assert eta_seconds(elapsed=60.0, done=12, total=12) == 0.0
     assert eta_seconds(elapsed=5.0, done=0, total=12) == 0.0                   # no pace yet
+
+
+def test_the_wall_split_of_a_grid_by_hand():
+    """race.run.processes.wall_split: two pilots on 2 slots for 10 s (process lifetimes 9 s and 8 s):
+    counted work, held-out evaluation, loading, the rest of a process's life and idle slots, by hand;
+    each part over the slots is its share of the pool's wall, and they sum to it."""
+    from race.core.records import FlopBreakdown, PilotResult
+    from race.run.processes import render_wall_split, wall_split
+
+    def pilot(seed, walls, status="complete"):
+        return PilotResult(rho_target=0.6, seed=seed, flops=FlopBreakdown(search=1e9, learning=2e9), evals={},
+                           schedule=None, wall_seconds=walls, status=status)
+
+    a = pilot(0, {"setup": 1.0, "rollout": 2.0, "reward": 0.5, "update": 3.0, "sync": 0.5, "eval": 0.5,
+                  "checkpoints": 0.5})
+    b = pilot(1, {"setup": 1.0, "rollout": 2.0, "reward": 0.0, "update": 2.0, "sync": 0.0, "eval": 1.0})
+    pool = {"seconds": 10.0, "slots": 2, "process_seconds": 17.0, "idle_seconds": 3.0}
+    split = wall_split([a, b], pool, calibration_seconds=2.0, total_seconds=13.0)
+    assert split["slot_seconds"] == {"counted_work": 10.0, "held_out_eval": 2.0, "loading": 2.0,
+                                     "process_start_and_other": 3.0, "idle": 3.0}
+    assert sum(split["slot_seconds"].values()) == 2 * 10.0
+    assert split["coordination_seconds"] == 1.0 and split["counted_flops"] == 6e9
+    lines = render_wall_split(split, peak_flop_s=1e9)
+    assert lines[0] == "wall 13.0 s; the pilot pool 10.0 s on 2 slots:"
+    assert "counted pilot work" in lines[1] and "5.0 s" in lines[1]
+    assert lines[-1] == "counted FLOPs 6e+09; at the matmul peak (1 GFLOP/s) 6.0 s: 46.2% of the physical limit"

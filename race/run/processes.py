@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any, Callable
+from typing import Any, Iterator
 
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import PilotResult, Schedule
@@ -131,66 +131,108 @@ def busy_machine_warning(workers: int, device: str) -> str | None:
             "faster here")
 
 
-def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu",
-             on_result: Callable[[Job, PilotResult], None] | None = None,
-             on_progress: Callable[[Job, int, float], None] | None = None,
-             next_job: Callable[[], "Job | list[Job] | None"] | None = None,
-             on_start: Callable[[Job, int], None] | None = None,
-             on_tick: Callable[[], None] | None = None,
-             keep_going: Callable[[], bool] | None = None, poll: float = 1.0,
-             group_size: int = 1) -> list[PilotResult]:
-    """Run ``jobs`` with at most ``workers`` pilot processes at once; failed pilots come back with
-    ``status="failed"`` and the reason in ``extra["error"]``.
+@dataclass(frozen=True)
+class Started:
+    """A pilot process started for ``jobs`` (one job, or a grid point's seeds in lockstep)."""
 
-    One process runs one pilot, or a lockstep group (race.engine.seed_axis): ``group_size`` > 1 groups
-    ``jobs`` by grid point (``lockstep_groups``), and ``next_job()`` may hand a list of jobs of one
-    schedule. A group that dies fails every pilot of it not yet returned; the ones it returned are
-    kept. For a job queue that fills while it runs (race.run.study: trials of an optuna study),
-    ``next_job()`` hands the next job (or group) or None, ``keep_going()`` says whether to wait for
-    more once nothing runs, ``on_start(job, pid)`` sees each pilot's process start and ``on_tick()``
-    runs about every ``poll`` seconds (heartbeats)."""
-    from race.engine.backends import resolve_backend
-
-    # vLLM's import takes 10–20 s: the fork server does it once for all pilots
-    ctx = _context(("vllm.entrypoints.llm", "race.engine.backends.vllm") if resolve_backend(config.backend) == "vllm" else ())
-    pool = _Pool(ctx, config.to_dict(), pilot_threads(workers, device), device, on_result=on_result,
-                 on_progress=on_progress, on_start=on_start)
-    pending: list[list[Job]] = lockstep_groups(list(jobs), group_size)
-    try:
-        while pending or pool.running or (keep_going is not None and keep_going()):
-            while len(pool.running) < workers:
-                got = pending.pop(0) if pending else (next_job() if next_job else None)
-                if not got:
-                    break
-                pool.start(list(got) if isinstance(got, list) else [got])
-            if on_tick:
-                on_tick()
-            if not pool.running:
-                time.sleep(poll)
-                continue
-            ready = wait(list(pool.running) + [p.sentinel for p, _ in pool.running.values()], timeout=poll)
-            for conn in list(pool.running):
-                pool.collect(conn, ready)
-    except BaseException:  # stopping (SIGTERM, Ctrl-C, an error in a callback): no pilot outlives the caller
-        _stop(pool.running)
-        raise
-    return pool.results
+    jobs: tuple[Job, ...]
+    pid: int
 
 
-class _Pool:
-    """The pilot processes of one ``run_jobs`` call: each runs one job or one lockstep group, its
-    messages read from its pipe (progress, a result per seed, or an error)."""
+@dataclass(frozen=True)
+class Progressed:
+    """A running pilot's steps done and FLOPs spent."""
 
-    def __init__(self, ctx: Any, cfg: dict, threads: int, device: str, *,
-                 on_result: Callable[[Job, PilotResult], None] | None,
-                 on_progress: Callable[[Job, int, float], None] | None,
-                 on_start: Callable[[Job, int], None] | None):
-        self.ctx, self.cfg, self.threads, self.device = ctx, cfg, threads, device
-        self.on_result, self.on_progress, self.on_start = on_result, on_progress, on_start
+    job: Job
+    step: int
+    spent: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A pilot's result: complete, or failed with the reason in ``extra["error"]``."""
+
+    job: Job
+    result: PilotResult
+
+
+@dataclass(frozen=True)
+class Tick:
+    """About every ``poll`` seconds: how many processes run and how many groups wait for a slot.
+    A caller that feeds the pool (``submit``) does it here; ``running + waiting == 0``: the pool is idle."""
+
+    running: int
+    waiting: int
+
+
+Event = Started | Progressed | Finished | Tick
+
+
+class PilotPool:
+    """At most ``workers`` pilot processes at once, their messages turned into events.
+
+    ``submit(jobs)`` queues jobs (grouped by grid point, ``lockstep_groups``); iterating yields
+    ``Started``, ``Progressed``, ``Finished`` and ``Tick`` events as they happen, for as long as the
+    caller iterates (a ``Tick`` with nothing running or waiting says the pool is idle). The pool calls
+    nothing of its caller's. Used as a context manager, it ends every process still running when the
+    block is left (an error, Ctrl-C, SIGTERM), so none outlives the caller. A group that dies fails
+    every pilot of it not yet returned; the ones it returned are kept."""
+
+    def __init__(self, config: GridConfig, *, workers: int, device: str = "cpu", poll: float = 1.0,
+                 group_size: int = 1):
+        from race.engine.backends import resolve_backend
+
+        # vLLM's import takes 10–20 s: the fork server does it once for all pilots
+        vllm = resolve_backend(config.backend) == "vllm"
+        self.ctx = _context(("vllm.entrypoints.llm", "race.engine.backends.vllm") if vllm else ())
+        self.cfg, self.threads, self.device = config.to_dict(), pilot_threads(workers, device), device
+        self.workers, self.poll, self.group_size = workers, poll, max(1, group_size)
         self.running: dict = {}            # pipe → (process, {seed: job not yet returned})
-        self.results: list[PilotResult] = []
+        self.waiting: list[list[Job]] = []
+        self.t0, self.process_seconds, self._born = time.monotonic(), 0.0, {}
 
-    def start(self, group: list[Job]) -> None:
+    def profile(self) -> dict:
+        """Where the pool's process slots went so far: ``seconds`` since it opened, ``slots`` (workers),
+        ``process_seconds`` (the pilot processes' lifetimes, the running ones' so far) and
+        ``idle_seconds`` (slot-seconds with no process: waiting for pilots to claim or for the last
+        process of a round)."""
+        now = time.monotonic()
+        alive = sum(now - born for born in self._born.values())
+        seconds = now - self.t0
+        busy = self.process_seconds + alive
+        return {"seconds": seconds, "slots": self.workers, "process_seconds": busy,
+                "idle_seconds": max(0.0, self.workers * seconds - busy)}
+
+    def __enter__(self) -> "PilotPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _stop(self.running)
+
+    def submit(self, jobs: "Job | list[Job]") -> None:
+        """Queue ``jobs``: a job, or jobs grouped by grid point into lockstep groups of ``group_size``
+        (a list handed by a queue is one group of one schedule)."""
+        self.waiting += lockstep_groups(jobs if isinstance(jobs, list) else [jobs], self.group_size)
+
+    @property
+    def free(self) -> int:
+        """Process slots that no running or waiting group takes."""
+        return max(0, self.workers - len(self.running) - len(self.waiting))
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            while self.waiting and len(self.running) < self.workers:
+                yield self._start(self.waiting.pop(0))
+            yield Tick(len(self.running), len(self.waiting))
+            if not self.running:
+                if not self.waiting:
+                    time.sleep(self.poll)
+                continue
+            ready = wait(list(self.running) + [p.sentinel for p, _ in self.running.values()], timeout=self.poll)
+            for conn in list(self.running):
+                yield from self._collect(conn, ready)
+
+    def _start(self, group: list[Job]) -> Started:
         """One process for ``group`` (one job, or a grid point's seeds in lockstep)."""
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_child, args=(child, self.cfg, group[0].schedule.to_dict(),
@@ -199,30 +241,24 @@ class _Pool:
             proc.start()
         child.close()
         self.running[parent] = (proc, {j.seed: j for j in group})
-        if self.on_start:
-            for job in group:
-                self.on_start(job, proc.pid)
+        self._born[parent] = time.monotonic()
+        return Started(tuple(group), proc.pid)
 
-    def finish(self, job: Job, result: PilotResult) -> None:
-        self.results.append(result)
-        if self.on_result:
-            self.on_result(job, result)
-
-    def collect(self, conn: Any, ready: list) -> None:
-        """Read what the process behind ``conn`` sent; when it is done (every seed returned, an error, or
-        it died), fail the seeds it did not return and forget it."""
+    def _collect(self, conn: Any, ready: list) -> Iterator[Event]:
+        """The events of what the process behind ``conn`` sent; when it is done (every seed returned, an
+        error, or it died), fail the seeds it did not return and forget it."""
         proc, left = self.running[conn]
         done, error = False, None
         try:
             while conn.poll():
                 msg = conn.recv()
-                if msg[0] == "progress" and self.on_progress and msg[1] in left:
-                    self.on_progress(left[msg[1]], msg[2], msg[3])
+                if msg[0] == "progress" and msg[1] in left:
+                    yield Progressed(left[msg[1]], msg[2], msg[3])
                 elif msg[0] == "result":
                     result = PilotResult.from_dict(msg[1])
                     job = left.pop(result.seed, None)
                     if job is not None:
-                        self.finish(job, result)
+                        yield Finished(job, result)
                     done = not left
                 elif msg[0] == "error":
                     error, done = (msg[1], msg[2]), True
@@ -236,10 +272,85 @@ class _Pool:
                 code = proc.exitcode
                 why = ("killed by signal 9 (out of memory?)" if code == -9 else f"exited with code {code}")
                 error = (f"pilot process {why}", "")
-            for job in list(left.values()):
-                self.finish(job, _failed(job, *error))
             del self.running[conn]
+            self.process_seconds += time.monotonic() - self._born.pop(conn)
             conn.close()
+            for job in list(left.values()):
+                yield Finished(job, _failed(job, *error))
+
+
+def run_jobs(config: GridConfig, jobs: list[Job], *, workers: int, device: str = "cpu", poll: float = 1.0,
+             group_size: int = 1) -> Iterator[Event]:
+    """The events of running ``jobs`` with at most ``workers`` pilot processes at once (``PilotPool``),
+    until every one is ``Finished``: failed pilots come with ``status="failed"`` and the reason in
+    ``extra["error"]``. ``group_size`` > 1 runs the seeds of a grid point in lockstep groups. Closing the
+    generator (or an error while it runs) ends every process still running."""
+    with PilotPool(config, workers=workers, device=device, poll=poll, group_size=group_size) as pool:
+        pool.submit(list(jobs))
+        for event in pool:
+            if isinstance(event, Tick) and not (event.running or event.waiting):
+                return
+            yield event
+
+
+def finished_results(events: Iterator[Event]) -> list[PilotResult]:
+    """The results of ``events`` (``run_jobs``'), in the order they finished."""
+    return [e.result for e in events if isinstance(e, Finished)]
+
+
+# a pilot's wall_seconds by what they bought: the counted step (its FLOPs are the pilot's budget), the
+# held-out evaluations (their FLOPs are recorded apart, never in C_total), loading the policy
+COUNTED_PHASES = ("rollout", "reward", "update", "sync")
+EVAL_PHASES = ("eval", "checkpoints", "downstream")
+
+
+def wall_split(pilots: list[PilotResult], pool: dict, *, calibration_seconds: float | None = None,
+               total_seconds: float | None = None) -> dict:
+    """Where a grid's wall time went, from its pilots' ``wall_seconds`` and its pool's ``profile()``.
+
+    The pool's slot-seconds (``slots`` × its seconds) split into counted pilot work, held-out
+    evaluation, loading the policy (each pilot's ``setup``), process start and the rest of a pilot
+    process's life (imports, data, results back: its lifetime less its pilots' phases) and idle
+    slots; each divided by ``slots`` is its share of the pool's wall seconds. With
+    ``total_seconds``, the rest of the grid's wall beside calibration and the pool is ``coordination``
+    (storage, planning, classifying). ``counted_flops``: the complete pilots' metered FLOPs."""
+    def phase(names: tuple[str, ...]) -> float:
+        return sum(p.wall_seconds.get(k, 0.0) for p in pilots for k in names)
+
+    work, evals, loading = phase(COUNTED_PHASES), phase(EVAL_PHASES), phase(("setup",))
+    start = pool["process_seconds"] - sum(sum(p.wall_seconds.values()) for p in pilots)
+    slots = {"counted_work": work, "held_out_eval": evals, "loading": loading,
+             "process_start_and_other": max(0.0, start), "idle": pool["idle_seconds"]}
+    out = {"slots": pool["slots"], "pool_seconds": pool["seconds"], "slot_seconds": slots,
+           "counted_flops": sum(p.flops.total for p in pilots if p.status == "complete"),
+           "calibration_seconds": calibration_seconds, "total_seconds": total_seconds}
+    if total_seconds is not None:
+        out["coordination_seconds"] = max(0.0, total_seconds - pool["seconds"] - (calibration_seconds or 0.0))
+    return out
+
+
+def render_wall_split(split: dict, *, peak_flop_s: float | None = None) -> list[str]:
+    """``wall_split`` as lines: the pool's wall seconds by part (slot-seconds ÷ slots), calibration and
+    coordination beside it, and with ``peak_flop_s`` (the machine's matmul peak, all cores) the counted
+    FLOPs as a fraction of what that peak does in the grid's wall time."""
+    n, total = split["slots"], split["total_seconds"]
+    parts = {"counted pilot work": split["slot_seconds"]["counted_work"],
+             "held-out evaluation": split["slot_seconds"]["held_out_eval"],
+             "loading the policy": split["slot_seconds"]["loading"],
+             "process start and the rest": split["slot_seconds"]["process_start_and_other"],
+             "idle slots (waiting on workers)": split["slot_seconds"]["idle"]}
+    whole = total or split["pool_seconds"]
+    lines = [f"wall {whole:.1f} s; the pilot pool {split['pool_seconds']:.1f} s on {n} slots:"]
+    lines += [f"  {name:32s} {v / n:7.1f} s  {v / n / whole:6.1%}" for name, v in parts.items()]
+    for name, key in (("calibration", "calibration_seconds"), ("coordination (storage, plan, classify)",
+                                                              "coordination_seconds")):
+        if split.get(key) is not None:
+            lines.append(f"  {name:32s} {split[key]:7.1f} s  {split[key] / whole:6.1%}")
+    flops = split["counted_flops"]
+    lines.append(f"counted FLOPs {flops:.3g}" + (f"; at the matmul peak ({peak_flop_s / 1e9:.0f} GFLOP/s) "
+                                                f"{flops / peak_flop_s:.1f} s: {flops / peak_flop_s / whole:.1%} "
+                                                "of the physical limit" if peak_flop_s else ""))
+    return lines
 
 
 def _stop(running: dict) -> None:

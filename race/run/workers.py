@@ -10,10 +10,11 @@ No optuna here: every storage call goes through race.run.store, imported when a 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from race.config.configfile import config_from_dict
 from race.core.records import PilotResult, Schedule
@@ -40,6 +41,7 @@ class PilotQueue:
         self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
         self.on_change = lambda: None
         self.group_size = max(1, group_size)
+        self.pool = None            # the last run's race.run.processes.PilotPool: its profile() stays readable
 
     def next_job(self):
         """The next pilot, or with lockstep the next group: one claimed trial and up to
@@ -58,15 +60,22 @@ class PilotQueue:
         jobs = [self.Job(self.schedules[c.key[0]], c.key[1]) for c in claims]
         return jobs if self.group_size > 1 else jobs[0]
 
-    def on_start(self, job, pid: int) -> None:
-        self.store.set_pid(self.held[job.key], pid)
+    def record(self, event) -> None:
+        """Store what ``event`` (race.run.processes' events) says: a pilot's process id, its progress,
+        its result (complete, or failed with its retries counted)."""
+        from race.run.processes import Finished, Progressed, Started
 
-    def on_progress(self, job, step: int, spent: float) -> None:
-        self.progress.update(job, step, spent)
-        if job.key in self.held:
-            self.store.progress(self.held[job.key], step, spent)
+        if isinstance(event, Started):
+            for job in event.jobs:
+                self.store.set_pid(self.held[job.key], event.pid)
+        elif isinstance(event, Progressed):
+            self.progress.update(event.job, event.step, event.spent)
+            if event.job.key in self.held:
+                self.store.progress(self.held[event.job.key], event.step, event.spent)
+        elif isinstance(event, Finished):
+            self._finished(event.job, event.result)
 
-    def on_result(self, job, result: PilotResult) -> None:
+    def _finished(self, job, result: PilotResult) -> None:
         claim = self.held.pop(job.key)
         self.ran.append(result)
         self.progress.total = max(self.progress.total, self.progress.done + 1)
@@ -81,23 +90,46 @@ class PilotQueue:
                 what = (f"retrying ({n} of {self.retries} retries)" if n <= self.retries
                         else f"giving up after {n} failures (re-run to try again)")
                 print(f"  ρ={claim.key[0]:g} seed {claim.key[1]}: {what}", file=sys.stderr, flush=True)
-        self.on_change()
 
-    def run(self, keep_going) -> None:
-        """Pilots until ``keep_going()`` (throttled; it also sweeps for dead workers' pilots) says stop."""
-        from race.run.processes import busy_machine_warning, run_jobs
+    def events(self) -> Iterator:
+        """The events of this queue's pilot processes (race.run.processes.PilotPool), each stored
+        (``record``) before it is yielded. At every ``Tick`` the free process slots are filled with claimed
+        pilots first; the caller stops iterating when it wants no more pilots (a ``Tick`` with nothing
+        running or waiting: stopping then leaves nothing behind; any other time, the processes end).
+        The study's heartbeats beat while it runs."""
+        from race.run.processes import PilotPool, Tick, busy_machine_warning
 
         warn = busy_machine_warning(self.workers, self.device) if not self.quiet and self.workers else None
         if warn:
             print(f"warning: {warn}", file=sys.stderr, flush=True)
         halt = self.store.heartbeats(lambda: list(self.held.values()))
         try:
-            run_jobs(self.run_config, [], workers=self.workers, device=self.device, on_result=self.on_result,
-                     on_progress=self.on_progress, next_job=self.next_job, on_start=self.on_start,
-                     on_tick=keep_going, keep_going=keep_going, poll=min(1.0, self.store.heartbeat / 2),
-                     group_size=self.group_size)
+            with PilotPool(self.run_config, workers=self.workers, device=self.device,
+                           poll=min(1.0, self.store.heartbeat / 2), group_size=self.group_size) as pool:
+                self.pool = pool
+                for event in pool:
+                    if isinstance(event, Tick):
+                        while pool.free and (got := self.next_job()):
+                            pool.submit(got)
+                        event = Tick(len(pool.running), len(pool.waiting))
+                    else:
+                        self.record(event)
+                    yield event
         finally:
             halt()
+
+    def run(self, keep_going) -> None:
+        """Pilots until ``keep_going()`` (asked at every ``Tick``; throttled, it also sweeps for dead
+        workers' pilots) says stop and none runs; ``on_change()`` after each finished pilot. The
+        coordinator's way in (race.run.study) until it consumes ``events`` itself."""
+        from race.run.processes import Finished, Tick
+
+        with contextlib.closing(self.events()) as events:
+            for event in events:
+                if isinstance(event, Finished):
+                    self.on_change()
+                elif isinstance(event, Tick) and not keep_going() and not (event.running or event.waiting):
+                    return
 
 
 def complete_scores(store: Any) -> dict[Key, float]:
@@ -169,14 +201,12 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     keys = set(info.keys())
     state = {"idle_since": None, "last": 0.0, "go": True}
 
-    def on_change() -> None:   # our own failed pilot: enqueue it again while retries last
-        for p in loop.ran[-1:]:
-            key = (p.rho_target, p.seed)
-            if p.status != "complete" and st.failures_since(key, first_number) <= retries:
-                if key not in busy_keys(st) and key not in complete_scores(st):
-                    st.enqueue(key, retry_of_failure=True)
+    def retry(p: PilotResult) -> None:   # our own failed pilot: enqueue it again while retries last
+        key = (p.rho_target, p.seed)
+        if p.status != "complete" and st.failures_since(key, first_number) <= retries:
+            if key not in busy_keys(st) and key not in complete_scores(st):
+                st.enqueue(key, retry_of_failure=True)
 
-    loop.on_change = on_change
     loop.progress.total = len(keys)
 
     def keep_going() -> bool:
@@ -196,7 +226,14 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
 
     if not quiet:
         print(f"RACE worker {os.getpid()} on study {st.name!r} in {st.masked}", file=sys.stderr, flush=True)
-    loop.run(keep_going)
+    from race.run.processes import Finished, Tick
+
+    with contextlib.closing(loop.events()) as events:
+        for event in events:
+            if isinstance(event, Finished):
+                retry(event.result)
+            elif isinstance(event, Tick) and not keep_going() and not (event.running or event.waiting):
+                break
     done = [p for p in loop.ran if p.status == "complete"]
     return {"ran": len(loop.ran), "complete": len(done), "failed": len(loop.ran) - len(done),
             "study": st.name, "storage": st.masked}

@@ -223,8 +223,12 @@ def build(max_steps=None, output_dir=None, **overrides):
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    import race_reward
+    import importlib.util
 
+    # this folder's race_reward.py by its path: never another module of that name imported before
+    spec = importlib.util.spec_from_file_location("race_reward", os.path.join(HERE, "race_reward.py"))
+    race_reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(race_reward)
     with open(os.path.join(HERE, "recipe.json"), encoding="utf-8") as fh:
         rec = json.load(fh)
     settings, model = dict(rec["settings"]), rec["model"]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "research" / "scripts" / "validation.py"
 ROUND2 = ROOT / "research" / "scripts" / "validation_round2.py"
@@ -360,3 +362,26 @@ def test_the_third_rounds_pilot_design_is_computed_from_configs_and_sized_as_rac
     steps = R3.user_config(V.setting(suite, "steps-keep"), suite)
     assert steps.grid == (0.25, 0.4, 0.55, 0.7) and steps.seeds == 3 and steps.schedule.lower_rho_by == "keep"
     assert "none: the prior ρ 0.46" in R3.design_table(rows)
+
+
+def test_the_third_rounds_tables_are_the_committed_data():
+    """docs/validation.md's round-3 block is what research/scripts/validation_round3.py tables gives (frozen)."""
+    out = subprocess.run([sys.executable, str(ROOT / "research" / "scripts" / "validation_round3.py"), "tables",
+                          "--check", str(ROOT / "docs" / "validation.md")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_gain_at_equal_compute_is_paired_on_prompts_by_hand():
+    """validation_round3.gain_ci: the difference of the two sides' means, and a CI that holds it."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation_round3 as R3
+
+    a = np.array([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    b = np.array([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    d, lo, hi = R3.gain_ci(a, b)
+    assert d == pytest.approx(6 / 8 - 4 / 12) and lo <= d <= hi and lo > -1 and hi < 1
+    grid = {0.3: (0.31, np.array([[1.0, 0.0], [0.0, 0.0]])), 0.5: (0.52, np.array([[1.0, 1.0], [1.0, 0.0]]))}
+    # per-seed means 0.5, 0 and 1, 0.5: variance 0.125 each, pooled 0.125, over the best point's 2 seeds
+    assert R3.pooled_se(grid) == pytest.approx((0.125 / 2) ** 0.5)

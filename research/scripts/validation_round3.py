@@ -90,6 +90,167 @@ def design_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------- the scores (after the freeze)
+
+BEGIN, END = "<!-- validation:round3:begin -->", "<!-- validation:round3:end -->"
+N_BOOT = 2000
+
+
+def load(name: str, kind: str) -> dict | None:
+    """A committed complete record of the frozen round (None when absent); refused while the suite is sealed."""
+    v = _v()
+    if v.sealed(SUITE_OF["suite"], kind):
+        raise SystemExit(f"round 3 is sealed: {kind} is not read before the freeze")
+    return v.load_run(name, kind)
+
+
+SUITE_OF: dict[str, dict] = {}
+
+
+def runs(rec: dict, *, drop_collapsed: bool = False):
+    """The runs of a record as (measured ρ, per-seed per-prompt final held-out rewards as a seeds × prompts array),
+    per ρ target; collapsed runs (race.stats.instability's rule on their own checkpoints) left out on request."""
+    import numpy as np
+
+    import replay as R
+
+    cells = R.cells(rec, prompts="final", drop_collapsed=drop_collapsed)
+    meas = _v().measured_rho(rec)
+    return {t: (meas[t], np.asarray(c, dtype=float)) for t, c in cells.items() if c}
+
+
+def gain_ci(a, b, *, seed: int = 0) -> tuple[float, float, float]:
+    """Mean of runs ``a`` minus mean of runs ``b`` (seeds × prompts arrays on the same prompts), and its 95 %
+    bootstrap CI: seeds resampled on each side, prompts resampled jointly (both sides read the same prompts)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    P = a.shape[1]
+    sa = rng.integers(0, a.shape[0], (N_BOOT, a.shape[0]))
+    sb = rng.integers(0, b.shape[0], (N_BOOT, b.shape[0]))
+    pi = rng.integers(0, P, (N_BOOT, P))
+    ma = np.array([a[sa[k]][:, pi[k]].mean() for k in range(N_BOOT)])
+    mb = np.array([b[sb[k]][:, pi[k]].mean() for k in range(N_BOOT)])
+    lo, hi = np.quantile(ma - mb, [0.025, 0.975])
+    return float(a.mean() - b.mean()), float(lo), float(hi)
+
+
+def pooled_se(grid: dict) -> float:
+    """The full-run grid's pooled SE of a point's mean (seed variance of per-seed means pooled over its points,
+    over the best point's seed count: rounds 1–2's unit)."""
+    import statistics
+
+    per = {t: [float(x.mean()) for x in arr] for t, (_, arr) in grid.items()}
+    dfs = sum(len(v) - 1 for v in per.values() if len(v) > 1)
+    ss = sum((len(v) - 1) * statistics.variance(v) for v in per.values() if len(v) > 1)
+    best = max(per, key=lambda t: statistics.fmean(per[t]))
+    return (ss / dfs) ** 0.5 / len(per[best]) ** 0.5 if dfs else float("nan")
+
+
+def score_setting(s: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | None:
+    """One setting's scores at F / P = 10, or None while its full-run grid or a baseline is not committed."""
+    from race.stats.instability import learned
+
+    v = _v()
+    full, prior, onp = (load(s["name"], k) for k in ("full10", "prior10", "onpolicy10"))
+    if full is None:
+        return None
+    grid = runs(full, drop_collapsed=drop_collapsed)
+    got = learned(v.pilots_of(full), "reward")
+    best = max(grid, key=lambda t: grid[t][1].mean())
+    se = pooled_se(grid)
+    row = {"setting": s["name"], "learned": bool(got and got[0]), "best_target": best, "best_rho": grid[best][0],
+           "best": float(grid[best][1].mean()), "se": se, "collapsed": sum(v.collapses(full).values()),
+           "runs": sum(len(a) for _, a in grid.values()),
+           "wall_full": run_wall(full)}
+    if prior is None or onp is None:
+        return row
+    (_, pr), = runs(prior, drop_collapsed=drop_collapsed).values()
+    (_, op), = runs(onp, drop_collapsed=drop_collapsed).values()
+    row["prior_rho"] = next(iter(v.measured_rho(prior).values()))
+    row["onpolicy_rho"] = next(iter(v.measured_rho(onp).values()))
+    row["collapsed_prior"] = sum(v.collapses(prior).values())
+    row["collapsed_onpolicy"] = sum(v.collapses(onp).values())
+    row["over_onpolicy"] = gain_ci(pr, op)                      # RACE's run is the prior's (no pilots fit)
+    row["oracle"] = gain_ci(grid[best][1], pr, seed=1)          # the best full-run point at F against the prior at C
+    return row
+
+
+def run_wall(rec: dict) -> float:
+    """Mean wall seconds of one run of a record (the sum of its phases: setup, rollout, reward, update, sync,
+    evaluation, checkpoints), on the queue's busy cores."""
+    walls = [sum(p["wall_seconds"].values()) for p in rec["pilots"] if isinstance(p.get("wall_seconds"), dict)]
+    return sum(walls) / len(walls) if walls else float("nan")
+
+
+def _ci(g: tuple[float, float, float], se: float) -> str:
+    d, lo, hi = g
+    z = d / se if se == se and se > 0 else float("nan")
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({z:+.2f} SE)"
+
+
+def score_lines(suite: dict) -> list[str]:
+    """Round 3's tables: per setting (all runs; collapsed runs left out), then over the batch."""
+    v = _v()
+    out = []
+    for drop in (False, True):
+        rows = [score_setting(s, drop_collapsed=drop) for s in suite["settings"]]
+        out += ["", f"**{'Collapsed runs left out' if drop else 'All runs'}** (final held-out reward on the 500 "
+                "final-evaluation prompts; ρ measured; gains with 95 % bootstrap CIs over seeds and prompts, and in "
+                "the full-run grid's pooled SEs):", "",
+                "| setting | learned | full-run best ρ (reward) | prior ρ · on-policy ρ | RACE (= prior) − on-policy "
+                "at C | best at F − prior at C (what perfect pilots could win) | collapsed (grid · prior · on-policy) |",
+                "|---|---|---|---|---|---|---|"]
+        for s, r in zip(suite["settings"], rows):
+            if r is None:
+                out.append(f"| {s['name']} | full-run grid not run yet | | | | | |")
+                continue
+            if "over_onpolicy" not in r:
+                out.append(f"| {s['name']} | {'yes' if r['learned'] else 'no'} | {r['best_rho']:.3f} ({r['best']:.3f}) | "
+                           "baselines not run yet | | | " + f"{r['collapsed']} · – · – |")
+                continue
+            out.append(f"| {s['name']} | {'yes' if r['learned'] else 'no: reported apart'} | {r['best_rho']:.3f} "
+                       f"({r['best']:.3f}) | {r['prior_rho']:.3f} · {r['onpolicy_rho']:.3f} | "
+                       f"{_ci(r['over_onpolicy'], r['se'])} | {_ci(r['oracle'], r['se'])} | "
+                       f"{r['collapsed']} · {r['collapsed_prior']} · {r['collapsed_onpolicy']} |")
+        scored = [r for r in rows if r and "over_onpolicy" in r and r["learned"]]
+        if scored:
+            def z(g, se):
+                return g[0] / se if se == se and se > 0 else float("nan")
+            over = [z(r["over_onpolicy"], r["se"]) for r in scored]
+            orc = [z(r["oracle"], r["se"]) for r in scored]
+            lo, hi, cov = v.median_ci(over)
+            lo2, hi2, cov2 = v.median_ci(orc)
+            out += ["", f"Over the {len(scored)} scored settings that learned: RACE's run beats on-policy in "
+                    f"{sum(r['over_onpolicy'][1] > 0 for r in scored)} (CI above 0) and loses in "
+                    f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); median "
+                    f"{sorted(over)[len(over) // 2] if len(over) % 2 else (sorted(over)[len(over) // 2 - 1] + sorted(over)[len(over) // 2]) / 2:+.2f} "
+                    f"SEs (order-statistic interval {lo:+.2f} to {hi:+.2f}, coverage {cov:.2f}). Perfect pilots would "
+                    f"have paid (best at F above the prior at C, CI above 0) in {sum(r['oracle'][1] > 0 for r in scored)}"
+                    f", not in {sum(r['oracle'][2] < 0 for r in scored)} (CI below 0); median "
+                    f"{sorted(orc)[len(orc) // 2] if len(orc) % 2 else (sorted(orc)[len(orc) // 2 - 1] + sorted(orc)[len(orc) // 2]) / 2:+.2f} "
+                    f"SEs ({lo2:+.2f} to {hi2:+.2f}, coverage {cov2:.2f})."]
+    return out
+
+
+def tables(suite: dict) -> str:
+    """Every table of round 3's section of docs/validation.md, from the committed records."""
+    SUITE_OF["suite"] = suite
+    head = [f"Frozen {suite['freeze']['date']} (rule {suite['freeze']['rule']}, drift {suite['freeze']['drift']}, "
+            f"probe {suite['freeze']['probe']}, rate {suite['freeze']['rate']}, design {suite['freeze']['design']}). "
+            "RACE ran no pilots on any setting (P = 0: its pilot design's wall time is 0 s against the full runs' "
+            "below), so its run at C is the prior's, its net gain over the prior is 0 by construction, and it has "
+            "no range or regime at F to score.", "",
+            "| setting | full-run grid | prior at C | on-policy at C | mean wall per full run |", "|---|---|---|---|---|"]
+    for s in suite["settings"]:
+        have = {k: _v().data_path(s["name"], k).is_file() for k in ("full10", "prior10", "onpolicy10")}
+        full = load(s["name"], "full10") if have["full10"] else None
+        wall = f"{run_wall(full):.0f} s" if full else "–"
+        head.append(f"| {s['name']} | {'5 ρ × 5 seeds' if have['full10'] else 'running'} | "
+                    f"{'5 seeds' if have['prior10'] else 'to run'} | {'5 seeds' if have['onpolicy10'] else 'to run'} | {wall} |")
+    return "\n".join(head + score_lines(suite)) + "\n"
+
+
 def freeze(suite_path: Path, commits: dict[str, str], *, date: str | None = None) -> dict:
     """Write the suite's ``freeze`` mapping once (the commits scored); refuse a second freeze."""
     text = suite_path.read_text(encoding="utf-8")
@@ -113,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", default=str(v.ROOT / "research" / "validation" / "round3.yaml"))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("design", help="RACE's pilots per setting (configs only; nothing sealed is read)")
+    t = sub.add_parser("tables", help="the scores (after the freeze), printed or checked / written into a doc")
+    t.add_argument("--check", default=None)
+    t.add_argument("--write", default=None)
     fz = sub.add_parser("freeze", help="record the commits of the rule, drift, probe, rate and design scored")
     for k in FROZEN_KEYS:
         fz.add_argument(f"--{k}", required=True)
@@ -121,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "design":
         sys.stdout.write(design_table(design_rows(suite)))
         return 0
+    if args.cmd == "tables":
+        if not suite.get("freeze"):
+            raise SystemExit("round 3 is sealed: its scores come after `freeze`")
+        v.RUNS = v.ROOT / suite["runs"]
+        text = tables(suite)
+        return v.apply_tables(text, {(BEGIN, END): text}, check=args.check, write=args.write, suite_arg=args.suite,
+                              script="research/scripts/validation_round3.py")
     print(freeze(Path(args.suite), {k: getattr(args, k) for k in FROZEN_KEYS}))
     return 0
 

@@ -79,9 +79,20 @@ def test_cli_init_writes_a_config_race_plan_accepts(tmp_path):
     text = out.read_text()
     counts = re.search(r"([\d,]+) training problems, ([\d,]+) held out", text)
     assert counts and sum(int(c.replace(",", "")) for c in counts.groups()) == 200
-    assert yaml.safe_load(text)["budget"] == pytest.approx(float(f"{0.1 * 6e13 / 9:.3g}"))
+    # the budget race pilot gives each pilot (race.run.sizing, design fit): 10 % of F over 9 pilots, less each
+    # pilot's held-out evaluation; the config records the design and its share
+    written = yaml.safe_load(text)
+    assert (written["pilot_design"], written["pilot_share"]) == ("fit", 0.1)
+    from race.config.configfile import load_config
+    from race.run.sizing import size_pilots
+
+    sized, d = size_pilots(load_config(str(out)), full_run=6e13)
+    assert len(d["pilots"]) == 9 and d["spent"] == pytest.approx(0.1 * 6e13)
+    assert written["budget"] == pytest.approx(0.1 * 6e13 / 9 - d["eval_flops"], rel=1e-5)
+    assert sized.budget == pytest.approx(written["budget"], rel=1e-5)
+    assert "design fit: 9 pilots" in text
     p = CliRunner().invoke(main, ["plan", str(out)])
-    assert p.exit_code == 0 and "the grid costs 10.0% of the full-run budget 6e+13" in p.output
+    assert p.exit_code == 0 and "the grid costs 9.9% of the full-run budget 6e+13" in p.output
     r = CliRunner().invoke(main, args)                          # never overwrites silently
     assert r.exit_code == 2 and "exists: pass --force" in r.output and out.read_text() == text
     assert CliRunner().invoke(main, args + ["--force"]).exit_code == 0

@@ -121,7 +121,8 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     RACE's arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.run.newconfig import EVAL_PROMPTS, expected_lengths, fit_grid, init_raw, render_init, set_warnings, task_sizes
+    from race.run.newconfig import (EVAL_PROMPTS, design_budget, expected_lengths, fit_grid, init_raw, render_init,
+                                    set_warnings, task_sizes)
 
     if out_path and os.path.exists(out_path) and not force:
         raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
@@ -135,9 +136,10 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                                     lora_rank=lora_rank, name=name,
                                     eval_prompts=min(EVAL_PROMPTS, held or EVAL_PROMPTS),
                                     allow_approximate=allow_approximate), share=share)
+    raw, design = design_budget(raw)         # the budget race pilot gives each pilot: held-out evaluation counted
     small = [f"WARNING: {w}" for w in set_warnings(raw, train=train, held=held)]
     note = "\n".join(x for x in (note, lengths, fitted, *small) if x)
-    text = render_init(raw, share=share, task_note=note)
+    text = render_init(raw, share=share, task_note=note, design=design)
     for line in ([fitted] if fitted else []) + small:
         echo(line, err=True)
     if not out_path:

@@ -169,6 +169,7 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
         "name": name or f"{os.path.basename(model.rstrip('/')).lower()}-{_reward_label(reward)}",
         "model": model, "task": task, "reward": _reward_section(reward, reward_model),
         "budget": float(f"{share * full / (len(rhos) * seeds):.3g}"), "full_run_budget": full,
+        "pilot_design": "fit", "pilot_share": share,
         "grid": list(rhos), "seeds": seeds,
         "lengths": {"prompt": prompt_len, "completion": completion_len},
         "lora": {"rank": lora_rank},
@@ -257,6 +258,27 @@ def fit_grid(raw: dict[str, Any], *, share: float) -> tuple[dict[str, Any], str]
                       + ", or raise --share")
 
 
+def design_budget(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``raw`` with the budget per pilot ``race pilot`` will give it: its pilot design (``fit``) within its
+    share of the full run, held-out evaluation counted (race.run.sizing, the function race pilot calls), and
+    the design's one line. Refused in one line when the share buys no pilot."""
+    import math
+
+    from race.run.sizing import SizingError, size_pilots
+
+    cfg = config_from_dict(raw)
+    try:
+        _, d = size_pilots(cfg, full_run=cfg.full_run_budget)
+    except SizingError as e:
+        raise ConfigError(f"{e}; raise --share or --full-run") from None
+    from race.stats.pilotdesign import DesignPlan
+
+    scale = 10 ** (math.floor(math.log10(d["budget"])) - 5)         # 6 digits, rounded down: never over the share
+    plan = DesignPlan(d["design"], d["full_run"], d["share"], d["eval_flops"], tuple(map(tuple, d["pilots"])),
+                      d["budget"], d["why"], dropped=tuple(d["dropped"]))
+    return {**raw, "budget": float(f"{math.floor(d['budget'] / scale) * scale:.6g}")}, plan.line()
+
+
 def smallest_full_run(raw: dict[str, Any], *, share: float, steps: int = 40) -> float | None:
     """The smallest full run (×1.25 steps, up to 1.25^steps × the given one) whose pilots plan the
     whole grid; None when none up to there does."""
@@ -287,7 +309,7 @@ def _plan_or_hint(raw: dict[str, Any]) -> None:
                           f"(now {len(raw['grid'])} × {raw['seeds']})") from None
 
 
-def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> str:
+def render_init(raw: dict[str, Any], *, share: float, task_note: str = "", design: str = "") -> str:
     """The YAML text: the arithmetic as comments, then the settings (each one ``race plan`` reads)."""
     from race.core.version import __version__
     from race.flops import formulas as F
@@ -306,8 +328,9 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
     head = [
         f"RACE pilot grid for {cfg.model} · {cfg.task} · {cfg.reward.kind} reward (race init, RACE {__version__})",
         "",
-        f"Sizing: pilots get {share:.0%} of the {fmt_flops(cfg.full_run_budget)}-FLOP full run: "
-        f"{len(cfg.grid)} ρ × {cfg.seeds} seeds = {cfg.pilots} pilots × {fmt_flops(cfg.budget)} FLOPs.",
+        f"Sizing: pilots get {share:.0%} of the {fmt_flops(cfg.full_run_budget)}-FLOP full run, held-out evaluation "
+        f"counted (race pilot sizes them the same way: pilot_design, pilot_share below):",
+        f"  {design or f'{cfg.pilots} pilots × {fmt_flops(cfg.budget)} FLOPs'}",
         f"Model: {F.param_count(arch) / 1e6:,.1f} M parameters → {fmt_flops(per_token)} forward FLOPs per "
         f"token at mid-completion; LoRA r={cfg.lora.rank}: {F.lora_param_count(arch, lora) / 1e6:,.2f} M trainable.",
         f"One prompt, {cfg.schedule.n_train} rollouts, on-policy ({cfg.prompt_len:g} prompt + "
@@ -339,8 +362,9 @@ def render_init(raw: dict[str, Any], *, share: float, task_note: str = "") -> st
 
 
 _COMMENTS = {
-    "budget": "FLOPs per pilot",
     "full_run_budget": "the run these pilots plan for",
+    "pilot_design": "race pilot sizes the pilots within pilot_share of full_run_budget (grid: as written)",
+    "budget": "FLOPs per pilot (race pilot recomputes it from pilot_design)",
     "grid": "ρ targets = C_learning / C_total",
     "lengths": "expected tokens: calibration replaces them with measured means",
     "temperature": "rollout sampling (0.6 as in the IsoCompute recipe; 1.0 for the tiny models)",

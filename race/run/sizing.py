@@ -55,7 +55,9 @@ def size_pilots(cfg: GridConfig, *, full_run: float | None, design: str | None =
     ev = eval_flops(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
     chosen = choose(planned, full_run=full_run, share=s, eval_flops=ev, design=name)
     if not chosen.pilots:
-        raise SizingError(f"{chosen.line()} (no pilots run; race plan CONFIG --full-run {full_run:.3g} shows why)")
+        raise SizingError(f"{chosen.line()} (no pilots run; race plan CONFIG --full-run {full_run:.3g} shows why; "
+                          f"race recipe CONFIG --rho {chosen.prior:g} --full-run {full_run:.3g} --for TRAINER writes "
+                          "that run)")
     seeds = 1 + max(k for _, k in chosen.pilots)
     # the sized grid reads as written (its design's record goes with the run: RunOptions.design, results.json's
     # meta), so sizing it again, or a worker reading it, never sizes twice

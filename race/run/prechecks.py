@@ -131,9 +131,11 @@ def _journal_file(storage: str | None) -> None:
     with an ``op_code`` first): refused, since the grid would append its records to it."""
     if not storage or not storage.startswith("journal:"):
         return
+    from race.core.safeio import MAX_JOURNAL_BYTES
+
     path = storage[len("journal:"):]
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:
-        return                                   # a new journal, or a device / FIFO (refused where it opens)
+    if not os.path.isfile(path) or not 0 < os.path.getsize(path) <= MAX_JOURNAL_BYTES:
+        return                      # a new journal; a device, a FIFO or one over the cap: refused where it opens
     import json
 
     with open(path, "rb") as fh:

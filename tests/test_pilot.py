@@ -161,4 +161,5 @@ def test_the_wall_split_of_a_grid_by_hand():
     lines = render_wall_split(split, peak_flop_s=1e9)
     assert lines[0] == "wall 13.0 s; the pilot pool 10.0 s on 2 slots:"
     assert "counted pilot work" in lines[1] and "5.0 s" in lines[1]
-    assert lines[-1] == "counted FLOPs 6e+09; at the matmul peak (1 GFLOP/s) 6.0 s: 46.2% of the physical limit"
+    assert lines[-2] == "counted FLOPs 6e+09; at the matmul peak (1 GFLOP/s) 6.0 s: 46.2% of the physical limit"
+    assert lines[-1] == "counted work runs at 0.6 GFLOP/s per slot: 120.0% of a slot's peak"

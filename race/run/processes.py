@@ -341,15 +341,19 @@ def render_wall_split(split: dict, *, peak_flop_s: float | None = None) -> list[
              "idle slots (waiting on workers)": split["slot_seconds"]["idle"]}
     whole = total or split["pool_seconds"]
     lines = [f"wall {whole:.1f} s; the pilot pool {split['pool_seconds']:.1f} s on {n} slots:"]
-    lines += [f"  {name:32s} {v / n:7.1f} s  {v / n / whole:6.1%}" for name, v in parts.items()]
-    for name, key in (("calibration", "calibration_seconds"), ("coordination (storage, plan, classify)",
+    lines += [f"  {name:34s} {v / n:7.1f} s  {v / n / whole:6.1%}" for name, v in parts.items()]
+    for name, key in (("calibration", "calibration_seconds"), ("coordination (storage, classify)",
                                                               "coordination_seconds")):
         if split.get(key) is not None:
-            lines.append(f"  {name:32s} {split[key]:7.1f} s  {split[key] / whole:6.1%}")
-    flops = split["counted_flops"]
+            lines.append(f"  {name:34s} {split[key]:7.1f} s  {split[key] / whole:6.1%}")
+    flops, work = split["counted_flops"], split["slot_seconds"]["counted_work"]
     lines.append(f"counted FLOPs {flops:.3g}" + (f"; at the matmul peak ({peak_flop_s / 1e9:.0f} GFLOP/s) "
                                                 f"{flops / peak_flop_s:.1f} s: {flops / peak_flop_s / whole:.1%} "
                                                 "of the physical limit" if peak_flop_s else ""))
+    if peak_flop_s and work:         # the steps themselves: their FLOP rate per slot against a slot's peak
+        rate = flops / work
+        lines.append(f"counted work runs at {rate / 1e9:.1f} GFLOP/s per slot: {rate * n / peak_flop_s:.1%} "
+                     "of a slot's peak")
     return lines
 
 

@@ -95,28 +95,30 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
                         "not one diagnosis: call race.run.api.run_models (or give one model)")
     from race.run.sizing import size_pilots
 
-    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=False)
+    full = _checked_full_run(cfg, full_run_budget, force=force_forecast, probe=probe)
     cfg, sized = size_pilots(cfg, full_run=full, design=design, share=share)       # before calibration
-    _checked_full_run(cfg, full, force=force_forecast, probe=probe, extend=extend, adaptive=adaptive,
-                      adaptive_share=adaptive_share, design=sized)
     from race.run.options import RunOptions
 
     # checked once, before a folder is made (race.run.options.RunOptions.check)
     options = RunOptions(out_dir=out_dir or "(a temporary folder)", extend=extend or 0, workers=workers, device=device,
                          quiet=quiet, adaptive=adaptive, adaptive_share=adaptive_share, engine=engine,
                          design=sized).check()
+    if probe:
+        from race.fullrun.probe import check_probe_config
+
+        # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before any compute,
+        # against the most pilots this grid can run (a design's, an adaptive policy's, extension rounds')
+        check_probe_config(cfg, full, pilots=options.most_pilots(cfg))
     out = out_dir or tempfile.mkdtemp(prefix="race-")
     os.makedirs(out, exist_ok=True)
     results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
     return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
 
 
-def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool, probe: bool,
-                      extend: Any = 0, adaptive: Any = False, adaptive_share: Any = None,
-                      design: Any = None) -> float | None:
-    """The full-run budget (the argument over the config's), with force / probe refused without one and
-    every F-dependent check of the probe (its factor, the share of the run it can cover: race.fullrun.probe.
-    check_probe_config) done before calibration and before any pilot runs."""
+def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool,
+                      probe: bool) -> float | None:
+    """The full-run budget (the argument over the config's), with force / probe refused without one, before
+    calibration (the probe's own checks follow once the run options are known: ``diagnose``)."""
     from race.config.configfile import parse_flops
     from race.core.errors import RaceError
 
@@ -125,28 +127,7 @@ def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, f
         raise RaceError("force_forecast needs full_run_budget (FLOPs of one full run), here or in the config")
     if probe and full is None:
         raise RaceError("probe tests η at the full run's length: give full_run_budget, here or in the config")
-    if probe:
-        from race.fullrun.probe import check_probe_config
-
-        most = len(design["pilots"]) if design else _most_pilots(cfg, extend, adaptive, adaptive_share)
-        check_probe_config(cfg, full, pilots=most)   # before any compute
     return full
-
-
-def _most_pilots(cfg: GridConfig, extend: Any, adaptive: Any, adaptive_share: Any) -> int:
-    """The most pilots this grid can run: its points × seeds (an adaptive grid with its share given: the
-    share's cap, race.run.adaptive.adaptive_cap; without one, a resumed study may hold a larger share, so
-    the full grid), plus a point's seeds per extension round. Unchecked values count as none: RunOptions
-    refuses them next."""
-    n, seeds = len(cfg.grid), cfg.seeds
-    most = n * seeds
-    share = adaptive_share if isinstance(adaptive_share, (int, float)) and not isinstance(adaptive_share, bool) else None
-    if share is not None and 0 < share <= 1:        # a share given implies an adaptive grid
-        from race.run.adaptive import adaptive_cap
-
-        most = adaptive_cap(n, seeds, share)
-    ext = extend if isinstance(extend, int) and not isinstance(extend, bool) and extend > 0 else 0
-    return most + ext * seeds
 
 
 def _diagnosis(results: Any, out: str, *, full: float | None, force: bool, probe: bool, device: str) -> Diagnosis:

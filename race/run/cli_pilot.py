@@ -90,6 +90,12 @@ def pilot(config_path: str | None, **given: Any) -> None:
         echo("warning: --json is deprecated: use --format json", err=True)
     cfg, full, design = _pilot_config(config_path, grid, g["Engine"], g["Full run"], out)
     options = _pilot_options(cfg, g).with_(design=design).check()   # every run option checked here, once
+    if g["Full run"]["probe_f"] and not cfg.models:
+        from race.fullrun.probe import check_probe_config
+
+        # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before calibration,
+        # against the most pilots this grid can run (a design's, an adaptive policy's, extension rounds')
+        check_probe_config(cfg, full, pilots=options.most_pilots(cfg))
     if cfg.models:
         if options.extend:
             raise click.UsageError("--extend takes one policy's grid: run a grid over models without it")
@@ -145,13 +151,6 @@ def _pilot_config(config_path: str | None, grid: dict, engine: dict, full_run: d
     if full_run["probe_f"] and not full:
         raise click.UsageError("--probe tests η at the full run's length: give --full-run F (or full_run_budget)")
     cfg, design = size_pilots(cfg, full_run=full, design=full_run["design"], share=full_run["share"])
-    if full_run["probe_f"] and not cfg.models:
-        from race.fullrun.probe import check_probe_config
-
-        # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before calibration
-        # and the grid (an extension's rounds add a point's seeds each: counted as the most the grid can run)
-        check_probe_config(cfg, full, pilots=len(design["pilots"]) if design else
-                           (len(cfg.grid) + (grid.get("extend") or 0)) * cfg.seeds)
     return cfg, full, design
 
 

@@ -94,11 +94,13 @@ class RunOptions:
 
     def most_pilots(self, config: Any) -> int:
         """The most pilots a grid of ``config`` run with these (checked) options can hold when it ends, before
-        anything runs: an adaptive grid on a fresh study, what its policy runs at its share
+        anything runs: a sized design, its pilots; an adaptive grid on a fresh study, what its policy runs at its share
         (race.run.adaptive.adaptive_most: under the full grid, and for halving at a large share under
         ``adaptive_cap`` too); otherwise the grid's points × seeds, plus a point's seeds per ``extend`` round.
         A study that may exist already (another storage, an ``out_dir`` with its race.db) or imported pilots
         can hold pilots a fresh adaptive grid would not run (an earlier share or full grid): the full grid."""
+        if self.design is not None:                 # a sized design runs exactly its pilots
+            return len(self.design["pilots"])
         points, seeds = len(config.grid), int(config.seeds)
         fresh = (self.storage is None and self.import_pilots is None
                  and not os.path.exists(os.path.join(self.out_dir, "race.db")))

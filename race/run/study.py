@@ -15,6 +15,7 @@ race.run.store, imported when a grid runs.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -95,9 +96,11 @@ def signal_line(pass_rate: float | None, group: int) -> str | None:
 def start_study(st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, backend: str, calibration: Any,
                 classify_kw: dict | None) -> Results:
     """Create or resume the study in ``st``, then coordinate it (``o``: the run's options)."""
+    t0 = time.monotonic()
     resumed = resume_study(st, config, o)
     if not resumed:
         create_study(st, config, o, backend=backend, calibration=calibration, classify_kw=classify_kw)
+    setup = time.monotonic() - t0           # calibration and planning (none on a resume)
     st.claim_coordination()         # one coordinator per study: a second one gets one line, exit 2
     if o.import_pilots:
         try:
@@ -108,7 +111,7 @@ def start_study(st: Any, config: GridConfig, o: RunOptions, *, policy: str | Non
         if not o.quiet:
             print(f"imported {n} finished pilot(s) from {o.import_pilots}", file=sys.stderr, flush=True)
     try:
-        return Coordinator(st, config, o, policy=policy, resumed=resumed).run()
+        return Coordinator(st, config, o, policy=policy, resumed=resumed, started=t0, setup=setup).run()
     finally:
         st.release_coordination()
 
@@ -191,7 +194,8 @@ def study_meta(config: GridConfig, run_cfg: GridConfig, plan: Any, cal: Any, *, 
 class Coordinator:
     """The coordinator's loop over a study it holds: enqueue, run, sweep, save, classify."""
 
-    def __init__(self, st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, resumed: bool):
+    def __init__(self, st: Any, config: GridConfig, o: RunOptions, *, policy: str | None, resumed: bool,
+                 started: float | None = None, setup: float = 0.0):
         from race.engine.lean_engine import group_size_for
         from race.run.processes import default_workers
 
@@ -213,6 +217,8 @@ class Coordinator:
                                 first_number=self.first_number, group_size=group_size)
         self.given_up: set[Key] = set()
         self.done, self.last = False, 0.0
+        self.started, self.setup = (time.monotonic() if started is None else started), setup
+        self.profile: dict | None = None    # --profile: the wall split, once the pool has run
         self.all_keys = info.keys() if o.design is None else \
             [(float(r), info.first_seed + int(k)) for r, k in o.design["pilots"]]     # a sized design's pilots
 
@@ -263,6 +269,7 @@ class Coordinator:
                                 "study": st.name,
                                 **({"adaptive": policy_named(self.policy).stored["policy"]} if self.policy else {}),
                                 **({"design": design_meta(self.o.design)} if self.o.design else {}),
+                                **({"profile": self.profile} if self.profile else {}),
                                 **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings")
                                    else {}),
                                 **({"failed": list(failed)} if failed else {}),
@@ -272,8 +279,9 @@ class Coordinator:
 
     def run(self) -> Results:
         """Run the grid to its end, then classify what is complete and save it."""
+        from race.run.processes import Finished, Tick
+
         st = self.st
-        self.queue.on_change = lambda: self.save()
         scores0 = complete_scores(st)
         self.advance(force=True)
         if not self.o.quiet:
@@ -283,9 +291,28 @@ class Coordinator:
                 + (f" (adaptive: {policy_named(self.policy).description})" if self.policy else ""),
                 file=sys.stderr, flush=True)
         self.save()
-        self.queue.run(lambda: not self.advance())
+        with contextlib.closing(self.queue.events()) as events:     # the pool's events, each stored by the queue
+            for event in events:
+                if isinstance(event, Finished):
+                    self.save()
+                elif isinstance(event, Tick) and self.advance() and not (event.running or event.waiting):
+                    break
         self.advance(force=True)
+        if self.o.profile:
+            self.report_profile()
         return self.classify()
+
+    def report_profile(self) -> None:
+        """``--profile``: where the grid's wall time went (race.run.processes.wall_split), on stderr and kept for
+        results.json; calibration is the study's setup here (none on a resume)."""
+        from race.run.processes import render_wall_split, wall_split
+
+        pool = self.queue.pool
+        if pool is None:                    # no pilot ran here (all imported, or a coordinator of workers)
+            return
+        self.profile = wall_split(list(self.queue.ran), pool.profile(), calibration_seconds=self.setup,
+                                  total_seconds=time.monotonic() - self.started)
+        print("\n".join(render_wall_split(self.profile)), file=sys.stderr, flush=True)
 
     def classify(self) -> Results:
         """The diagnosis of the complete pilots (none when every pilot failed), stored and saved."""

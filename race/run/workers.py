@@ -39,7 +39,6 @@ class PilotQueue:
         self.ran: list[PilotResult] = []
         self.Job = Job
         self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
-        self.on_change = lambda: None
         self.group_size = max(1, group_size)
         self.pool = None            # the last run's race.run.processes.PilotPool: its profile() stays readable
 
@@ -117,20 +116,6 @@ class PilotQueue:
                     yield event
         finally:
             halt()
-
-    def run(self, keep_going) -> None:
-        """Pilots until ``keep_going()`` (asked at every ``Tick``; throttled, it also sweeps for dead
-        workers' pilots) says stop and none runs; ``on_change()`` after each finished pilot. The
-        coordinator's way in (race.run.study) until it consumes ``events`` itself."""
-        from race.run.processes import Finished, Tick
-
-        with contextlib.closing(self.events()) as events:
-            for event in events:
-                if isinstance(event, Finished):
-                    self.on_change()
-                elif isinstance(event, Tick) and not keep_going() and not (event.running or event.waiting):
-                    return
-
 
 def complete_scores(store: Any) -> dict[Key, float]:
     """The primary score of each complete pilot of ``store``."""

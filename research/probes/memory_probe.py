@@ -4,7 +4,7 @@
     python research/probes/memory_probe.py --model Qwen/Qwen2.5-0.5B-Instruct --completion-len 128
 
 Builds a randomly initialised model from a shipped config (fp32; a random model rarely emits
-its end token, so completions run to full length), runs two real ``PilotEngine`` steps (rollout,
+its end token, so completions run to full length), runs two real ``SeedAxisEngine`` steps (rollout,
 reward, GRPO update, adapter sync) and measures the second step's update as the rise of the
 process's peak resident memory over its resident memory just before the update (Linux:
 ``/proc/self/clear_refs`` resets VmHWM; tensors this large are mmapped, so freeing returns them).
@@ -49,7 +49,7 @@ def main() -> None:
     from race.config.configfile import config_from_dict
     from race.flops.memory import schedule_memory
     from race.flops.catalog import load_hf_config
-    from race.engine.pilot import PilotEngine
+    from race.engine.seed_axis import SeedAxisEngine
     from race.core.records import FlopBreakdown, Schedule
     from race.tasks import load_task
 
@@ -66,7 +66,7 @@ def main() -> None:
     zero = FlopBreakdown()
     sched = Schedule(rho_target=0.5, prompts_per_step=a.prompts, n_gen=a.n_gen, n_train=a.n_gen, mu=1, steps=2,
                      learning_rate=1e-5, lora_rank=8, flops_per_step=zero, flops=zero)
-    engine = PilotEngine(cfg, sched, seed=0, device="cpu")
+    engine = SeedAxisEngine(cfg, sched, [0], device="cpu")
     real_update, seen = grpo.update_seeds, {}      # the pilot's update (grpo.update calls it too)
 
     def measured_update(*args, **kw):
@@ -82,7 +82,7 @@ def main() -> None:
     problems = load_task("arithmetic-easy", split="train", seed=0)
     for s in range(2):
         batch = problems[s * a.prompts:(s + 1) * a.prompts]
-        engine.step(batch)
+        engine.step([0], [batch])
     mem = schedule_memory(cfg, sched, prompt_len=6, dtype_bytes=4, overhead=0.0)
     plan = mem.update_peak - mem.static
     G = 2 ** 30

@@ -3,7 +3,7 @@ import torch
 torch.set_num_threads(1)
 from race.run.api import build_config
 from race.flops.grid import plan_grid
-from race.engine.pilot import PilotEngine
+from race.engine.seed_axis import SeedAxisEngine
 from race.tasks.taskdata import task_problems
 from race.engine import grpo
 import race.engine.backends.hf as hf
@@ -13,7 +13,7 @@ def engine(which, seed=0):
         cfg = build_config(None); sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
     else:
         cfg = build_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "pilots", "tiny-reasoner.yaml")); sch = plan_grid(cfg).schedules[1]
-    e = PilotEngine(cfg, sch, seed)
+    e = SeedAxisEngine(cfg, sch, [seed])
     train = task_problems(cfg, e.backend.tok, split="train", seed=0)
     return cfg, sch, e, train
 
@@ -31,7 +31,7 @@ def capture(which, n):
     hf.sample, grpo.update = s, u
     try:
         for i in range(n):
-            e.step(train[i*8:(i+1)*8])
+            e.step([0], [train[i*8:(i+1)*8]])
     finally:
         hf.sample, grpo.update = orig_sample, orig_update
     return rec

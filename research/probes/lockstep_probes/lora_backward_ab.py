@@ -2,7 +2,7 @@ import torch, time, statistics
 torch.set_num_threads(1)
 from race.run.api import build_config
 from race.flops.grid import plan_grid
-from race.engine.pilot import PilotEngine
+from race.engine.seed_axis import SeedAxisEngine
 from race.tasks.taskdata import task_problems
 import race.engine.backends.lean as L
 new_bw = L._LoRAGroup.backward
@@ -28,14 +28,14 @@ cfg = build_config(None)
 res={}
 for idx in (2,3):
     sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[idx]
-    e=PilotEngine(cfg, sch, 0); train=task_problems(cfg, e.backend.tok, split="train", seed=0)
+    e=SeedAxisEngine(cfg, sch, [0]); train=task_problems(cfg, e.backend.tok, split="train", seed=0)
     times={"old":[], "new":[]}
     i=0
     for rnd in range(6):
         for name, bw in (("old", old_bw), ("new", new_bw)) if rnd%2==0 else (("new", new_bw), ("old", old_bw)):
             L._LoRAGroup.backward = staticmethod(bw)
             for _ in range(8):
-                before=e.wall["update"]; t=time.process_time()
-                e.step(train[(i%100)*8:(i%100+1)*8]); i+=1
+                before=e.walls[0]["update"]; t=time.process_time()
+                e.step([0],[train[(i%100)*8:(i%100+1)*8]]); i+=1
                 times[name].append(time.process_time()-t)
     print(idx, sch.n_gen, sch.n_train, sch.mu, {k: round(statistics.median(v)*1e3,1) for k,v in times.items()})

@@ -72,8 +72,8 @@ BAD_OPTIONS = {
 }
 # what is not checked: free text or paths a later step opens (and reports in its own line); ``design`` is the
 # record race.run.sizing builds, never a user's value (its one rule, no adaptive or extend beside it, is
-# checked by RunOptions.check and tested in tests/test_sizing.py)
-UNCHECKED = {"storage", "study", "device", "quiet", "import_pilots", "design"}
+# checked by RunOptions.check and tested in tests/test_sizing.py); ``profile`` is a flag
+UNCHECKED = {"storage", "study", "device", "quiet", "import_pilots", "design", "profile"}
 
 
 def test_every_run_option_is_checked_in_exactly_one_place(tmp_path):

@@ -78,12 +78,17 @@ def test_race_pilot_refuses_before_any_compute(tmp_path):
 
 
 def test_race_pilot_runs_the_designs_pilots_and_records_it(tmp_path):
-    """A real grid: 5 pilots of the fit design within 10 % of F = 6e12 (about 30 s on 2 quiet cores)."""
+    """A real grid: 5 pilots of the fit design within 10 % of F = 6e12 (about 30 s on 2 quiet cores), with --profile."""
     out = tmp_path / "o"
     r = CliRunner().invoke(main, ["pilot", "--full-run", "6e12", "--design", "fit", "--out", str(out), "--quiet",
-                                  "--format", "json"])
+                                  "--format", "json", "--profile"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())
+    # --profile: where the wall time went, kept in results.json (issue 53 item 3); the parts are the pool's
+    prof = res["profile"]
+    assert prof["slots"] >= 1 and prof["total_seconds"] > 0 and prof["counted_flops"] == pytest.approx(
+        sum(p["flops"]["total"] for p in res["pilots"]), rel=1e-9)
+    assert sum(prof["slot_seconds"].values()) == pytest.approx(prof["slots"] * prof["pool_seconds"], rel=0.02)
     _, d = size_pilots(build_config(None), full_run=6e12, design="fit", share=0.1)
     ran = sorted((p["rho_target"], p["seed"]) for p in res["pilots"])
     assert ran == sorted((r, k) for r, k in d["pilots"])

@@ -53,6 +53,9 @@ from race.stats.report import FORMATS
               help="Seconds between heartbeats, stored with the study for all its workers; a pilot is "
                    "abandoned after 3 missed (default 20).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE", help=PLOT_HELP)
+@click.option("--profile", is_flag=True,
+              help="After the grid: where its wall time went (counted pilot work, held-out evaluation, loading, "
+                   "process start, idle workers, calibration), on stderr and in results.json (profile).")
 @click.option("--import-pilots", "import_pilots", default=None, metavar="RESULTS.json",
               help="Record the finished pilots of this results file (same run config, run elsewhere or in a lost "
                    "storage; a grid with fewer seeds or other ρ points is fine) in the study first, so only "
@@ -166,7 +169,7 @@ def _pilot_options(cfg: Any, g: dict) -> Any:
                       adaptive=adaptive["adaptive_policy"] or adaptive["adaptive"], retries=engine["retries"],
                       heartbeat=engine["heartbeat"], adaptive_share=adaptive["adaptive_share"],
                       import_pilots=storage["import_pilots"], engine=engine["engine"],
-                      extend=g["Grid"]["extend"]).check()
+                      extend=g["Grid"]["extend"], profile=out["profile"]).check()
 
 
 def _pilot_full_run(results: Any, options: Any, *, full: float | None, force: bool, probe: bool) -> Any:

@@ -154,7 +154,7 @@ class PilotCommand(Sectioned):
         "Storage": ("storage", "study", "import_pilots"),
         ADAPTIVE_GROUP: ("adaptive", "adaptive_policy", "adaptive_share"),
         "Full run": ("full_run", "design", "share", "force_forecast", "probe_f"),
-        "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path"),
+        "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path", "profile"),
     }
 
     @classmethod

@@ -45,6 +45,7 @@ class RunOptions:
     extend: int = 0                        # rounds past the best edge (race.run.extend)
     design: Any = None                     # a sized design's record (race.run.sizing): its (ρ, seed index) pilots
                                            # are the ones that run; None: every pilot of the grid
+    profile: bool = False                  # after the grid: where its wall time went (race.run.processes.wall_split)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "RunOptions":

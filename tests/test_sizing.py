@@ -97,3 +97,17 @@ def test_race_pilot_runs_the_designs_pilots_and_records_it(tmp_path):
     counted = [p["flops"]["total"] for p in res["pilots"]]
     # each pilot spends the design's budget, to the planner's 2 % (race.flops.grid: whole steps)
     assert all(c == pytest.approx(d["budget"], rel=0.02) for c in counted)
+
+
+def test_race_plan_reads_the_configs_own_design_and_share(tmp_path):
+    """A config that sizes its own pilots (race init's pilot_design / pilot_share): race plan --full-run F
+    states what race pilot will run, at the config's share, not the default's."""
+    raw = build_config(None).to_dict()
+    raw["lengths"] = {"prompt": raw.pop("prompt_len"), "completion": raw.pop("completion_len")}
+    raw.update(pilot_design="fit", pilot_share=0.3)
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(yaml.safe_dump(json.loads(json.dumps(raw))))
+    planned = json.loads(CliRunner().invoke(main, ["plan", str(cfg_path), "--full-run", "3e12", "--json"]).output)
+    _, d = size_pilots(build_config(str(cfg_path)), full_run=3e12)
+    assert planned["full_run"]["design"]["share"] == 0.3 == d["share"]
+    assert planned["full_run"]["design"]["pilots"] == d["pilots"]

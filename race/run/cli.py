@@ -168,11 +168,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                    "share of it buys, and what pilots are worth against the prior (docs/pilot.md).")
 @click.option("--share", type=float, default=None,
               help="With --full-run: the share of the full run for pilots, held-out evaluation counted "
-                   "(default 0.1, race init's).")
+                   "(default: the config's pilot_share, 0.1).")
 @click.option("--design", default=None, metavar="[fit|flat|prior]",
               help="With --full-run: how the share becomes pilots: fit (the grid if it fits, else fewer pilots "
                    "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots) (docs/pilot.md).  "
-                   "[default: fit]")
+                   "[default: the config's pilot_design, else fit]")
 @ALLOW_APPROXIMATE
 @user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
@@ -208,7 +208,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
                         (design, "--design says how a share of a full run becomes pilots")):
         if given is not None and full_run is None:
             raise click.UsageError(f"{what}: give --full-run F too")
-    design = design or "fit"
+    sized = cfg.pilot_design != "grid"          # a config that sizes its own pilots (race init's): its design and share
+    design = design or (cfg.pilot_design if sized else "fit")
+    share = share if share is not None else cfg.pilot_share
     full = parse_flops(full_run, "--full-run") if full_run is not None else None
     if full is not None and not full > float(cfg.budget):      # as race probe and the range at F: F must exceed B
         raise click.UsageError(f"--full-run {full:.3g} is not above the pilot budget {float(cfg.budget):.3g}: each pilot "
@@ -218,12 +220,10 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
         echo(render_plan(planned, fmt), nl=False)
     else:
         from race.flops.grid import eval_flops, policy_arch
-        from race.stats.design import DEFAULT_SHARE
         from race.stats.pilotdesign import render_share
 
         ev = eval_flops(cfg, policy_arch(cfg), planned.prompt_len, planned.completion_len)
-        echo(render_share(planned, full_run=full, share=DEFAULT_SHARE if share is None else share, eval_flops=ev,
-                          design=design, fmt=fmt), nl=False)
+        echo(render_share(planned, full_run=full, share=share, eval_flops=ev, design=design, fmt=fmt), nl=False)
     from race.run.newconfig import DATA_SUFFIXES, set_warnings, task_sizes
     from race.core.safeio import one_line
 

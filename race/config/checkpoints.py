@@ -26,6 +26,10 @@ import hashlib
 import math
 from typing import Sequence
 
+from race.core.errors import ConfigError
+
+MAX_COUNT = 64      # race.config.rules.MAX_CHECKPOINTS (the same layer: tied by tests/test_hardening_heldout_fixes.py)
+
 CHECKPOINT_FIRST = 1 / 64          # the earliest log-spaced fraction
 DEFAULT_CHECKPOINTS = 8            # fractions, counting the end (1/64 … 1)
 DEFAULT_CHECKPOINT_PROMPTS = 100   # checkpoint prompts when eval.checkpoint_prompts is not set
@@ -35,7 +39,12 @@ def checkpoint_fractions(spec: int | Sequence[float]) -> tuple[float, ...]:
     """Budget fractions < 1 at which a pilot evaluates between steps (the base, 0, and the end, 1,
     are implied whenever checkpoints are on). ``spec``: a count N (N fractions from
     ``CHECKPOINT_FIRST`` to 1, log-spaced, the end included) or explicit fractions in (0, 1]."""
+    if isinstance(spec, (bool, str, bytes)) or not isinstance(spec, (int, Sequence)):
+        raise ConfigError(f"checkpoints {str(spec)[:40]!r}: expected a whole count from 0 to {MAX_COUNT} or a list of "
+                          "budget fractions in (0, 1]")
     if isinstance(spec, int):
+        if spec > MAX_COUNT:
+            raise ConfigError(f"checkpoints {spec}: expected a whole count from 0 to {MAX_COUNT}")
         if spec <= 1:
             return ()
         span = math.log(CHECKPOINT_FIRST)

@@ -232,6 +232,9 @@ def _trainer_key(trainer: Any) -> str:
     return key
 
 
+MAX_TRAINER_STEPS = 10 ** 9     # past it a step count is an error of units, not a run (int32 holds 2.1e9)
+
+
 def _full_budget(cfg: GridConfig, full_run_budget: float | str | None) -> float:
     """The full run's FLOPs: the one given, else the config's."""
     raw_full = full_run_budget if full_run_budget is not None else cfg.full_run_budget
@@ -306,6 +309,9 @@ def _trainer_steps(plan: _Plan, cfg: GridConfig, key: str, r: float, P: float, C
                                    grad_checkpointing=cfg.grpo.grad_checkpointing)
     per_step = per_prompt.scaled(plan.prompts)
     steps = int(full // per_step.total)
+    if steps > MAX_TRAINER_STEPS:       # no trainer holds the count (and no run of that length is planned)
+        raise RaceError(f"full-run budget {full:.3g} FLOPs is {steps:.3g} {_trainer_name(key)} steps at ρ={r:g}: more "
+                        f"than {MAX_TRAINER_STEPS:.0e}; check the full run's FLOPs (e.g. 1e20)")
     if steps < 1:
         raise RaceError(f"full-run budget {full:.3g} FLOPs is below one {_trainer_name(key)} step at ρ={r:g}: a "
                         f"step of {plan.prompts} prompts × {plan.n} rollouts costs {per_step.total:.3g} FLOPs")

@@ -119,6 +119,8 @@ class Watch:
     def due(self, step: int) -> bool:
         """Whether an evaluation is due at ``step``: the base at 0, then once a due step is reached."""
         step = A.whole("step", step, ge=0, le=MAX_STEPS, error=WatchError)
+        if step > self.total_steps:
+            raise WatchError(f"step {step} is past the run's total_steps {self.total_steps}: expected a step of this run")
         if not self.history:
             return step == 0
         last = self.history[-1].step
@@ -129,6 +131,8 @@ class Watch:
         """Add the per-prompt scores at ``step`` (the same prompts, in the same order, every time);
         return the fall (race.stats.instability.find_instability's record, with ``step``) once there is one."""
         step = A.whole("step", step, ge=0, le=MAX_STEPS, error=WatchError)
+        if step > self.total_steps:
+            raise WatchError(f"step {step} is past the run's total_steps {self.total_steps}: expected a step of this run")
         vals = _scores(scores, f"step {step}")
         if self.history:
             if step <= self.history[-1].step:
@@ -270,6 +274,8 @@ def run_with_timeout(fn: Callable[[], Any], timeout: float, name: str, *, isolat
     with all it started on a timeout (race.tasks.rewards.isolated.call_forked; where there is no fork,
     as without it); else in a daemon thread, left behind (never joined) on a timeout."""
     timeout = A.number("timeout", timeout, gt=0, error=WatchError)
+    if not callable(fn):
+        raise WatchError(f"fn {str(fn)[:60]!r}: expected a callable ({name} to run under the timeout)")
     if isolate:
         from race.tasks.rewards.isolated import call_forked, can_fork
 

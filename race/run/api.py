@@ -84,8 +84,12 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
+    from race.core import arguments as A
     from race.run.extend import run_extended
 
+    for name, value in (("probe", probe), ("force_forecast", force_forecast), ("quiet", quiet),
+                        ("allow_approximate", allow_approximate)):
+        A.flag(name, value)                 # 'yes' or 'false' is not a boolean: refused before any compute
     cfg = build_config(config, model=model, reward=reward, budget=budget, task=dataset, grid=grid, seeds=seeds,
                        allow_approximate_flops=allow_approximate or None)
     if cfg.models:

@@ -91,7 +91,10 @@ def _fraction_key(f: float) -> float:
 
 def check_runs(runs: Any) -> None:
     """``runs``: a list of (pilots, pilot budget) pairs, each budget a positive finite FLOP count."""
-    for i, run in enumerate(A.items("runs", runs, error=ForecastError, what="(pilots, pilot budget) pairs")):
+    items = A.items("runs", runs, error=ForecastError, what="(pilots, pilot budget) pairs")
+    if not items:
+        raise ForecastError("runs []: expected at least one (pilots, pilot budget) pair to forecast from")
+    for i, run in enumerate(items):
         pair = A.items(f"runs[{i}]", run, error=ForecastError, what="(pilots, pilot budget)")
         if len(pair) != 2:
             raise ForecastError(f"runs[{i}] has {len(pair)} items: expected (pilots, pilot budget)")

@@ -138,11 +138,29 @@ def probe_problem(record: Any) -> str | None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
             return (f"field {name!r} is missing: expected {expected}" if name not in record
                     else f"field {name!r} is {quote(v, 60)}: expected {expected}")
+    full = record.get("full_steps")
+    if full is not None and (isinstance(full, bool) or not isinstance(full, (int, float)) or not math.isfinite(full)
+                             or full <= 0):
+        return f"field 'full_steps' is {quote(full, 60)}: expected the full run's optimizer steps, > 0"
+    if full is not None and "covers" in record and record["covers"] > record["steps"] / full + 1e-6:
+        return (f"field 'covers' is {quote(record['covers'], 60)}: more than its {record['steps']:g} steps cover of the "
+                f"full run's {full:g} ({record['steps'] / full:.3g})")
     curve = record.get("curve")
     if curve is not None and (not isinstance(curve, list) or not all(
-            isinstance(c, Mapping) and isinstance(c.get("mean", 0.0), (int, float)) for c in curve)):
-        return f"field 'curve' is {quote(curve, 60)}: expected a list of {{'fraction', 'step', 'mean'}}"
+            isinstance(c, Mapping) and isinstance(c.get("mean"), (int, float)) and not isinstance(c.get("mean"), bool)
+            and math.isfinite(c["mean"]) for c in curve)):
+        return (f"field 'curve' is {quote(curve, 60)}: expected a list of {{'fraction', 'step', 'mean'}} "
+                "with finite means")
     return None
+
+
+def probe_covers(record: Mapping[str, Any]) -> float:
+    """The share of the full run's steps a (checked) probe record covers: its ``covers``; without one, its
+    steps over the full run's where it gives ``full_steps``, else the whole run (another tool's record)."""
+    if "covers" in record:
+        return float(record["covers"])
+    full = record.get("full_steps")
+    return min(1.0, float(record["steps"]) / float(full)) if full else 1.0
 
 
 # the advice every stability line ends with
@@ -208,7 +226,7 @@ def _probe_line(probe: Mapping[str, Any], head: str, *, full_run_budget: float,
 
         raise RaceError(f"the length-probe record at F = {full_run_budget:.3g}: {bad} (the results file's "
                         "'probes' was edited or written by another tool: run race probe again)")
-    covers = float(probe.get("covers", 1.0))
+    covers = probe_covers(probe)
     run = (f"the length probe at η {float(probe['learning_rate']):.3g} ({int(probe['steps'])} steps, "
            f"{covers:.0%} of the full run's)")
     curve = probe.get("curve") or [{}]
@@ -230,6 +248,10 @@ def _probe_line(probe: Mapping[str, Any], head: str, *, full_run_budget: float,
                 "line": head + f"not tested past {covers:.0%} of its length: {run} held over the steps it ran "
                                f"({short}); the remaining {1 - covers:.0%} of the full run's steps are not "
                                "tested by it (a larger pilot budget gives a probe that covers the run); "
+                               f"{_WATCH}"}
+    if not probe.get("curve") and "curve" in probe:      # a probe with no held-out evaluation shows nothing held
+        return {"status": "not tested",
+                "line": head + f"not tested: {run} stored no held-out curve to read (eval.checkpoints off?); "
                                f"{_WATCH}"}
     return {"status": "stable",
             "line": head + f"stable: {run} held (held-out {curve[0].get('mean', float('nan')):.3f} at its base, "

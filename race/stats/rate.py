@@ -41,6 +41,7 @@ LONG_WARMUP = 0.05      # warm-up share of the decayed schedules recommended
 # risk by the length probe alone, and the full runs at the same η with cosine decay on them
 GRADED_GRIDS, GRADED_RUNS = 4, 12
 STATUSES = ("stable", "at risk", "not tested")      # race.stats.instability.stability_at's
+CAUSES = ("pilots", "probe")                         # why stability_at says at risk
 
 
 class RateError(RaceError):
@@ -58,9 +59,12 @@ def full_run_rate(lr: LearningRate, *, status: str, factor: float, full_lr: floa
     factor = A.number("factor", factor, gt=0, error=RateError)
     full_lr = A.number("full_lr", full_lr, gt=0, error=RateError)
     if cause is not None:
-        A.text("cause", cause, error=RateError)
+        A.one_of("cause", cause, CAUSES, error=RateError)
     if probe is not None:
         A.mapping("probe", probe, error=RateError)
+        if "status" not in probe or "learning_rate" not in probe:
+            raise RateError(f"probe {str(dict(probe))[:60]}: expected a length probe's record with its status and "
+                            "learning_rate (race.fullrun.probe)")
         if probe.get("learning_rate") is not None:
             A.number("probe['learning_rate']", probe["learning_rate"], gt=0, error=RateError)
     plr = float(probe["learning_rate"]) if probe and probe.get("learning_rate") else None

@@ -340,17 +340,18 @@ def fallen_back(rows: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
     return [(name, c, n) for name, (c, n) in out.items()]
 
 
-def freeze(suite_path: Path, *, rule: str, drift: str, probe: str, date: str | None = None) -> dict:
-    """Write the suite's ``freeze`` mapping once (the commits scored); refuse a second freeze."""
+def freeze(suite_path: Path, *, rule: str, drift: str, probe: str, date: str | None = None, **more: str) -> dict:
+    """Write the suite's ``freeze`` mapping once (the commits scored: ``more`` adds a later round's, e.g. round 3's
+    rate and design, after the probe); refuse a second freeze."""
     text = suite_path.read_text(encoding="utf-8")
     if not re.search(r"^freeze: null\b", text, flags=re.M):
         raise SystemExit(f"{suite_path}: already frozen (its `freeze:` line is not null); a change after "
                          "the freeze is reported as 'after unsealing', beside the frozen scores")
-    for label, c in (("rule", rule), ("drift", drift), ("probe", probe)):
-        if not re.fullmatch(r"[0-9a-f]{7,40}", c):
+    commits = {"rule": rule, "drift": drift, "probe": probe, **more}
+    for label, c in commits.items():
+        if not re.fullmatch(r"[0-9a-f]{7,40}", c or ""):
             raise SystemExit(f"--{label} {c!r} is not a commit: expected 7–40 hex digits")
-    f = {"rule": rule, "drift": drift, "probe": probe,
-         "date": date or _dt.datetime.now(_dt.timezone.utc).date().isoformat()}
+    f = {**commits, "date": date or _dt.datetime.now(_dt.timezone.utc).date().isoformat()}
     line = "freeze: {" + ", ".join(f"{k}: '{x}'" for k, x in f.items()) + "}"
     suite_path.write_text(re.sub(r"^freeze: null\b.*$", line, text, count=1, flags=re.M), encoding="utf-8")
     return f

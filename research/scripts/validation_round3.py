@@ -22,8 +22,6 @@ Invariant: nothing here opens a committed run of a sealed kind while the suite's
 """
 from __future__ import annotations
 
-import datetime as _dt
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -252,18 +250,11 @@ def tables(suite: dict) -> str:
 
 
 def freeze(suite_path: Path, commits: dict[str, str], *, date: str | None = None) -> dict:
-    """Write the suite's ``freeze`` mapping once (the commits scored); refuse a second freeze."""
-    text = suite_path.read_text(encoding="utf-8")
-    if not re.search(r"^freeze: null\b", text, flags=re.M):
-        raise SystemExit(f"{suite_path}: already frozen (its `freeze:` line is not null); a change after "
-                         "the freeze is reported beside the frozen scores")
-    for label in FROZEN_KEYS:
-        if not re.fullmatch(r"[0-9a-f]{7,40}", commits.get(label) or ""):
-            raise SystemExit(f"--{label} {commits.get(label)!r} is not a commit: expected 7–40 hex digits")
-    f = {**{k: commits[k] for k in FROZEN_KEYS}, "date": date or _dt.datetime.now(_dt.timezone.utc).date().isoformat()}
-    line = "freeze: {" + ", ".join(f"{k}: '{x}'" for k, x in f.items()) + "}"
-    suite_path.write_text(re.sub(r"^freeze: null\b.*$", line, text, count=1, flags=re.M), encoding="utf-8")
-    return f
+    """Write the suite's ``freeze`` mapping once (the commits of ``FROZEN_KEYS``), as round 2's freeze does;
+    refuse a second freeze."""
+    import validation_round2 as v2
+
+    return v2.freeze(suite_path, date=date, **{k: commits.get(k) for k in FROZEN_KEYS})
 
 
 def main(argv: list[str] | None = None) -> int:

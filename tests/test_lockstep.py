@@ -421,7 +421,7 @@ def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerun
     from pilot_cli import by_state, kill_leftovers, midway, open_study, race, read, start, wait_for, write_config
     from race.run.store import key_of
 
-    cfg = write_config(tmp_path / "c.yaml", name="lockstep-e2e", budget=4e10, seeds=2)
+    cfg = write_config(tmp_path / "c.yaml", name="lockstep-e2e", budget=8e10, seeds=2)   # long enough to be caught mid-way
     out = tmp_path / "run"
     args = ["pilot", cfg, "--engine", "lockstep", "--out", out, "--retries", "1", "--heartbeat", "2",
             "--format", "json"]
@@ -432,7 +432,7 @@ def test_race_pilot_in_lockstep_retries_a_killed_group_and_resumes_without_rerun
         def kill_one():
             for t in store.trials():
                 pid = t.user_attrs.get("pilot_pid")
-                if midway(t) and pid and t.user_attrs["progress"]["flops"] < 2e10:
+                if midway(t) and pid and t.user_attrs["progress"]["flops"] < 4e10:
                     try:
                         os.kill(pid, signal.SIGKILL)
                         return t

@@ -28,7 +28,7 @@ def test_kill_9_mid_grid_then_resume(tmp_path):
     """kill -9 of the whole `race pilot` process group with one pilot finished and one mid-way;
     the same command again runs only the missing pilots, and its diagnosis (and every pilot)
     equals that of an uninterrupted run; `race report --storage` reproduces it."""
-    cfg = write_config(tmp_path / "c.yaml", name="resume", budget=6e10)   # pilots long enough to catch mid-way
+    cfg = write_config(tmp_path / "c.yaml", name="resume", budget=2.4e11)  # pilots long enough (≈ 6 s) to catch mid-way on a quiet machine
     out = tmp_path / "run"
     args = ["pilot", cfg, "--out", out, "--heartbeat", "2"]       # two pilots at a time
     proc = start(args, tmp_path / "first")
@@ -73,7 +73,7 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     """SIGKILL to one pilot process (what the kernel's OOM killer sends): the grid goes on, the
     command ends with one line naming the pilot (exit 2), every finished pilot is kept, and the
     same command again runs only that pilot."""
-    cfg = write_config(tmp_path / "c.yaml", name="oom", budget=1.2e11)   # a pilot runs long enough to be caught in its first half
+    cfg = write_config(tmp_path / "c.yaml", name="oom", budget=4.8e11)   # a pilot runs long enough (≈ 12 s) to be caught in its first half
     out = tmp_path / "run"
     args = ["pilot", cfg, "--out", out, "--retries", "0", "--heartbeat", "2"]
     proc = start(args, tmp_path / "first")
@@ -82,7 +82,7 @@ def test_pilot_killed_like_the_oom_killer(tmp_path):
     def kill_one():   # a pilot in its first half, whose process is alive (not a zombie that already reported)
         for t in store.trials():
             pid = t.user_attrs.get("pilot_pid")
-            if midway(t) and pid and t.user_attrs["progress"]["flops"] < 6e10 and _alive(pid):
+            if midway(t) and pid and t.user_attrs["progress"]["flops"] < 2.4e11 and _alive(pid):
                 try:
                     os.kill(t.user_attrs["pilot_pid"], signal.SIGKILL)
                     return t

@@ -53,7 +53,6 @@ fit's SE understates the own drift's real error; the own drift is worth more tha
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -392,36 +391,7 @@ SECTIONS = (("The optimum against budget, pooled: linear or logistic", shape_lin
 
 
 def tables() -> str:
-    import warnings
-
-    lines: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for head, fn in SECTIONS:
-            lines += [f"#### {head}", "", *fn(), ""]
-    return "\n".join(lines)
-
-
-def doc_command(argv: Sequence[str] | None, text_fn, begin: str, end: str, script: str) -> int:
-    """``tables [--check DOC | --write DOC]``, as research/scripts/replay.py."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--check", default=None)
-    ap.add_argument("--write", default=None)
-    args = ap.parse_args(argv)
-    text = text_fn()
-    if args.check:
-        doc = Path(args.check).read_text(encoding="utf-8")
-        if begin not in doc or V._doc_tables(doc, begin, end) != text:
-            sys.stderr.write(f"{args.check}: the tables differ from what the committed data gives; run: "
-                             f"python {script} tables --write {args.check}\n")
-            return 1
-    elif args.write:
-        doc = Path(args.write).read_text(encoding="utf-8")
-        head, rest = doc.split(begin, 1)
-        Path(args.write).write_text(head + begin + "\n" + text + end + rest.split(end, 1)[1], encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return V.section_tables(SECTIONS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -431,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
         return 2
     if argv[0] == "tables":
-        return doc_command(argv[1:], tables, BEGIN, END, "research/scripts/drift_saturating.py")
+        return V.doc_command(argv[1:], tables, BEGIN, END, "research/scripts/drift_saturating.py")
     import warnings
 
     with warnings.catch_warnings():

@@ -46,7 +46,6 @@ for _p in (ROOT, ROOT / "research" / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import drift_saturating as DS  # noqa: E402  (the doc-block command)
 import replay as R  # noqa: E402
 import validation as V  # noqa: E402
 
@@ -279,14 +278,7 @@ SECTIONS = (("How well the curve up to f predicts the end (checkpoint prompts)",
 
 
 def tables() -> str:
-    import warnings
-
-    lines: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for head, fn in SECTIONS:
-            lines += [f"#### {head}", "", *fn(), ""]
-    return "\n".join(lines)
+    return V.section_tables(SECTIONS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -295,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
         return 2
     if argv[0] == "tables":
-        return DS.doc_command(argv[1:], tables, BEGIN, END, "research/scripts/lc_stop.py")
+        return V.doc_command(argv[1:], tables, BEGIN, END, "research/scripts/lc_stop.py")
     import warnings
 
     with warnings.catch_warnings():

@@ -970,38 +970,17 @@ SECTIONS = (("The no-pilot prior against RACE (frozen reading: 500 prompts, all 
 
 
 def tables() -> str:
-    import warnings
-
-    lines: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for head, fn in SECTIONS:
-            lines += [f"#### {head}", "", *fn(), ""]
-    return "\n".join(lines)
+    return V.section_tables(SECTIONS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["tables"]:
+        return V.doc_command(argv[1:], tables, BEGIN, END, "research/scripts/replay.py")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "passrate", "pairing", "slope",
                                         "tables"])
-    ap.add_argument("--check", default=None, help="tables: exit 1 if this doc's replay block differs")
-    ap.add_argument("--write", default=None, help="tables: rewrite this doc's replay block")
     args = ap.parse_args(argv)
-    if args.cmd == "tables":
-        text = tables()
-        if args.check:
-            doc = Path(args.check).read_text(encoding="utf-8")
-            if BEGIN not in doc or V._doc_tables(doc, BEGIN, END) != text:
-                sys.stderr.write(f"{args.check}: the replay tables differ from what the committed data gives; run: "
-                                 f"python research/scripts/replay.py tables --write {args.check}\n")
-                return 1
-        elif args.write:
-            doc = Path(args.write).read_text(encoding="utf-8")
-            head, rest = doc.split(BEGIN, 1)
-            Path(args.write).write_text(head + BEGIN + "\n" + text + END + rest.split(END, 1)[1], encoding="utf-8")
-        else:
-            sys.stdout.write(text)
-        return 0
     fn = {"prior": prior_lines, "compute": compute_lines, "rules": rules_lines, "designs": designs_lines,
           "targets": target_lines, "passrate": passrate_lines, "pairing": pairing_lines, "slope": slope_lines}[args.cmd]
     print("\n".join(fn()))

@@ -1215,6 +1215,42 @@ def _doc_tables(text: str, begin: str = BEGIN, end: str = END) -> str:
     return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
 
 
+def section_tables(sections) -> str:
+    """The doc block of ``sections`` ((heading, lines function) pairs): each as ``#### heading``, its
+    lines and a blank line, with the fits' warnings silenced."""
+    import warnings
+
+    lines: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for head, fn in sections:
+            lines += [f"#### {head}", "", *fn(), ""]
+    return "\n".join(lines)
+
+
+def doc_command(argv: Sequence[str] | None, text_fn, begin: str, end: str, script: str) -> int:
+    """``tables [--check DOC | --write DOC]`` of a research script whose doc block lies between
+    ``begin`` and ``end``: print ``text_fn()``, exit 1 when DOC's block differs from it, or rewrite it."""
+    ap = argparse.ArgumentParser(prog=f"{script} tables")
+    ap.add_argument("--check", default=None, help="exit 1 if this doc's block differs from the committed data's")
+    ap.add_argument("--write", default=None, help="rewrite this doc's block")
+    args = ap.parse_args(argv)
+    text = text_fn()
+    if args.check:
+        doc = Path(args.check).read_text(encoding="utf-8")
+        if begin not in doc or _doc_tables(doc, begin, end) != text:
+            sys.stderr.write(f"{args.check}: the tables differ from what the committed data gives; run: "
+                             f"python {script} tables --write {args.check}\n")
+            return 1
+    elif args.write:
+        doc = Path(args.write).read_text(encoding="utf-8")
+        head, rest = doc.split(begin, 1)
+        Path(args.write).write_text(head + begin + "\n" + text + end + rest.split(end, 1)[1], encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     global RUNS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

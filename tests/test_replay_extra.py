@@ -1,4 +1,4 @@
-"""research/scripts/drift_saturating.py and lc_stop.py (issue 49, items 6 and 4): the shapes and the curve
+"""research/scripts/drift_saturating.py, lc_stop.py and eval_share.py (issue 49, items 6, 4 and 1): the shapes and the curve
 fits on numbers worked by hand, one figure recomputed by hand from a committed record, and the tables of
 docs/drift.md and docs/pilot.md are what the committed data of rounds 1-2 give."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 import drift_saturating as DS  # noqa: E402
 import lc_stop as LC  # noqa: E402
+import replay as R  # noqa: E402
 
 
 def test_the_shapes_move_nothing_at_b_and_the_logistic_by_hand():
@@ -71,8 +72,24 @@ def test_a_prediction_recomputed_by_hand_from_the_committed_record():
         assert got[t][1] == pytest.approx(statistics.stdev(v) / math.sqrt(len(v)), abs=1e-12)
 
 
-@pytest.mark.parametrize("script, doc", [("drift_saturating.py", "drift.md"), ("lc_stop.py", "pilot.md")])
+@pytest.mark.parametrize("script, doc", [("drift_saturating.py", "drift.md"), ("lc_stop.py", "pilot.md"),
+                                         ("eval_share.py", "pilot.md")])
 def test_the_docs_tables_are_recomputed_from_the_committed_data(script, doc):
     out = subprocess.run([sys.executable, str(SCRIPTS / script), "tables", "--check", str(ROOT / "docs" / doc)],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_cheaper_read_keeps_the_first_prompts_and_the_chosen_checkpoints():
+    """eval_share.cut: the final evaluation's first k prompts of every target; checkpoints all, the
+    thinned three plus the one at 1, or none; and the evaluation shares by hand."""
+    import eval_share as ES
+
+    p = R.truncated(R.raw_pilots("default")[0], 1.0)
+    c = ES.cut(p, 100, "thin")
+    assert all(c.evals[t] == tuple(p.evals[t][:100]) for t in p.evals)
+    assert [round(x.fraction, 3) for x in c.checkpoints] == [0.0, 0.168, 0.552, 1.0]
+    assert ES.cut(p, 500, "none").checkpoints == () and ES.cut(p, 500, "all").checkpoints == p.checkpoints
+    assert ES.eval_cost(500, "all") == 1.0
+    assert ES.eval_cost(500, "thin") == pytest.approx(800 / 1300)
+    assert ES.eval_cost(100, "none") == pytest.approx(100 / 1300)

@@ -5,6 +5,8 @@ Interface:
   ``PilotResult``); ``run_pilot(config, schedule, seed)`` and ``run_pilots`` consume it.
 - ``seed_axis``: the one engine, ``SeedAxisEngine``: a grid point's seeds (one or several) as a seed
   axis, its policy a parameter (``LeanPolicy``, ``PeftPolicy``).
+- ``continuation``: a pilot paused at a FLOP mark (its state file, its held-out reading there) and
+  resumed from it, bit for bit as if run straight through.
 - ``lean_engine``: whether the lean path runs a config, and how many seeds share a process.
 - ``loop``: what every engine shares: the step record, the budget loop, the sync check, scoring and
   packing, the final evaluation.

@@ -130,6 +130,14 @@ class HeldOutCheckpoints:
         seconds = time.perf_counter() - t
         self.records.append(Checkpoint(fraction, step, spent, scores, cost, seconds))
 
+    def state(self) -> dict:
+        """The records so far and the next fraction due, as plain values (a pilot's state file:
+        race.engine.continuation); ``load_state`` puts them back."""
+        return {"records": [c.to_dict() for c in self.records], "next": self._next}
+
+    def load_state(self, state: dict) -> None:
+        self.records, self._next = [Checkpoint.from_dict(c) for c in state["records"]], int(state["next"])
+
     def end(self, step: int, spent: FlopBreakdown, final: dict[str, tuple[float, ...]]) -> tuple[Checkpoint, ...]:
         """The records, closed by the end checkpoint: the final evaluation on the checkpoint prompts."""
         if not self.on:

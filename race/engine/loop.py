@@ -3,9 +3,10 @@ check, the learning-rate schedule, scoring and packing a rollout batch, and the 
 
 race.engine.seed_axis's engine steps through these for every seed, whichever policy it carries (the
 lean one or peft), and race.engine.pilot's loop keeps a ``PilotLoop`` per seed. Invariants: ``PilotLoop`` stops a pilot when the next step
-would overshoot its budget by more than half a step; evaluation FLOPs and seconds are recorded
-apart and never count towards the budget or ρ; a sync gap above ``SYNC_FAIL`` stops the pilot
-(``SyncFailed``, one line).
+would overshoot its budget (or a lower pause mark) by more than half a step; ``PilotLoop.state`` holds
+everything its later steps read (race.engine.continuation saves and restores it); evaluation FLOPs
+and seconds are recorded apart and never count towards the budget or ρ; a sync gap above
+``SYNC_FAIL`` stops the pilot (``SyncFailed``, one line).
 """
 from __future__ import annotations
 
@@ -124,8 +125,11 @@ class PilotLoop:
         self.gaps: list[tuple[float, float]] = []     # per step: (mean |Δ log p|, largest ratio) of the sync check
         self.last_step = schedule.flops_per_step.total
 
-    def wants_step(self) -> bool:
-        return self.spent.total + 0.5 * self.last_step <= self.config.budget
+    def wants_step(self, mark: float | None = None) -> bool:
+        """Whether another step fits the budget, or the lower FLOP ``mark`` where a pilot pauses
+        (race.engine.continuation): it would not overshoot it by more than half a step."""
+        limit = self.config.budget if mark is None else min(mark, self.config.budget)
+        return self.spent.total + 0.5 * self.last_step <= limit
 
     def next_problems(self) -> list:
         k = self.schedule.prompts_per_step
@@ -143,6 +147,24 @@ class PilotLoop:
         if record.sync is not None:
             self.gaps.append((record.sync.mean_abs, record.sync.max_ratio))
         self.curve.append((self.spent.total, record.mean_reward))
+
+    def state(self) -> dict:
+        """What later steps depend on (prompt order and stream, tallies), as plain values for a
+        pilot's state file (race.engine.continuation); ``load_state`` puts it back."""
+        return {"rng": self.rng.getstate(), "order": list(self.order), "cursor": self.cursor,
+                "spent": (self.spent.search, self.spent.learning, self.spent.reward), "curve": list(self.curve),
+                "steps": self.steps, "errors": self.errors, "first_error": self.first_error,
+                "gaps": list(self.gaps), "last_step": self.last_step}
+
+    def load_state(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self.order, self.cursor = list(state["order"]), int(state["cursor"])
+        if sorted(self.order) != list(range(len(self.train))):
+            raise ValueError(f"the saved prompt order covers {len(self.order)} prompts, "
+                             f"not this task's {len(self.train)}")
+        self.spent, self.curve = FlopBreakdown(*state["spent"]), [tuple(p) for p in state["curve"]]
+        self.steps, self.errors, self.first_error = int(state["steps"]), int(state["errors"]), state["first_error"]
+        self.gaps, self.last_step = [tuple(g) for g in state["gaps"]], float(state["last_step"])
 
 
 @dataclass
@@ -162,6 +184,20 @@ class PilotData:
         return cls(targets, task_problems(config, tok, split="eval", n=config.eval.prompts), downstream_sets(config, tok))
 
 
+def held_out_evaluation(engine, backend, data: PilotData, seed: int, *, errors: dict | None = None):
+    """(per-prompt scores, FLOPs) of the policy ``backend`` samples on every held-out prompt, as the
+    final evaluation runs it: the eval settings, the judges, and a generator of its own seeded with
+    ``10_007 + seed`` (no training stream is touched). ``engine`` as in ``finish_pilot``."""
+    import torch
+
+    config = engine.config
+    return evaluate_with_cost(
+        backend, data.evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
+        max_new_tokens=config.grpo.max_completion_len, judges=data.targets, meter=engine.meter,
+        generator=torch.Generator(device=backend.device).manual_seed(10_007 + seed), errors=errors,
+        check=engine.check)
+
+
 def finish_pilot(engine, backend, data: PilotData, loop: PilotLoop, checkpoints: HeldOutCheckpoints, seed: int, *,
                  wall: dict, device: str, extra: dict | None = None) -> PilotResult:
     """Evaluate a pilot whose training ``loop`` is over (held-out prompts, then the downstream
@@ -173,11 +209,7 @@ def finish_pilot(engine, backend, data: PilotData, loop: PilotLoop, checkpoints:
     config, schedule = engine.config, loop.schedule
     t = time.perf_counter()
     eval_errors: dict = {}
-    scores, final_cost = evaluate_with_cost(
-        backend, data.evals, engine.reward_fn, samples=config.eval.samples, temperature=config.eval.temperature,
-        max_new_tokens=config.grpo.max_completion_len, judges=data.targets, meter=engine.meter,
-        generator=torch.Generator(device=backend.device).manual_seed(10_007 + seed), errors=eval_errors,
-        check=engine.check)
+    scores, final_cost = held_out_evaluation(engine, backend, data, seed, errors=eval_errors)
     wall["eval"] = time.perf_counter() - t
     cps = checkpoints.end(loop.steps, loop.spent, scores)   # before the downstream targets join ``scores``
     t = time.perf_counter()

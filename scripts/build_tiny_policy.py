@@ -212,6 +212,33 @@ def _portable_tokenizer_config(out: str) -> None:
         f.write("\n")
 
 
+# verl 0.9.1 picks its rollout's token builder by config.json's model_type, and for qwen2 that builder
+# requires "\n" to tokenize to exactly one id (it inserts it after a turn's end in multi-turn rollouts:
+# verl/utils/tokenizer/continuous_token.py). These policies never see a newline: RACE's prompts and chat
+# template have none. So the newline is an added token at the first id past the model's rows, not a
+# character of the vocabulary: the model's vocab_size, its weights, every other string's ids and every id
+# the model can emit decode as before (tests/test_tiny_policy.py, tests/test_trainer_runs.py).
+NEWLINE = "\n"
+
+
+def add_newline_token(out: str) -> int:
+    """Add ``NEWLINE`` to the saved ``out/tokenizer.json`` as a plain (not special) added token, at the id
+    after the highest one; return that id. Idempotent: an existing newline token keeps its id."""
+    path = os.path.join(out, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    added = data["added_tokens"]
+    for t in added:
+        if t["content"] == NEWLINE:
+            return t["id"]
+    new_id = max([*data["model"]["vocab"].values(), *(t["id"] for t in added)]) + 1
+    added.append({"id": new_id, "content": NEWLINE, "single_word": False, "lstrip": False, "rstrip": False,
+                  "normalized": False, "special": False})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+    return new_id
+
+
 def sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -235,6 +262,7 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, size
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     _portable_tokenizer_config(out)
+    add_newline_token(out)                          # after the model is sized: an id past its rows
     for name in os.listdir(out):
         os.chmod(os.path.join(out, name), 0o644)     # safetensors writes 0600
     # Measure the saved artefact through the path users take.

@@ -29,8 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, build_config,  # noqa: E402
-                               build_tokenizer, check_rebuild, make_batch, optimizer_step, write_meta)
+from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, add_newline_token,  # noqa: E402
+                               build_config, build_tokenizer, check_rebuild, make_batch, optimizer_step,
+                               write_meta)
 
 from race.tasks.rewards.rules import sparse  # noqa: E402
 from race.tasks import load_task  # noqa: E402
@@ -124,6 +125,7 @@ def build(out: str, *, steps: int = STEPS, seed: int = 0, threads: int = 1, prob
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     _portable_tokenizer_config(out)
+    add_newline_token(out)                          # verl's newline check (build_tiny_policy.NEWLINE)
     for name in os.listdir(out):
         os.chmod(os.path.join(out, name), 0o644)
     tok2 = AutoTokenizer.from_pretrained(out)

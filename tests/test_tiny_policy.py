@@ -45,7 +45,10 @@ def test_model_shape(tiny):
 def test_tokenizer_one_id_per_character(tiny):
     tok, _ = tiny
     assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
-    assert tok.padding_side == "left" and len(tok) == 23
+    # 23 characters and specials (the model's rows) and the newline, an added token past them (verl's
+    # newline check; scripts/build_tiny_policy.py NEWLINE): no RACE prompt holds one
+    assert tok.padding_side == "left" and len(tok) == 24
+    assert tok("\n", add_special_tokens=False)["input_ids"] == [23] and tok.decode([23]) == "\n"
     assert tok("12+34=")["input_ids"] == [5, 6, 14, 7, 8, 17]
     raw = __import__("tokenizers").Tokenizer.from_file(os.path.join(TINY_MODEL, "tokenizer.json"))
     rng = random.Random(0)

@@ -10,6 +10,11 @@ trainers' own code where it runs on CPU, and the reward file run without RACE.
   within 2 % of the recipe's steps and never more, at F = 1e12 and 1e13; verl's loader
   (``drop_last``) gives the recipe's steps before its epochs run out.
 - The chat template: each shipped policy's template renders a prompt to the tokens RACE's pilots feed it.
+- verl's rollout set-up: its Qwen token builder (from the sources) accepts every shipped tokenizer (a
+  one-token newline) and renders a prompt to RACE's ids.
+- verl in its own environment (.ci/trainers.sh: ``pip install verl==0.9.1`` in a venv without RACE): its
+  RLHFDataset loads the emitted Parquet, its rollout's builder renders the rows to RACE's ids, and its
+  reward loop scores a batch through the emitted ``compute_score`` as RACE scores the same tokens.
 - TRL: ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
 
 The trainers' sources are their release wheels, unpacked (.ci/trainers.sh, $RACE_TRAINER_SOURCES); CI
@@ -252,6 +257,174 @@ def test_the_shipped_chat_template_renders_races_prompt_token_for_token(policy):
         if policy != "tiny-reasoner":
             assert want == tok(p.prompt, add_special_tokens=False)["input_ids"]
     assert meta
+
+
+# ----------------------------------------------------------------------------- verl's rollout set-up
+
+def _verl_tokenizer_package():
+    """verl 0.9.1's ``verl.utils.tokenizer`` from the unpacked sources, without running ``verl/__init__.py``
+    (which needs verl's own environment): its parent packages are stubs pointing at the source folders."""
+    import types
+
+    root = os.path.join(_verl_root(), "verl")
+    for name, path in (("verl", root), ("verl.utils", os.path.join(root, "utils"))):
+        if name not in sys.modules:
+            stub = types.ModuleType(name)
+            stub.__path__ = [path]
+            sys.modules[name] = stub
+    import importlib
+
+    return importlib.import_module("verl.utils.tokenizer.continuous_token_wiring")
+
+
+@pytest.mark.parametrize("policy", ["tiny-arith", "tiny-arith-l", "tiny-arith-s", "tiny-arith-steps", "tiny-reasoner"])
+def test_the_shipped_tokenizers_pass_verls_rollout_set_up(policy):
+    """verl 0.9.1's rollout builds every prompt with the token builder of config.json's model_type (qwen2:
+    QwenContinuousTokenBuilder), whose set-up requires "\\n" to tokenize to exactly one id
+    (``Expected Qwen newline to tokenize to one token, got []`` before). The tiny arithmetic policies carry
+    the newline as an added token at the first id past the model's rows: no RACE prompt holds one, so the
+    ids the pilots fed the policy, and the ids it can emit, are as before (the weights are untouched)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from race.flops.catalog import resolve_model_path
+
+    saved = {k: sys.modules.get(k) for k in ("verl", "verl.utils")}
+    try:
+        wiring = _verl_tokenizer_package()
+        path = resolve_model_path(f"race/{policy}")
+        tok, cfg = AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
+        builder = wiring.create_continuous_token_builder(tok, hf_model_type=cfg.model_type)
+        assert type(builder).__name__ == "QwenContinuousTokenBuilder"
+        rendered = builder.build_initial_tokens([{"role": "user", "content": "12+34="}])
+    finally:
+        for k in [k for k in sys.modules if k == "verl" or k.startswith("verl.")]:
+            del sys.modules[k]
+        sys.modules.update({k: v for k, v in saved.items() if v is not None})
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    assert newline == [builder._newline_id]
+    if policy != "tiny-reasoner":                    # its BPE vocabulary has a newline row of its own
+        assert newline == [cfg.vocab_size] and len(tok) == cfg.vocab_size + 1
+        assert rendered == tok("12+34=", add_special_tokens=False)["input_ids"]
+        assert all(i < cfg.vocab_size for i in rendered)
+
+
+# ----------------------------------------------------------------------------- verl in its own environment
+
+VERL_PYTHON = os.environ.get("RACE_VERL_PYTHON") or os.path.join(SOURCES, "verl-env", "bin", "python")
+
+# Run by verl's own interpreter (.ci/trainers.sh: pip install verl==0.9.1 in a venv of its own, transformers
+# 5.10), where RACE is not installed and cannot be imported. It composes verl's config with the recipe's
+# overrides, loads the emitted Parquet through verl's RLHFDataset (create_rl_dataset, which renders every
+# prompt with the tokenizer's chat template to filter overlong ones), builds the prompts' ids as verl's
+# rollout does (the continuous-token builder of the model's model_type, on the row's chat turns), and scores
+# a batch of responses through verl's reward loop (RewardLoopWorker: the reward manager, its decoding and the
+# custom_reward_function as verl loads it). It prints one JSON line.
+VERL_CHECK = r'''
+import json, os, sys
+sys.modules["race"] = None
+args = json.loads(sys.argv[1])
+import numpy as np, torch, transformers, verl
+from hydra import compose, initialize_config_dir
+from transformers import AutoConfig
+from verl import DataProto
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+from verl.trainer.ppo.utils import create_rl_dataset
+from verl.utils import hf_tokenizer
+from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+with initialize_config_dir(config_dir=config_dir, version_base=None):
+    config = compose(config_name="ppo_trainer", overrides=args["overrides"])
+model = config.actor_rollout_ref.model.path
+tokenizer = hf_tokenizer(model)
+dataset = create_rl_dataset(config.data.train_files, config.data, tokenizer, None, is_train=True)
+builder = create_continuous_token_builder(tokenizer, hf_model_type=AutoConfig.from_pretrained(model).model_type,
+                                          chat_template_kwargs=config.data.get("apply_chat_template_kwargs", {}))
+rows = [dataset[i] for i in range(len(args["responses"]))]
+ids = [builder.build_initial_tokens(r["raw_prompt"]) for r in rows]
+P, R, pad = config.data.max_prompt_length, config.data.max_response_length, tokenizer.pad_token_id
+prompts, responses, masks, meta = [], [], [], {"data_source": [], "reward_model": [], "extra_info": []}
+for r, p, group in zip(rows, ids, args["responses"]):
+    for c in group:                                   # as verl's rollout pads them: prompts left, responses right
+        prompts.append([pad] * (P - len(p)) + p)
+        responses.append(c + [pad] * (R - len(c)))
+        masks.append([0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (R - len(c)))
+        for k in meta:
+            meta[k].append(dict(r[k]) if isinstance(r[k], dict) else r[k])
+prompts, responses = torch.tensor(prompts), torch.tensor(responses)
+batch = DataProto.from_dict(
+    tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
+             "attention_mask": torch.tensor(masks)},
+    non_tensors={k: np.array(v, dtype=object) for k, v in meta.items()})
+worker = RewardLoopWorker(config)
+scored = worker.loop.run_until_complete(worker.compute_score_batch(batch))
+print(json.dumps({"verl": verl.__version__, "transformers": transformers.__version__, "rows": len(dataset),
+                  "builder": type(builder).__name__, "dataset": type(dataset).__name__,
+                  "turns": [r["raw_prompt"] for r in rows], "ids": ids,
+                  "manager": type(worker.reward_manager).__name__,
+                  "scores": [s["reward_score"] for s in scored]}))
+'''
+
+
+def _hydra_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(map(str, v)) + "]"
+    return str(v)
+
+
+def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environment(tmp_path):
+    """The emitted verl recipe, in verl 0.9.1's own environment without RACE: RLHFDataset loads the emitted
+    Parquet (every row), the rollout's builder renders each row's chat turns with the shipped tokenizer's
+    template to exactly the ids RACE's pilots fed the policy, and verl's reward loop scores responses through
+    the emitted compute_score as RACE scores the same tokens (sparse reward, the default config's)."""
+    require(os.path.isfile(VERL_PYTHON), f"verl 0.9.1's own environment ({VERL_PYTHON}; .ci/trainers.sh builds it)")
+    from transformers import AutoTokenizer
+
+    from race.stats.results import load_results
+    from race.config.configfile import config_from_dict
+    from race.tasks import load_task
+    from race.tasks.rewards import build_reward
+    from race.tasks.taskdata import policy_prompts
+
+    out = tmp_path / "emit"
+    rec = recipe(RESULTS, trainer="verl", full_run_budget=1e13, emit_dir=str(out))
+    cfg = config_from_dict(load_results(RESULTS).config)
+    tok = AutoTokenizer.from_pretrained(rec.settings["actor_rollout_ref.model.path"])
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(rec.settings["data.train_files"]).to_pylist()[:4]
+    by_prompt = {p.prompt: p for p in load_task(cfg.task, split="train")}
+    problems = [by_prompt[row["extra_info"]["prompt"]] for row in table]
+    want_ids = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in policy_prompts(cfg, problems, tok)]
+    eos = tok.eos_token_id
+
+    def ids(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    # per row: right and stopped, wrong and stopped, right but cut off (no EOS), an empty answer
+    responses = [[ids(p.answer) + [eos], ids(str(int(p.answer) + 1)) + [eos], ids(p.answer), [eos]]
+                 for p in problems]
+    reward = build_reward(cfg)
+    want_scores = [float(reward(p.prompt, tok.decode(c, skip_special_tokens=False), p.answer))
+                   for p, group in zip(problems, responses) for c in group]
+    overrides = [f"{k}={_hydra_value(v)}" for k, v in rec.settings.items()]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HOME": str(tmp_path / "hf")}
+    payload = json.dumps({"overrides": overrides, "responses": responses})
+    r = subprocess.run([VERL_PYTHON, "-I", "-c", VERL_CHECK, payload], cwd=str(tmp_path), capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["verl"] == "0.9.1" and got["transformers"].startswith("5.")
+    assert got["dataset"] == "RLHFDataset" and got["builder"] == "QwenContinuousTokenBuilder"
+    assert got["rows"] == pq.read_metadata(rec.settings["data.train_files"]).num_rows      # none filtered out
+    assert got["turns"] == [row["prompt"] for row in table]
+    assert got["ids"] == want_ids
+    assert got["manager"] == "NaiveRewardManager"
+    assert got["scores"] == want_scores and want_scores[:4] == [1.0, 0.0, 1.0, 0.0]
 
 
 # ----------------------------------------------------------------------------- TRL's CLI

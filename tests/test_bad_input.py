@@ -108,6 +108,8 @@ CONFIGS = [
     ("dataset-missing-field", "task: ./rows_missing.jsonl\n", (), "field 'answer' is missing"),
     ("dataset-empty", "task: ./rows_empty.jsonl\n", (), "is empty"),
     ("dataset-absent", "task: ./absent.jsonl\n", (), "does not exist"),
+    ("dataset-newline-tiny-policy", "task: ./rows_newline.jsonl\neval: {prompts: 5}\n", (),
+     "(train row 6): its prompt holds the token '\\n', which 'race/tiny-arith' has no embedding for (23 rows)"),
     ("dataset-gsm8k-without-hashes", "task: ./rows_gsm8k_plain.jsonl\n", (), "field 'prompt' is missing"),
     ("dataset-gsm8k-empty-answer", "task: ./rows_gsm8k_empty.jsonl\n", (), "nothing after its last '####'"),
     ("dataset-math-no-boxed", "task: ./rows_math_unboxed.jsonl\n", (), "has no \\boxed{...} final answer"),
@@ -155,6 +157,7 @@ def workdir(tmp_path, monkeypatch):
             "rows_gsm8k_plain": [{"question": "What is 1+1?", "answer": "2"}],
             "rows_gsm8k_empty": [{"question": "What is 1+1?", "answer": "1+1=2\n####  "}],
             "rows_math_unboxed": [{"problem": "What is 1+1?", "solution": "It is 2."}]}
+    rows["rows_newline"] = [{"prompt": f"{i}+1=" + ("\n" if i == 5 else ""), "answer": str(i + 1)} for i in range(60)]
     for name, content in rows.items():
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in content))
     (tmp_path / "rows_badjson.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n{oops\n')

@@ -69,6 +69,22 @@ def _import_pilots(config: GridConfig, o: RunOptions) -> None:
         check_importable(config, o.import_pilots)
 
 
+def _vocabulary(config: GridConfig, o: RunOptions) -> None:
+    from transformers import AutoTokenizer
+
+    from race.flops.catalog import resolve_model_path
+    from race.flops.specs import policy_arch
+    from race.tasks.taskdata import check_vocabulary
+
+    try:
+        tok = AutoTokenizer.from_pretrained(resolve_model_path(config.model))
+    except OSError as e:        # a model folder without its tokenizer
+        from race.flops.catalog import load_error
+
+        raise load_error(config.model, e) from None
+    check_vocabulary(config, tok, policy_arch(config).vocab_size)
+
+
 def _flops(config: GridConfig, o: RunOptions) -> None:
     from race.flops.grid import flop_warnings
 
@@ -161,6 +177,7 @@ CHECKS: tuple[Check, ...] = (
     Check("eval tasks", "an eval.tasks file that does not load", _eval_tasks),
     Check("imported pilots", "--import-pilots of another config or another plan", _import_pilots),
     Check("FLOP accounting", "an architecture RACE cannot count, or a LoRA target no module has", _flops),
+    Check("vocabulary", "a prompt holding a token the model has no embedding for", _vocabulary),
     Check("backend", "a backend this RACE lacks, or vLLM sleep mode off CUDA", _backend),
     Check("judge model", "an eval.judge_model that cannot be loaded", _judge),
     Check("host memory", "a policy whose weights, adapters and optimizer state do not fit in memory", _host_memory),

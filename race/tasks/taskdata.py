@@ -123,3 +123,32 @@ def context_report(config: GridConfig, tok) -> dict | None:
         return None
     first = min(dropped, key=lambda p: p.id)
     return {"count": len(dropped), "first_row": first.id + 1, "limit": context_tokens(config)}
+
+
+def check_vocabulary(config: GridConfig, tok, rows: int) -> None:
+    """Every prompt of the task, as the policy reads it (both splits), tokenizes to ids below ``rows``,
+    the model's embedding rows. Only a tokenizer longer than the model can fail: the shipped tiny
+    arithmetic policies carry a newline token one past their 23 rows (verl's rollout set-up asks for
+    one), which their prompts never hold. A prompt that holds a token past the rows is refused in one
+    line (``ConfigError``) naming the row, the token and what was expected, before any compute."""
+    from race.core.errors import ConfigError
+    from race.tasks import load_task
+
+    if len(tok) <= rows:
+        return
+    beyond = {i: getattr(t, "content", str(t)) for i, t in getattr(tok, "added_tokens_decoder", {}).items() if i >= rows}
+    added_only = len(beyond) == len(tok) - rows        # every id past the rows is an added token: a substring test
+
+    def outside(prompt: str) -> str | None:
+        if added_only:
+            return next((s for s in beyond.values() if s and s in prompt), None)
+        ids = tok(prompt, add_special_tokens=False, verbose=False)["input_ids"]
+        return next((tok.convert_ids_to_tokens(i) for i in ids if i >= rows), None)
+
+    for split in ("train", "eval"):
+        for p in policy_prompts(config, load_task(config.task, split=split), tok):
+            token = outside(p.prompt)
+            if token is not None:
+                raise ConfigError(f"task {config.task!r} ({split} row {p.id + 1}): its prompt holds the token "
+                                  f"{token!r}, which {config.model!r} has no embedding for ({rows} rows): expected "
+                                  "prompts in the model's vocabulary (remove the character, or use another model)")

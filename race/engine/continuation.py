@@ -14,6 +14,8 @@ schedule's position, its sampling generator, torch's, python's and numpy's globa
 reward errors, sync gaps), its held-out checkpoints and the next one due, its seconds per phase, and
 the pauses it went through. The file is a header line (``RACE-PILOT-STATE 1 <sha256 of the rest>``)
 and a ``torch.save`` payload read back with ``weights_only=True`` (tensors and plain values only).
+``copy_state`` copies one into another folder, so a continuation (budget halving's next rung,
+race.run.processes) saves its own pause there and leaves the state it started from whole.
 
 Invariants:
 - a pilot paused at a mark and resumed (in a new process, alone or in another lockstep group of
@@ -161,6 +163,14 @@ def _read_bytes(path: str) -> bytes:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise PilotStateError(f"pilot state {path!r} is not a regular file")
         return fh.read()
+
+
+def copy_state(source_dir: str, state_dir: str, schedule: Schedule, seed: int) -> str:
+    """Copy seed ``seed``'s state file of the pilot of ``schedule`` from ``source_dir`` into ``state_dir``
+    (read without following a link, written through race.core.safeio.write_inside), so a continuation
+    can save its own pause there and leave the state it started from whole; returns the new path."""
+    path = state_file(source_dir, schedule, seed)
+    return write_inside(state_dir, os.path.basename(path), _read_bytes(path), what="pilot state")
 
 
 def read_state(path: str) -> dict:

@@ -6,7 +6,10 @@ Interface:
 - ``api``: ``diagnose``, ``run_models``, ``run_probe``: config → grid → diagnosis, raising ``RaceError``.
 - ``options``: ``RunOptions``, how a grid runs (workers, engine, adaptive policy and share, …),
   checked once; the one table of engines.
-- ``adaptive``: adaptive policies as objects (``informative``, ``halving``) behind one protocol.
+- ``adaptive``: adaptive policies as objects (``informative``, ``halving``, ``budget-halving``) behind one
+  protocol.
+- ``rungs``: budget halving's record: the points it dropped as the pilots the fit takes, its rungs and
+  compute in results.json.
 - ``prechecks``: the table of checks a grid passes before anything is written.
 - ``sizing``: ``size_pilots``: a config sized from the full run by its pilot design (``race pilot --design``).
 - ``study``: ``run_grid``: a grid as an optuna study (create or resume, calibrate and plan, coordinate).

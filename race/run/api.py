@@ -58,7 +58,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         config: a YAML path / mapping / GridConfig to start from (default: the embedded tiny grid).
         out_dir: where ``results.json`` goes (default: a temporary folder).
         adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
-            race.run.adaptive.POLICIES).
+            race.run.adaptive.POLICIES); ``"budget-halving"``: every ρ to B/9, the ρ still in contention
+            continued from their saved state to B/3, then to B (docs/pilot.md, "Budget halving").
         adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
             implies ``adaptive``).
         allow_approximate: count a model type outside RACE's architecture table anyway (as a

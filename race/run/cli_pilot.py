@@ -43,7 +43,10 @@ from race.stats.report import FORMATS
 @click.option("--adaptive", is_flag=True,
               help="Half the pilots of the full grid: seed 0 at every ρ, then the seeds that sharpen the verdict most.")
 @click.option("--adaptive-policy", default=None, metavar="[" + "|".join(ADAPTIVE_POLICIES) + "]",
-              help="Which adaptive grid (implies --adaptive): informative (default) or successive halving over ρ.")
+              help="Which adaptive grid (implies --adaptive): informative (default); halving (successive halving "
+                   "over ρ, seeds as the resource); budget-halving (the budget as the resource: every ρ paused at "
+                   "B/9, the ρ still in contention continued from their saved state to B/3, then to B; "
+                   "docs/pilot.md).")
 @click.option("--adaptive-share", type=float, default=None,
               help="Share of the full grid's pilots an adaptive grid runs (implies --adaptive; default 0.5, "
                    "or the study's own on a resume; a larger share on a resume adds pilots).")

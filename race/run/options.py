@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from race.core.errors import RaceError
-from race.run.adaptive import DEFAULT_SHARE, adaptive_most, resolve_adaptive
+from race.run.adaptive import DEFAULT_SHARE, adaptive_most, is_budget, policy_named, resolve_adaptive
 
 # the one table of engines (race.engine.lean_engine.group_size_for: how many seeds share a process)
 ENGINES = {"auto": "lockstep groups where they were measured faster (CPU, lean path), else solo",
@@ -83,6 +83,9 @@ class RunOptions:
         if self.design is not None and (self.policy or self.extend):
             raise RaceError("a pilot design (--design fit, flat or prior) chooses the pilots itself: it does not combine "
                             "with an adaptive grid or extend")
+        if self.policy and is_budget(policy_named(self.policy)) and (self.adaptive_share is not None or self.import_pilots):
+            raise RaceError("budget halving spends its compute by rung, on pilots it pauses and continues itself: it does "
+                            "not combine with an adaptive share or imported pilots")
         if self.extend and self.workers == 0:
             raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
         return self

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from race.config.configfile import GridConfig
 from race.run.options import RunOptions
+from race.run.adaptive import is_budget, policy_named
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ def _backend(config: GridConfig, o: RunOptions) -> None:
         raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
                           f"{o.device!r}: set vllm_sleep to auto or off")
 
+    if backend == "vllm" and o.policy and is_budget(policy_named(o.policy)):
+        from race.core.errors import ConfigError
+
+        raise ConfigError("budget halving pauses pilots and continues them, which the vllm backend cannot (its "
+                          "engine's sampling state is not saved): use backend hf")
+
 
 def _judge(config: GridConfig, o: RunOptions) -> None:
     if config.eval.judge_model:
@@ -178,7 +185,7 @@ CHECKS: tuple[Check, ...] = (
     Check("imported pilots", "--import-pilots of another config or another plan", _import_pilots),
     Check("FLOP accounting", "an architecture RACE cannot count, or a LoRA target no module has", _flops),
     Check("vocabulary", "a prompt holding a token the model has no embedding for", _vocabulary),
-    Check("backend", "a backend this RACE lacks, or vLLM sleep mode off CUDA", _backend),
+    Check("backend", "a backend this RACE lacks, vLLM sleep mode off CUDA, or vLLM with budget halving", _backend),
     Check("judge model", "an eval.judge_model that cannot be loaded", _judge),
     Check("host memory", "a policy whose weights, adapters and optimizer state do not fit in memory", _host_memory),
     Check("engine", "an engine that cannot run this config (--engine lockstep off the lean path)", _engine),

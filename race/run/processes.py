@@ -28,26 +28,42 @@ _PRELOAD = ["torch", "transformers", "peft", "race.engine.pilot", "race.engine.g
 
 @dataclass(frozen=True)
 class Job:
+    """One pilot to run: its schedule and seed, and for a stage of budget halving (race.run.adaptive.budget)
+    where it pauses (``stop_at``: a FLOP mark; None: its budget), the folder its state is saved in
+    (``state_dir``) and the one it continues from (``resume_from``; None: from scratch)."""
+
     schedule: Schedule
     seed: int
+    stop_at: float | None = None
+    state_dir: str | None = None
+    resume_from: str | None = None
 
     @property
     def key(self) -> tuple[float, int]:
         return (self.schedule.rho_target, self.seed)
 
+    @property
+    def pause(self) -> dict[str, Any] | None:
+        """What the pilot process passes on to race.engine.pilot.pilot_events (None: an ordinary pilot)."""
+        if self.state_dir is None:
+            return None
+        return {"stop_at": self.stop_at, "state_dir": self.state_dir, "resume_from": self.resume_from}
+
 
 def lockstep_groups(jobs: list[Job], size: int) -> list[list[Job]]:
-    """``jobs`` as lockstep groups: the jobs of one schedule (grid point) together, at most
-    ``size`` per group, in first-seen order (``size`` 1: every job alone)."""
-    by_point: dict[float, list[Job]] = {}
+    """``jobs`` as lockstep groups: the jobs of one schedule (grid point) and one pause (mark, state
+    folders) together, at most ``size`` per group, in first-seen order (``size`` 1: every job alone)."""
+    by_point: dict[tuple, list[Job]] = {}
     for job in jobs:
-        by_point.setdefault(job.schedule.rho_target, []).append(job)
+        by_point.setdefault((job.schedule.rho_target, job.stop_at, job.state_dir, job.resume_from), []).append(job)
     return [grp[i:i + max(1, size)] for grp in by_point.values() for i in range(0, len(grp), max(1, size))]
 
 
-def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, device: str) -> None:
+def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, device: str,
+           pause: dict | None = None) -> None:
     """Entry point of a pilot process: the pilots of ``seeds`` (one seed, or a lockstep group of one
-    schedule) through race.engine.pilot.pilot_events, sending progress and each result back as it comes."""
+    schedule) through race.engine.pilot.pilot_events, sending progress and each result back as it comes.
+    ``pause`` (``Job.pause``): a stage of budget halving, whose seeds send a ``paused`` message at the mark."""
     try:
         import torch
 
@@ -57,9 +73,11 @@ def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, d
         from race.engine.pilot import pilot_events
 
         last: dict[int, float] = {}
-        for event in pilot_events(cfg, sched, list(seeds), device=device):
+        for event in pilot_events(cfg, sched, list(seeds), device=device, **_continuation(sched, seeds, pause)):
             if isinstance(event, PilotResult):
                 conn.send(("result", event.to_dict()))
+            elif hasattr(event, "state_file"):          # race.engine.continuation.PilotPaused
+                conn.send(("paused", event.to_dict()))
             elif time.monotonic() - last.get(event.seed, 0.0) > 0.5:      # progress: at most 2 lines a second
                 last[event.seed] = time.monotonic()
                 conn.send(("progress", event.seed, event.steps, event.spent))
@@ -70,6 +88,22 @@ def _child(conn, config: dict, schedule: dict, seeds: list[int], threads: int, d
             conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
     finally:
         conn.close()
+
+
+def _continuation(schedule: Schedule, seeds: list[int], pause: dict | None) -> dict:
+    """``pilot_events``' pause arguments for ``Job.pause``: a stage that continues from another rung's
+    folder first copies each seed's state there into its own (through race.core.safeio.write_inside; the
+    source read without following a link), so a stage killed mid-way restarts from the same state, and the
+    state it saves never overwrites the one it started from."""
+    if not pause:
+        return {}
+    state_dir, source = pause["state_dir"], pause.get("resume_from")
+    if source and os.path.abspath(source) != os.path.abspath(state_dir):
+        from race.engine.continuation import copy_state
+
+        for seed in seeds:
+            copy_state(source, state_dir, schedule, seed)
+    return {"stop_at": pause.get("stop_at"), "state_dir": state_dir, "resume": bool(source)}
 
 
 def _context(extra_preload: tuple[str, ...] = ()):
@@ -157,6 +191,15 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Paused:
+    """A stage of budget halving stopped at its mark: ``paused`` is its
+    race.engine.continuation.PilotPaused (the held-out reading there, its state file)."""
+
+    job: Job
+    paused: Any
+
+
+@dataclass(frozen=True)
 class Tick:
     """About every ``poll`` seconds: how many processes run and how many groups wait for a slot.
     A caller that feeds the pool (``submit``) does it here; ``running + waiting == 0``: the pool is idle."""
@@ -165,7 +208,7 @@ class Tick:
     waiting: int
 
 
-Event = Started | Progressed | Finished | Tick
+Event = Started | Progressed | Finished | Paused | Tick
 
 
 class PilotPool:
@@ -236,7 +279,8 @@ class PilotPool:
         """One process for ``group`` (one job, or a grid point's seeds in lockstep)."""
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_child, args=(child, self.cfg, group[0].schedule.to_dict(),
-                                                     [j.seed for j in group], self.threads, self.device), daemon=True)
+                                                     [j.seed for j in group], self.threads, self.device,
+                                                     group[0].pause), daemon=True)
         with _unimportable_main_hidden():
             proc.start()
         child.close()
@@ -259,6 +303,14 @@ class PilotPool:
                     job = left.pop(result.seed, None)
                     if job is not None:
                         yield Finished(job, result)
+                    done = not left
+                elif msg[0] == "paused":
+                    from race.engine.continuation import PilotPaused
+
+                    paused = PilotPaused.from_dict(msg[1])
+                    job = left.pop(paused.seed, None)
+                    if job is not None:
+                        yield Paused(job, paused)
                     done = not left
                 elif msg[0] == "error":
                     error, done = (msg[1], msg[2]), True
@@ -415,6 +467,18 @@ class Progress:
               f"ρ measured {result.rho:.3f}, {result.flops.total:.3g} FLOPs, {score} "
               f"(pilot {sum(result.wall_seconds.values()):.0f} s, {elapsed:.0f} s elapsed"
               + (f", ~{left:.0f} s left)" if left else ")"), file=sys.stderr, flush=True)
+
+    def paused(self, job: Job, paused: Any, rung: int | None) -> None:
+        """A stage of budget halving stopped at its rung's mark: one line with its reading."""
+        self.done += 1
+        self.live.pop(job.key, None)
+        if not self.enabled:
+            return
+        self._clear()
+        reading = paused.score("reward") if "reward" in paused.evals else float("nan")
+        print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: paused at rung {rung} "
+              f"({paused.flops.total:.3g} of {self.budget:.3g} FLOPs, {paused.steps} steps), reading reward "
+              f"{reading:.3f} ({time.monotonic() - self.t0:.0f} s elapsed)", file=sys.stderr, flush=True)
 
     def _clear(self) -> None:
         if self.tty:

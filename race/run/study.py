@@ -3,7 +3,8 @@
 The coordinator (``run_study``) runs the checks before anything is written (race.run.prechecks),
 opens or creates the study (race.run.store), calibrates and plans only when it creates it
 (``create_study``), enqueues every pilot that is missing (or, with an adaptive policy, the next rung:
-race.run.adaptive), runs pilots itself (``workers`` processes at a time, 0 = none; race.run.workers),
+race.run.adaptive; with budget halving the next rung's stages, each a pilot paused at a FLOP mark or
+continued from its saved state under ``OUT/states``: race.run.adaptive.budget, race.run.rungs), runs pilots itself (``workers`` processes at a time, 0 = none; race.run.workers),
 waits for pilots other workers hold, and classifies what is complete (``Coordinator``). It retries a
 pilot that failed (an exception, an out-of-memory kill) up to ``retries`` times and re-enqueues the
 pilots of dead processes (race.run.store.Store.sweep).
@@ -23,9 +24,9 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from race.config.configfile import GridConfig, config_from_dict
-from race.run.adaptive import DEFAULT_SHARE, Key, adaptive_needed, policy_named, policy_stored
+from race.run.adaptive import DEFAULT_SHARE, Key, adaptive_needed, is_budget, policy_named, policy_stored
 from race.run.options import RunOptions
-from race.run.workers import PilotQueue, busy_keys, complete_scores
+from race.run.workers import PilotQueue, busy_keys, busy_stages, complete_scores, stage_scores
 from race.stats.results import Results, pilots_meta, results_lock, save_results, stored_probes
 
 
@@ -207,20 +208,40 @@ class Coordinator:
         self.policy = policy
         self.share = o.adaptive_share if o.adaptive_share is not None else \
             float((info.adaptive or {}).get("share", DEFAULT_SHARE)) if policy else DEFAULT_SHARE
-        self.adaptive_attrs = {**policy_named(policy).stored, "share": self.share} if policy else None
+        self.budget = bool(policy) and is_budget(policy_named(policy))     # stages (ρ, seed, rung), not pilots
+        self.first_number = len(st.trials())
+        self.adaptive_attrs = self._adaptive_attrs(info.adaptive) if policy else None
         st.set_adaptive(self.adaptive_attrs)
         st.set_finished(False)
-        self.first_number = len(st.trials())
         workers = o.workers if o.workers is not None else default_workers(o.device)
         group_size = group_size_for(config_from_dict(info.run_config), o.engine, o.device, workers=workers)
         self.queue = PilotQueue(st, device=o.device, workers=workers, retries=o.retries, quiet=o.quiet,
-                                first_number=self.first_number, group_size=group_size)
+                                first_number=self.first_number, group_size=group_size,
+                                halving=self.adaptive_attrs if self.budget else None)
         self.given_up: set[Key] = set()
         self.done, self.last = False, 0.0
         self.started, self.setup = (time.monotonic() if started is None else started), setup
         self.profile: dict | None = None    # --profile: the wall split, once the pool has run
         self.all_keys = info.keys() if o.design is None else \
             [(float(r), info.first_seed + int(k)) for r, k in o.design["pilots"]]     # a sized design's pilots
+
+    def _adaptive_attrs(self, stored: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The study's ``race:adaptive``: the policy's, with its share, or for budget halving its state folder
+        (the study's own on a resume). A study that holds trials of whole pilots takes no stages of budget
+        halving, nor the reverse: one line."""
+        from race.core.errors import RaceError
+
+        kept = policy_stored(stored)
+        if self.first_number and (kept is not None and is_budget(kept)) != self.budget:
+            raise RaceError(f"study {self.st.name!r} in {self.st.masked} holds "
+                            + ("budget-halving stages" if not self.budget else "whole pilots")
+                            + f"; {'budget halving' if self.budget else 'this grid'} cannot continue it: run the same "
+                            "policy again, or use another --out / --study")
+        attrs = dict(policy_named(self.policy).stored)
+        if not self.budget:
+            return {**attrs, "share": self.share}
+        return {**attrs, "states": (stored or {}).get("states") if kept is not None and is_budget(kept) and
+                (stored or {}).get("states") else os.path.abspath(os.path.join(self.o.out_dir, "states"))}
 
     def needed(self, scores: Mapping[Key, float]) -> tuple[list[Key], bool]:
         """The pilots the grid needs so far, and whether that list is final."""
@@ -239,28 +260,47 @@ class Coordinator:
         self.last = now
         st.beat_coordination()
         st.sweep()
-        scores = complete_scores(st)
-        busy = busy_keys(st)
+        scores = stage_scores(st) if self.budget else complete_scores(st)
+        busy = busy_stages(st) if self.budget else busy_keys(st)
         need, final = self.needed(scores)
-        for key in need:
+        for key in need:               # a pilot (ρ, seed), or a stage (ρ, seed, rung) of budget halving
             if key in scores or key in busy or key in self.given_up:
                 continue
-            if st.failures_since(key, self.first_number) > self.o.retries:
+            if st.failures_since(key[:2], self.first_number, *key[2:]) > self.o.retries:
                 self.given_up.add(key)
                 continue
-            st.enqueue(key)
+            st.enqueue(key[:2], **({"rung": key[2]} if self.budget else {}))
             busy.add(key)
         progress = self.queue.progress
         progress.total = progress.done + sum(1 for k in need if k not in scores and k not in self.given_up)
         self.done = final and not busy and all(k in scores or k in self.given_up for k in need)
         return self.done
 
-    def save(self, diagnosis: Any = None, failed: Sequence[str] = ()) -> Results:
+    def pilots(self, final: bool = False) -> tuple[list, dict[str, Any]]:
+        """The complete pilots, and for budget halving its record (race.run.rungs); ``final``: with the
+        points it dropped as their last readings (what the fit takes)."""
+        pilots = self.st.pilots()
+        if not self.budget:
+            return pilots, {}
+        from race.core.records import Schedule
+        from race.run.rungs import dropped_pilots, halving_record
+
+        readings = self.st.readings()
+        if final:
+            schedules = {float(d["rho_target"]): Schedule.from_dict(d) for d in self.info.plan["schedules"]}
+            pilots = pilots + dropped_pilots(readings, {(p.rho_target, p.seed) for p in pilots}, schedules)
+        marks = policy_named(self.policy).marks(float(self.info.run_config["budget"]))
+        record = halving_record(self.adaptive_attrs, marks, readings, pilots, points=len(self.info.grid),
+                                seeds=self.info.seeds, primary=self.info.classify.get("primary_target", "reward"),
+                                final=final)
+        return pilots, {"budget_halving": record}
+
+    def save(self, diagnosis: Any = None, failed: Sequence[str] = (), final: bool = False) -> Results:
         """Rewrite results.json from the storage (one writer; a stored length probe is kept)."""
         st, info = self.st, self.info
-        pilots = st.pilots()
+        pilots, halving = self.pilots(final)
         have = {(p.rho_target, p.seed) for p in pilots}
-        failures = st.failed_pilots(k for k in self.given_up if k not in have)
+        failures = st.failed_pilots(k[:2] for k in self.given_up if k[:2] not in have)
         with results_lock(self.o.out_dir):
             probes = stored_probes(self.o.out_dir)
             res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
@@ -269,7 +309,7 @@ class Coordinator:
                                 "study": st.name,
                                 **({"adaptive": policy_named(self.policy).stored["policy"]} if self.policy else {}),
                                 **({"design": design_meta(self.o.design)} if self.o.design else {}),
-                                **({"profile": self.profile} if self.profile else {}),
+                                **({"profile": self.profile} if self.profile else {}), **halving,
                                 **({"flop_warnings": info.meta["flop_warnings"]} if info.meta.get("flop_warnings")
                                    else {}),
                                 **({"failed": list(failed)} if failed else {}),
@@ -279,7 +319,7 @@ class Coordinator:
 
     def run(self) -> Results:
         """Run the grid to its end, then classify what is complete and save it."""
-        from race.run.processes import Finished, Tick
+        from race.run.processes import Finished, Paused, Tick
 
         st = self.st
         scores0 = complete_scores(st)
@@ -293,7 +333,7 @@ class Coordinator:
         self.save()
         with contextlib.closing(self.queue.events()) as events:     # the pool's events, each stored by the queue
             for event in events:
-                if isinstance(event, Finished):
+                if isinstance(event, (Finished, Paused)):
                     self.save()
                 elif isinstance(event, Tick) and self.advance() and not (event.running or event.waiting):
                     break
@@ -319,11 +359,19 @@ class Coordinator:
         from race.stats.regime import classify as classify_fn
 
         st, info = self.st, self.info
-        pilots = st.pilots()
-        failed = [f"ρ={p.rho_target:g} seed {p.seed}: {p.extra.get('error')}" for p in st.failed_pilots(self.given_up)]
+        pilots, halving = self.pilots(final=True)
+        have = {(p.rho_target, p.seed) for p in pilots}
+        failed = [f"ρ={p.rho_target:g} seed {p.seed}: {p.extra.get('error')}"
+                  for p in st.failed_pilots({k[:2] for k in self.given_up} - have)]
         diagnosis = None
         # the report names the backend that actually produced the pilots (each records its own)
         meta = pilots_meta(info.meta, pilots, adaptive=self.adaptive_attrs, full_grid=len(self.all_keys))
+        if halving:
+            from race.run.rungs import halving_line
+
+            top = sum(1 for p in pilots if p.status == "complete" and "budget_halving" not in p.extra)
+            meta["adaptive"] = f"{self.adaptive_attrs['policy']}, {top} of {len(self.all_keys)} pilots to the top budget"
+            meta["budget_halving"] = halving_line(halving["budget_halving"])
         try:
             diagnosis = classify_fn(pilots, meta=meta, **dict(info.classify))
         except ValueError:
@@ -332,7 +380,7 @@ class Coordinator:
         if diagnosis is not None:
             st.save_diagnosis(diagnosis, pilots)
         st.set_finished(True)
-        return self.save(diagnosis, failed)
+        return self.save(diagnosis, failed, final=True)
 
 
 def design_meta(design: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``PilotQueue`` claims pilots from the study's storage (a lockstep group: up to ``group_size`` trials
 of one grid point), runs them through race.run.processes.run_jobs, and records each result (complete,
-or failed with its retries counted). ``run_worker`` joins an existing study and runs the pilots no one
+or failed with its retries counted); a stage of budget halving (a trial with a ``rung``) runs to its
+rung's mark and is recorded paused, with its state under the study's state folder (``stage_job``). ``run_worker`` joins an existing study and runs the pilots no one
 holds until none is left; a custom reward named by the storage runs only by consent
 (``check_reward_consent``).
 
@@ -26,7 +27,7 @@ class PilotQueue:
     the loop a coordinator (race.run.study) and a worker (``run_worker``) share."""
 
     def __init__(self, store: Any, *, device: str, workers: int, retries: int, quiet: bool, first_number: int,
-                 group_size: int = 1):
+                 group_size: int = 1, halving: Any = None):
         from race.run.processes import Job, Progress
 
         self.store, self.info = store, store.info
@@ -41,6 +42,7 @@ class PilotQueue:
         self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
         self.group_size = max(1, group_size)
         self.pool = None            # the last run's race.run.processes.PilotPool: its profile() stays readable
+        self.halving = halving      # budget halving: the study's race:adaptive (eta, rungs, states), else None
 
     def next_job(self):
         """The next pilot, or with lockstep the next group: one claimed trial and up to
@@ -50,21 +52,44 @@ class PilotQueue:
             return None
         claims = [claim]
         while len(claims) < self.group_size:
-            more = self.store.claim(rho=claim.key[0])
+            more = self.store.claim(rho=claim.key[0], rung=claim.rung)
             if more is None:
                 break
             claims.append(more)
         for c in claims:
             self.held[c.key] = c
-        jobs = [self.Job(self.schedules[c.key[0]], c.key[1]) for c in claims]
+        jobs = [self.stage_job(c) for c in claims]
         return jobs if self.group_size > 1 else jobs[0]
+
+    def stage_job(self, claim) -> Any:
+        """The job of ``claim``: its pilot, and for a stage of budget halving its pause (race.run.adaptive.budget):
+        rung r < R stops at the rung's mark with its state in ``STATES/rung<r>``, continuing from
+        ``STATES/rung<r − 1>`` when r > 0; the top rung R continues from ``STATES/rung<R − 1>`` to the budget."""
+        schedule = self.schedules[claim.key[0]]
+        if claim.rung is None:
+            return self.Job(schedule, claim.key[1])
+        from race.core.errors import RaceError
+        from race.run.adaptive import rung_marks
+
+        h = self.halving or {}
+        if not h.get("states"):
+            raise RaceError(f"study {self.store.name!r} holds budget-halving stages but names no state folder")
+        rungs, r = int(h["rungs"]), int(claim.rung)
+        folder = lambda k: os.path.join(str(h["states"]), f"rung{k}")  # noqa: E731
+        if r >= rungs:
+            return self.Job(schedule, claim.key[1], state_dir=folder(rungs - 1), resume_from=folder(rungs - 1))
+        mark = rung_marks(self.run_config.budget, int(h["eta"]), rungs)[r]
+        return self.Job(schedule, claim.key[1], stop_at=mark, state_dir=folder(r),
+                        resume_from=folder(r - 1) if r > 0 else None)
 
     def record(self, event) -> None:
         """Store what ``event`` (race.run.processes' events) says: a pilot's process id, its progress,
         its result (complete, or failed with its retries counted)."""
-        from race.run.processes import Finished, Progressed, Started
+        from race.run.processes import Finished, Paused, Progressed, Started
 
-        if isinstance(event, Started):
+        if isinstance(event, Paused):
+            self._paused(event.job, event.paused)
+        elif isinstance(event, Started):
             for job in event.jobs:
                 self.store.set_pid(self.held[job.key], event.pid)
         elif isinstance(event, Progressed):
@@ -73,6 +98,11 @@ class PilotQueue:
                 self.store.progress(self.held[event.job.key], event.step, event.spent)
         elif isinstance(event, Finished):
             self._finished(event.job, event.result)
+
+    def _paused(self, job, paused: Any) -> None:
+        claim = self.held.pop(job.key)
+        self.store.pause(claim, paused, self.primary)
+        self.progress.paused(job, paused, claim.rung)
 
     def _finished(self, job, result: PilotResult) -> None:
         claim = self.held.pop(job.key)
@@ -130,11 +160,41 @@ def complete_scores(store: Any) -> dict[Key, float]:
     return out
 
 
+def stage_scores(store: Any) -> dict[tuple[float, int, int], float]:
+    """Budget halving: the score of each stage (ρ, seed, rung) of ``store`` that ended: a paused stage's
+    reading, the top stage's primary score."""
+    from race.run.store import key_of
+
+    out = {k: float(v) for k, v in ((k, p.score(store.info.classify.get("primary_target", "reward")))
+                                    for k, p in store.readings().items())}
+    for t in store.trials():
+        if t.state.name == "COMPLETE" and t.value is not None and t.user_attrs.get("rung") is not None:
+            k = key_of(t)
+            if k is not None:
+                out.setdefault(k + (int(t.user_attrs["rung"]),), float(t.value))
+    return out
+
+
+def busy_stages(store: Any) -> set[tuple[float, int, int]]:
+    """Budget halving: the stages of ``store`` waiting or running."""
+    from race.run.store import key_of
+
+    return {key_of(t) + (int(t.user_attrs["rung"]),) for t in store.trials()
+            if t.state.name in ("WAITING", "RUNNING") and t.user_attrs.get("rung") is not None and key_of(t)}
+
+
 def busy_keys(store: Any) -> set[Key]:
     """The pilots of ``store`` waiting or running."""
     from race.run.store import key_of
 
     return {key_of(t) for t in store.trials() if t.state.name in ("WAITING", "RUNNING")}
+
+
+def budget_halving_attrs(adaptive: Any) -> dict | None:
+    """The study's ``race:adaptive`` when it is budget halving (its eta, rungs and state folder), else None."""
+    from race.run.adaptive import is_budget, policy_stored
+
+    return dict(adaptive) if adaptive and is_budget(policy_stored(adaptive)) else None
 
 
 def check_reward_consent(info: Any, *, trust_reward: bool = False, quiet: bool = False) -> None:
@@ -181,14 +241,16 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     from race.engine.lean_engine import group_size_for
 
     workers = workers if workers is not None else default_workers(device)
+    halving = budget_halving_attrs(st.study.user_attrs.get("race:adaptive"))
     loop = PilotQueue(st, device=device, workers=workers, retries=retries, quiet=quiet, first_number=first_number,
-                 group_size=group_size_for(config_from_dict(info.run_config), engine, device, workers=workers))
+                 group_size=group_size_for(config_from_dict(info.run_config), engine, device, workers=workers),
+                 halving=halving)
     keys = set(info.keys())
     state = {"idle_since": None, "last": 0.0, "go": True}
 
     def retry(p: PilotResult) -> None:   # our own failed pilot: enqueue it again while retries last
         key = (p.rho_target, p.seed)
-        if p.status != "complete" and st.failures_since(key, first_number) <= retries:
+        if halving is None and p.status != "complete" and st.failures_since(key, first_number) <= retries:
             if key not in busy_keys(st) and key not in complete_scores(st):
                 st.enqueue(key, retry_of_failure=True)
 

@@ -348,7 +348,7 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
     meta = diag.meta
     head = [f"{k}: {fmt_flops(meta[k]) if isinstance(meta[k], float) else meta[k]}"
             for k in ("model", "task", "reward", "backend", "engine", "budget_per_pilot", "seeds", "adaptive",
-                      "software")
+                      "budget_halving", "software")
             if k in meta]
     parts = [heading("RACE diagnosis", fmt)]
     if head:

@@ -271,9 +271,19 @@ def non_finite(value: Any, where: str) -> str | None:
     return None
 
 
+def pilot_budget(p: PilotResult, budget: float) -> float:
+    """What pilot ``p`` was meant to spend: ``budget``, or for a pilot budget halving stopped at a rung
+    (``extra["budget_halving"]["mark"]``, race.run.rungs) that rung's mark, when it lies in (0, budget)."""
+    mark = (p.extra.get("budget_halving") or {}).get("mark") if isinstance(p.extra, Mapping) else None
+    if isinstance(mark, (int, float)) and not isinstance(mark, bool) and math.isfinite(mark) and 0 < mark < budget:
+        return float(mark)
+    return budget
+
+
 def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:
     """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
-    C_learning / C_total; a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
+    C_learning / C_total, each pilot within a step of its budget (``pilot_budget``: a rung's mark for a
+    point budget halving dropped); a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
     ValueError (one line; the schema's model validator, ``results_schema``)."""
     for p in pilots:
         f = p.flops
@@ -289,7 +299,8 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
         b = float(budget if budget is not None else (diag.meta.get("budget_per_pilot") if diag else 0) or 0)
     except (TypeError, ValueError):
         b = 0.0
-    far = [p.flops.total for p in pilots if b > 0 and p.status == "complete" and not b / 10 <= p.flops.total <= 10 * b]
+    far = [p.flops.total for p in pilots
+           if b > 0 and p.status == "complete" and not pilot_budget(p, b) / 10 <= p.flops.total <= 10 * pilot_budget(p, b)]
     if far:
         raise ValueError(f"a pilot spent {far[0]:.3g} FLOPs against the grid's {b:.3g} per pilot: expected each pilot "
                   "within its budget")
@@ -302,10 +313,10 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
                              f"{[per.search, per.learning, per.reward, per.total]!r}: expected finite numbers ≥ 0")
         if p.status != "complete" or sched is None or b <= 0 or p.flops.total <= 0:
             continue
-        step = sched.flops_per_step.total
-        if abs(p.flops.total - b) > max(2 * step, SPENT_TOLERANCE * b):
+        step, bp = sched.flops_per_step.total, pilot_budget(p, b)
+        if abs(p.flops.total - bp) > max(2 * step, SPENT_TOLERANCE * bp):
             raise ValueError(f"pilot ρ={p.rho_target:g} seed {p.seed} spent {p.flops.total:.3g} FLOPs: its schedule "
-                      f"({sched.steps} steps of {step:.3g}) stops within a step of the budget {b:.3g}")
+                      f"({sched.steps} steps of {step:.3g}) stops within a step of the budget {bp:.3g}")
         if abs(p.flops.rho - sched.flops_per_step.rho) > RHO_TOLERANCE:
             raise ValueError(f"pilot ρ={p.rho_target:g} seed {p.seed} measured ρ {p.flops.rho:.3f}, its schedule plans "
                       f"{sched.flops_per_step.rho:.3f}: expected them within {RHO_TOLERANCE:g} (token lengths move "

@@ -4,10 +4,13 @@ Interface:
 - ``base``: ``AdaptivePolicy`` (the protocol: ``name``, ``stored``, ``description``, ``needed``),
   ``adaptive_cap``, ``DEFAULT_SHARE``, ``Key``.
 - ``informative``: ``Informative``, the default (seed 0 everywhere, then the most useful seeds).
-- ``halving``: ``Halving`` (successive halving over ρ).
+- ``halving``: ``Halving`` (successive halving over ρ, seeds as the resource).
+- ``budget``: ``BudgetHalving`` (successive halving over ρ, the budget as the resource: its keys are
+  stages (ρ, seed, rung), and its ``resource`` is ``"budget"``; race.run.study pauses and continues pilots).
 - ``POLICIES`` (the one table of policies, the default first), ``policy_named``, ``resolve_adaptive``,
   ``adaptive_needed`` (a policy over seeds that start at ``first_seed``), ``adaptive_subset`` (replays),
-  ``adaptive_most`` (the most pilots a policy runs on a grid, from the grid alone).
+  ``adaptive_most`` (the most pilots a policy runs on a grid, from the grid alone; for budget halving
+  its most training compute in pilots), ``is_budget`` (a policy whose keys are stages).
 
 Adding a policy is adding a file with a class that keeps the protocol, and its line in ``POLICIES``.
 
@@ -16,13 +19,15 @@ Invariants: pure and deterministic; a policy name is checked once, where the run
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping, Sequence
 
 from race.run.adaptive.base import DEFAULT_SHARE, AdaptivePolicy, Key, adaptive_cap  # noqa: F401
+from race.run.adaptive.budget import BudgetHalving, Stage, budget_halving, halving_cost, rung_marks, rung_survivors  # noqa: F401
 from race.run.adaptive.halving import Halving, successive_halving  # noqa: F401
 from race.run.adaptive.informative import Informative, allocate_seeds, informative_seeds  # noqa: F401
 
-POLICIES: dict[str, AdaptivePolicy] = {p.name: p for p in (Informative(), Halving())}   # the first: --adaptive
+POLICIES: dict[str, AdaptivePolicy] = {p.name: p for p in (Informative(), Halving(), BudgetHalving())}   # the first: --adaptive
 ADAPTIVE_POLICIES = tuple(POLICIES)
 
 
@@ -59,10 +64,10 @@ def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapp
     rule = policy_named(policy)
     if not first_seed:
         return rule.needed(grid, seeds, scores, given_up, share=share)
-    scores = {(r, s - first_seed): v for (r, s), v in scores.items()}
-    given_up = {(r, s - first_seed) for r, s in given_up}
+    scores = {(k[0], k[1] - first_seed, *k[2:]): v for k, v in scores.items()}
+    given_up = {(k[0], k[1] - first_seed, *k[2:]) for k in given_up}
     keys, final = rule.needed(grid, seeds, scores, given_up, share=share)
-    return [(r, s + first_seed) for r, s in keys], final
+    return [(k[0], k[1] + first_seed, *k[2:]) for k in keys], final
 
 
 def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float],
@@ -85,5 +90,15 @@ def adaptive_most(policy: str, grid: Sequence[float], seeds: int, share: float =
     their scores (informative: ``adaptive_cap``, or every seed of every point; halving: ⌈P / 2^k⌉ points at
     rung k up to the cap, so under the cap at a large share), and a pilot that failed only lowers it. A
     check before compute that needs the grid's most compute (race.fullrun.probe.check_probe_config) uses
-    this, not the full grid's points × seeds."""
-    return len(adaptive_subset(policy, grid, seeds, lambda key: 0.0, share=share))
+    this, not the full grid's points × seeds. Budget halving (whose keys are stages): its most training
+    compute in pilots of the full budget, rounded up (every tie kept to the cap)."""
+    keys = adaptive_subset(policy, grid, seeds, lambda key: 0.0, share=share)
+    rule = policy_named(policy)
+    if is_budget(rule):
+        return math.ceil(halving_cost(keys, eta=rule.eta, rungs=rule.rungs) - 1e-9)
+    return len(keys)
+
+
+def is_budget(policy: AdaptivePolicy | None) -> bool:
+    """Whether ``policy`` spends budget, not seeds (its keys are stages (ρ, seed, rung))."""
+    return getattr(policy, "resource", "seeds") == "budget"

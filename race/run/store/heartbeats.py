@@ -155,7 +155,8 @@ class Heartbeats:
         study = study or self.study
         assert study is not None
         key = key_of(t)
-        if key is not None:
+        if key is not None:            # a stage of budget halving stays that stage
+            rung = {"rung": t.user_attrs["rung"]} if t.user_attrs.get("rung") is not None else {}
             study.enqueue_trial({"rho": key[0], "seed": key[1]},
-                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}"})
+                                user_attrs={"retry_of": t.number, "retry_reason": f"pilot abandoned: {why}", **rung})
             self.requeued.append(key)

@@ -14,12 +14,14 @@ from race.run.store.trials import Key
 
 @dataclass
 class Claim:
-    """A trial this process took: its id, number, grid point and seed."""
+    """A trial this process took: its id, number, grid point and seed (and its budget-halving rung, None for
+    an ordinary pilot)."""
 
     trial_id: int
     number: int
     key: Key
     trial: Any
+    rung: int | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ Layout of a study (docs/storage.md):
   ``result`` (everything else of the ``PilotResult``); the reward-vs-FLOPs curve is also
   reported as intermediate values (step = FLOPs spent / ``race:curve_step_flops``), so
   optuna-dashboard draws the learning curves;
+- budget halving (race.run.adaptive.budget): one trial per stage (ρ, seed, rung), its rung in the
+  user attr ``rung`` given when it is enqueued; a stage below the top ends PRUNED (optuna's state of a
+  trial stopped at an intermediate budget) with ``paused`` (its ``PilotPaused``, compressed JSON) and
+  ``reading`` (its primary score), its value the reading; the top stage ends COMPLETE like any pilot;
 - liveness: the process running a trial records heartbeats (optuna's RDB heartbeat; for the
   journal a heartbeat in a system attr through the same optuna interface); a RUNNING trial
   whose heartbeat is older than the grace period is failed by whoever notices
@@ -57,7 +61,8 @@ from race.run.store.engine import first_line, open_storage, system_failure
 from race.run.store.heartbeats import Heartbeats
 from race.run.store.info import Claim, StudyInfo, fill_missing, first_difference, normalized, short_value
 from race.run.store.liveness import owner_info
-from race.run.store.trials import Key, downsample, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
+from race.run.store.trials import (Key, downsample, is_pilot_failure, key_of, paused_attrs, paused_from_attrs, pilot_attrs,
+                                   pilot_from_attrs, rung_of)
 
 __all__ = ["Claim", "Store", "StudyInfo", "fill_missing", "first_difference", "load_results", "normalized"]
 
@@ -78,6 +83,7 @@ class Store(Coordination, Heartbeats):
         self._progress: dict[int, dict] = {}
         self._mine: set[int] = set()
         self.requeued: list[Key] = []
+        self._paused: dict[int, Any] = {}      # budget halving: decoded readings by trial id
 
     def close(self) -> None:
         """Release the storage's connections (an SQLite file can then be removed)."""
@@ -213,13 +219,13 @@ class Store(Coordination, Heartbeats):
         assert self.info is not None
         return {"rho": CategoricalDistribution(self.info.grid), "seed": IntDistribution(self.info.seed_ids[0], self.info.seed_ids[-1])}
 
-    def claim(self, rho: float | None = None) -> Claim | None:
-        """Take one WAITING trial (atomic WAITING → RUNNING), of grid point ``rho`` when given (the
-        rest of a lockstep group); None when there is none."""
+    def claim(self, rho: float | None = None, rung: int | None = None) -> Claim | None:
+        """Take one WAITING trial (atomic WAITING → RUNNING), of grid point ``rho`` and budget-halving
+        rung ``rung`` when ``rho`` is given (the rest of a lockstep group); None when there is none."""
         assert self.study is not None and self.info is not None
         st = self.study._storage
         for t in self.trials((TrialState.WAITING,)):
-            if rho is not None and (key_of(t) or (None,))[0] != rho:
+            if rho is not None and ((key_of(t) or (None,))[0] != rho or rung_of(t) != rung):
                 continue
             try:
                 if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
@@ -234,23 +240,30 @@ class Store(Coordination, Heartbeats):
             trial = optuna.trial.Trial(self.study, t._trial_id)
             trial.suggest_categorical("rho", list(self.info.grid))
             trial.suggest_int("seed", self.info.seed_ids[0], self.info.seed_ids[-1])
-            if key is None or self._duplicate(t._trial_id, key):
+            if key is None or self._duplicate(t._trial_id, key, rung_of(t)):
                 st.set_trial_user_attr(t._trial_id, "duplicate", True)
                 self.study.tell(trial, state=TrialState.PRUNED)
                 continue
             self._mine.add(t._trial_id)
-            return Claim(t._trial_id, t.number, key, trial)
+            return Claim(t._trial_id, t.number, key, trial, rung_of(t))
         return None
 
-    def _duplicate(self, trial_id: int, key: Key) -> bool:
-        """Another trial of the same pilot already finished, or runs and started first."""
+    def _duplicate(self, trial_id: int, key: Key, rung: int | None = None) -> bool:
+        """Another trial of the same pilot already finished, or runs and started first (a stage of budget
+        halving: another trial of the same stage paused already, or runs and started first)."""
         assert self.study is not None
         mine = self.study._storage.get_trial(trial_id)
-        for t in self.trials((TrialState.COMPLETE, TrialState.RUNNING)):
+        for t in self.trials((TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
             if t._trial_id == trial_id or key_of(t) != key:
+                continue
+            if t.state == TrialState.PRUNED:
+                if rung is not None and rung_of(t) == rung and "paused" in t.user_attrs:
+                    return True
                 continue
             if t.state == TrialState.COMPLETE:
                 return True
+            if rung_of(t) != rung:
+                continue
             if (t.datetime_start, t.number) < (mine.datetime_start, mine.number):
                 return True
         return False
@@ -276,6 +289,43 @@ class Store(Coordination, Heartbeats):
             # partition): keep the pilot anyway, as a new COMPLETE trial, unless its retry finished
             if not any(key_of(t) == claim.key for t in self.trials((TrialState.COMPLETE,))):
                 self._add_complete(claim.key, value, {**attrs, "recovered_from": claim.number}, steps)
+
+    def pause(self, claim: Claim, paused: Any, primary_target: str) -> None:
+        """Record a stage of budget halving that paused at its mark: its ``PilotPaused`` and reading,
+        then PRUNED with the reading as its value (kept as a new PRUNED trial if someone failed ours as
+        stale meanwhile and no other trial of the stage paused)."""
+        assert self.study is not None
+        st, tid = self.study._storage, claim.trial_id
+        self._mine.discard(tid)
+        attrs: dict[str, Any] = {"rung": claim.rung}
+        for k, v in paused_attrs(paused, primary_target).items():
+            if isinstance(v, str):
+                put_chunked(attrs.__setitem__, k, v)
+            else:
+                attrs[k] = v
+        try:
+            for k, v in attrs.items():
+                st.set_trial_user_attr(tid, k, v)
+            st.set_trial_intermediate_value(tid, 0, float(attrs["reading"]))
+            self.study.tell(claim.trial, state=TrialState.PRUNED)
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            if claim.key + (claim.rung,) not in self.readings():
+                self.study.add_trial(optuna.trial.create_trial(
+                    params={"rho": claim.key[0], "seed": claim.key[1]}, distributions=self._distributions(),
+                    state=TrialState.PRUNED, user_attrs={**attrs, "recovered_from": claim.number},
+                    intermediate_values={0: float(attrs["reading"])}))
+
+    def readings(self) -> dict[tuple[float, int, int], Any]:
+        """The ``PilotPaused`` of every stage of budget halving that paused, keyed (ρ, seed, rung) (the
+        first trial of each)."""
+        out: dict[tuple[float, int, int], Any] = {}
+        for t in sorted(self.trials((TrialState.PRUNED,)), key=lambda t: t.number):
+            k, rung = key_of(t), rung_of(t)
+            if k is not None and rung is not None and "paused" in t.user_attrs and k + (rung,) not in out:
+                if t._trial_id not in self._paused:        # a finished trial never changes: decoded once
+                    self._paused[t._trial_id] = paused_from_attrs(t.user_attrs)
+                out[k + (rung,)] = self._paused[t._trial_id]
+        return out
 
     def _trial_record(self, result: PilotResult) -> tuple[dict[str, Any], dict[int, float]]:
         """A finished pilot's trial attributes (long values chunked) and its learning curve as
@@ -322,10 +372,12 @@ class Store(Coordination, Heartbeats):
         except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
             pass   # already failed as stale (and enqueued again) by another process
 
-    def failures_since(self, key: Key, number: int) -> int:
-        """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number``."""
+    def failures_since(self, key: Key, number: int, rung: int | None = None) -> int:
+        """Pilot failures (not abandoned trials) of ``key`` among trials numbered ≥ ``number`` (with
+        ``rung``: of that budget-halving stage only)."""
         return sum(1 for t in self.trials((TrialState.FAIL,))
-                   if t.number >= number and key_of(t) == key and is_pilot_failure(t))
+                   if t.number >= number and key_of(t) == key and is_pilot_failure(t)
+                   and (rung is None or rung_of(t) == rung))
 
     def pilots(self) -> list[PilotResult]:
         """Every complete pilot (one per grid point × seed), sorted by (ρ, seed)."""
@@ -394,7 +446,7 @@ def _named_system_failures(method: Callable) -> Callable:
 
 for _name in ("exists", "load", "create", "update_heartbeat", "claim_coordination", "beat_coordination", "set_adaptive",
               "set_finished", "finished", "trials", "enqueue", "claim", "beat", "set_pid", "sweep", "complete",
-              "add_finished", "fail", "failures_since", "pilots", "failed_pilots", "save_diagnosis", "stored_diagnosis",
+              "add_finished", "pause", "readings", "fail", "failures_since", "pilots", "failed_pilots", "save_diagnosis", "stored_diagnosis",
               "counts"):
     setattr(Store, _name, _named_system_failures(getattr(Store, _name)))
 

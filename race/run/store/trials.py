@@ -1,6 +1,8 @@
 """The study ↔ pilot mapping: a trial's params name its grid point and seed, a finished trial's
-user attrs hold the whole ``PilotResult`` (evals and curve compact, race.run.store.codec).
-Invariant: ``pilot_from_attrs(pilot_attrs(r)) == r``."""
+user attrs hold the whole ``PilotResult`` (evals and curve compact, race.run.store.codec). A stage of
+budget halving (race.run.adaptive.budget) is a trial with the user attr ``rung`` set when it is
+enqueued; one below the top ends PRUNED with its ``PilotPaused`` in ``paused`` (``paused_attrs``).
+Invariants: ``pilot_from_attrs(pilot_attrs(r)) == r``; ``paused_from_attrs(paused_attrs(p)) == p``."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -18,6 +20,24 @@ def key_of(t: FrozenTrial) -> Key | None:
     if "rho" not in p or "seed" not in p:
         return None
     return (float(p["rho"]), int(p["seed"]))
+
+
+def rung_of(t: FrozenTrial) -> int | None:
+    """The budget-halving rung of trial ``t`` (None: an ordinary pilot)."""
+    rung = t.user_attrs.get("rung")
+    return None if rung is None else int(rung)
+
+
+def paused_attrs(paused: Any, primary_target: str) -> dict[str, Any]:
+    """The user attrs of a stage that paused at its mark: the whole ``PilotPaused`` (compressed JSON)
+    and its ``reading`` (mean ``primary_target`` score)."""
+    return {"paused": json_blob(paused.to_dict()), "reading": paused.score(primary_target)}
+
+
+def paused_from_attrs(attrs: Mapping[str, Any]) -> Any:
+    from race.engine.continuation import PilotPaused
+
+    return PilotPaused.from_dict(unjson_blob(get_chunked(attrs, "paused")))
 
 
 def is_pilot_failure(t: FrozenTrial) -> bool:

@@ -353,8 +353,9 @@ def table(recs: list[dict], *, predicted: bool = False) -> str:
     scored = [r for r in recs if "rerun_confidence" in r]
     if scored:
         part, _ = reliability(scored, "rerun_confidence")
-        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, recomputed from "
-                      f"each run's pilots; nothing in it fitted to these runs)",
+        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
+                      f"mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
+                      f"leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
                   *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
     if predicted:
         by_name = {r["name"]: r for r in recs}

@@ -132,7 +132,7 @@ def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
     bad = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "flat"])
     assert bad.exit_code == 2 and "buy nothing" in bad.output and "Traceback" not in bad.output
     odd = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "halving"])
-    assert odd.exit_code == 2 and "pilot design 'halving' is unknown: expected one of fit, flat, prior" in odd.output
+    assert odd.exit_code == 2 and "pilot design 'halving' is unknown: expected one of grid (the config as written), fit, flat, prior" in odd.output
     assert CliRunner().invoke(main, ["plan", cfg, "--share", "0.1"]).exit_code == 2
 
 

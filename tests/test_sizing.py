@@ -47,6 +47,14 @@ def test_race_plan_states_what_race_pilot_runs(tmp_path):
     _, d = size_pilots(build_config(str(cfg_path)), full_run=6e12, design="fit", share=0.1)
     assert planned["full_run"]["design"]["pilots"] == d["pilots"]
     assert planned["full_run"]["design"]["budget"] == pytest.approx(d["budget"])
+    # --design grid, which race pilot takes: the config as written against F, no share sizing
+    grid = CliRunner().invoke(main, ["plan", str(cfg_path), "--full-run", "6e12", "--design", "grid"])
+    assert grid.exit_code == 0, grid.output
+    assert "design grid: the config as written, whatever the share" in grid.output
+    assert "this grid: 12 pilots × 6e+11" in grid.output
+    as_json = json.loads(CliRunner().invoke(main, ["plan", str(cfg_path), "--full-run", "6e12", "--design", "grid",
+                                                   "--json"]).output)
+    assert as_json["full_run"]["design"] == {"name": "grid"} and as_json["full_run"]["within_share"] is None
 
 
 @pytest.mark.parametrize("kw, match", [

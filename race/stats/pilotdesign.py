@@ -171,7 +171,8 @@ DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), P
 def design_named(name: str) -> PilotDesign:
     """The design called ``name``, or a one-line DesignError naming the choices."""
     if name not in DESIGNS:
-        raise DesignError(f"pilot design {name!r} is unknown: expected one of {', '.join(DESIGNS)}")
+        raise DesignError(f"pilot design {name!r} is unknown: expected one of grid (the config as written), "
+                          f"{', '.join(DESIGNS)}")
     return DESIGNS[name]
 
 
@@ -200,16 +201,22 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
 
     check_format(fmt)
     c = plan.config
-    chosen = choose(plan, full_run=full_run, share=share, eval_flops=eval_flops, design=design)
-    F = chosen.full_run
     pilots = len(plan.schedules) * c.seeds
-    within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_flops,
-                       chosen.factor).to_dict() if chosen.pilots else None     # the design's own plan, not recomputed
-    value = pilot_value(chosen.share)
     grid_cost = plan.grid_flops + pilots * eval_flops
+    if design == "grid":         # the config as written, whatever its share (race pilot --design grid runs it)
+        F = A.number("full_run", full_run, error=DesignError, gt=0)
+        chosen, within = None, None
+        value = pilot_value(A.number("share", share, error=DesignError, gt=0, lt=1))
+    else:
+        chosen = choose(plan, full_run=full_run, share=share, eval_flops=eval_flops, design=design)
+        F = chosen.full_run
+        within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_flops,
+                           chosen.factor).to_dict() if chosen.pilots else None     # the design's own plan, not recomputed
+        value = pilot_value(chosen.share)
     ev_share = eval_flops / c.budget
     info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,
-            "within_share": within, "design": chosen.to_dict(), "validated_factor": VALIDATED_FACTOR,
+            "within_share": within, "design": chosen.to_dict() if chosen else {"name": "grid"},
+            "validated_factor": VALIDATED_FACTOR,
             "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
                       "pays": value.pays, "line": value.line()},
             "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS}}
@@ -220,8 +227,11 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
     def reach(factor: float) -> str:
         return ("within the " if factor <= VALIDATED_FACTOR else "past the ") + \
             f"{VALIDATED_FACTOR:.0f} × the range at F is validated to"
-    within_line = (f"  within a {chosen.share:.0%} share: {chosen.line()} ({reach(chosen.factor)})" if chosen.pilots
-                   else f"  within a {chosen.share:.0%} share: {chosen.line()}")
+    if chosen is None:
+        within_line = "  design grid: the config as written, whatever the share (race pilot --design grid runs it)"
+    else:
+        within_line = (f"  within a {chosen.share:.0%} share: {chosen.line()} ({reach(chosen.factor)})" if chosen.pilots
+                       else f"  within a {chosen.share:.0%} share: {chosen.line()}")
     lines = [render_plan(plan, fmt).rstrip("\n"), "",
              f"Against the full run F = {fmt_flops(F)} FLOPs:",
              f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "

@@ -8,11 +8,13 @@
 #    not need a GPU straight from the unpacked wheel, in subprocesses without RACE: its argument parser, its
 #    reward loader (openrlhf/utils/agent.py), its dataset and batching code. verl's Hydra config and reward
 #    loader are read the same way, and its tokenizer package runs from the sources in RACE's environment.
-# 2. verl 0.9.1 installed as its users install it (pip install verl==0.9.1, after the CPU torch), in a virtual
-#    environment of its own, $RACE_TRAINER_SOURCES/verl-env: its pins (transformers<5.11) conflict with RACE's,
-#    and RACE is not installed there. Its base install works on CPU (about 1.5 min); its rollout needs vLLM on
-#    a GPU (the vllm extra), which is not installed. tests/test_trainer_runs.py runs verl's RLHFDataset, its
-#    rollout's prompt builder and its reward loop there on the emitted files.
+# 2. verl 0.9.1 installed as its users install it for math rewards (pip install 'verl[math]==0.9.1', after the
+#    CPU torch; the math extra is math-verify, which the emitted race_reward.py's math and format rules need for
+#    answers that are not plain numbers), in a virtual environment of its own, $RACE_TRAINER_SOURCES/verl-env:
+#    its pins (transformers<5.11) conflict with RACE's, and RACE is not installed there. It works on CPU (about
+#    1.5 min); its rollout needs vLLM on a GPU (the vllm extra), which is not installed. tests/test_trainer_runs.py
+#    runs verl's RLHFDataset, its rollout's prompt builder and its reward loop there on the emitted files (the
+#    default tiny-arith recipe and the reasoner's).
 #
 # The pins are the versions docs/recipes.md names. To move one: change it here and in
 # `VERSION` in race/fullrun/trl.py, verl.py or openrlhf.py, run the tests, and fix the recipe where the trainer moved.
@@ -33,14 +35,14 @@ for pin in "verl==0.9.1" "openrlhf==0.11.2"; do
 done
 echo "trainer sources in $DEST: verl 0.9.1, openrlhf 0.11.2 (unpacked, not installed)"
 venv="$DEST/verl-env"
-if [ "$(cat "$venv/.race-pin" 2>/dev/null)" != "verl==0.9.1" ]; then
+if [ "$(cat "$venv/.race-pin" 2>/dev/null)" != "verl[math]==0.9.1" ]; then
     t0=$(date +%s)
     rm -rf "$venv"
     python -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/python" -m pip install --quiet torch==2.13.0       # the CPU build first, as .ci/run does
-    "$venv/bin/python" -m pip install --quiet "verl==0.9.1"
-    echo "verl==0.9.1" > "$venv/.race-pin"
+    "$venv/bin/python" -m pip install --quiet "verl[math]==0.9.1"
+    echo "verl[math]==0.9.1" > "$venv/.race-pin"
     echo "verl 0.9.1 installed in $venv in $(( $(date +%s) - t0 )) s"
 fi
-"$venv/bin/python" -c "import sys; sys.modules['race'] = None; import verl, transformers; print('verl', verl.__version__, 'with transformers', transformers.__version__, 'in', sys.prefix)"
+"$venv/bin/python" -c "import sys; sys.modules['race'] = None; import verl, transformers, math_verify; from importlib.metadata import version; print('verl', verl.__version__, 'with transformers', transformers.__version__, 'and math-verify', version('math-verify'), 'in', sys.prefix)"

@@ -12,9 +12,11 @@ trainers' own code where it runs on CPU, and the reward file run without RACE.
 - The chat template: each shipped policy's template renders a prompt to the tokens RACE's pilots feed it.
 - verl's rollout set-up: its Qwen token builder (from the sources) accepts every shipped tokenizer (a
   one-token newline) and renders a prompt to RACE's ids.
-- verl in its own environment (.ci/trainers.sh: ``pip install verl==0.9.1`` in a venv without RACE): its
-  RLHFDataset loads the emitted Parquet, its rollout's builder renders the rows to RACE's ids, and its
-  reward loop scores a batch through the emitted ``compute_score`` as RACE scores the same tokens.
+- verl in its own environment (.ci/trainers.sh: ``pip install 'verl[math]==0.9.1'`` in a venv without RACE),
+  on the default tiny-arith recipe and the reasoner's: its RLHFDataset loads the emitted Parquet, its
+  rollout's builder renders the rows to RACE's ids, and its reward loop scores a batch through the emitted
+  ``compute_score`` as RACE scores the text verl decodes (math-verify included; without it, plain numbers
+  still score and the file says on stderr what is missing).
 - TRL: ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
 
 The trainers' sources are their release wheels, unpacked (.ci/trainers.sh, $RACE_TRAINER_SOURCES); CI
@@ -374,11 +376,25 @@ def _hydra_value(v) -> str:
     return str(v)
 
 
-def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environment(tmp_path):
+REASONER = os.path.join(ROOT, "docs", "runs", "tiny-reasoner.results.json.gz")
+
+
+def _verl_env(tmp_path, **more) -> dict:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_HOME": str(tmp_path / "hf"), **more}
+
+
+@pytest.mark.parametrize("policy", ["tiny-arith", "tiny-reasoner"])
+def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environment(tmp_path, policy):
     """The emitted verl recipe, in verl 0.9.1's own environment without RACE: RLHFDataset loads the emitted
     Parquet (every row), the rollout's builder renders each row's chat turns with the shipped tokenizer's
     template to exactly the ids RACE's pilots fed the policy, and verl's reward loop scores responses through
-    the emitted compute_score as RACE scores the same tokens (sparse reward, the default config's)."""
+    the emitted compute_score as RACE scores the text verl decodes. tiny-arith: the default grid's sparse
+    reward. tiny-reasoner: its shipped grid's math 0.9 + format 0.1 mix, with math-verify as
+    ``verl[math]`` installs it (.ci/trainers.sh); verl decodes with skip_special_tokens=True, so the format
+    term, which needs the end-of-turn marker, never scores there (a right, terminated answer: 0.9 in verl,
+    1.0 in RACE's pilots)."""
     require(os.path.isfile(VERL_PYTHON), f"verl 0.9.1's own environment ({VERL_PYTHON}; .ci/trainers.sh builds it)")
     from transformers import AutoTokenizer
 
@@ -388,9 +404,11 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
     from race.tasks.rewards import build_reward
     from race.tasks.taskdata import policy_prompts
 
+    results = RESULTS if policy == "tiny-arith" else REASONER
     out = tmp_path / "emit"
-    rec = recipe(RESULTS, trainer="verl", full_run_budget=1e13, emit_dir=str(out))
-    cfg = config_from_dict(load_results(RESULTS).config)
+    rec = recipe(results, trainer="verl", full_run_budget=1e13, emit_dir=str(out))
+    cfg = config_from_dict(load_results(results).config)
+    assert cfg.model == f"race/{policy}"
     tok = AutoTokenizer.from_pretrained(rec.settings["actor_rollout_ref.model.path"])
     import pyarrow.parquet as pq
 
@@ -403,19 +421,35 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
     def ids(text):
         return tok(text, add_special_tokens=False)["input_ids"]
 
-    # per row: right and stopped, wrong and stopped, right but cut off (no EOS), an empty answer
-    responses = [[ids(p.answer) + [eos], ids(str(int(p.answer) + 1)) + [eos], ids(p.answer), [eos]]
-                 for p in problems]
     reward = build_reward(cfg)
-    want_scores = [float(reward(p.prompt, tok.decode(c, skip_special_tokens=False), p.answer))
-                   for p, group in zip(problems, responses) for c in group]
+
+    def race_score(p, c, skip):
+        return float(reward(p.prompt, tok.decode(c, skip_special_tokens=skip), p.answer))
+
+    if policy == "tiny-arith":
+        # per row: right and stopped, wrong and stopped, right but cut off (no EOS), an empty answer
+        responses = [[ids(p.answer) + [eos], ids(str(int(p.answer) + 1)) + [eos], ids(p.answer), [eos]]
+                     for p in problems]
+        want_scores = [race_score(p, c, True) for p, group in zip(problems, responses) for c in group]
+        assert want_scores == [race_score(p, c, False) for p, group in zip(problems, responses) for c in group]
+        assert want_scores[:4] == [1.0, 0.0, 1.0, 0.0]
+    else:
+        # per row: a worked solution, right and stopped; wrong and stopped; right but cut off; right in a form
+        # only math-verify reads (``#### 66+1``: not a plain number, so the copied checker's worker runs it);
+        # an empty answer
+        def solution(answer):
+            return ids(f"The total is {answer}.\n#### {answer}")
+
+        responses = [[solution(p.answer) + [eos], solution(int(p.answer) + 1) + [eos], solution(p.answer),
+                      solution(f"{int(p.answer) - 1}+1") + [eos], [eos]] for p in problems]
+        want_scores = [race_score(p, c, True) if i != 3 else 0.9      # RACE's own needs math-verify for this one
+                       for p, group in zip(problems, responses) for i, c in enumerate(group)]
+        assert want_scores[:5] == [0.9, 0.0, 0.9, 0.9, 0.0]
+        assert race_score(problems[0], responses[0][0], False) == 1.0   # what RACE's pilots score: the marker kept
     overrides = [f"{k}={_hydra_value(v)}" for k, v in rec.settings.items()]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HOME": str(tmp_path / "hf")}
     payload = json.dumps({"overrides": overrides, "responses": responses})
     r = subprocess.run([VERL_PYTHON, "-I", "-c", VERL_CHECK, payload], cwd=str(tmp_path), capture_output=True,
-                       text=True, env=env, timeout=600)
+                       text=True, env=_verl_env(tmp_path), timeout=600)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["verl"] == "0.9.1" and got["transformers"].startswith("5.")
@@ -424,7 +458,28 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
     assert got["turns"] == [row["prompt"] for row in table]
     assert got["ids"] == want_ids
     assert got["manager"] == "NaiveRewardManager"
-    assert got["scores"] == want_scores and want_scores[:4] == [1.0, 0.0, 1.0, 0.0]
+    assert got["scores"] == want_scores
+    if policy == "tiny-reasoner":
+        # without math-verify (verl's base install): plain numbers still score as RACE scores them, and an
+        # answer only math-verify reads scores 0, said once on stderr
+        hide = tmp_path / "no-math-verify"
+        hide.mkdir()
+        (hide / "math_verify.py").write_text("raise ImportError('hidden by the test')\n")
+        p = problems[0]
+        texts = [tok.decode(responses[0][i], skip_special_tokens=True) for i in (0, 3, 3)]
+        code = f"""
+import importlib.util, sys
+sys.modules["race"] = None
+spec = importlib.util.spec_from_file_location("rr", {rec.settings['reward.custom_reward_function.path']!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+print([m.compute_score(data_source="race", solution_str=s, ground_truth={p.answer!r}) for s in {texts!r}])
+"""
+        r = subprocess.run([VERL_PYTHON, "-I", "-c", code], cwd=str(tmp_path), capture_output=True, text=True,
+                           env=_verl_env(tmp_path, PYTHONPATH=str(hide)), timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == [0.9, 0.0, 0.0]
+        said = [x for x in r.stderr.splitlines() if x.startswith("race_reward.py:")]
+        assert len(said) == 1 and "math-verify" in said[0], r.stderr[-3000:]
 
 
 # ----------------------------------------------------------------------------- TRL's CLI

@@ -106,13 +106,23 @@ def _fn():
     return _FN
 
 
+_SAID = set()
+
+
 def score(prompt, completion, reference):
-    """RACE's reward of one completion; an exception or a value that is not a finite number scores 0."""
+    """RACE's reward of one completion; an exception or a value that is not a finite number scores 0.
+    A math checker that cannot run (math-verify missing) scores 0 too, and says so once on stderr."""
     try:
         raw = _fn()(prompt, completion, reference)
         if raw is None or isinstance(raw, (bool, str, bytes)):
             return 0.0
         value = float(raw)
+    except CheckerError as e:     # noqa: F405 — the copied answers module's
+        if str(e) not in _SAID:
+            _SAID.add(str(e))
+            print(f"race_reward.py: {{e}}; answers that are not plain numbers score 0 until it is installed",
+                  file=sys.stderr, flush=True)
+        return 0.0
     except Exception:  # noqa: BLE001 — a reward must never stop the run
         return 0.0
     return value if value == value and abs(value) <= MAX_ABS else 0.0
@@ -186,8 +196,9 @@ def reward_module(config: GridConfig, custom_function: str | None = None) -> str
                         "update race.fullrun.emit.reward_module")
     answers = answers.replace(_WORKER_CMD, _WORKER_CMD_HERE)
     kinds = set(r.mix or ()) if r.kind == "mix" else {r.kind}
-    needs = "; the math and format rules need math-verify (pip install 'math-verify>=0.9,<1')" \
-        if kinds & {"math", "format"} else ""
+    needs = ("; the math and format rules need math-verify for answers that are not plain numbers (pip install "
+             "'math-verify>=0.9,<1'; verl users: pip install 'verl[math]'), and without it score them 0 and say so "
+             "once on stderr") if kinds & {"math", "format"} else ""
     return (REWARD_HEAD.format(kind=r.kind, version=__version__, vendored=", ".join(VENDORED), needs=needs)
             + _vendored("race.tasks.rewards.rules") + answers
             + REWARD_TAIL.format(kind=r.kind, mix=check_mix(r.mix) if r.kind == "mix" else None,

@@ -14,9 +14,10 @@ trainers' own code where it runs on CPU, and the reward file run without RACE.
   one-token newline) and renders a prompt to RACE's ids.
 - verl in its own environment (.ci/trainers.sh: ``pip install 'verl[math]==0.9.1'`` in a venv without RACE),
   on the default tiny-arith recipe and the reasoner's: its RLHFDataset loads the emitted Parquet, its
-  rollout's builder renders the rows to RACE's ids, and its reward loop scores a batch through the emitted
-  ``compute_score`` as RACE scores the text verl decodes (math-verify included; without it, plain numbers
-  still score and the file says on stderr what is missing).
+  rollout's builder renders the rows to RACE's ids, and its reward loop, with the emitted reward manager the
+  recipe names (``race_verl_reward.py``: verl's naive manager decoding with the end-of-turn marker), scores a
+  batch through the emitted ``compute_score`` as RACE's pilots score the same ids (math-verify included;
+  without it, plain numbers still score and the file says on stderr what is missing).
 - TRL: ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
 
 The trainers' sources are their release wheels, unpacked (.ci/trainers.sh, $RACE_TRAINER_SOURCES); CI
@@ -319,8 +320,8 @@ VERL_PYTHON = os.environ.get("RACE_VERL_PYTHON") or os.path.join(SOURCES, "verl-
 # overrides, loads the emitted Parquet through verl's RLHFDataset (create_rl_dataset, which renders every
 # prompt with the tokenizer's chat template to filter overlong ones), builds the prompts' ids as verl's
 # rollout does (the continuous-token builder of the model's model_type, on the row's chat turns), and scores
-# a batch of responses through verl's reward loop (RewardLoopWorker: the reward manager, its decoding and the
-# custom_reward_function as verl loads it). It prints one JSON line.
+# a batch of responses through verl's reward loop (RewardLoopWorker: the reward manager the recipe names, as
+# verl loads it, its decoding and the custom_reward_function as verl loads it). It prints one JSON line.
 VERL_CHECK = r'''
 import json, os, sys
 sys.modules["race"] = None
@@ -364,6 +365,8 @@ print(json.dumps({"verl": verl.__version__, "transformers": transformers.__versi
                   "builder": type(builder).__name__, "dataset": type(dataset).__name__,
                   "turns": [r["raw_prompt"] for r in rows], "ids": ids,
                   "manager": type(worker.reward_manager).__name__,
+                  "manager_bases": [c.__name__ for c in type(worker.reward_manager).__mro__],
+                  "manager_file": config.reward.reward_manager.module.path,
                   "scores": [s["reward_score"] for s in scored]}))
 '''
 
@@ -392,9 +395,11 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
     template to exactly the ids RACE's pilots fed the policy, and verl's reward loop scores responses through
     the emitted compute_score as RACE scores the text verl decodes. tiny-arith: the default grid's sparse
     reward. tiny-reasoner: its shipped grid's math 0.9 + format 0.1 mix, with math-verify as
-    ``verl[math]`` installs it (.ci/trainers.sh); verl decodes with skip_special_tokens=True, so the format
-    term, which needs the end-of-turn marker, never scores there (a right, terminated answer: 0.9 in verl,
-    1.0 in RACE's pilots)."""
+    ``verl[math]`` installs it (.ci/trainers.sh). verl's naive reward manager decodes with
+    skip_special_tokens=True, which drops the end-of-turn marker the format term needs; the recipe names the
+    emitted race_verl_reward.py's manager (reward.reward_manager, source importlib), which keeps it, so verl
+    scores what RACE's pilots score on the same ids (decoded with the marker): a right, terminated answer 1.0,
+    a right one cut off 0.9."""
     require(os.path.isfile(VERL_PYTHON), f"verl 0.9.1's own environment ({VERL_PYTHON}; .ci/trainers.sh builds it)")
     from transformers import AutoTokenizer
 
@@ -423,15 +428,17 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
 
     reward = build_reward(cfg)
 
-    def race_score(p, c, skip):
+    def race_score(p, c, skip=False):
+        """RACE's reward of the ids ``c`` as its pilots decode them (race.engine.backends: special tokens kept)."""
         return float(reward(p.prompt, tok.decode(c, skip_special_tokens=skip), p.answer))
 
     if policy == "tiny-arith":
         # per row: right and stopped, wrong and stopped, right but cut off (no EOS), an empty answer
         responses = [[ids(p.answer) + [eos], ids(str(int(p.answer) + 1)) + [eos], ids(p.answer), [eos]]
                      for p in problems]
-        want_scores = [race_score(p, c, True) for p, group in zip(problems, responses) for c in group]
-        assert want_scores == [race_score(p, c, False) for p, group in zip(problems, responses) for c in group]
+        want_scores = [race_score(p, c) for p, group in zip(problems, responses) for c in group]
+        # sparse does not look at the marker: the same with it decoded away
+        assert want_scores == [race_score(p, c, True) for p, group in zip(problems, responses) for c in group]
         assert want_scores[:4] == [1.0, 0.0, 1.0, 0.0]
     else:
         # per row: a worked solution, right and stopped; wrong and stopped; right but cut off; right in a form
@@ -442,10 +449,18 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
 
         responses = [[solution(p.answer) + [eos], solution(int(p.answer) + 1) + [eos], solution(p.answer),
                       solution(f"{int(p.answer) - 1}+1") + [eos], [eos]] for p in problems]
-        want_scores = [race_score(p, c, True) if i != 3 else 0.9      # RACE's own needs math-verify for this one
+        try:
+            import math_verify  # noqa: F401 — RACE's own reward needs it for the fourth response
+            known = {}
+        except ImportError:
+            known = {3: 1.0}                     # right and terminated, as math-verify reads it
+        want_scores = [known[i] if i in known else race_score(p, c)
                        for p, group in zip(problems, responses) for i, c in enumerate(group)]
-        assert want_scores[:5] == [0.9, 0.0, 0.9, 0.9, 0.0]
-        assert race_score(problems[0], responses[0][0], False) == 1.0   # what RACE's pilots score: the marker kept
+        # as in RACE's pilots: a cut-off answer scores below a finished one, and a wrong but finished one
+        # keeps the format term
+        assert want_scores[:5] == [1.0, 0.1, 0.9, 1.0, 0.0]
+        # what verl's naive manager would score (the marker decoded away): the format term lost
+        assert race_score(problems[0], responses[0][0], True) == 0.9
     overrides = [f"{k}={_hydra_value(v)}" for k, v in rec.settings.items()]
     payload = json.dumps({"overrides": overrides, "responses": responses})
     r = subprocess.run([VERL_PYTHON, "-I", "-c", VERL_CHECK, payload], cwd=str(tmp_path), capture_output=True,
@@ -457,7 +472,10 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
     assert got["rows"] == pq.read_metadata(rec.settings["data.train_files"]).num_rows      # none filtered out
     assert got["turns"] == [row["prompt"] for row in table]
     assert got["ids"] == want_ids
-    assert got["manager"] == "NaiveRewardManager"
+    # the recipe's manager (race_verl_reward.py, loaded by verl's importlib source): verl's naive one, decoding
+    # with the end-of-turn marker
+    assert got["manager"] == "RaceRewardManager" and "NaiveRewardManager" in got["manager_bases"]
+    assert got["manager_file"] == rec.settings["reward.reward_manager.module.path"] == str(out / "race_verl_reward.py")
     assert got["scores"] == want_scores
     if policy == "tiny-reasoner":
         # without math-verify (verl's base install): plain numbers still score as RACE scores them, and an
@@ -466,7 +484,7 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
         hide.mkdir()
         (hide / "math_verify.py").write_text("raise ImportError('hidden by the test')\n")
         p = problems[0]
-        texts = [tok.decode(responses[0][i], skip_special_tokens=True) for i in (0, 3, 3)]
+        texts = [tok.decode(responses[0][i], skip_special_tokens=False) for i in (0, 3, 3)]   # as the manager decodes
         code = f"""
 import importlib.util, sys
 sys.modules["race"] = None
@@ -477,7 +495,7 @@ print([m.compute_score(data_source="race", solution_str=s, ground_truth={p.answe
         r = subprocess.run([VERL_PYTHON, "-I", "-c", code], cwd=str(tmp_path), capture_output=True, text=True,
                            env=_verl_env(tmp_path, PYTHONPATH=str(hide)), timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-        assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == [0.9, 0.0, 0.0]
+        assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == [1.0, 0.0, 0.0]
         said = [x for x in r.stderr.splitlines() if x.startswith("race_reward.py:")]
         assert len(said) == 1 and "math-verify" in said[0], r.stderr[-3000:]
 

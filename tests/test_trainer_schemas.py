@@ -76,6 +76,12 @@ def test_verl_overrides_compose_with_its_config_and_resolve():
         fn = resolved["reward"]["custom_reward_function"]
         assert fn["path"] == rec.settings["reward.custom_reward_function.path"] and fn["name"] == "compute_score"
         assert all(v is None for v in resolved["custom_reward_function"].values())
+        # the reward manager from the emitted file (verl's importlib source), which decodes with the end-of-turn
+        # marker; verl's RewardManagerConfig requires module.path for that source
+        manager = resolved["reward"]["reward_manager"]
+        assert manager["source"] == "importlib" and manager["name"] == "RaceRewardManager"
+        assert manager["module"]["path"] == rec.settings["reward.reward_manager.module.path"]
+        assert manager["module"]["path"].endswith("/race_verl_reward.py")
 
 
 def _openrlhf_parser():

@@ -12,6 +12,9 @@
   ``compute_score`` for verl's ``custom_reward_function``, ``reward_func`` for OpenRLHF's
   ``--reward.remote_url FILE.py``;
 - ``DIR/race_config.json``: the config the reward is built from; ``DIR/recipe.json``: the recipe;
+- verl: ``DIR/race_verl_reward.py``, the reward manager the recipe names (``reward.reward_manager``):
+  verl 0.9.1's naive manager, except that it decodes a response with its special tokens, as RACE's
+  pilots decode completions, so a reward that checks termination sees the end-of-turn marker;
 - TRL: ``DIR/train_trl.py``, a runnable training script (``python train_trl.py [--max-steps N]``).
 
 It returns the settings that point the recipe at them (``data_settings``), and the epochs so that
@@ -44,15 +47,20 @@ VENDORED = ("race.tasks.rewards.rules", "race.tasks.rewards.answers")
 _WORKER_CMD = '[sys.executable, "-c", "from race.tasks.rewards.answers import serve; serve()"]'
 _WORKER_CMD_HERE = '[sys.executable, os.path.abspath(__file__), "--race-math-worker"]'
 CUSTOM_FILE = "race_custom_reward.py"
+VERL_MANAGER_FILE = "race_verl_reward.py"
+VERL_MANAGER = "RaceRewardManager"
 
 REWARD_HEAD = '''"""RACE's reward for this recipe (race recipe --emit): {kind}. Self-contained: it imports no RACE code
 (the rules and answer parsing below are copied from RACE {version}: {vendored}){needs}.
 
-Completions reach it as the trainer decodes them: TRL and verl skip special tokens, so a reward that
-checks termination (structured, format) sees no end marker there.
+Completions reach it as the trainer decodes them: TRL skips special tokens, so a reward that checks
+termination (structured, format) sees no end marker there; verl's naive reward manager skips them too,
+and the recipe's reward manager ({verl_manager}, written beside this file) keeps them, as RACE's pilots do.
 
     TRL:      reward_funcs=["race_reward.reward"] (run from this folder, or put it on PYTHONPATH)
     verl:     reward.custom_reward_function.path=THIS_FILE reward.custom_reward_function.name=compute_score
+              reward.reward_manager.source=importlib reward.reward_manager.name={verl_class}
+              reward.reward_manager.module.path={verl_manager} (beside this file)
     OpenRLHF: --reward.remote_url THIS_FILE (its loader calls reward_func)
 """
 from __future__ import annotations
@@ -199,11 +207,54 @@ def reward_module(config: GridConfig, custom_function: str | None = None) -> str
     needs = ("; the math and format rules need math-verify for answers that are not plain numbers (pip install "
              "'math-verify>=0.9,<1'; verl users: pip install 'verl[math]'), and without it score them 0 and say so "
              "once on stderr") if kinds & {"math", "format"} else ""
-    return (REWARD_HEAD.format(kind=r.kind, version=__version__, vendored=", ".join(VENDORED), needs=needs)
+    return (REWARD_HEAD.format(kind=r.kind, version=__version__, vendored=", ".join(VENDORED), needs=needs,
+                               verl_manager=VERL_MANAGER_FILE, verl_class=VERL_MANAGER)
             + _vendored("race.tasks.rewards.rules") + answers
             + REWARD_TAIL.format(kind=r.kind, mix=check_mix(r.mix) if r.kind == "mix" else None,
                                  check=float(getattr(r, "check_timeout", 2.0)),
                                  custom=(CUSTOM_FILE, custom_function) if custom_function else None))
+
+
+VERL_MANAGER_TEXT = '''"""The reward manager of this RACE recipe for verl (race recipe --for verl --emit): verl's own naive
+reward manager, except that it decodes each response with its special tokens, as RACE's pilots decode
+completions. verl's naive manager decodes with skip_special_tokens=True, so the end-of-turn marker is gone
+before compute_score sees the text, and a reward that checks termination (RACE's structured and format
+rules) cannot tell a finished answer from a cut-off one. Everything else (the response's valid length, the
+call to compute_score from race_reward.py, the score and its extra info) is the naive manager's own.
+
+    reward.reward_manager.source=importlib reward.reward_manager.name={cls}
+    reward.reward_manager.module.path=THIS_FILE
+
+It runs in verl's environment (it imports verl 0.9.1's naive manager) and nowhere else.
+"""
+from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+
+class _DecodeWithSpecialTokens:
+    """The policy's tokenizer, except that decode keeps the special tokens (the end-of-turn marker)."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def decode(self, token_ids, *args, **kwargs):
+        kwargs["skip_special_tokens"] = False
+        return self._tokenizer.decode(token_ids, *args, **kwargs)
+
+    def batch_decode(self, sequences, *args, **kwargs):
+        kwargs["skip_special_tokens"] = False
+        return self._tokenizer.batch_decode(sequences, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+class {cls}(NaiveRewardManager):
+    """verl's naive reward manager, decoding responses as RACE's pilots do (special tokens kept)."""
+
+    def __init__(self, config, tokenizer, compute_score, **kwargs):
+        super().__init__(config, tokenizer, compute_score, **kwargs)
+        self.tokenizer = _DecodeWithSpecialTokens(tokenizer)
+'''.format(cls=VERL_MANAGER)
 
 
 TRL_SCRIPT = '''"""The full run of this recipe with TRL (written by race recipe --for trl --emit): GRPOConfig from
@@ -286,7 +337,8 @@ def own_files(trainer: str, model: str | None = None, custom: bool = False) -> t
     for a shipped policy, ``race_custom_reward.py`` for a custom reward)."""
     data = ("data/train.parquet", "data/test.parquet") if trainer == "verl" else ("data/train.jsonl", "data/test.jsonl")
     return (*data, "race_config.json", "race_reward.py", *((CUSTOM_FILE,) if custom else ()),
-            *(("train_trl.py",) if trainer == "trl" else ()), "recipe.json",
+            *(("train_trl.py",) if trainer == "trl" else ()), *((VERL_MANAGER_FILE,) if trainer == "verl" else ()),
+            "recipe.json",
             *(f"model/{f}" for f in (shipped_files(model) if model else ())))
 
 
@@ -438,6 +490,8 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
         put(CUSTOM_FILE, _copier(custom_src))
     if trainer == "trl":
         put("train_trl.py", TRL_SCRIPT)
+    if trainer == "verl":
+        put(VERL_MANAGER_FILE, VERL_MANAGER_TEXT)
     shipped = shipped_files(config.model)
     if shipped:
         from race.flops.catalog import resolve_model_path
@@ -503,7 +557,12 @@ def data_settings(trainer: str, out_dir: str | None, *, steps: int, prompts_per_
                "data.prompt_key": "prompt",
                # verl 0.9 reads the reward function under reward. only (main_ppo dropped the old top-level key)
                "reward.custom_reward_function.path": os.path.join(d, "race_reward.py"),
-               "reward.custom_reward_function.name": "compute_score"}
+               "reward.custom_reward_function.name": "compute_score",
+               # verl's naive reward manager decodes without special tokens; this one keeps them (the
+               # end-of-turn marker RACE's structured and format rules check), as RACE's pilots decode
+               "reward.reward_manager.source": "importlib",
+               "reward.reward_manager.name": VERL_MANAGER,
+               "reward.reward_manager.module.path": os.path.join(d, VERL_MANAGER_FILE)}
         if rows is not None:
             ep = epochs(steps, prompts_per_step, rows)
             out["trainer.total_epochs"] = ep

@@ -18,7 +18,10 @@ trainers' own code where it runs on CPU, and the reward file run without RACE.
   recipe names (``race_verl_reward.py``: verl's naive manager decoding with the end-of-turn marker), scores a
   batch through the emitted ``compute_score`` as RACE's pilots score the same ids (math-verify included;
   without it, plain numbers still score and the file says on stderr what is missing).
-- TRL: ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
+- TRL: its own reward call (``GRPOTrainer._calculate_rewards``, without RACE) on the emitted
+  ``race_reward.reward``, with completions as TRL builds them (ids to the first end id, inclusive; text
+  decoded without special tokens), scores what RACE's pilots score on the same ids (the reasoner's format
+  term included); ``trl grpo --config`` on the emitted YAML trains 3 steps of the shipped policy from the folder.
 
 The trainers' sources are their release wheels, unpacked (.ci/trainers.sh, $RACE_TRAINER_SOURCES); CI
 fails without them (conftest.require)."""
@@ -498,6 +501,101 @@ print([m.compute_score(data_source="race", solution_str=s, ground_truth={p.answe
         assert ast.literal_eval(r.stdout.strip().splitlines()[-1]) == [1.0, 0.0, 0.0]
         said = [x for x in r.stderr.splitlines() if x.startswith("race_reward.py:")]
         assert len(said) == 1 and "math-verify" in said[0], r.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- TRL's reward call
+
+# Runs the emitted race_reward.reward through TRL 1.16's own GRPOTrainer._calculate_rewards (the call
+# func(prompts=..., completions=..., completion_ids=..., **reward_kwargs) with the dataset's columns), in an
+# interpreter where ``import race`` fails. It prints the rewards as one JSON line.
+TRL_CHECK = r'''
+import importlib.util, json, sys, types
+sys.modules["race"] = None
+payload = json.loads(sys.argv[1])
+from transformers import TrainerState
+from trl.trainer.grpo_trainer import GRPOTrainer
+
+spec = importlib.util.spec_from_file_location("race_reward", payload["reward_file"])
+race_reward = importlib.util.module_from_spec(spec); spec.loader.exec_module(race_reward)
+trainer = types.SimpleNamespace(accelerator=types.SimpleNamespace(device="cpu", is_main_process=True),
+                                args=types.SimpleNamespace(report_to=[]), state=TrainerState(),
+                                reward_funcs=[race_reward.reward], reward_processing_classes=[None],
+                                reward_func_names=["reward"], environments=None,
+                                _log_completion_extra=lambda *a, **k: None, _log_metric=lambda *a, **k: None)
+rewards = GRPOTrainer._calculate_rewards(trainer, payload["inputs"], payload["prompts"], payload["completions"],
+                                         payload["completion_ids"])
+print(json.dumps({"rewards": rewards[:, 0].tolist(),
+                  "end_tokens": {str(k): v for k, v in race_reward.END_TOKENS.items()}}))
+'''
+
+
+@pytest.mark.parametrize("policy", ["tiny-arith", "tiny-reasoner"])
+def test_trls_reward_call_scores_what_races_pilots_score_on_the_same_ids(tmp_path, policy):
+    """The emitted TRL recipe's reward, called by TRL 1.16's own GRPOTrainer._calculate_rewards without RACE,
+    on completions as TRL builds them: the sampled ids up to the first end-of-turn id, inclusive
+    (completion_ids), and their text decoded with skip_special_tokens (conversational, as the recipe's
+    prompts are). It scores what RACE's reward scores on the same sampled ids decoded as RACE's pilots decode
+    them (special tokens kept): the reward puts back the marker of a finished completion from its ids, so the
+    reasoner's format term (and a cut-off answer's loss of it) counts as in RACE. tiny-arith: sparse, the
+    same as before; tiny-reasoner: math 0.9 + format 0.1, a right finished answer 1.0, a wrong finished one
+    0.1, a right one cut off 0.9, an empty one 0.0."""
+    from transformers import AutoTokenizer
+
+    from race.config.configfile import config_from_dict
+    from race.stats.results import load_results
+    from race.tasks import load_task
+    from race.tasks.rewards import build_reward
+
+    results = RESULTS if policy == "tiny-arith" else REASONER
+    out = tmp_path / "emit"
+    rec = recipe(results, trainer="trl", full_run_budget=1e13, emit_dir=str(out))
+    cfg = config_from_dict(load_results(results).config)
+    assert cfg.model == f"race/{policy}"
+    tok = AutoTokenizer.from_pretrained(str(out / "model"))
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    rows = [json.loads(x) for x in (out / "data" / "train.jsonl").read_text().splitlines()[:3]]
+    by_prompt = {p.prompt: p for p in load_task(cfg.task, split="train")}
+    problems = [by_prompt[row["prompt"][-1]["content"]] for row in rows]
+
+    def ids(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def solution(answer):
+        return ids(f"The total is {answer}.\n#### {answer}") if policy == "tiny-reasoner" else ids(str(answer))
+
+    # per row, as sampled (a finished row padded after its end id, as generate pads it): right and finished,
+    # wrong and finished, right but cut off (no end id), empty and finished
+    sampled = [[solution(p.answer) + [eos, pad, pad], solution(int(p.answer) + 1) + [eos], solution(p.answer),
+                [eos, pad]] for p in problems]
+    flat = [(row, p, c) for row, p, group in zip(rows, problems, sampled) for c in group]
+    # TRL's completion_ids: the sampled ids up to the first end id, inclusive (_generate_single_turn's mask)
+    completion_ids = [c[:c.index(eos) + 1] if eos in c else list(c) for _, _, c in flat]
+    # as TRL decodes them (a tokenizer without a response schema: batch_decode, then an assistant turn each)
+    assert getattr(tok, "response_template", None) is None and getattr(tok, "response_schema", None) is None
+    texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+    assert all(tok.eos_token not in t for t in texts)
+    reward = build_reward(cfg)
+    want = [float(reward(p.prompt, tok.decode(c, skip_special_tokens=False), p.answer)) for _, p, c in flat]
+    if policy == "tiny-arith":
+        assert want[:4] == [1.0, 0.0, 1.0, 0.0]
+    else:
+        assert want[:4] == [1.0, 0.1, 0.9, 0.0]
+        # what the emitted reward scored before it read completion_ids: the format term never counted
+        assert [float(reward(p.prompt, t, p.answer)) for (_, p, _), t in zip(flat, texts)][:4] == [0.9, 0.0, 0.9, 0.0]
+    payload = json.dumps({"reward_file": str(out / "race_reward.py"),
+                          "inputs": [{"prompt": row["prompt"], "answer": row["answer"]} for row, _, _ in flat],
+                          "prompts": [row["prompt"] for row, _, _ in flat],
+                          "completions": [[{"role": "assistant", "content": t}] for t in texts],
+                          "completion_ids": completion_ids})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    r = subprocess.run([sys.executable, "-I", "-c", TRL_CHECK, payload], cwd=str(tmp_path), capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["end_tokens"] == {str(eos): tok.eos_token}
+    assert got["rewards"] == pytest.approx(want, abs=1e-6)
+    assert rec.model["reward_funcs"] == ["race_reward.reward"]
 
 
 # ----------------------------------------------------------------------------- TRL's CLI

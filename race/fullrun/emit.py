@@ -10,7 +10,9 @@
   custom function, which then runs in its own process with the config's time limit:
   race.tasks.rewards.build_reward), under each trainer's signature: ``reward`` for TRL's ``reward_funcs``,
   ``compute_score`` for verl's ``custom_reward_function``, ``reward_func`` for OpenRLHF's
-  ``--reward.remote_url FILE.py``;
+  ``--reward.remote_url FILE.py``; for TRL it carries the policy's end-of-turn ids and their text
+  (``end_tokens``, from its tokenizer), so that ``reward`` puts back the marker TRL decodes away when a
+  completion's ids end with one, and scores the text RACE's pilots score;
 - ``DIR/race_config.json``: the config the reward is built from; ``DIR/recipe.json``: the recipe;
 - verl: ``DIR/race_verl_reward.py``, the reward manager the recipe names (``reward.reward_manager``):
   verl 0.9.1's naive manager, except that it decodes a response with its special tokens, as RACE's
@@ -53,9 +55,12 @@ VERL_MANAGER = "RaceRewardManager"
 REWARD_HEAD = '''"""RACE's reward for this recipe (race recipe --emit): {kind}. Self-contained: it imports no RACE code
 (the rules and answer parsing below are copied from RACE {version}: {vendored}){needs}.
 
-Completions reach it as the trainer decodes them: TRL skips special tokens, so a reward that checks
-termination (structured, format) sees no end marker there; verl's naive reward manager skips them too,
-and the recipe's reward manager ({verl_manager}, written beside this file) keeps them, as RACE's pilots do.
+RACE's pilots score a completion decoded with its special tokens, so a reward that checks termination
+(structured, format) sees the end-of-turn marker of a finished answer. TRL decodes with skip_special_tokens,
+so reward (TRL's) puts the marker back where the completion's ids (TRL's completion_ids) end with one of
+END_TOKENS, the policy's end-of-turn ids taken from its tokenizer at emit time; verl's naive reward
+manager skips them too, and the recipe's reward manager ({verl_manager}, written beside this file) keeps
+them.
 
     TRL:      reward_funcs=["race_reward.reward"] (run from this folder, or put it on PYTHONPATH)
     verl:     reward.custom_reward_function.path=THIS_FILE reward.custom_reward_function.name=compute_score
@@ -75,6 +80,9 @@ MIX = {mix!r}
 CHECK_SECONDS = {check!r}
 CUSTOM = {custom!r}           # (file beside this one, function name) for reward.kind custom
 MAX_ABS = 1e6                 # as RACE: a reward beyond ± this, or not a finite number, scores 0
+# TRL: the token ids that end a completion (the policy's EOS / end-of-turn ids, as GRPOTrainer stops at them),
+# each with its text as RACE's pilots decode it (special tokens kept); empty: the tokenizer was not found
+END_TOKENS = {end!r}
 
 
 def _rule(name):
@@ -144,10 +152,25 @@ def _prompt_text(prompt):
     return users[-1] if users and isinstance(users[-1], str) else ""
 
 
-def reward(completions, answer, prompts=None, **kwargs):
+def _as_decoded(text, ids):
+    """A completion's text as RACE's pilots decode it. TRL decodes with skip_special_tokens, which drops
+    the end-of-turn marker; its completion_ids run to the first end id, inclusive, so a finished completion's
+    ids end with one of END_TOKENS, and its marker goes back after the text (a cut-off one's ids do not)."""
+    try:
+        last = int(ids[-1]) if ids is not None and len(ids) else None
+    except (TypeError, ValueError, IndexError):
+        return text
+    marker = END_TOKENS.get(last)
+    return text + marker if marker and not text.endswith(marker) else text
+
+
+def reward(completions, answer, prompts=None, completion_ids=None, **kwargs):
     """TRL: reward_funcs=["race_reward.reward"]: the dataset's answer column is the reference; a
-    conversational completion is its last turn's content."""
+    conversational completion is its last turn's content; completion_ids (TRL's sampled ids) tell a
+    finished completion (its end-of-turn marker put back, as RACE's pilots see it) from a cut-off one."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    ids = completion_ids if completion_ids is not None else [None] * len(texts)
+    texts = [_as_decoded(t, i) for t, i in zip(texts, ids)]
     prompts = prompts or [""] * len(texts)
     return [score(_prompt_text(p), c, a) for p, c, a in zip(prompts, texts, answer)]
 
@@ -190,10 +213,40 @@ def _vendored(module_name: str) -> str:
     return f"\n# ------------------------------------------------------------------------------ {module_name}\n" + body
 
 
-def reward_module(config: GridConfig, custom_function: str | None = None) -> str:
+def end_tokens(model: str) -> dict[int, str]:
+    """The ids at which TRL 1.16's GRPOTrainer ends a completion of ``model`` (the tokenizer's EOS and the
+    generation config's ``eos_token_id``\ s), each with its text as RACE's pilots decode it (special
+    tokens kept); {} when the tokenizer is not on this machine (a Hub id outside the local cache: nothing
+    is downloaded)."""
+    from race.flops.catalog import resolve_model_path
+
+    folder = resolve_model_path(model)
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception:  # noqa: BLE001 — no tokenizer here: the reward cannot put the marker back
+        return {}
+    try:
+        from transformers import GenerationConfig
+
+        gen = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
+    except Exception:  # noqa: BLE001 — no generation config: the tokenizer's EOS alone
+        gen = None
+    found: list[int] = []
+    for i in [tok.eos_token_id, *(gen if isinstance(gen, (list, tuple)) else [gen])]:
+        if isinstance(i, int) and not isinstance(i, bool) and i not in found:
+            found.append(i)
+    return {i: tok.decode([i], skip_special_tokens=False) for i in found}
+
+
+def reward_module(config: GridConfig, custom_function: str | None = None,
+                  end: dict[int, str] | None = None) -> str:
     """The text of ``race_reward.py`` for ``config``'s reward: RACE's rules and answer checker copied
     in, the mix or rule the config names, or the user's function (``custom_function``, the name in
-    the copy beside it, ``CUSTOM_FILE``), under TRL's, verl's and OpenRLHF's signatures."""
+    the copy beside it, ``CUSTOM_FILE``), under TRL's, verl's and OpenRLHF's signatures. ``end``: the
+    policy's end-of-turn ids and their text (``end_tokens``), with which TRL's ``reward`` puts back the
+    marker TRL decodes away."""
     from race.tasks.rewards.mix import check_mix
     from race.core.version import __version__
 
@@ -212,7 +265,8 @@ def reward_module(config: GridConfig, custom_function: str | None = None) -> str
             + _vendored("race.tasks.rewards.rules") + answers
             + REWARD_TAIL.format(kind=r.kind, mix=check_mix(r.mix) if r.kind == "mix" else None,
                                  check=float(getattr(r, "check_timeout", 2.0)),
-                                 custom=(CUSTOM_FILE, custom_function) if custom_function else None))
+                                 custom=(CUSTOM_FILE, custom_function) if custom_function else None,
+                                 end=dict(end or {})))
 
 
 VERL_MANAGER_TEXT = '''"""The reward manager of this RACE recipe for verl (race recipe --for verl --emit): verl's own naive
@@ -302,8 +356,13 @@ def build(max_steps=None, output_dir=None, **overrides):
     data = load_dataset("json", data_files=os.path.join(HERE, "data", "train.jsonl"), split="train")
     peft = LoraConfig(r=model["lora_r"], lora_alpha=model["lora_alpha"],
                       target_modules=model["lora_target_modules"], task_type="CAUSAL_LM")
-    return GRPOTrainer(model=model["model_name_or_path"], reward_funcs=race_reward.reward,
-                       args=args, train_dataset=data, peft_config=peft)
+    trainer = GRPOTrainer(model=model["model_name_or_path"], reward_funcs=race_reward.reward,
+                          args=args, train_dataset=data, peft_config=peft)
+    if not race_reward.END_TOKENS:      # the tokenizer was not found at emit time: the trainer's own end ids
+        tok = trainer.processing_class
+        tok = getattr(tok, "tokenizer", tok)
+        race_reward.END_TOKENS.update({i: tok.decode([i], skip_special_tokens=False) for i in trainer.eos_token_ids})
+    return trainer
 
 
 if __name__ == "__main__":
@@ -473,7 +532,7 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
     custom_src, custom_fn = _custom_reward(config)
     replaced = check_target(out_dir, trainer, force=force, model=config.model, custom=bool(custom_fn))
     train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
-    reward_text = reward_module(config, custom_fn)
+    reward_text = reward_module(config, custom_fn, end_tokens(config.model) if trainer == "trl" else None)
     files = []
 
     def put(name: str, content: Any) -> None:

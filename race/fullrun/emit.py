@@ -217,28 +217,49 @@ def end_tokens(model: str) -> dict[int, str]:
     """The ids at which TRL 1.16's GRPOTrainer ends a completion of ``model`` (the tokenizer's EOS and the
     generation config's ``eos_token_id``\ s), each with its text as RACE's pilots decode it (special
     tokens kept); {} when the tokenizer is not on this machine (a Hub id outside the local cache: nothing
-    is downloaded)."""
+    is downloaded). Read from the model's own files (tokenizer.json, tokenizer_config.json,
+    generation_config.json) as JSON: this module stays free of transformers (the import contracts)."""
     from race.flops.catalog import resolve_model_path
 
     folder = resolve_model_path(model)
-    try:
-        from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except Exception:  # noqa: BLE001 — no tokenizer here: the reward cannot put the marker back
+    def read(name: str) -> Any:
+        if os.path.isdir(folder):
+            path = os.path.join(folder, name)
+        else:                               # a Hub id: its file in the local cache, if any (never downloaded)
+            try:
+                from huggingface_hub import try_to_load_from_cache
+
+                path = try_to_load_from_cache(folder, name)
+            except Exception:  # noqa: BLE001 — not a valid Hub id, or no cache: no tokenizer here
+                return None
+        if not isinstance(path, str) or not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+
+    tok, cfg, gen = read("tokenizer.json"), read("tokenizer_config.json") or {}, read("generation_config.json") or {}
+    if not isinstance(tok, dict):
         return {}
-    try:
-        from transformers import GenerationConfig
-
-        gen = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
-    except Exception:  # noqa: BLE001 — no generation config: the tokenizer's EOS alone
-        gen = None
+    text: dict[int, str] = {t["id"]: t["content"] for t in tok.get("added_tokens") or []
+                            if isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str)}
+    vocab = (tok.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        for piece, i in vocab.items():
+            if isinstance(i, int):
+                text.setdefault(i, piece)
+    ids = {v: k for k, v in sorted(text.items(), reverse=True)}
+    eos = cfg.get("eos_token") if isinstance(cfg, dict) else None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    more = gen.get("eos_token_id") if isinstance(gen, dict) else None
     found: list[int] = []
-    for i in [tok.eos_token_id, *(gen if isinstance(gen, (list, tuple)) else [gen])]:
-        if isinstance(i, int) and not isinstance(i, bool) and i not in found:
+    for i in [ids.get(eos) if isinstance(eos, str) else None, *(more if isinstance(more, (list, tuple)) else [more])]:
+        if isinstance(i, int) and not isinstance(i, bool) and i in text and i not in found:
             found.append(i)
-    return {i: tok.decode([i], skip_special_tokens=False) for i in found}
-
+    return {i: text[i] for i in found}
 
 def reward_module(config: GridConfig, custom_function: str | None = None,
                   end: dict[int, str] | None = None) -> str:

@@ -8,6 +8,7 @@ Interface:
 - ``recipe_base``: what the trainers share: ``Recipe``, ``TrainerRun``, ``Shape``, the micro-batch
   and watch-cadence rules.
 - ``emit``: ``race recipe --emit``: the recipe's runnable files (script, data, a self-contained reward).
+- ``reward_file``: the reward files' text (``race_reward.py``, verl's reward manager), below ``emit``.
 - ``probe``: the length probe at the full-run budget: its plan and its record.
 - ``watch``: ``Watch`` and ``trl_callback``, the pilots' instability rule on a user's full run.
 

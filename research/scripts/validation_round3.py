@@ -163,14 +163,16 @@ def score_setting(s: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | 
            "wall_full": run_wall(full)}
     if prior is None or onp is None:
         return row
-    (_, pr), = runs(prior, drop_collapsed=drop_collapsed).values()
-    (_, op), = runs(onp, drop_collapsed=drop_collapsed).values()
+    # with collapsed runs left out a baseline may have no run left: its gains are then undefined (None), not 0
+    pr = next(iter(runs(prior, drop_collapsed=drop_collapsed).values()), (None, None))[1]
+    op = next(iter(runs(onp, drop_collapsed=drop_collapsed).values()), (None, None))[1]
     row["prior_rho"] = next(iter(v.measured_rho(prior).values()))
     row["onpolicy_rho"] = next(iter(v.measured_rho(onp).values()))
     row["collapsed_prior"] = sum(v.collapses(prior).values())
     row["collapsed_onpolicy"] = sum(v.collapses(onp).values())
-    row["over_onpolicy"] = gain_ci(pr, op)                      # RACE's run is the prior's (no pilots fit)
-    row["oracle"] = gain_ci(grid[best][1], pr, seed=1)          # the best full-run point at F against the prior at C
+    # RACE's run is the prior's (no pilots fit); "oracle": the best full-run point at F against the prior at C
+    row["over_onpolicy"] = gain_ci(pr, op) if pr is not None and op is not None else None
+    row["oracle"] = gain_ci(grid[best][1], pr, seed=1) if pr is not None else None
     return row
 
 
@@ -181,7 +183,9 @@ def run_wall(rec: dict) -> float:
     return sum(walls) / len(walls) if walls else float("nan")
 
 
-def _ci(g: tuple[float, float, float], se: float) -> str:
+def _ci(g: tuple[float, float, float] | None, se: float) -> str:
+    if g is None:
+        return "— (no run of a baseline left)"
     d, lo, hi = g
     z = d / se if se == se and se > 0 else float("nan")
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({z:+.2f} SE)"
@@ -211,7 +215,13 @@ def score_lines(suite: dict) -> list[str]:
                        f"({r['best']:.3f}) | {r['prior_rho']:.3f} · {r['onpolicy_rho']:.3f} | "
                        f"{_ci(r['over_onpolicy'], r['se'])} | {_ci(r['oracle'], r['se'])} | "
                        f"{r['collapsed']} · {r['collapsed_prior']} · {r['collapsed_onpolicy']} |")
-        scored = [r for r in rows if r and "over_onpolicy" in r and r["learned"]]
+        scored = [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
+                  and r["learned"]]
+        undefined = [r["setting"] for r in rows if r and "over_onpolicy" in r and r["learned"]
+                     and (r["over_onpolicy"] is None or r["oracle"] is None)]
+        if undefined:
+            out += ["", f"Left out of the summary: {', '.join(undefined)} (every run of a baseline collapsed: no gain "
+                    "to score without collapsed runs)."]
         if scored:
             def z(g, se):
                 return g[0] / se if se == se and se > 0 else float("nan")

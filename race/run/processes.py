@@ -298,19 +298,16 @@ class PilotPool:
                 msg = conn.recv()
                 if msg[0] == "progress" and msg[1] in left:
                     yield Progressed(left[msg[1]], msg[2], msg[3])
-                elif msg[0] == "result":
-                    result = PilotResult.from_dict(msg[1])
-                    job = left.pop(result.seed, None)
-                    if job is not None:
-                        yield Finished(job, result)
-                    done = not left
-                elif msg[0] == "paused":
-                    from race.engine.continuation import PilotPaused
+                elif msg[0] in ("result", "paused"):     # a seed's end: its result, or its reading at a mark
+                    if msg[0] == "result":
+                        record, event = PilotResult.from_dict(msg[1]), Finished
+                    else:
+                        from race.engine.continuation import PilotPaused
 
-                    paused = PilotPaused.from_dict(msg[1])
-                    job = left.pop(paused.seed, None)
+                        record, event = PilotPaused.from_dict(msg[1]), Paused
+                    job = left.pop(record.seed, None)
                     if job is not None:
-                        yield Paused(job, paused)
+                        yield event(job, record)
                     done = not left
                 elif msg[0] == "error":
                     error, done = (msg[1], msg[2]), True

@@ -36,6 +36,19 @@ def require(ok: bool, what: str) -> None:
     pytest.skip(f"{what} is missing (CI installs it; see .ci/run)")
 
 
+def hydra_overrides(settings: dict) -> list[str]:
+    """A verl recipe's settings as Hydra command-line overrides (``key=value``): booleans as
+    ``true``/``false``, lists as ``[a,b]``, the rest as ``str`` gives them."""
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(map(str, v)) + "]"
+        return str(v)
+
+    return [f"{k}={value(v)}" for k, v in settings.items()]
+
+
 def untimed(report: str) -> str:
     """A text report without its wall-time parts (the points table's last column, ``wall s``,
     and the ``wall time per pilot`` line): what two independent runs of one grid share."""

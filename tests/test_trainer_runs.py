@@ -36,7 +36,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, require
+from conftest import ROOT, hydra_overrides, require
 from race.fullrun.recipes import recipe, render_recipe
 
 SOURCES = os.environ.get("RACE_TRAINER_SOURCES") or os.path.join(ROOT, ".ci", "cache", "trainers")
@@ -374,14 +374,6 @@ print(json.dumps({"verl": verl.__version__, "transformers": transformers.__versi
 '''
 
 
-def _hydra_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(map(str, v)) + "]"
-    return str(v)
-
-
 REASONER = os.path.join(ROOT, "docs", "runs", "tiny-reasoner.results.json.gz")
 
 
@@ -464,7 +456,7 @@ def test_verls_own_dataset_rollout_prompts_and_reward_loop_in_its_own_environmen
         assert want_scores[:5] == [1.0, 0.1, 0.9, 1.0, 0.0]
         # what verl's naive manager would score (the marker decoded away): the format term lost
         assert race_score(problems[0], responses[0][0], True) == 0.9
-    overrides = [f"{k}={_hydra_value(v)}" for k, v in rec.settings.items()]
+    overrides = hydra_overrides(rec.settings)
     payload = json.dumps({"overrides": overrides, "responses": responses})
     r = subprocess.run([VERL_PYTHON, "-I", "-c", VERL_CHECK, payload], cwd=str(tmp_path), capture_output=True,
                        text=True, env=_verl_env(tmp_path), timeout=600)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ROOT, require
+from conftest import ROOT, hydra_overrides, require
 from race.fullrun.recipes import recipe
 
 SOURCES = os.environ.get("RACE_TRAINER_SOURCES") or os.path.join(ROOT, ".ci", "cache", "trainers")
@@ -42,14 +42,6 @@ def _verl_config_dir() -> str:
     return path
 
 
-def _hydra_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(map(str, v)) + "]"
-    return str(v)
-
-
 def test_verl_overrides_compose_with_its_config_and_resolve():
     pytest.importorskip("hydra")
     from hydra import compose, initialize_config_dir
@@ -57,7 +49,7 @@ def test_verl_overrides_compose_with_its_config_and_resolve():
 
     config_dir = _verl_config_dir()
     for rec in _recipes("verl"):
-        overrides = [f"{k}={_hydra_value(v)}" for k, v in rec.settings.items()]
+        overrides = hydra_overrides(rec.settings)
         with initialize_config_dir(config_dir=config_dir, version_base=None):
             cfg = compose(config_name="ppo_trainer", overrides=overrides)    # an unknown key raises here
         assert set(OmegaConf.missing_keys(cfg)) <= UNUSED_MANDATORY, OmegaConf.missing_keys(cfg)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,6 +67,28 @@ class SimulatedReruns:
     dof: int
 
 
+class _SeedNoise(NamedTuple):
+    s: float                # the grid's pooled seed SD …
+    dof: int                # … on this many degrees of freedom
+    prompt: np.ndarray      # (n_boot, n_points): the bootstrap point means with the seed part scaled to zero
+    n_rep: int              # the replicates every rerun uses: min(n_rep, n_boot)
+    d_prompt: np.ndarray    # (n_rep, n_points): their prompt deviations from the grid's point means
+
+
+def _seed_noise(grid: GridScores, *, n_boot: int, seed: int, seed_resampling: str, n_rep: int) -> _SeedNoise | None:
+    """What both rerun models start from (``simulate_reruns``, ``simulate_mixture``): ``grid``'s seed
+    noise and the prompt part of its bootstrap, redrawn with the rule's seed; None when seed noise is
+    not measured."""
+    s = grid.seed_sd()
+    dof = int(np.sum(grid.n_seeds - 1))
+    if s is None or not s > 0 or dof < 1:
+        return None
+    prompt = bootstrap_point_means(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling,
+                                   seed_scale=0.0)
+    n_rep = min(n_rep, n_boot)
+    return _SeedNoise(s, dof, prompt, n_rep, (prompt - grid.point_means)[:n_rep])
+
+
 def simulate_reruns(*, grid: GridScores, replicates: np.ndarray, seed_scale: float, seed: int = 0,
                     seed_resampling: str = "pooled", n_reruns: int = N_RERUNS,
                     n_rep: int = RERUN_REPLICATES, shrink: int = 0,
@@ -87,16 +110,11 @@ def simulate_reruns(*, grid: GridScores, replicates: np.ndarray, seed_scale: flo
         return simulate_mixture(grid=grid, replicates=replicates, seed_scale=seed_scale, seed=seed,
                                 seed_resampling=seed_resampling, n_reruns=n_reruns, n_rep=n_rep, robust=True,
                                 q=COLLAPSE_RATE, kappa=COLLAPSE_FALL, floor=COLLAPSE_FLOOR)
-    s = grid.seed_sd()
-    dof = int(np.sum(grid.n_seeds - 1))
-    if s is None or not s > 0 or dof < 1:
+    noise = _seed_noise(grid, n_boot=replicates.shape[0], seed=seed, seed_resampling=seed_resampling, n_rep=n_rep)
+    if noise is None:
         return None
-    n_boot = replicates.shape[0]
-    prompt = bootstrap_point_means(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling,
-                                   seed_scale=0.0)
+    s, dof, prompt, n_rep, d_prompt = noise
     centre = grid.point_means
-    n_rep = min(n_rep, n_boot)
-    d_prompt = (prompt - centre)[:n_rep]
     d_seed = (replicates - prompt)[:n_rep]
     rng = np.random.default_rng([int(seed), _STREAM])
     n = grid.n_seeds.astype(float)
@@ -223,18 +241,14 @@ def simulate_mixture(*, grid: GridScores, replicates: np.ndarray, seed_scale: fl
                      for i in np.flatnonzero(found)]
             kappa = float(np.clip(np.mean(falls), 0.0, 1.0))
     clean = _subgrid(grid, ~hit) if hit.any() else grid
-    s = clean.seed_sd()
-    dof = int(np.sum(clean.n_seeds - 1))
-    if s is None or not s > 0 or dof < 1:
-        return None
     n_boot = reps_in.shape[0]
-    prompt = bootstrap_point_means(grid=clean, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling,
-                                   seed_scale=0.0)
+    noise = _seed_noise(clean, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling, n_rep=n_rep)
+    if noise is None:
+        return None
+    s, dof, prompt, n_rep, d_prompt = noise
     reps = reps_in if clean is grid else bootstrap_point_means(grid=clean, n_boot=n_boot, seed=seed,
                                                                seed_resampling=seed_resampling, seed_scale=seed_scale)
     centre = clean.point_means
-    n_rep = min(n_rep, n_boot)
-    d_prompt = (prompt - centre)[:n_rep]
     # the seed part at the rerun's design (n_full seeds a point, not the clean grid's fewer)
     d_seed = (reps - prompt)[:n_rep] * np.sqrt(clean.n_seeds / n_full)[None, :]
     rng = np.random.default_rng([int(seed), _STREAM, 2])

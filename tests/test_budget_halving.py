@@ -12,7 +12,7 @@ from conftest import ROOT
 from pilot_cli import kill_leftovers, open_study, race, start, wait_for, write_config
 
 from race.core.errors import RaceError
-from race.run.adaptive import (BudgetHalving, adaptive_most, budget_halving, halving_cost, resolve_adaptive,
+from race.run.adaptive import (BudgetHalving, Ladder, adaptive_most, budget_halving, halving_cost, resolve_adaptive,
                                rung_marks, rung_survivors)
 
 
@@ -85,6 +85,74 @@ def test_its_compute_bound_and_its_options():
         RunOptions(out_dir="x", adaptive="budget-halving", import_pilots="r.json").check()
 
 
+def test_the_keep_rule_top_half_and_top_k():
+    """The readings of test_a_point_survives…: means 0.5 (0.4), 0.6 (0.5), 0.58 (0.6), 0.59 (0.7). Top half keeps
+    the best ⌈4/2⌉ = 2 by mean, with no interval and no η cap; k keeps the best k (all when k ≥ n)."""
+    read = {0.4: {0: 0.4, 1: 0.5, 2: 0.6}, 0.5: {0: 0.5, 1: 0.6, 2: 0.7},
+            0.6: {0: 0.49, 1: 0.57, 2: 0.68}, 0.7: {0: 0.55, 1: 0.55, 2: 0.67}}
+    assert rung_survivors(read, keep="top-half") == [0.5, 0.7]
+    assert rung_survivors(read, eta=11, keep="top-half") == [0.5, 0.7]     # the ci cap ⌈4/11⌉ = 1 does not apply
+    assert rung_survivors(read, keep=3) == [0.5, 0.7, 0.6]                  # 0.6 was out under ci (d̄ > 2 SE)
+    assert rung_survivors(read, keep=1) == [0.5] and rung_survivors(read, keep=9) == [0.5, 0.7, 0.6, 0.4]
+    # five points: ⌈5/2⌉ = 3; a point with no reading counts in n, is never kept; ties: the lower ρ first
+    same = {r: {0: 0.3} for r in (0.8, 0.2, 0.5, 0.6)}
+    assert rung_survivors({**same, 0.9: {}}, keep="top-half") == [0.2, 0.5, 0.6]
+
+
+def test_a_one_rung_ladder():
+    """Every ρ to B/9 (η 9, one rung), the best half continued to B: 4 ρ × 3 seeds cost 12/9 + 6 · 8/9 = 6.67 B,
+    0.56 of the flat grid's 12 B (the replay's 0.55)."""
+    lad = Ladder(eta=9, rungs=1, keep="top-half")
+    assert lad.marks(9e11) == [1e11, 9e11] and BudgetHalving(lad).marks(9.0) == [1.0, 9.0]
+    assert Ladder(eta=11, rungs=1).marks(11.0) == [1.0, 11.0]
+    grid = [0.25, 0.4, 0.55, 0.7]
+    stages, final = budget_halving(grid, 3, {}, eta=9, rungs=1, keep="top-half")
+    assert stages == [(r, s, 0) for r in grid for s in range(3)] and not final
+    rung0 = {(r, s, 0): v for r, v in zip(grid, (0.3, 0.5, 0.45, 0.2)) for s in range(3)}
+    stages, final = budget_halving(grid, 3, rung0, eta=9, rungs=1, keep="top-half")
+    assert stages[12:] == [(0.4, s, 1) for s in range(3)] + [(0.55, s, 1) for s in range(3)] and final
+    assert halving_cost(stages, eta=9, rungs=1) == pytest.approx(12 / 9 + 6 * 8 / 9)
+    assert adaptive_most("budget-halving", grid, 3, rule=BudgetHalving(lad)) == math.ceil(12 / 9 + 6 * 8 / 9)
+    # what the study stores of it, and the default unchanged
+    assert BudgetHalving(lad).stored == {"policy": "budget-halving", "eta": 9, "rungs": 1, "keep": "top-half"}
+    assert BudgetHalving().stored == {"policy": "budget-halving", "eta": 3, "rungs": 2, "keep": "ci"}
+    assert Ladder.from_stored({"policy": "budget-halving", "eta": 3, "rungs": 2}) == Ladder()     # a study from before keep
+    assert "B/9 then B, keeping the best half" in BudgetHalving(lad).description
+
+
+def test_the_ladder_options_are_checked_once():
+    from race.run.options import RunOptions
+
+    def opts(ladder, policy="budget-halving"):
+        return RunOptions(out_dir="x", adaptive=policy, halving_ladder=ladder).check()
+
+    assert opts({"eta": "11", "rungs": "1", "keep": "top-half"}).rule == BudgetHalving(Ladder(11, 1, "top-half"))
+    assert opts({"keep": "2"}).rule == BudgetHalving(Ladder(3, 2, 2))
+    assert opts(None).rule == BudgetHalving() and opts({}).rule == BudgetHalving()
+    for bad, what in [({"eta": "1"}, r"halving eta '1': expected a whole number ≥ 2"),
+                      ({"eta": 2.5}, r"halving eta '2.5'"), ({"rungs": "0"}, r"halving rungs '0': expected"),
+                      ({"keep": "half"}, r"halving keep 'half': expected ci, top-half or a whole number"),
+                      ({"keep": "0"}, r"halving keep '0'"), ({"keep": True}, r"halving keep 'True'"),
+                      ({"eta": 10, "rungs": 4}, r"lowest mark B/10000 is below B/1000"),
+                      ({"eta": 3, "step": 2}, r"expected a mapping of eta, rungs and keep"),
+                      ("11,1", r"expected a mapping of eta, rungs and keep")]:
+        with pytest.raises(RaceError, match=what) as e:
+            opts(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(RaceError, match=r"shapes budget halving: expected --adaptive-policy budget-halving"):
+        opts({"eta": 11}, policy="halving")
+    with pytest.raises(RaceError, match=r"shapes budget halving"):
+        RunOptions(out_dir="x", halving_ladder={"eta": 11}).check()
+
+
+def test_a_bad_ladder_on_the_command_line_is_one_line(tmp_path):
+    r = subprocess.run(race("pilot", write_config(tmp_path / "c.yaml"), "--adaptive-policy", "budget-halving",
+                            "--halving-keep", "half", "--out", tmp_path / "o"), cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("Error: halving keep 'half'")
+    assert "Traceback" not in r.stderr and not (tmp_path / "o" / "race.db").exists()
+
+
 def test_a_bad_policy_name_is_one_line(tmp_path):
     r = subprocess.run(race("pilot", write_config(tmp_path / "c.yaml"), "--adaptive-policy", "budget-halvin",
                             "--out", tmp_path / "o"), cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -154,6 +222,38 @@ def test_budget_halving_pauses_continues_and_survives_a_kill(tmp_path):
     from race.stats.results import load_results
 
     assert len(load_results(str(out)).pilots) == 6          # race report reads it back
+
+
+def test_a_one_rung_top_half_ladder_runs_and_is_recorded(tmp_path):
+    """The replay's design live (η 9 here, one rung, top half): 3 ρ × 2 seeds to B/9, the best ⌈3/2⌉ = 2 ρ
+    continued to B, the third stopped at rung 0; results.json records the ladder; the same study asked to
+    run another ladder is refused in one line."""
+    cfg = write_config(tmp_path / "c.yaml", budget=3e10, seeds=2)
+    out = tmp_path / "out"
+    ladder = ("--halving-eta", "9", "--halving-rungs", "1", "--halving-keep", "top-half")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(race("pilot", cfg, "--adaptive-policy", "budget-halving", *ladder, "--out", out),
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "results.json").read_text())
+    record = res["budget_halving"]
+    assert (record["eta"], record["rungs"], record["keep"]) == (9, 1, "top-half")
+    assert record["marks"] == pytest.approx([3e10 / 9, 3e10]) and len(record["ladder"]) == 2
+    top = [p for p in res["pilots"] if "budget_halving" not in p["extra"]]
+    dropped = [p for p in res["pilots"] if "budget_halving" in p["extra"]]
+    assert len(top) == 4 and len({p["rho_target"] for p in top}) == 2 and len(dropped) == 2
+    assert all(p["extra"]["budget_halving"]["rung"] == 0 for p in dropped)
+    best = sorted({p["rho_target"] for p in top})
+    means = {r["rho"]: [] for r in record["ladder"][0]["readings"]}
+    for x in record["ladder"][0]["readings"]:
+        means[x["rho"]].append(x["reading"])
+    order = sorted(means, key=lambda r: (-sum(means[r]) / len(means[r]), r))
+    assert best == sorted(order[:2])                        # the best half by mean reading at B/9
+    assert "keep top-half" in res["diagnosis"]["meta"]["budget_halving"]
+    r = subprocess.run(race("pilot", cfg, "--adaptive-policy", "budget-halving", "--halving-eta", "3", "--out", out),
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("Error: study ") and "the ladder asked for" in r.stderr
 
 
 def _name(cfg) -> str:

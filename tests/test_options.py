@@ -69,6 +69,9 @@ BAD_OPTIONS = {
     "engine": ("turbo", "engine 'turbo' is unknown: expected one of auto, lockstep, solo"),
     "adaptive": ("bisect", "adaptive policy 'bisect' is not known: expected one of informative, halving"),
     "adaptive_share": (1.5, "adaptive share 1.5 is outside (0, 1]"),
+    # budget halving's ladder, given without budget halving (its values: tests/test_budget_halving.py)
+    "halving_ladder": ({"eta": 11}, "a halving ladder (--halving-eta, --halving-rungs, --halving-keep) shapes budget "
+                                    "halving: expected --adaptive-policy budget-halving with it"),
 }
 # what is not checked: free text or paths a later step opens (and reports in its own line); ``design`` is the
 # record race.run.sizing builds, never a user's value (its one rule, no adaptive or extend beside it, is

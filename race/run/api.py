@@ -45,7 +45,8 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
              adaptive: bool | str = False, adaptive_share: float | None = None,
              allow_approximate: bool = False, full_run_budget: float | str | None = None,
              force_forecast: bool = False, engine: str = "auto", extend: int = 0, probe: bool = False,
-             design: str | None = None, share: float | None = None) -> Diagnosis:
+             design: str | None = None, share: float | None = None,
+             halving_ladder: Mapping[str, Any] | None = None) -> Diagnosis:
     """Run a pilot grid and return its ``Diagnosis``.
 
     Args:
@@ -62,6 +63,9 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
             continued from their saved state to B/3, then to B (docs/pilot.md, "Budget halving").
         adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
             implies ``adaptive``).
+        halving_ladder: with ``"budget-halving"``, its ladder: a mapping of ``eta`` (each rung η × the last),
+            ``rungs`` (below B) and ``keep`` (``"ci"``, ``"top-half"`` or a whole number k), each optional,
+            e.g. ``{"eta": 11, "rungs": 1, "keep": "top-half"}``: every ρ to B/11, the best half to B.
         allow_approximate: count a model type outside RACE's architecture table anyway (as a
             Llama-style decoder); the diagnosis then carries the warning. Without it such a model
             raises ``race.flops.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.
@@ -107,7 +111,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     # checked once, before a folder is made (race.run.options.RunOptions.check)
     options = RunOptions(out_dir=out_dir or "(a temporary folder)", extend=extend or 0, workers=workers, device=device,
                          quiet=quiet, adaptive=adaptive, adaptive_share=adaptive_share, engine=engine,
-                         design=sized).check()
+                         design=sized, halving_ladder=halving_ladder).check()
     if probe:
         from race.fullrun.probe import check_probe_config
 

@@ -47,6 +47,13 @@ from race.stats.report import FORMATS
                    "over ρ, seeds as the resource); budget-halving (the budget as the resource: every ρ paused at "
                    "B/9, the ρ still in contention continued from their saved state to B/3, then to B; "
                    "docs/pilot.md).")
+@click.option("--halving-eta", "halving_eta", default=None, metavar="N",
+              help="With budget-halving: each rung's budget is η × the last's, marks B/η^R … B/η (default 3).")
+@click.option("--halving-rungs", "halving_rungs", default=None, metavar="R",
+              help="With budget-halving: rungs below B (default 2: B/9 and B/3; 1 with --halving-eta 11: B/11).")
+@click.option("--halving-keep", "halving_keep", default=None, metavar="ci|top-half|K",
+              help="With budget-halving: which ρ go on at a rung: ci (default: the ρ whose paired interval "
+                   "overlaps the best, at most ⌈n/η⌉), top-half (the best half by mean reading) or the best K.")
 @click.option("--adaptive-share", type=float, default=None,
               help="Share of the full grid's pilots an adaptive grid runs (implies --adaptive; default 0.5, "
                    "or the study's own on a resume; a larger share on a resume adds pilots).")
@@ -172,7 +179,13 @@ def _pilot_options(cfg: Any, g: dict) -> Any:
                       adaptive=adaptive["adaptive_policy"] or adaptive["adaptive"], retries=engine["retries"],
                       heartbeat=engine["heartbeat"], adaptive_share=adaptive["adaptive_share"],
                       import_pilots=storage["import_pilots"], engine=engine["engine"],
-                      extend=g["Grid"]["extend"], profile=out["profile"]).check()
+                      extend=g["Grid"]["extend"], profile=out["profile"], halving_ladder=_ladder(adaptive)).check()
+
+
+def _ladder(adaptive: dict) -> dict | None:
+    """The Adaptive group's budget-halving ladder as RunOptions takes it (None when no --halving-* is given)."""
+    given = {k: adaptive[f"halving_{k}"] for k in ("eta", "rungs", "keep") if adaptive[f"halving_{k}"] is not None}
+    return given or None
 
 
 def _pilot_full_run(results: Any, options: Any, *, full: float | None, force: bool, probe: bool) -> Any:

@@ -152,7 +152,7 @@ class PilotCommand(Sectioned):
         "Grid": ("budget", "seeds", "grid", "models", "thorough", "extend", "allow_approximate"),
         "Engine": ("backend", "workers", "device", "engine", "retries", "heartbeat"),
         "Storage": ("storage", "study", "import_pilots"),
-        ADAPTIVE_GROUP: ("adaptive", "adaptive_policy", "adaptive_share"),
+        ADAPTIVE_GROUP: ("adaptive", "adaptive_policy", "adaptive_share", "halving_eta", "halving_rungs", "halving_keep"),
         "Full run": ("full_run", "design", "share", "force_forecast", "probe_f"),
         "Output": ("out_dir", "fmt", "as_json", "quiet", "plot_path", "profile"),
     }

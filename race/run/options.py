@@ -1,8 +1,8 @@
 """How a grid runs, as one typed object: ``RunOptions``. Pure.
 
 The settings of a run that are not the experiment (the config is): where results and storage go,
-how many workers, on which device, the engine, an adaptive share, retries, the heartbeat, pilots to
-import, extension rounds. ``race pilot``, ``race.diagnose`` and the benchmarks build one, ``check()``
+how many workers, on which device, the engine, an adaptive share, budget halving's ladder, retries,
+the heartbeat, pilots to import, extension rounds. ``race pilot``, ``race.diagnose`` and the benchmarks build one, ``check()``
 validates it once, and it is passed down whole: race.run.extend.run_extended → race.run.study.run_study →
 the coordinator. No other module checks a run option again (tests/test_options.py).
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Mapping
 
 from race.core.errors import RaceError
-from race.run.adaptive import DEFAULT_SHARE, adaptive_most, is_budget, policy_named, resolve_adaptive
+from race.run.adaptive import (DEFAULT_SHARE, AdaptivePolicy, BudgetHalving, Ladder, adaptive_most, is_budget, policy_named,
+                               resolve_adaptive)
 
 # the one table of engines (race.engine.lean_engine.group_size_for: how many seeds share a process)
 ENGINES = {"auto": "lockstep groups where they were measured faster (CPU, lean path), else solo",
@@ -26,6 +27,34 @@ ENGINES = {"auto": "lockstep groups where they were measured faster (CPU, lean p
            "solo": "one pilot per process (the lean path's engine with one seed)"}
 MAX_WORKERS = 256
 MAX_ROUNDS = 5          # --extend: rounds past the best edge at most
+LADDER_FLAGS = "--halving-eta, --halving-rungs, --halving-keep"
+MAX_DEPTH = 1000        # budget halving's lowest mark B / η^rungs stays at or above B / MAX_DEPTH
+
+
+def ladder(given: Any) -> Ladder:
+    """Budget halving's ladder from a mapping of ``eta``, ``rungs`` and ``keep`` (each optional; numbers
+    may come as the CLI's strings), checked: η a whole number ≥ 2, rungs a whole number ≥ 1 with
+    η^rungs ≤ MAX_DEPTH, keep ``ci``, ``top-half`` or a whole number ≥ 1; a bad value is one RaceError line."""
+    if not isinstance(given, Mapping) or set(given) - {"eta", "rungs", "keep"}:
+        raise RaceError(f"halving ladder {str(given)[:60]}: expected a mapping of eta, rungs and keep")
+
+    def whole(name: str, v: Any, lo: int, what: str) -> int:
+        text = str(v).strip() if isinstance(v, (str, int)) and not isinstance(v, bool) else None
+        if text is None or not text.isdigit() or int(text) < lo:
+            raise RaceError(f"halving {name} {str(v)[:40]!r}: expected {what}")
+        return int(text)
+
+    dflt = Ladder()
+    eta = dflt.eta if given.get("eta") is None else whole("eta", given["eta"], 2, "a whole number ≥ 2 (each rung η × the last)")
+    rungs = dflt.rungs if given.get("rungs") is None else whole("rungs", given["rungs"], 1,
+                                                                 "a whole number ≥ 1 of rungs below the budget")
+    if eta ** rungs > MAX_DEPTH:
+        raise RaceError(f"halving ladder η = {eta}, {rungs} rungs: its lowest mark B/{eta ** rungs} is below "
+                        f"B/{MAX_DEPTH}; expected η^rungs ≤ {MAX_DEPTH}")
+    keep = given.get("keep")
+    if keep is None or keep in ("ci", "top-half"):
+        return Ladder(eta, rungs, keep or dflt.keep)
+    return Ladder(eta, rungs, whole("keep", keep, 1, "ci, top-half or a whole number k ≥ 1 of ρ kept per rung"))
 
 
 @dataclass(frozen=True)
@@ -46,6 +75,8 @@ class RunOptions:
     design: Any = None                     # a sized design's record (race.run.sizing): its (ρ, seed index) pilots
                                            # are the ones that run; None: every pilot of the grid
     profile: bool = False                  # after the grid: where its wall time went (race.run.processes.wall_split)
+    halving_ladder: Any = None             # budget halving's ladder: a mapping of eta, rungs, keep (``ladder``);
+                                           # None: the default (η 3, B/9 and B/3, keep ci), or a study's own on a resume
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "RunOptions":
@@ -86,6 +117,11 @@ class RunOptions:
         if self.policy and is_budget(policy_named(self.policy)) and (self.adaptive_share is not None or self.import_pilots):
             raise RaceError("budget halving spends its compute by rung, on pilots it pauses and continues itself: it does "
                             "not combine with an adaptive share or imported pilots")
+        if self.halving_ladder is not None:
+            if not (self.policy and is_budget(policy_named(self.policy))):
+                raise RaceError(f"a halving ladder ({LADDER_FLAGS}) shapes budget halving: expected "
+                                "--adaptive-policy budget-halving with it")
+            ladder(self.halving_ladder)
         if self.extend and self.workers == 0:
             raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
         return self
@@ -95,6 +131,16 @@ class RunOptions:
         """The adaptive policy's name (race.run.adaptive.POLICIES), or None for the full grid; an
         adaptive share alone asks for the default policy."""
         return resolve_adaptive(self.adaptive if self.adaptive_share is None else (self.adaptive or True))
+
+    @property
+    def rule(self) -> AdaptivePolicy | None:
+        """The adaptive policy object (None for the full grid): budget halving with ``halving_ladder`` when
+        one is given, else the table's (race.run.adaptive.POLICIES)."""
+        if self.policy is None:
+            return None
+        if self.halving_ladder is not None and is_budget(policy_named(self.policy)):
+            return BudgetHalving(ladder(self.halving_ladder))
+        return policy_named(self.policy)
 
     def most_pilots(self, config: Any) -> int:
         """The most pilots a grid of ``config`` run with these (checked) options can hold when it ends, before
@@ -111,7 +157,7 @@ class RunOptions:
         if self.policy is None or not fresh:
             return (points + self.extend) * seeds
         share = float(self.adaptive_share) if self.adaptive_share is not None else DEFAULT_SHARE
-        return adaptive_most(self.policy, config.grid, seeds, share)
+        return adaptive_most(self.policy, config.grid, seeds, share, rule=self.rule)
 
     def run_grid_kw(self) -> dict[str, Any]:
         """The options as run_grid's keywords (everything but ``extend``)."""

@@ -49,7 +49,7 @@ def dropped_pilots(readings: Mapping[Stage, Any], finished: set[tuple[float, int
 def halving_record(attrs: Mapping[str, Any], marks: Sequence[float], readings: Mapping[Stage, Any],
                    pilots: Sequence[PilotResult], *, points: int, seeds: int, primary: str = "reward",
                    final: bool = False) -> dict[str, Any]:
-    """What results.json's ``meta["budget_halving"]`` keeps: the ladder (η, marks, state folder), each
+    """What results.json's ``meta["budget_halving"]`` keeps: the ladder (η, rungs, keep rule, marks, state folder), each
     rung's points and readings, which ρ stopped at which rung (once the grid is ``final``), and the compute
     spent (``halving_compute``)."""
     top = [p for p in pilots if p.status == "complete" and p.extra.get("budget_halving") is None]
@@ -63,7 +63,8 @@ def halving_record(attrs: Mapping[str, Any], marks: Sequence[float], readings: M
     rungs.append({"rung": len(marks) - 1, "mark": marks[-1], "rho": sorted({p.rho_target for p in top}),
                   "scores": [{"rho": p.rho_target, "seed": p.seed, "score": p.score(primary),
                               "flops": p.flops.total, "steps": p.extra.get("steps")} for p in top]})
-    out = {"eta": attrs.get("eta"), "rungs": attrs.get("rungs"), "marks": list(marks), "states": attrs.get("states"),
+    out = {"eta": attrs.get("eta"), "rungs": attrs.get("rungs"), "keep": attrs.get("keep", "ci"), "marks": list(marks),
+           "states": attrs.get("states"),
            "ladder": rungs, "compute": halving_compute(readings, pilots, flat=points * seeds * marks[-1]),
            "fit": "a ρ dropped at a rung enters the fit at its last reading (a lower budget: "
                   "extra.budget_halving of its pilots)"}
@@ -97,7 +98,8 @@ def halving_line(record: Mapping[str, Any]) -> str:
     marks, top = record["marks"], record["ladder"][-1]["rho"]
     dropped = record.get("dropped") or []
     c = record["compute"]
-    return (f"η {record['eta']}, marks " + ", ".join(f"{m:.3g}" for m in marks) + " FLOPs; reached the top: ρ "
+    return (f"η {record['eta']}, keep {record.get('keep', 'ci')}, marks " + ", ".join(f"{m:.3g}" for m in marks)
+            + " FLOPs; reached the top: ρ "
             + (", ".join(f"{r:g}" for r in top) or "none")
             + ("; stopped: " + ", ".join(f"ρ {d['rho']:g} at rung {d['rung']}" for d in dropped) if dropped else "")
             + " (in the fit at their last reading, a lower budget); training "

@@ -210,6 +210,7 @@ class Coordinator:
             float((info.adaptive or {}).get("share", DEFAULT_SHARE)) if policy else DEFAULT_SHARE
         self.budget = bool(policy) and is_budget(policy_named(policy))     # stages (ρ, seed, rung), not pilots
         self.first_number = len(st.trials())
+        self.rule = self._rule(info.adaptive) if policy else None         # the policy object (budget halving: its ladder)
         self.adaptive_attrs = self._adaptive_attrs(info.adaptive) if policy else None
         st.set_adaptive(self.adaptive_attrs)
         st.set_finished(False)
@@ -225,6 +226,25 @@ class Coordinator:
         self.all_keys = info.keys() if o.design is None else \
             [(float(r), info.first_seed + int(k)) for r, k in o.design["pilots"]]     # a sized design's pilots
 
+    def _rule(self, stored: Mapping[str, Any] | None) -> Any:
+        """The policy object: the table's, or for budget halving the ladder asked for (``halving_ladder``); a
+        resumed budget-halving study keeps its own ladder, and one asked for that differs is one line."""
+        from race.core.errors import RaceError
+        from race.run.adaptive import BudgetHalving, Ladder
+
+        if not self.budget:
+            return policy_named(self.policy)
+        asked = replace(self.o, adaptive=self.policy).rule
+        kept = policy_stored(stored)
+        if not (self.first_number and kept is not None and is_budget(kept)):
+            return asked
+        have = BudgetHalving(Ladder.from_stored(stored))
+        if self.o.halving_ladder is not None and asked != have:
+            raise RaceError(f"study {self.st.name!r} in {self.st.masked} ran budget halving with {have.ladder.line()}; "
+                            f"the ladder asked for ({asked.ladder.line()}) differs: run it with the study's ladder, "
+                            "or use another --out / --study")
+        return have
+
     def _adaptive_attrs(self, stored: Mapping[str, Any] | None) -> dict[str, Any]:
         """The study's ``race:adaptive``: the policy's, with its share, or for budget halving its state folder
         (the study's own on a resume). A study that holds trials of whole pilots takes no stages of budget
@@ -237,7 +257,7 @@ class Coordinator:
                             + ("budget-halving stages" if not self.budget else "whole pilots")
                             + f"; {'budget halving' if self.budget else 'this grid'} cannot continue it: run the same "
                             "policy again, or use another --out / --study")
-        attrs = dict(policy_named(self.policy).stored)
+        attrs = dict(self.rule.stored)
         if not self.budget:
             return {**attrs, "share": self.share}
         return {**attrs, "states": (stored or {}).get("states") if kept is not None and is_budget(kept) and
@@ -247,7 +267,7 @@ class Coordinator:
         """The pilots the grid needs so far, and whether that list is final."""
         if self.policy:
             return adaptive_needed(self.policy, self.info.grid, self.info.seeds, scores, self.given_up,
-                                   share=self.share, first_seed=self.info.first_seed)
+                                   share=self.share, first_seed=self.info.first_seed, rule=self.rule)
         return self.all_keys, True
 
     def advance(self, force: bool = False) -> bool:
@@ -289,7 +309,7 @@ class Coordinator:
         if final:
             schedules = {float(d["rho_target"]): Schedule.from_dict(d) for d in self.info.plan["schedules"]}
             pilots = pilots + dropped_pilots(readings, {(p.rho_target, p.seed) for p in pilots}, schedules)
-        marks = policy_named(self.policy).marks(float(self.info.run_config["budget"]))
+        marks = self.rule.marks(float(self.info.run_config["budget"]))
         record = halving_record(self.adaptive_attrs, marks, readings, pilots, points=len(self.info.grid),
                                 seeds=self.info.seeds, primary=self.info.classify.get("primary_target", "reward"),
                                 final=final)
@@ -328,7 +348,7 @@ class Coordinator:
             print(f"RACE study {st.name!r} in {st.masked}: " + (
                 f"resuming, {len(scores0)} pilots complete, {self.queue.progress.total} to run"
                 if self.resumed else f"created, {self.queue.progress.total} pilots to run")
-                + (f" (adaptive: {policy_named(self.policy).description})" if self.policy else ""),
+                + (f" (adaptive: {self.rule.description})" if self.policy else ""),
                 file=sys.stderr, flush=True)
         self.save()
         with contextlib.closing(self.queue.events()) as events:     # the pool's events, each stored by the queue

@@ -10,7 +10,9 @@ Interface:
 - ``POLICIES`` (the one table of policies, the default first), ``policy_named``, ``resolve_adaptive``,
   ``adaptive_needed`` (a policy over seeds that start at ``first_seed``), ``adaptive_subset`` (replays),
   ``adaptive_most`` (the most pilots a policy runs on a grid, from the grid alone; for budget halving
-  its most training compute in pilots), ``is_budget`` (a policy whose keys are stages).
+  its most training compute in pilots), ``is_budget`` (a policy whose keys are stages). ``adaptive_needed``,
+  ``adaptive_subset`` and ``adaptive_most`` take the policy object itself as ``rule`` where it is not the
+  table's (budget halving with another ``Ladder``).
 
 Adding a policy is adding a file with a class that keeps the protocol, and its line in ``POLICIES``.
 
@@ -23,7 +25,8 @@ import math
 from typing import Callable, Mapping, Sequence
 
 from race.run.adaptive.base import DEFAULT_SHARE, AdaptivePolicy, Key, adaptive_cap  # noqa: F401
-from race.run.adaptive.budget import BudgetHalving, Stage, budget_halving, halving_cost, rung_marks, rung_survivors  # noqa: F401
+from race.run.adaptive.budget import (BudgetHalving, Ladder, Stage, budget_halving, halving_cost, rung_marks,  # noqa: F401
+                                      rung_survivors)
 from race.run.adaptive.halving import Halving, successive_halving  # noqa: F401
 from race.run.adaptive.informative import Informative, allocate_seeds, informative_seeds  # noqa: F401
 
@@ -57,11 +60,12 @@ def policy_stored(stored: Mapping[str, object] | None) -> AdaptivePolicy | None:
 
 def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapping[Key, float],
                     given_up: set[Key] = frozenset(), share: float = DEFAULT_SHARE,
-                    first_seed: int = 0) -> tuple[list[Key], bool]:
+                    first_seed: int = 0, rule: AdaptivePolicy | None = None) -> tuple[list[Key], bool]:
     """The pilots adaptive ``policy`` needs so far (``share`` of the full grid's), and whether
     that list is final. The rules number seeds 0 … seeds − 1 (rung k runs seed k); a grid whose
-    seeds start at ``first_seed`` runs rung k's pilots with seed ``first_seed + k``."""
-    rule = policy_named(policy)
+    seeds start at ``first_seed`` runs rung k's pilots with seed ``first_seed + k``. ``rule``: the
+    policy object (default: the table's ``policy``)."""
+    rule = rule or policy_named(policy)
     if not first_seed:
         return rule.needed(grid, seeds, scores, given_up, share=share)
     scores = {(k[0], k[1] - first_seed, *k[2:]): v for k, v in scores.items()}
@@ -71,12 +75,12 @@ def adaptive_needed(policy: str, grid: Sequence[float], seeds: int, scores: Mapp
 
 
 def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Callable[[Key], float],
-                    share: float = DEFAULT_SHARE, first_seed: int = 0) -> list[Key]:
+                    share: float = DEFAULT_SHARE, first_seed: int = 0, rule: AdaptivePolicy | None = None) -> list[Key]:
     """The pilots ``policy`` runs when pilot ``key`` scores ``score(key)``: its rule fed rung by
     rung with the scores of what it already ran (for replays on a stored full grid)."""
     scores: dict[Key, float] = {}
     while True:
-        keys, final = adaptive_needed(policy, grid, seeds, scores, share=share, first_seed=first_seed)
+        keys, final = adaptive_needed(policy, grid, seeds, scores, share=share, first_seed=first_seed, rule=rule)
         new = [k for k in keys if k not in scores]
         for k in new:
             scores[k] = score(k)
@@ -84,7 +88,8 @@ def adaptive_subset(policy: str, grid: Sequence[float], seeds: int, score: Calla
             return keys
 
 
-def adaptive_most(policy: str, grid: Sequence[float], seeds: int, share: float = DEFAULT_SHARE) -> int:
+def adaptive_most(policy: str, grid: Sequence[float], seeds: int, share: float = DEFAULT_SHARE,
+                  rule: AdaptivePolicy | None = None) -> int:
     """The most pilots ``policy`` runs on ``grid`` × ``seeds`` at ``share``, known before any pilot: what it
     runs when every pilot finishes. Each policy's count depends only on which pilots finished, never on
     their scores (informative: ``adaptive_cap``, or every seed of every point; halving: ⌈P / 2^k⌉ points at
@@ -92,8 +97,8 @@ def adaptive_most(policy: str, grid: Sequence[float], seeds: int, share: float =
     check before compute that needs the grid's most compute (race.fullrun.probe.check_probe_config) uses
     this, not the full grid's points × seeds. Budget halving (whose keys are stages): its most training
     compute in pilots of the full budget, rounded up (every tie kept to the cap)."""
-    keys = adaptive_subset(policy, grid, seeds, lambda key: 0.0, share=share)
-    rule = policy_named(policy)
+    rule = rule or policy_named(policy)
+    keys = adaptive_subset(policy, grid, seeds, lambda key: 0.0, share=share, rule=rule)
     if is_budget(rule):
         return math.ceil(halving_cost(keys, eta=rule.eta, rungs=rule.rungs) - 1e-9)
     return len(keys)

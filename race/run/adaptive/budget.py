@@ -13,7 +13,11 @@ best still overlaps it: over the seeds both have read, the paired differences d_
 mean d̄ ≤ ``Z`` · sd(d) / √n. With fewer than two shared seeds the interval is unknown and every alive
 ρ overlaps. At most the top ⌈n_alive / η⌉ survivors continue (classic successive halving's
 cut), so each rung costs at most what the one before did. A seed that failed for good at a rung stops
-there; a ρ with no reading at a rung is dropped.
+there; a ρ with no reading at a rung is dropped. That is the ``ci`` keep rule, the default; the ladder
+(``Ladder``: η, the rungs below B, the keep rule) is a parameter (``--halving-eta``, ``--halving-rungs``,
+``--halving-keep``, checked once in race.run.options): keep ``top-half`` keeps the best ⌈n_alive / 2⌉ by
+mean reading, and a whole number k the best k, with no interval and no η cap (the replay's "top half"
+designs, docs/pilot.md; ``Ladder(eta=11, rungs=1, keep="top-half")``: every ρ to B/11, the best half to B).
 
 Why not optuna's ``SuccessiveHalvingPruner``: it decides for one trial at a time, as each reports an
 intermediate value, against the values other trials reported at that rung so far (a quantile, with
@@ -24,8 +28,8 @@ test by hand (tests/test_budget_halving.py).
 
 Invariants: deterministic (no randomness, no clock), reads only the readings it is given; never asks
 for a stage outside the grid × seeds × rungs, nor for rung r + 1 of a ρ before rung r is read (or
-given up) at every seed; rung r ≥ 1 holds at most ⌈n_(r−1) / η⌉ ρ, and at least one while any
-rung r − 1 reading exists.
+given up) at every seed; rung r ≥ 1 holds at most ⌈n_(r−1) / η⌉ ρ under ``ci`` (⌈n_(r−1) / 2⌉ under
+``top-half``, k under k), and at least one while any rung r − 1 reading exists.
 """
 from __future__ import annotations
 
@@ -40,6 +44,36 @@ Stage = tuple[float, int, int]      # (ρ, seed, rung); rung RUNGS is the top (t
 ETA = 3                             # each rung keeps at most ⌈n / η⌉ ρ and runs η × the budget of the last
 RUNGS = 2                           # rungs below the top: marks B/η², B/η
 Z = 2.0                             # the interval: d̄ ≤ Z · SE of the paired differences (the replay's "CI overlap")
+KEEP = "ci"                         # the keep rule: "ci" (the interval, capped at ⌈n / η⌉), "top-half", or k ≥ 1
+Keep = str | int
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Budget halving's ladder: η, the rungs below the top, the keep rule (values checked by
+    race.run.options.ladder; this class trusts them)."""
+
+    eta: int = ETA
+    rungs: int = RUNGS
+    keep: Keep = KEEP
+
+    def marks(self, budget: float) -> list[float]:
+        return rung_marks(budget, self.eta, self.rungs)
+
+    def stored(self) -> dict[str, object]:
+        return {"eta": self.eta, "rungs": self.rungs, "keep": self.keep}
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, object] | None) -> "Ladder":
+        """The ladder a study's ``race:adaptive`` holds (a study from before the keep rule: ``ci``)."""
+        st = stored or {}
+        return cls(int(st.get("eta", ETA)), int(st.get("rungs", RUNGS)), st.get("keep", KEEP))  # type: ignore[arg-type]
+
+    def line(self) -> str:
+        keep = {"ci": f"the ρ whose interval overlaps the best, at most ⌈n/{self.eta}⌉",
+                "top-half": "the best half"}.get(self.keep, f"the best {self.keep}")      # type: ignore[call-overload]
+        marks = ", ".join(f"B/{self.eta ** (self.rungs - r)}" for r in range(self.rungs))
+        return f"η = {self.eta}, rungs at {marks} then B, keeping {keep}"
 
 
 def rung_marks(budget: float, eta: int = ETA, rungs: int = RUNGS) -> list[float]:
@@ -47,13 +81,17 @@ def rung_marks(budget: float, eta: int = ETA, rungs: int = RUNGS) -> list[float]
     return [float(budget) / eta ** (rungs - r) for r in range(rungs + 1)]
 
 
-def rung_survivors(readings: Mapping[float, Mapping[int, float]], eta: int = ETA, z: float = Z) -> list[float]:
+def rung_survivors(readings: Mapping[float, Mapping[int, float]], eta: int = ETA, z: float = Z,
+                   keep: Keep = KEEP) -> list[float]:
     """The ρ of one rung that continue (module docstring), best first; ``readings``: ρ → seed → reading
-    of every ρ alive at this rung (a ρ with no reading is dropped)."""
+    of every ρ alive at this rung (a ρ with no reading is dropped, and still counts in n); ``keep``: the
+    rule (``ci``, ``top-half`` or a whole number k)."""
     read = {r: dict(v) for r, v in readings.items() if v}
     if not read:
         return []
     order = sorted(read, key=lambda r: (-statistics.fmean(read[r].values()), r))
+    if keep != KEEP:
+        return order[:math.ceil(len(readings) / 2) if keep == "top-half" else int(keep)]
     best = read[order[0]]
 
     def overlaps(r: float) -> bool:
@@ -68,7 +106,8 @@ def rung_survivors(readings: Mapping[float, Mapping[int, float]], eta: int = ETA
 
 
 def budget_halving(grid: Sequence[float], seeds: int, readings: Mapping[Stage, float],
-                   given_up: set[Stage] = frozenset(), eta: int = ETA, rungs: int = RUNGS) -> tuple[list[Stage], bool]:
+                   given_up: set[Stage] = frozenset(), eta: int = ETA, rungs: int = RUNGS,
+                   keep: Keep = KEEP) -> tuple[list[Stage], bool]:
     """The stages the grid needs so far, and whether that list is final (module docstring). Seeds are
     numbered 0 … ``seeds`` − 1; ``readings``: (ρ, seed, rung) → the held-out reading at the rung's mark
     (at the top rung, the pilot's final score)."""
@@ -83,7 +122,7 @@ def budget_halving(grid: Sequence[float], seeds: int, readings: Mapping[Stage, f
         if any(st not in readings and st not in given_up for st in now):
             return stages, False
         read = {r: {s: readings[(r, s, rung)] for s in alive[r] if (r, s, rung) in readings} for r in alive}
-        kept = rung_survivors(read, eta)
+        kept = rung_survivors(read, eta, keep=keep)
         alive = {r: sorted(read[r]) for r in kept}
     return stages, True
 
@@ -99,19 +138,31 @@ def halving_cost(stages: Sequence[Stage], budget: float = 1.0, eta: int = ETA, r
 class BudgetHalving:
     """``budget_halving`` as an adaptive policy: its keys are stages (ρ, seed, rung), not pilots;
     ``resource`` says so to the coordinator (race.run.study). ``share`` does not apply (the rungs
-    decide the compute)."""
+    decide the compute). ``ladder``: η, rungs and keep rule (the default: η 3, B/9 and B/3, ``ci``)."""
 
+    ladder: Ladder = Ladder()
     name: str = "budget-halving"
-    stored: Mapping[str, object] = field(default_factory=lambda: {"policy": "budget-halving", "eta": ETA,
-                                                                  "rungs": RUNGS})
-    description: str = f"successive halving over ρ with the budget as the resource (η = {ETA}, {RUNGS} rungs below B)"
     resource: str = "budget"
-    eta: int = ETA
-    rungs: int = RUNGS
+
+    @property
+    def eta(self) -> int:
+        return self.ladder.eta
+
+    @property
+    def rungs(self) -> int:
+        return self.ladder.rungs
+
+    @property
+    def stored(self) -> Mapping[str, object]:
+        return {"policy": "budget-halving", **self.ladder.stored()}
+
+    @property
+    def description(self) -> str:
+        return f"successive halving over ρ with the budget as the resource ({self.ladder.line()})"
 
     def needed(self, grid: Sequence[float], seeds: int, scores: Mapping[Stage, float],
                given_up: set[Stage] = frozenset(), share: float = DEFAULT_SHARE) -> tuple[list[Stage], bool]:
-        return budget_halving(grid, seeds, scores, given_up, eta=self.eta, rungs=self.rungs)
+        return budget_halving(grid, seeds, scores, given_up, eta=self.eta, rungs=self.rungs, keep=self.ladder.keep)
 
     def marks(self, budget: float) -> list[float]:
-        return rung_marks(budget, self.eta, self.rungs)
+        return self.ladder.marks(budget)

@@ -1,0 +1,276 @@
+"""The live check of the replay (issue 49): the replay's winning pilot design run live, scored as the replay scored it.
+
+    python research/scripts/live_design.py run [--pin PIN] [--only NAME,…]   # run (or resume) the plan's settings
+    python research/scripts/live_design.py score                            # live against replay, per grid
+    python research/scripts/live_design.py tables                           # docs/pilot.md's block
+    python research/scripts/live_design.py tables --check docs/pilot.md     # exit 1 if the doc's block differs
+    python research/scripts/live_design.py tables --write docs/pilot.md     # rewrite it
+
+The plan, its settings, design and scoring rules were committed before any run:
+research/validation/live49.yaml. ``run`` builds each setting's pilot config as research/scripts/validation.py
+does (``grid_config(s, "pilot", seeds)``), refuses one whose budget, grid or seeds differ from the stored
+pilot record's, runs ``race pilot --adaptive-policy budget-halving`` with the plan's ladder from the pinned
+checkout ``PIN`` (its storage under the plan's ``storage``: the same command resumes a stopped grid), and
+writes one gzipped JSON record per setting under the plan's ``records`` (the command, the pin's commit, the
+wall time, the config, results.json's budget-halving record and its pilots, floats at 6 digits). A setting
+with a record is not run again.
+
+``score`` and ``tables`` read committed records only, with research/scripts/replay.py's own functions
+(``grids``, ``Response`` through ``response``, ``loso_population``, ``design_at``, ``evidence``,
+``full_regime``): the live evidence is built exactly as ``replay.evidence`` builds the halving design's,
+from the live pilots instead of truncated stored ones. Deterministic; no run, no clock.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gzip
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+for _p in (ROOT, ROOT / "research" / "scripts"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import replay as R  # noqa: E402
+import validation as V  # noqa: E402
+
+PLAN = ROOT / "research" / "validation" / "live49.yaml"
+BEGIN, END = "<!-- live49:tables:begin -->", "<!-- live49:tables:end -->"
+MATCH_SE = 1.0          # the plan's match rule: same coverage and regrets within 1.0 pooled SE
+
+
+@lru_cache(maxsize=1)
+def plan() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(PLAN.read_text(encoding="utf-8"))
+
+
+def record_path(name: str) -> Path:
+    return ROOT / plan()["records"] / f"{name}.json.gz"
+
+
+def load_record(name: str) -> dict | None:
+    path = record_path(name)
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+# ---------------------------------------------------------------- run
+
+def setting_of(name: str) -> tuple[dict, dict]:
+    """The setting and its suite (rounds 1–2, as replay.py loads them)."""
+    r1, r2 = R.suites()
+    for suite in (r1, r2):
+        for s in suite["settings"]:
+            if s["name"] == name:
+                return s, suite
+    raise SystemExit(f"setting {name!r} is in neither round")
+
+
+def live_config(name: str, pin: Path) -> dict:
+    """The setting's pilot config (validation.grid_config), checked against its stored pilot record."""
+    s, suite = setting_of(name)
+    seeds = int(plan()["design"]["seeds"])
+    cfg = V.grid_config(s, "pilot", seeds, root=pin, suite=suite)
+    stored = R.load(name, "pilot")
+    want = (float(stored["budget"]), sorted(float(r) for r in stored["grid"]), int(stored["seeds"]))
+    got = (float(cfg["budget"]), sorted(float(r) for r in cfg["grid"]), int(cfg["seeds"]))
+    if want != got:
+        raise SystemExit(f"{name}: the built config (B, grid, seeds) {got} differs from the stored pilot grid's {want}")
+    cfg["name"] = f"live49-{name}"
+    return cfg
+
+
+def command(config_file: Path, out_dir: Path, pin: Path) -> list[str]:
+    d = plan()["design"]
+    lad = d["ladder"]
+    return [sys.executable, "-m", V._cli_module(pin), "pilot", str(config_file), "--out", str(out_dir), "--quiet",
+            "--format", "json", "--engine", d["engine"], "--workers", str(d["workers"]),
+            "--adaptive-policy", d["policy"], "--halving-eta", str(lad["eta"]), "--halving-rungs", str(lad["rungs"]),
+            "--halving-keep", str(lad["keep"])]
+
+
+def compact(p: dict) -> dict:
+    """A results.json pilot, floats at 6 digits, ``extra`` trimmed to what the scoring reads."""
+    extra = p.get("extra") or {}
+    keep = ("steps", "budget_halving", "pauses", "eval_flops", "software", "error")
+    return V._round({**p, "extra": {k: extra[k] for k in keep if k in extra}})
+
+
+def run_one(name: str, pin: Path, storage: Path) -> Path:
+    import yaml
+
+    cfg = live_config(name, pin)
+    out_dir = storage / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_file = out_dir / "config.yaml"
+    config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cmd = command(config_file, out_dir, pin)
+    t0 = time.time()
+    # cwd = the pin, PYTHONPATH = the pin: the grid runs the pinned code (validation.run's reason)
+    proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin)}, stdout=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: race pilot ended with exit {proc.returncode}; its storage {out_dir} keeps every "
+                         "finished stage (run the same command again)")
+    res = json.loads((out_dir / "results.json").read_text())
+    halving = {k: v for k, v in (res.get("budget_halving") or {}).items() if k != "states"}
+    s, _ = setting_of(name)
+    rec = {"setting": name, "round": s.get("round"), "design": plan()["design"], "budget": cfg["budget"],
+           "grid": cfg["grid"], "seeds": cfg["seeds"], "commit": V._commit(pin),
+           "command": " ".join(["race", *cmd[3:]]), "wall_seconds": round(time.time() - t0, 1),
+           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "config": res.get("config"),
+           "software": (res.get("diagnosis") or {}).get("meta", {}).get("software"),
+           "budget_halving": V._round(halving), "pilots": [compact(p) for p in res["pilots"]]}
+    path = record_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        json.dump(rec, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------- score
+
+def live_evidence(rec: dict) -> dict[str, Any]:
+    """The live design's evidence, built as replay.evidence builds the halving design's: the kept pilots
+    (reached B), the dropped ones at their last reading, the range at B over the kept ρ's measured ρ, the
+    recommended ρ (best kept mean final reward), the compute in units of B, and the live diagnosis' regime."""
+    from race.core.records import PilotResult
+
+    pilots = [PilotResult.from_dict(p) for p in rec["pilots"] if p.get("status") == "complete"]
+    full = [p for p in pilots if "budget_halving" not in p.extra]
+    dropped = [p for p in pilots if "budget_halving" in p.extra]
+    keep = sorted({p.rho_target for p in full})
+    fm = {t: statistics.fmean(statistics.fmean(p.evals["reward"]) for p in full if p.rho_target == t) for t in keep}
+    meas = {t: statistics.fmean(p.flops.rho for p in full if p.rho_target == t) for t in keep}
+    best = max(keep, key=lambda t: fm[t])
+    B = float(rec["budget"])
+    return {"cost": sum(p.flops.total for p in pilots) / B, "pilots": full, "drift_pilots": full + dropped,
+            "budget": B, "keep": keep, "rho_range": (min(meas.values()), max(meas.values())),
+            "recommended": meas[best], "regime": live_regime(rec)}
+
+
+def live_regime(rec: dict) -> str:
+    """The live grid's regime: race.stats.regime.classify on its pilots (dropped ρ at their last reading), as
+    the run's own diagnosis and validation.diagnosis read a grid."""
+    return V.diagnosis(rec).primary.regime.value
+
+
+def live_at(i: int, rec: dict) -> dict[str, Any]:
+    """The live design at grid ``i``'s F, scored as replay.design_at scores the halving design."""
+    from race.stats.drift import DriftError, range_for_pilots
+
+    g = R.grids()[i]
+    ev = live_evidence(rec)
+    try:
+        r = range_for_pilots(ev["drift_pilots"], target="reward", pilot_budget=ev["budget"], full_run_budget=g["F"],
+                             rho_range=ev["rho_range"], recommended_rho=ev["recommended"],
+                             constant_rate=g["constant"], population=R.loso_population(g["setting"]))
+        (lo, hi), rho = r.rho_range, r.recommended_rho
+    except DriftError:
+        (lo, hi), rho = ev["rho_range"], ev["recommended"]
+    rr = R.response(i)
+    return {"cost": ev["cost"], "keep": ev["keep"], "regime": ev["regime"], "range": (lo, hi), "rho": rho,
+            "width": hi - lo, "covered": V._within(rr.best_rho, lo, hi), "regret": rr.regret(rho)}
+
+
+def rows() -> list[dict[str, Any]]:
+    """Per scored grid of every setting with a record: the live figures beside the replay's."""
+    design = plan()["design"]["name"]
+    out = []
+    for s in plan()["settings"]:
+        rec = load_record(s["name"])
+        if rec is None:
+            continue
+        for i, g in enumerate(R.grids()):
+            if g["setting"] != s["name"] or not g["scored"]:
+                continue
+            live, rep = live_at(i, rec), R.design_at(i, design)
+            d = live["regret"] - rep["regret"]
+            out.append({"label": R.label(g), "best": R.response(i).best_rho, "live": live, "replay": rep,
+                        "replay_keep": R.evidence(s["name"], design)["keep"], "full_regime": R.full_regime(i),
+                        "d_regret": d, "match": live["covered"] == rep["covered"] and abs(d) <= MATCH_SE,
+                        "wall_min": rec["wall_seconds"] / 60})
+    return out
+
+
+def _rng(r: tuple[float, float]) -> str:
+    return f"{r[0]:.2f}–{r[1]:.2f}"
+
+
+def _yn(x: bool) -> str:
+    return "yes" if x else "no"
+
+
+def table_lines() -> list[str]:
+    rs = rows()
+    done = [s["name"] for s in plan()["settings"] if load_record(s["name"]) is not None]
+    out = [f"Settings run: {len(done)} of {len(plan()['settings'])} planned ({', '.join(done) or 'none'}).", "",
+           "| grid | full-run best ρ | kept ρ: live; replay | range at F: live; replay | covered: live; replay "
+           "| regret: live; replay (Δ) | compute (B): live; replay | regime: live; full runs | match |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        lv, rp = r["live"], r["replay"]
+        out.append(f"| {r['label']} | {r['best']:.2f} | {', '.join(f'{t:g}' for t in lv['keep'])}; "
+                   f"{', '.join(f'{t:g}' for t in sorted(r['replay_keep']))} | {_rng(lv['range'])}; {_rng(rp['range'])} | "
+                   f"{_yn(lv['covered'])}; {_yn(rp['covered'])} | {lv['regret']:.2f}; {rp['regret']:.2f} "
+                   f"({r['d_regret']:+.2f}) | {lv['cost']:.2f}; {rp['cost']:.2f} | {lv['regime']}; {r['full_regime']} | "
+                   f"{_yn(r['match'])} |")
+    if rs:
+        med = lambda xs: statistics.median(xs) if xs else math.nan  # noqa: E731
+        out += ["", f"Over {len(rs)} grids: {sum(r['match'] for r in rs)} match (same coverage, regrets within "
+                    f"{MATCH_SE:g} pooled SE); covered {sum(r['live']['covered'] for r in rs)} live, "
+                    f"{sum(r['replay']['covered'] for r in rs)} replay; median regret "
+                    f"{med([r['live']['regret'] for r in rs]):.2f} live, {med([r['replay']['regret'] for r in rs]):.2f} "
+                    f"replay; median |Δ regret| {med([abs(r['d_regret']) for r in rs]):.2f}; same kept ρ in "
+                    f"{sum(sorted(r['live']['keep']) == sorted(r['replay_keep']) for r in rs)}; compute "
+                    f"{med([r['live']['cost'] for r in rs]):.2f} B live against {med([r['replay']['cost'] for r in rs]):.2f} "
+                    f"B replay (median)."]
+    return out
+
+
+def tables_text() -> str:
+    return V.section_tables([("The replay's winning design, live", table_lines)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "tables":
+        return V.doc_command(argv[1:], tables_text, BEGIN, END, "research/scripts/live_design.py")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--pin", default=str(ROOT), help="the pinned checkout the grids run from")
+    r.add_argument("--only", default=None, help="comma-separated settings (default: the plan's, in order)")
+    r.add_argument("--storage", default=plan()["storage"])
+    sub.add_parser("score")
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        names = args.only.split(",") if args.only else [s["name"] for s in plan()["settings"]]
+        for name in names:
+            if load_record(name) is not None:
+                print(f"{name}: recorded", flush=True)
+                continue
+            print(f"{name}: running", flush=True)
+            print(f"{name}: → {run_one(name, Path(args.pin), Path(args.storage))}", flush=True)
+        return 0
+    sys.stdout.write("\n".join(table_lines()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -38,18 +38,76 @@ def test_signal_names_the_grids_that_learned_nothing_for_want_of_signal(p, statu
 
 
 def test_shrinkage_to_the_prior_by_hand():
-    none = D.shrink_to_prior(None, None)
-    assert (none.rho, none.weight) == (D.POPULATION_RHO, 0.0)
-    tau, sig = D.POPULATION_RHO_SD, 0.1
-    w = tau ** 2 / (tau ** 2 + sig ** 2)
-    s = D.shrink_to_prior(0.7, sig)
-    assert s.weight == pytest.approx(w)
-    assert s.rho == pytest.approx(D.POPULATION_RHO + w * (0.7 - D.POPULATION_RHO))
-    assert s.sd == pytest.approx(math.sqrt(w) * sig)
-    assert s.low == pytest.approx(s.rho - 1.6449 * s.sd) and s.high == pytest.approx(s.rho + 1.6449 * s.sd)
-    assert D.shrink_to_prior(0.7, 0.0).rho == 0.7        # exact evidence: the prior gives way
+    none = D.shrink_to_prior(None, None)             # no pilots: the prior alone, its range the observed spread
+    assert (none.rho, none.weight, none.sd) == (0.46, 0.0, 0.136)
+    assert (none.low, none.high) == pytest.approx((0.46 - 1.6449 * 0.136, 0.46 + 1.6449 * 0.136))
+    assert "the prior alone" in none.line() and "[0.24, 0.68]" in none.line()
+    # τ = 0.112, σ = 0.1: w = 0.012544 / 0.022544 = 0.55642, ρ = 0.46 + 0.55642 · 0.24, SD = √w · 0.1
+    s = D.shrink_to_prior(0.7, 0.1)
+    assert s.weight == pytest.approx(0.556423, abs=1e-6)
+    assert s.rho == pytest.approx(0.593542, abs=1e-6)
+    assert s.sd == pytest.approx(0.074594, abs=1e-6)
+    assert (s.low, s.high) == pytest.approx((0.593542 - 1.6449 * 0.074594, 0.593542 + 1.6449 * 0.074594), abs=1e-6)
+    assert "weight 0.56 on the pilots" in s.line() and s.to_dict()["rho_range"] == [s.low, s.high]
+    # a pilot far more precise than the prior stays at its own ρ; exact evidence: the prior gives way entirely
+    tiny = D.shrink_to_prior(0.7, 1e-4)
+    assert tiny.weight == pytest.approx(1 - 1e-8 / 0.012544, abs=1e-12) and tiny.rho == pytest.approx(0.7, abs=1e-6)
+    assert D.shrink_to_prior(0.7, 0.0).rho == 0.7
+    # a pilot as uncertain as the prior (σ = τ) lands half way
+    assert D.shrink_to_prior(0.7, 0.112).rho == pytest.approx(0.58)
     with pytest.raises(D.DesignError, match="own_rho"):
         D.shrink_to_prior(1.5, 0.1)
+
+
+def _pilot(rho_target: float, rho: float, score: float):
+    from race.core.records import PilotResult
+
+    flops = {"search": (1 - rho) * 100.0, "learning": rho * 100.0, "reward": 0.0}
+    return PilotResult.from_dict({"rho_target": rho_target, "seed": 0, "rho": rho, "flops": flops,
+                                  "evals": {"reward": [score] * 4}, "schedule": None, "curve": [], "wall_seconds": {},
+                                  "status": "complete", "extra": {}, "checkpoints": []})
+
+
+def test_the_seed_variance_of_the_best_rho_by_hand():
+    # 0.6 wins every resample: no sampling variance, the floor (step / 2)² / 3 with a step of 0.2
+    sure = [_pilot(0.4, 0.4, s) for s in (0.1, 0.1, 0.1)] + [_pilot(0.6, 0.6, s) for s in (0.5, 0.5, 0.5)]
+    assert D.seed_var_of_best(sure) == pytest.approx(0.1 ** 2 / 3)
+    # 0.6's seeds score 0.9, 0.3, 0.3 against 0.4's steady 0.6: a resample puts 0.6 ahead when it draws 0.9 at
+    # least twice, p = 7/27, so the best ρ is a two-point draw 0.2 apart: variance p (1 − p) 0.2² = 0.00768
+    split = [_pilot(0.4, 0.4, 0.6) for _ in range(3)] + [_pilot(0.6, 0.6, s) for s in (0.9, 0.3, 0.3)]
+    assert D.seed_var_of_best(split, n_boot=20000) == pytest.approx(7 / 27 * 20 / 27 * 0.04, abs=4e-4)
+    with pytest.raises(D.DesignError, match="no complete pilot"):
+        D.seed_var_of_best(sure, "pass@1")
+
+
+def test_the_prior_start_adds_the_drift_move_to_the_seed_variance():
+    sure = [_pilot(0.4, 0.4, s) for s in (0.1, 0.1, 0.1)] + [_pilot(0.6, 0.6, s) for s in (0.5, 0.5, 0.5)]
+    at_f = {"recommended_rho": 0.55, "shift_ci": [-0.2, 0.0]}          # a move of SD 0.1 / 1.6449
+    sigma2 = 0.1 ** 2 / 3 + (0.1 / 1.6449) ** 2                         # 0.003333 + 0.003696 = 0.007029
+    w = 0.112 ** 2 / (0.112 ** 2 + sigma2)                              # 0.6409
+    s = D.prior_start(sure, at_f)
+    assert s.weight == pytest.approx(w) and w == pytest.approx(0.6409, abs=1e-4)
+    assert s.rho == pytest.approx(0.46 + w * 0.09) and s.own_sd == pytest.approx(math.sqrt(sigma2))
+    assert D.prior_start(sure, None) == D.shrink_to_prior(None, None)   # no range at F: the prior alone
+
+
+def test_a_verdict_at_f_states_the_prior_start_beside_its_range():
+    """race pilot / race report / race.diagnose with --full-run F: the range at F and, beside it, the prior start
+    (the committed tiny steps-sparse results at 30 × B)."""
+    from race.stats.forecast import with_forecast
+    from race.stats.report import forecast_lines
+    from race.stats.results import load_results
+
+    d = with_forecast(load_results(str(ROOT / "docs" / "runs" / "tiny-steps-sparse.results.json")), full_run_budget=9e12)
+    rec = d.forecast.range_at_budget
+    start = rec["prior_start"]
+    assert start["own_rho"] == rec["recommended_rho"] and round(rec["recommended_rho"], 2) == 0.51
+    assert start["weight"] == pytest.approx(0.112 ** 2 / (0.112 ** 2 + start["own_sd"] ** 2))
+    assert start["rho"] == pytest.approx(0.46 + start["weight"] * (start["own_rho"] - 0.46))
+    assert round(start["weight"], 2) == 0.60 and round(start["rho"], 2) == 0.49
+    lines = forecast_lines(d.forecast)
+    assert lines[0].startswith("range at F = 9e+12") and lines[1] == start["line"]
+    assert lines[1].startswith("prior start: ρ 0.49, 90% range [0.37, 0.60]")
 
 
 def test_a_share_of_the_full_run_counts_evaluation_and_refuses_what_buys_nothing():

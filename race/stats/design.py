@@ -6,7 +6,10 @@ Three pure pieces, no torch:
   (measured) of the two validation rounds' 10 × B grids that learned something and did not all
   collapse (21 grids: ``POPULATION_RHO``), and their spread (``POPULATION_RHO_SD``). RACE with no pilots
   recommends the prior; pilots move it only as far as their evidence allows (``shrink_to_prior``:
-  an empirical-Bayes normal–normal shrinkage, w = τ² / (τ² + σ²)).
+  an empirical-Bayes normal–normal shrinkage, w = τ² / (τ² + σ²), τ = ``POPULATION_RHO_TAU`` the spread net of
+  each grid's sampling noise). ``prior_start`` is the one rule a verdict's range at F states beside itself and
+  the replay of rounds 1–2 scores: σ² = the pilots' seed variance of their best ρ (``seed_var_of_best``) + the
+  variance of the drift's move to F (``move_sd``).
 - **The signal check** (``signal``): a 0/1 reward over a group of g rollouts gives GRPO a gradient only
   where the group's rewards differ, which happens with probability 1 − pᵍ − (1 − p)ᵍ at base pass rate
   p. Below ``p*(g) = 1 − 2^(−1/g)`` (0.083 for g = 8, the bar of Aphale & Liu, arXiv 2606.18487, whose
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from race.core import arguments as A
 from race.stats.drift import Z90
@@ -39,6 +43,10 @@ from race.core.errors import RaceError
 POPULATION_RHO = 0.46
 POPULATION_RHO_SD = 0.136
 POPULATION_GRIDS = 21
+# The between-setting SD of the best ρ net of each grid's own sampling noise (its best ρ's bootstrap variance over
+# seeds and prompts, mean over the same 21 grids: sqrt(0.136² − 0.0061)); the prior's weight in the shrinkage.
+# research/scripts/replay.py population prints it.
+POPULATION_RHO_TAU = 0.112
 # What pilots can win back and what they cost, in the same units (pooled full-run SEs of held-out reward),
 # from the same replay (research/scripts/replay.py designs / slope; docs/pilot.md, "Replaying pilot designs"):
 # the prior alone's median regret over rounds 1–2's 24 scored grids, the flat grid's (4 ρ × 3 seeds at B,
@@ -114,30 +122,98 @@ def signal(pass_rate: float, group: int) -> Signal:
 @dataclass(frozen=True)
 class Shrunk:
     """A recommended ρ shrunk toward the population prior: ``rho`` = prior + ``weight`` · (own − prior),
-    its posterior SD, and the 90 % range around it (clipped to (0, 1))."""
+    its posterior SD, and the 90 % range around it (clipped to (0, 1)). ``own`` / ``own_sd``: the pilots'
+    ρ at F and its SD (None: no pilots, the prior alone, whose range is the prior's observed spread)."""
 
     rho: float
     sd: float
     weight: float
     low: float
     high: float
+    own: float | None = None
+    own_sd: float | None = None
+    prior: float = POPULATION_RHO
+    prior_sd: float = POPULATION_RHO_TAU
+
+    def line(self) -> str:
+        if self.own is None:
+            return (f"prior start: ρ {self.rho:.2f}, 90% range [{self.low:.2f}, {self.high:.2f}] (the prior alone: "
+                    f"the median full-run best of {POPULATION_GRIDS} grids of rounds 1–2, no pilots to move it)")
+        return (f"prior start: ρ {self.rho:.2f}, 90% range [{self.low:.2f}, {self.high:.2f}] (the pilots' "
+                f"{self.own:.2f}, SD {self.own_sd:.3f}, shrunk toward the prior {self.prior:g}, SD {self.prior_sd:g}: "
+                f"weight {self.weight:.2f} on the pilots; beside the range at F, not instead of it, docs/pilot.md)")
+
+    def to_dict(self) -> dict:
+        return {"rho": self.rho, "sd": self.sd, "weight": self.weight, "rho_range": [self.low, self.high],
+                "own_rho": self.own, "own_sd": self.own_sd, "prior": self.prior, "prior_sd": self.prior_sd,
+                "line": self.line()}
 
 
 def shrink_to_prior(own_rho: float | None, own_sd: float | None, *, prior: float = POPULATION_RHO,
-                    prior_sd: float = POPULATION_RHO_SD) -> Shrunk:
+                    prior_sd: float = POPULATION_RHO_TAU, spread: float = POPULATION_RHO_SD) -> Shrunk:
     """The pilots' own best ρ at F (``own_rho``, with its SD ``own_sd``: bootstrap and drift together)
-    pulled toward the population prior by precision weights; ``own_rho`` None (no pilots) gives the prior."""
+    pulled toward the population prior by precision weights, w = τ² / (τ² + σ²) with τ = ``prior_sd`` (the
+    between-setting SD net of each grid's own sampling noise); ``own_rho`` None (no pilots) gives the prior
+    alone, its range from ``spread`` (the observed SD of the full-run best ρ, the prior-alone design's)."""
     prior = A.number("prior", prior, error=DesignError, gt=0, lt=1)
     tau = A.number("prior_sd", prior_sd, error=DesignError, gt=0)
     if own_rho is None:
-        rho, sd, w = prior, tau, 0.0
+        sd = A.number("spread", spread, error=DesignError, gt=0)
+        rho, w, own, sig = prior, 0.0, None, None
     else:
         own = A.number("own_rho", own_rho, error=DesignError, gt=0, lt=1)
         sig = A.number("own_sd", own_sd, error=DesignError, ge=0)
         w = tau ** 2 / (tau ** 2 + sig ** 2) if sig > 0 else 1.0
         rho = prior + w * (own - prior)
         sd = math.sqrt(w) * sig if sig > 0 else 0.0
-    return Shrunk(rho, sd, w, max(1e-3, rho - Z90 * sd), min(1 - 1e-3, rho + Z90 * sd))
+    return Shrunk(rho, sd, w, max(1e-3, rho - Z90 * sd), min(1 - 1e-3, rho + Z90 * sd), own, sig, prior, tau)
+
+
+def seed_var_of_best(pilots: Sequence, target: str = "reward", *, n_boot: int = 1000, seed: int = 0) -> float:
+    """The sampling variance of a pilot grid's best ρ (measured): each point's seeds resampled (their final
+    held-out ``target`` means), the best point's measured ρ read per resample. Floored at (step / 2)² / 3,
+    the variance of a uniform error over half the grid's median step: a grid locates no finer than its step.
+    Complete pilots only; fewer than one complete pilot per point leaves that point out."""
+    import numpy as np
+
+    A.text("target", target, error=DesignError)
+    n_boot = A.whole("n_boot", n_boot, error=DesignError, ge=1)
+    by: dict[float, list[float]] = {}
+    rho: dict[float, list[float]] = {}
+    for p in pilots:
+        if getattr(p, "status", "complete") != "complete" or not p.evals.get(target):
+            continue
+        by.setdefault(p.rho_target, []).append(sum(p.evals[target]) / len(p.evals[target]))
+        rho.setdefault(p.rho_target, []).append(p.flops.rho)
+    if not by:
+        raise DesignError(f"pilots hold no complete pilot with held-out {target!r} scores: expected a pilot grid's results")
+    ts = sorted(by)
+    axis = [sum(rho[t]) / len(rho[t]) for t in ts]
+    rng = np.random.default_rng(seed)
+    picks = [axis[int(np.argmax([np.mean(rng.choice(by[t], len(by[t]))) for t in ts]))] for _ in range(n_boot)]
+    steps = sorted(b - a for a, b in zip(axis, axis[1:]))
+    step = (steps[(len(steps) - 1) // 2] + steps[len(steps) // 2]) / 2 if steps else 0.1
+    return max(float(np.var(picks)), (step / 2) ** 2 / 3)
+
+
+def move_sd(range_at_f: Mapping[str, Any]) -> float:
+    """The SD of the drift's move from B to F in a range-at-F record (race.stats.drift.RangeAtBudget.to_dict):
+    its 90 % CI's half-width over Z90 (past the validated factor that CI is already widened)."""
+    lo, hi = range_at_f["shift_ci"]
+    return (float(hi) - float(lo)) / 2 / Z90
+
+
+def prior_start(pilots: Sequence, range_at_f: Mapping[str, Any] | None, *, target: str = "reward",
+                prior: float = POPULATION_RHO, prior_sd: float = POPULATION_RHO_TAU, n_boot: int = 1000,
+                seed: int = 0) -> Shrunk:
+    """RACE's prior-start recommendation at F (issue 49 item 7), the one rule both a verdict and the replay
+    (research/scripts/replay.py, design "prior start + …") use: the range at F's recommended ρ, with
+    σ² = the grid's seed variance of its best ρ (``seed_var_of_best``) + the drift move's variance
+    (``move_sd``), shrunk toward the prior (``shrink_to_prior``). No range at F (None): the prior alone."""
+    if range_at_f is None:
+        return shrink_to_prior(None, None, prior=prior, prior_sd=prior_sd)
+    sigma2 = seed_var_of_best(pilots, target, n_boot=n_boot, seed=seed) + move_sd(range_at_f) ** 2
+    return shrink_to_prior(float(range_at_f["recommended_rho"]), math.sqrt(sigma2), prior=prior, prior_sd=prior_sd)
 
 
 @dataclass(frozen=True)

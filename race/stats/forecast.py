@@ -416,13 +416,22 @@ def stability_at_with_rate(results: Any, st: Any, full_run_budget: float) -> dic
 
 
 def budget_range(results: Any, diag: Any, full_run_budget: float, schedule: str) -> dict[str, Any]:
-    """The budget-drift model's range at F for these results (race.stats.drift), or ``{"refused": why}``."""
+    """The budget-drift model's range at F for these results (race.stats.drift), or ``{"refused": why}``;
+    beside a range, under ``prior_start``, the prior-start recommendation (race.stats.design.prior_start:
+    the range's ρ shrunk toward the population prior by the pilots' seed and drift uncertainty)."""
     from race.config.rules import LR_SCHEDULES
+    from race.stats.design import DesignError, prior_start
     from race.stats.drift import range_record
 
     _results(results, "results")
     full_run_budget = A.number("full_run_budget", full_run_budget, gt=0, error=ForecastError,
                                expected="a positive finite FLOP count, e.g. 6e12")
     A.one_of("schedule", schedule, LR_SCHEDULES, error=ForecastError)
-    return range_record(results.pilots, diag, pilot_budget=results_budget(results), full_run_budget=full_run_budget,
-                        constant_rate=schedule == "constant")
+    rec = range_record(results.pilots, diag, pilot_budget=results_budget(results), full_run_budget=full_run_budget,
+                       constant_rate=schedule == "constant")
+    if "refused" in rec:
+        return rec
+    try:
+        return {**rec, "prior_start": prior_start(results.pilots, rec, target=diag.primary_target).to_dict()}
+    except DesignError:                 # no complete pilot scored on the target: the range alone
+        return rec

@@ -32,7 +32,7 @@ from typing import Protocol, Sequence
 
 from race.core import arguments as A
 from race.stats.design import (DEFAULT_SHARE, MIN_STEPS, POPULATION_GRIDS, POPULATION_RHO, POPULATION_RHO_SD,
-                               DesignError, SharePlan, pilot_value, plan_share)
+                               DesignError, SharePlan, pilot_value, plan_share, shrink_to_prior)
 from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR
 from race.stats.regime import MIN_GRID_POINTS
 
@@ -131,7 +131,7 @@ class PriorOnly:
              eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
         points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         return DesignPlan(self.name, F, s, e, (), 0.0,
-                          f"run at the prior ρ {POPULATION_RHO:g} with the whole compute (F plus the {s:.0%} share)")
+                          f"run at the prior ρ {POPULATION_RHO:g} ({_prior_range()}) with the whole compute (F plus the {s:.0%} share)")
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,13 @@ class FitShare:
                           f"not even {MIN_GRID_POINTS + 1} pilots of {lo:.3g} FLOPs"
                           + (f" plus {e:.3g} of held-out evaluation each" if e else "")
                           + f" ({MIN_GRID_POINTS} points, one with two seeds) fit a {s:.0%} share: run at the prior "
-                          f"ρ {POPULATION_RHO:g} with the whole compute")
+                          f"ρ {POPULATION_RHO:g} ({_prior_range()}) with the whole compute")
+
+
+def _prior_range() -> str:
+    """The prior alone's 90 % range (race.stats.design.shrink_to_prior with no pilots), as the no-pilot lines say it."""
+    alone = shrink_to_prior(None, None)
+    return f"90% range [{alone.low:.2f}, {alone.high:.2f}], the prior alone"
 
 
 DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), PriorOnly())}   # the first: default
@@ -219,7 +225,8 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
             "validated_factor": VALIDATED_FACTOR,
             "value": {"at_stake": value.at_stake, "cost": value.cost, "best_case": value.best_case,
                       "pays": value.pays, "line": value.line()},
-            "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS}}
+            "prior": {"rho": POPULATION_RHO, "sd": POPULATION_RHO_SD, "grids": POPULATION_GRIDS,
+                      "start": shrink_to_prior(None, None).to_dict()}}
     if fmt == "json":
         body = json.loads(render_plan(plan, "json"))
         return json.dumps({**body, "schema_version": SCHEMA_VERSION, "full_run": info}, indent=2)
@@ -237,7 +244,8 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
              f"  this grid: {pilots} pilots × {fmt_flops(c.budget)} = {fmt_flops(grid_cost)} FLOPs with held-out "
              f"evaluation (+{ev_share:.0%}), {grid_cost / F:.0%} of F; F / B = {F / c.budget:.3g} ({reach(F / c.budget)})",
              within_line,
-             f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, the median full-run best of "
-             f"{POPULATION_GRIDS} grids of rounds 1–2); race pilot checks the base pass rate after calibration",
+             f"  before any: the prior ρ {POPULATION_RHO:g} (SD {POPULATION_RHO_SD:g}, {_prior_range()}: the median "
+             f"full-run best of {POPULATION_GRIDS} grids of rounds 1–2); pilots move it only as far as their evidence "
+             "allows (the verdict's prior-start line); race pilot checks the base pass rate after calibration",
              f"  {value.line()}", ""]
     return "\n".join(lines)

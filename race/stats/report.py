@@ -275,9 +275,11 @@ def _params_cell(model: str | None, params: Mapping[str, float]) -> str:
 
 def forecast_lines(fc: Forecast) -> list[str]:
     """The forecast's lines beside its tables: the range at F from the budget-drift model first
-    (race.stats.drift, a second statement beside the verdict at B), then the forecast's one-line summary
-    or refusal."""
+    (race.stats.drift, a second statement beside the verdict at B) and the prior-start recommendation beside
+    it (race.stats.design.prior_start), then the forecast's one-line summary or refusal."""
     out = [range_at_budget_line(fc.range_at_budget)] if fc.range_at_budget else []
+    start = prior_start_line(fc.range_at_budget) if fc.range_at_budget else None
+    out += [start] if start else []
     if fc.stability_at_budget:
         out.append(str(fc.stability_at_budget.get("line", "")))
         if fc.stability_at_budget.get("rate"):
@@ -307,6 +309,13 @@ def forecast_lines(fc: Forecast) -> list[str]:
 def range_at_budget_line(r: Mapping[str, Any]) -> str:
     """The one line of a stored range at F (race.stats.drift.RangeAtBudget.to_dict) or of its refusal."""
     return f"no range at F: {r['refused']}" if "refused" in r else str(r.get("line", ""))
+
+
+def prior_start_line(r: Mapping[str, Any]) -> str | None:
+    """The line of the prior-start recommendation stored beside a range at F (race.stats.design.prior_start),
+    or None when the record holds none (a refusal, or results written before it)."""
+    start = r.get("prior_start")
+    return str(start["line"]) if isinstance(start, Mapping) and start.get("line") else None
 
 
 def _forecast_parts(fc: Forecast, fmt: str, stability: Stability | None = None) -> list[str]:

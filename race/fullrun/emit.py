@@ -12,7 +12,8 @@
   ``compute_score`` for verl's ``custom_reward_function``, ``reward_func`` for OpenRLHF's
   ``--reward.remote_url FILE.py``; for TRL it carries the policy's end-of-turn ids and their text
   (``end_tokens``, from its tokenizer), so that ``reward`` puts back the marker TRL decodes away when a
-  completion's ids end with one, and scores the text RACE's pilots score;
+  completion's ids end with one, and scores the text RACE's pilots score (a tokenizer not on this machine:
+  ``reward`` reads them from the policy's tokenizer, as the trainer loads it, at its first call);
 - ``DIR/race_config.json``: the config the reward is built from; ``DIR/recipe.json``: the recipe;
 - verl: ``DIR/race_verl_reward.py``, the reward manager the recipe names (``reward.reward_manager``):
   verl 0.9.1's naive manager, except that it decodes a response with its special tokens, as RACE's
@@ -92,9 +93,7 @@ def build(max_steps=None, output_dir=None, **overrides):
     trainer = GRPOTrainer(model=model["model_name_or_path"], reward_funcs=race_reward.reward,
                           args=args, train_dataset=data, peft_config=peft)
     if not race_reward.END_TOKENS:      # the tokenizer was not found at emit time: the trainer's own end ids
-        tok = trainer.processing_class
-        tok = getattr(tok, "tokenizer", tok)
-        race_reward.END_TOKENS.update({i: tok.decode([i], skip_special_tokens=False) for i in trainer.eos_token_ids})
+        race_reward.use_tokenizer(trainer.processing_class, trainer.eos_token_ids)
     return trainer
 
 
@@ -265,7 +264,8 @@ def emit(config: GridConfig, trainer: str, out_dir: str, *, force: bool = False)
     custom_src, custom_fn = _custom_reward(config)
     replaced = check_target(out_dir, trainer, force=force, model=config.model, custom=bool(custom_fn))
     train, held = _rows(config)                 # before anything is written: a task that cannot load stops here
-    reward_text = reward_module(config, custom_fn, end_tokens(config.model) if trainer == "trl" else None)
+    reward_text = reward_module(config, custom_fn, end_tokens(config.model) if trainer == "trl" else None,
+                                model=model_location(config.model, out_dir))
     files = []
 
     def put(name: str, content: Any) -> None:

@@ -5,7 +5,9 @@
   the config names, or the user's function (copied beside it as ``CUSTOM_FILE``), under TRL's, verl's and
   OpenRLHF's signatures. For TRL it carries the policy's end-of-turn ids and their text (``end_tokens``,
   read from the model's own tokenizer files), so that ``reward`` puts back the marker TRL decodes away
-  when a completion's ids end with one.
+  when a completion's ids end with one; where the tokenizer is not on the emitting machine (a Hub id
+  outside its cache), ``reward`` reads them at its first call from the tokenizer of ``MODEL`` (the policy
+  as the trainer loads it) with the trainer's transformers, and stops in one line if it cannot.
 - ``VERL_MANAGER_TEXT``: ``race_verl_reward.py``, verl 0.9.1's naive reward manager decoding responses with
   their special tokens kept, as RACE's pilots decode completions (``VERL_MANAGER`` the class it defines).
 
@@ -38,7 +40,8 @@ REWARD_HEAD = '''"""RACE's reward for this recipe (race recipe --emit): {kind}. 
 RACE's pilots score a completion decoded with its special tokens, so a reward that checks termination
 (structured, format) sees the end-of-turn marker of a finished answer. TRL decodes with skip_special_tokens,
 so reward (TRL's) puts the marker back where the completion's ids (TRL's completion_ids) end with one of
-END_TOKENS, the policy's end-of-turn ids taken from its tokenizer at emit time; verl's naive reward
+END_TOKENS, the policy's end-of-turn ids taken from its tokenizer at emit time or, when it was not on that
+machine, from MODEL's tokenizer where the trainer loaded it, at the first call (transformers); verl's naive reward
 manager skips them too, and the recipe's reward manager ({verl_manager}, written beside this file) keeps
 them.
 
@@ -61,8 +64,11 @@ CHECK_SECONDS = {check!r}
 CUSTOM = {custom!r}           # (file beside this one, function name) for reward.kind custom
 MAX_ABS = 1e6                 # as RACE: a reward beyond ± this, or not a finite number, scores 0
 # TRL: the token ids that end a completion (the policy's EOS / end-of-turn ids, as GRPOTrainer stops at them),
-# each with its text as RACE's pilots decode it (special tokens kept); empty: the tokenizer was not found
+# each with its text as RACE's pilots decode it (special tokens kept); empty: the tokenizer was not found at
+# emit time, and reward reads them from MODEL's tokenizer (the policy as the trainer loads it) at its first call
+MODEL = {model!r}
 END_TOKENS = {end!r}
+_END_READ = bool(END_TOKENS)
 
 
 def _rule(name):
@@ -132,6 +138,40 @@ def _prompt_text(prompt):
     return users[-1] if users and isinstance(users[-1], str) else ""
 
 
+def use_tokenizer(tokenizer, end_ids):
+    """END_TOKENS from a tokenizer and the ids that end a completion (train_trl.py: GRPOTrainer's own
+    processing_class and eos_token_ids), each id with its text, special tokens kept."""
+    global _END_READ
+    tok = getattr(tokenizer, "tokenizer", tokenizer)       # a processor: its tokenizer
+    END_TOKENS.update({{int(i): tok.decode([int(i)], skip_special_tokens=False) for i in end_ids if i is not None}})
+    _END_READ = True
+
+
+def _end_tokens():
+    """END_TOKENS; empty at emit time, MODEL's end ids as TRL 1.16's GRPOTrainer takes them (the generation
+    config's eos_token_id, the tokenizer's EOS first), read once with transformers from where the trainer
+    loaded the policy (its folder, or the local cache: the trainer downloaded it before the first reward)."""
+    if _END_READ:
+        return END_TOKENS
+    try:
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        tok = AutoTokenizer.from_pretrained(MODEL)
+        try:
+            gen = GenerationConfig.from_pretrained(MODEL)
+        except OSError:                   # no generation_config.json: the model config's, as from_pretrained does
+            gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(MODEL))
+    except Exception as e:  # noqa: BLE001 — said in one line: scoring without the marker would differ from RACE
+        why = (str(e).strip().splitlines() or [""])[0]
+        raise RuntimeError(f"race_reward.py: the end-of-turn ids of {{MODEL!r}} were not known at emit time and its "
+                           f"tokenizer cannot be loaded here ({{type(e).__name__}}: {{why}}): run where the trainer "
+                           "loads the policy, or call race_reward.use_tokenizer(tokenizer, end_ids) first") from None
+    ids = gen.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    use_tokenizer(tok, ids if tok.eos_token_id in ids else [tok.eos_token_id, *ids])
+    return END_TOKENS
+
+
 def _as_decoded(text, ids):
     """A completion's text as RACE's pilots decode it. TRL decodes with skip_special_tokens, which drops
     the end-of-turn marker; its completion_ids run to the first end id, inclusive, so a finished completion's
@@ -140,7 +180,9 @@ def _as_decoded(text, ids):
         last = int(ids[-1]) if ids is not None and len(ids) else None
     except (TypeError, ValueError, IndexError):
         return text
-    marker = END_TOKENS.get(last)
+    if last is None:
+        return text
+    marker = _end_tokens().get(last)
     return text + marker if marker and not text.endswith(marker) else text
 
 
@@ -243,12 +285,14 @@ def end_tokens(model: str) -> dict[int, str]:
 
 
 def reward_module(config: GridConfig, custom_function: str | None = None,
-                  end: dict[int, str] | None = None) -> str:
+                  end: dict[int, str] | None = None, model: str | None = None) -> str:
     """The text of ``race_reward.py`` for ``config``'s reward: RACE's rules and answer checker copied
     in, the mix or rule the config names, or the user's function (``custom_function``, the name in
     the copy beside it, ``CUSTOM_FILE``), under TRL's, verl's and OpenRLHF's signatures. ``end``: the
     policy's end-of-turn ids and their text (``end_tokens``), with which TRL's ``reward`` puts back the
-    marker TRL decodes away."""
+    marker TRL decodes away; ``model``: the policy as the trainer loads it (race.fullrun.emit.model_location,
+    default ``config.model``), whose tokenizer ``reward`` reads them from at its first call when ``end`` is
+    empty."""
     from race.tasks.rewards.mix import check_mix
     from race.core.version import __version__
 
@@ -268,7 +312,7 @@ def reward_module(config: GridConfig, custom_function: str | None = None,
             + REWARD_TAIL.format(kind=r.kind, mix=check_mix(r.mix) if r.kind == "mix" else None,
                                  check=float(getattr(r, "check_timeout", 2.0)),
                                  custom=(CUSTOM_FILE, custom_function) if custom_function else None,
-                                 end=dict(end or {})))
+                                 model=model or config.model, end=dict(end or {})))
 
 
 VERL_MANAGER_TEXT = '''"""The reward manager of this RACE recipe for verl (race recipe --for verl --emit): verl's own naive

@@ -191,6 +191,43 @@ def _subgrid(grid: GridScores, keep: np.ndarray) -> GridScores:
                        pilot_rho=grid.pilot_rho[keep], scores=grid.scores[keep])
 
 
+def _own_collapse_rate(grid: GridScores, found: np.ndarray, *, q: float, kappa: float,
+                       q_weight: float) -> tuple[float, float]:
+    """(q, kappa) for ``simulate_mixture``'s ``q_weight``: the population rate ``q`` worth ``q_weight``
+    pilots pooled with the grid's own k of n collapsed pilots (``found``), and their mean fall from their
+    point's other seeds' median when k > 0 (else ``kappa``)."""
+    k, n_pilots = int(found.sum()), int(found.shape[0])
+    q = (k + q_weight * q) / (n_pilots + q_weight)
+    if k:
+        x0 = grid.pilot_means
+        falls = [1.0 - x0[i] / float(np.median(x0[(grid.point_index == grid.point_index[i]) & ~found]))
+                 for i in np.flatnonzero(found)]
+        kappa = float(np.clip(np.mean(falls), 0.0, 1.0))
+    return q, kappa
+
+
+def _draw_pilots(grid: GridScores, centre: np.ndarray, rng: np.random.Generator, *, s2: float, nu: int,
+                 n_reruns: int, q: float, kappa: float, tau: float,
+                 w: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(point means (n_reruns, n_points), σ² (n_reruns,), each rerun's own pooled seed SD s′) of
+    ``n_reruns`` reruns at ``grid``'s design, drawn pilot by pilot about ``centre`` in
+    ``simulate_mixture``'s model (σ² = s2 ν/χ²_ν; ``q``, ``kappa``, ``tau``, ``w`` as there)."""
+    n_full = grid.n_seeds.astype(float)
+    sigma2 = s2 * nu / rng.chisquare(nu, size=n_reruns)
+    sigma = np.sqrt(sigma2)
+    sd = sigma[:, None] / np.sqrt(n_full)[None, :]
+    truth = centre[None, :] + math.sqrt(w) * sd * rng.standard_normal(sd.shape)
+    idx = grid.point_index                                               # the rerun's design: this grid's
+    x = truth[:, idx] + sigma[:, None] * rng.standard_normal((n_reruns, idx.shape[0]))
+    if q > 0:
+        x = np.where(rng.random(x.shape) < q, (1.0 - kappa) * x, x)
+    onehot = np.eye(grid.n_points)[idx]
+    means = x @ onehot / n_full[None, :]
+    dev = x - means[:, idx]
+    s_own = np.sqrt(np.sum(dev ** 2, axis=1) / float(np.sum(n_full - 1)))
+    return means + tau * sd * rng.standard_normal(sd.shape), sigma2, s_own
+
+
 def simulate_mixture(*, grid: GridScores, replicates: np.ndarray, seed_scale: float, seed: int = 0,
                      seed_resampling: str = "pooled", n_reruns: int = N_RERUNS, n_rep: int = RERUN_REPLICATES,
                      robust: bool = False, q: float = 0.0, kappa: float = 0.5, q_weight: float | None = None,
@@ -229,17 +266,10 @@ def simulate_mixture(*, grid: GridScores, replicates: np.ndarray, seed_scale: fl
     reps_in = np.asarray(replicates, dtype=float)
     if reps_in.ndim != 2 or reps_in.shape[1] != grid.n_points or reps_in.shape[0] < 1:
         raise ConfidenceError(f"replicates of shape {reps_in.shape} must be (n_boot, {grid.n_points})")
-    n_full = grid.n_seeds.astype(float)
     found = collapsed_pilots(grid, floor=floor)
     hit = found if robust else np.zeros_like(found)
     if q_weight is not None:
-        k, n_pilots = int(found.sum()), int(found.shape[0])
-        q = (k + q_weight * q) / (n_pilots + q_weight)
-        if k:
-            x0 = grid.pilot_means
-            falls = [1.0 - x0[i] / float(np.median(x0[(grid.point_index == grid.point_index[i]) & ~found]))
-                     for i in np.flatnonzero(found)]
-            kappa = float(np.clip(np.mean(falls), 0.0, 1.0))
+        q, kappa = _own_collapse_rate(grid, found, q=q, kappa=kappa, q_weight=q_weight)
     clean = _subgrid(grid, ~hit) if hit.any() else grid
     n_boot = reps_in.shape[0]
     noise = _seed_noise(clean, n_boot=n_boot, seed=seed, seed_resampling=seed_resampling, n_rep=n_rep)
@@ -248,24 +278,11 @@ def simulate_mixture(*, grid: GridScores, replicates: np.ndarray, seed_scale: fl
     s, dof, prompt, n_rep, d_prompt = noise
     reps = reps_in if clean is grid else bootstrap_point_means(grid=clean, n_boot=n_boot, seed=seed,
                                                                seed_resampling=seed_resampling, seed_scale=seed_scale)
-    centre = clean.point_means
-    # the seed part at the rerun's design (n_full seeds a point, not the clean grid's fewer)
-    d_seed = (reps - prompt)[:n_rep] * np.sqrt(clean.n_seeds / n_full)[None, :]
+    # the seed part at the rerun's design (this grid's seeds a point, not the clean grid's fewer)
+    d_seed = (reps - prompt)[:n_rep] * np.sqrt(clean.n_seeds / grid.n_seeds.astype(float))[None, :]
     rng = np.random.default_rng([int(seed), _STREAM, 2])
-    nu_eff = dof if nu is None else nu
-    sigma2 = lam * s * s * nu_eff / rng.chisquare(nu_eff, size=n_reruns)
-    sigma = np.sqrt(sigma2)
-    sd = sigma[:, None] / np.sqrt(n_full)[None, :]
-    truth = centre[None, :] + math.sqrt(w) * sd * rng.standard_normal(sd.shape)
-    idx = grid.point_index                                               # the rerun's design: this grid's
-    x = truth[:, idx] + sigma[:, None] * rng.standard_normal((n_reruns, idx.shape[0]))
-    if q > 0:
-        x = np.where(rng.random(x.shape) < q, (1.0 - kappa) * x, x)
-    onehot = np.eye(grid.n_points)[idx]
-    means = x @ onehot / n_full[None, :]
-    dev = x - means[:, idx]
-    s_own = np.sqrt(np.sum(dev ** 2, axis=1) / float(np.sum(n_full - 1)))
-    means = means + tau * sd * rng.standard_normal(sd.shape)
+    means, sigma2, s_own = _draw_pilots(grid, clean.point_means, rng, s2=lam * s * s, nu=dof if nu is None else nu,
+                                        n_reruns=n_reruns, q=q, kappa=kappa, tau=tau, w=w)
     ratio = s_own / s
     out = means[:, None, :] + d_prompt[None] + ratio[:, None, None] * d_seed[None]
     return SimulatedReruns(means=means, replicates=out, shrinkage=np.ones(n_reruns), sigma2=sigma2,

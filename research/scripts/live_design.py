@@ -1,6 +1,7 @@
 """The live check of the replay (issue 49): the replay's winning pilot design run live, scored as the replay scored it.
 
     python research/scripts/live_design.py run [--pin PIN] [--only NAME,…]   # run (or resume) the plan's settings
+    python research/scripts/live_design.py run --design default_ladder       # the plan's addendum: today's default ladder
     python research/scripts/live_design.py score                            # live against replay, per grid
     python research/scripts/live_design.py tables                           # docs/pilot.md's block
     python research/scripts/live_design.py tables --check docs/pilot.md     # exit 1 if the doc's block differs
@@ -13,7 +14,9 @@ pilot record's, runs ``race pilot --adaptive-policy budget-halving`` with the pl
 checkout ``PIN`` (its storage under the plan's ``storage``: the same command resumes a stopped grid), and
 writes one gzipped JSON record per setting under the plan's ``records`` (the command, the pin's commit, the
 wall time, the config, results.json's budget-halving record and its pilots, floats at 6 digits). A setting
-with a record is not run again.
+with a record is not run again. The plan's addendum (``default_ladder``: today's default ladder, η 3, B/9
+and B/3, keep ci) runs the same way into its own records and storage; the replay did not score that design,
+so its table puts the nearest replay designs beside it, with no match rule.
 
 ``score`` and ``tables`` read committed records only, with research/scripts/replay.py's own functions
 (``grids``, ``Response`` through ``response``, ``loso_population``, ``design_at``, ``evidence``,
@@ -56,12 +59,19 @@ def plan() -> dict[str, Any]:
     return yaml.safe_load(PLAN.read_text(encoding="utf-8"))
 
 
-def record_path(name: str) -> Path:
-    return ROOT / plan()["records"] / f"{name}.json.gz"
+def design(key: str = "design") -> dict[str, Any]:
+    """The plan's design ``key`` ("design", or the addendum's "default_ladder", which takes the main design's
+    seeds, engine, workers and policy)."""
+    main = plan()["design"]
+    return main if key == "design" else {**main, **plan()[key]}
 
 
-def load_record(name: str) -> dict | None:
-    path = record_path(name)
+def record_path(name: str, key: str = "design") -> Path:
+    return ROOT / (plan()["records"] if key == "design" else plan()[key]["records"]) / f"{name}.json.gz"
+
+
+def load_record(name: str, key: str = "design") -> dict | None:
+    path = record_path(name, key)
     if not path.is_file():
         return None
     with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -80,22 +90,22 @@ def setting_of(name: str) -> tuple[dict, dict]:
     raise SystemExit(f"setting {name!r} is in neither round")
 
 
-def live_config(name: str, pin: Path) -> dict:
+def live_config(name: str, pin: Path, key: str = "design") -> dict:
     """The setting's pilot config (validation.grid_config), checked against its stored pilot record."""
     s, suite = setting_of(name)
-    seeds = int(plan()["design"]["seeds"])
+    seeds = int(design(key)["seeds"])
     cfg = V.grid_config(s, "pilot", seeds, root=pin, suite=suite)
     stored = R.load(name, "pilot")
     want = (float(stored["budget"]), sorted(float(r) for r in stored["grid"]), int(stored["seeds"]))
     got = (float(cfg["budget"]), sorted(float(r) for r in cfg["grid"]), int(cfg["seeds"]))
     if want != got:
         raise SystemExit(f"{name}: the built config (B, grid, seeds) {got} differs from the stored pilot grid's {want}")
-    cfg["name"] = f"live49-{name}"
+    cfg["name"] = f"live49-{name}" + ("" if key == "design" else f"-{key.replace('_', '-')}")
     return cfg
 
 
-def command(config_file: Path, out_dir: Path, pin: Path) -> list[str]:
-    d = plan()["design"]
+def command(config_file: Path, out_dir: Path, pin: Path, key: str = "design") -> list[str]:
+    d = design(key)
     lad = d["ladder"]
     return [sys.executable, "-m", V._cli_module(pin), "pilot", str(config_file), "--out", str(out_dir), "--quiet",
             "--format", "json", "--engine", d["engine"], "--workers", str(d["workers"]),
@@ -110,15 +120,15 @@ def compact(p: dict) -> dict:
     return V._round({**p, "extra": {k: extra[k] for k in keep if k in extra}})
 
 
-def run_one(name: str, pin: Path, storage: Path) -> Path:
+def run_one(name: str, pin: Path, storage: Path, key: str = "design") -> Path:
     import yaml
 
-    cfg = live_config(name, pin)
+    cfg = live_config(name, pin, key)
     out_dir = storage / name
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    cmd = command(config_file, out_dir, pin)
+    cmd = command(config_file, out_dir, pin, key)
     t0 = time.time()
     # cwd = the pin, PYTHONPATH = the pin: the grid runs the pinned code (validation.run's reason)
     proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin)}, stdout=subprocess.DEVNULL)
@@ -128,13 +138,13 @@ def run_one(name: str, pin: Path, storage: Path) -> Path:
     res = json.loads((out_dir / "results.json").read_text())
     halving = {k: v for k, v in (res.get("budget_halving") or {}).items() if k != "states"}
     s, _ = setting_of(name)
-    rec = {"setting": name, "round": s.get("round"), "design": plan()["design"], "budget": cfg["budget"],
+    rec = {"setting": name, "round": s.get("round"), "design": design(key), "budget": cfg["budget"],
            "grid": cfg["grid"], "seeds": cfg["seeds"], "commit": V._commit(pin),
            "command": " ".join(["race", *cmd[3:]]), "wall_seconds": round(time.time() - t0, 1),
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "config": res.get("config"),
            "software": (res.get("diagnosis") or {}).get("meta", {}).get("software"),
            "budget_halving": V._round(halving), "pilots": [compact(p) for p in res["pilots"]]}
-    path = record_path(name)
+    path = record_path(name, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as fh:
@@ -188,22 +198,24 @@ def live_at(i: int, rec: dict) -> dict[str, Any]:
             "width": hi - lo, "covered": V._within(rr.best_rho, lo, hi), "regret": rr.regret(rho)}
 
 
-def rows() -> list[dict[str, Any]]:
-    """Per scored grid of every setting with a record: the live figures beside the replay's."""
-    design = plan()["design"]["name"]
+def rows(key: str = "design") -> list[dict[str, Any]]:
+    """Per scored grid of every setting with a record of design ``key``: the live figures beside the replay's
+    (the main design: the same design; the addendum: its nearest replay design and the flat grid)."""
+    name = design(key)["name"]
     out = []
     for s in plan()["settings"]:
-        rec = load_record(s["name"])
+        rec = load_record(s["name"], key)
         if rec is None:
             continue
         for i, g in enumerate(R.grids()):
             if g["setting"] != s["name"] or not g["scored"]:
                 continue
-            live, rep = live_at(i, rec), R.design_at(i, design)
+            live, rep = live_at(i, rec), R.design_at(i, name)
             d = live["regret"] - rep["regret"]
             out.append({"label": R.label(g), "best": R.response(i).best_rho, "live": live, "replay": rep,
-                        "replay_keep": R.evidence(s["name"], design)["keep"], "full_regime": R.full_regime(i),
-                        "d_regret": d, "match": live["covered"] == rep["covered"] and abs(d) <= MATCH_SE,
+                        "replay_keep": R.evidence(s["name"], name)["keep"], "full_regime": R.full_regime(i),
+                        "flat": R.design_at(i, R.FLAT), "d_regret": d,
+                        "match": live["covered"] == rep["covered"] and abs(d) <= MATCH_SE,
                         "wall_min": rec["wall_seconds"] / 60})
     return out
 
@@ -216,35 +228,70 @@ def _yn(x: bool) -> str:
     return "yes" if x else "no"
 
 
+def _med(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def _keep(ts: Sequence[float]) -> str:
+    return ", ".join(f"{t:g}" for t in sorted(ts))
+
+
+def _done(key: str) -> str:
+    done = [s["name"] for s in plan()["settings"] if load_record(s["name"], key) is not None]
+    return f"Settings run: {len(done)} of {len(plan()['settings'])} planned ({', '.join(done) or 'none'})."
+
+
 def table_lines() -> list[str]:
     rs = rows()
-    done = [s["name"] for s in plan()["settings"] if load_record(s["name"]) is not None]
-    out = [f"Settings run: {len(done)} of {len(plan()['settings'])} planned ({', '.join(done) or 'none'}).", "",
+    out = [_done("design"), "",
            "| grid | full-run best ρ | kept ρ: live; replay | range at F: live; replay | covered: live; replay "
            "| regret: live; replay (Δ) | compute (B): live; replay | regime: live; full runs | match |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         lv, rp = r["live"], r["replay"]
-        out.append(f"| {r['label']} | {r['best']:.2f} | {', '.join(f'{t:g}' for t in lv['keep'])}; "
-                   f"{', '.join(f'{t:g}' for t in sorted(r['replay_keep']))} | {_rng(lv['range'])}; {_rng(rp['range'])} | "
-                   f"{_yn(lv['covered'])}; {_yn(rp['covered'])} | {lv['regret']:.2f}; {rp['regret']:.2f} "
-                   f"({r['d_regret']:+.2f}) | {lv['cost']:.2f}; {rp['cost']:.2f} | {lv['regime']}; {r['full_regime']} | "
-                   f"{_yn(r['match'])} |")
+        out.append(f"| {r['label']} | {r['best']:.2f} | {_keep(lv['keep'])}; {_keep(r['replay_keep'])} | "
+                   f"{_rng(lv['range'])}; {_rng(rp['range'])} | {_yn(lv['covered'])}; {_yn(rp['covered'])} | "
+                   f"{lv['regret']:.2f}; {rp['regret']:.2f} ({r['d_regret']:+.2f}) | {lv['cost']:.2f}; {rp['cost']:.2f} | "
+                   f"{lv['regime']}; {r['full_regime']} | {_yn(r['match'])} |")
     if rs:
-        med = lambda xs: statistics.median(xs) if xs else math.nan  # noqa: E731
         out += ["", f"Over {len(rs)} grids: {sum(r['match'] for r in rs)} match (same coverage, regrets within "
                     f"{MATCH_SE:g} pooled SE); covered {sum(r['live']['covered'] for r in rs)} live, "
                     f"{sum(r['replay']['covered'] for r in rs)} replay; median regret "
-                    f"{med([r['live']['regret'] for r in rs]):.2f} live, {med([r['replay']['regret'] for r in rs]):.2f} "
-                    f"replay; median |Δ regret| {med([abs(r['d_regret']) for r in rs]):.2f}; same kept ρ in "
+                    f"{_med([r['live']['regret'] for r in rs]):.2f} live, {_med([r['replay']['regret'] for r in rs]):.2f} "
+                    f"replay; median |Δ regret| {_med([abs(r['d_regret']) for r in rs]):.2f}; same kept ρ in "
                     f"{sum(sorted(r['live']['keep']) == sorted(r['replay_keep']) for r in rs)}; compute "
-                    f"{med([r['live']['cost'] for r in rs]):.2f} B live against {med([r['replay']['cost'] for r in rs]):.2f} "
+                    f"{_med([r['live']['cost'] for r in rs]):.2f} B live against {_med([r['replay']['cost'] for r in rs]):.2f} "
                     f"B replay (median)."]
     return out
 
 
+def default_lines() -> list[str]:
+    rs = rows("default_ladder")
+    out = [_done("default_ladder"), "",
+           "| grid | full-run best ρ | reached B: live; replay top 1 | range at F: live; top 1; flat | covered: live; "
+           "top 1; flat | regret: live; top 1; flat | compute (B): live; top 1; flat | regime: live; full runs |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        lv, rp, fl = r["live"], r["replay"], r["flat"]
+        out.append(f"| {r['label']} | {r['best']:.2f} | {_keep(lv['keep'])}; {_keep(r['replay_keep'])} | "
+                   f"{_rng(lv['range'])}; {_rng(rp['range'])}; {_rng(fl['range'])} | {_yn(lv['covered'])}; "
+                   f"{_yn(rp['covered'])}; {_yn(fl['covered'])} | {lv['regret']:.2f}; {rp['regret']:.2f}; "
+                   f"{fl['regret']:.2f} | {lv['cost']:.2f}; {rp['cost']:.2f}; {fl['cost']:.2f} | "
+                   f"{lv['regime']}; {r['full_regime']} |")
+    if rs:
+        out += ["", f"Over {len(rs)} grids: covered {sum(r['live']['covered'] for r in rs)} live, "
+                    f"{sum(r['replay']['covered'] for r in rs)} top 1, {sum(r['flat']['covered'] for r in rs)} flat; "
+                    f"median regret {_med([r['live']['regret'] for r in rs]):.2f} live, "
+                    f"{_med([r['replay']['regret'] for r in rs]):.2f} top 1, {_med([r['flat']['regret'] for r in rs]):.2f} "
+                    f"flat; compute {_med([r['live']['cost'] for r in rs]):.2f} B live (median)."]
+    return out
+
+
 def tables_text() -> str:
-    return V.section_tables([("The replay's winning design, live", table_lines)])
+    sections = [("The replay's winning design, live (η 11, one rung, top half)", table_lines)]
+    if any(load_record(s["name"], "default_ladder") for s in plan()["settings"]):
+        sections.append(("Addendum: today's default ladder, live (η 3, B/9 and B/3, keep ci)", default_lines))
+    return V.section_tables(sections)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,21 +303,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--pin", default=str(ROOT), help="the pinned checkout the grids run from")
     r.add_argument("--only", default=None, help="comma-separated settings (default: the plan's, in order)")
-    r.add_argument("--storage", default=plan()["storage"])
+    r.add_argument("--design", default="design", choices=("design", "default_ladder"),
+                   help="the plan's design, or its addendum (today's default ladder)")
+    r.add_argument("--storage", default=None, help="default: the plan's (the addendum's for --design default_ladder)")
     sub.add_parser("score")
     args = ap.parse_args(argv)
     if args.cmd == "run":
+        key = args.design
+        storage = Path(args.storage or (plan()["storage"] if key == "design" else plan()[key]["storage"]))
         names = args.only.split(",") if args.only else [s["name"] for s in plan()["settings"]]
         for name in names:
-            if load_record(name) is not None:
+            if load_record(name, key) is not None:
                 print(f"{name}: recorded", flush=True)
                 continue
             print(f"{name}: running", flush=True)
-            print(f"{name}: → {run_one(name, Path(args.pin), Path(args.storage))}", flush=True)
+            print(f"{name}: → {run_one(name, Path(args.pin), storage, key)}", flush=True)
         return 0
-    sys.stdout.write("\n".join(table_lines()) + "\n")
+    sys.stdout.write(tables_text())
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

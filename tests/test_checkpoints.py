@@ -158,7 +158,8 @@ def test_a_grid_where_half_the_pilots_fell_back_is_named_unstable():
     """UNSTABLE_GRID_SHARE: 3 of 6 pilots fallen → an "unstable grid" warning with the count and the
     fix; 2 of 6 (or one, as in _grid) → no such warning but the softer "pilots fell back" one (the
     validation study: 2 of 12 fallen pilots came before 15 of 15 collapsed full runs); none → neither."""
-    from race.stats.regime import UNSTABLE_GRID_SHARE, classify, unstable_grid
+    from race.stats.instability import UNSTABLE_GRID_SHARE, unstable_grid
+    from race.stats.regime import classify
 
     assert UNSTABLE_GRID_SHARE == 0.5
 

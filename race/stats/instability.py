@@ -13,7 +13,9 @@ K prompts, checkpoint j is a fall from its best earlier checkpoint b = argmax_{k
    drop is resolved by the prompts themselves.
 
 A pilot with such a checkpoint is *unstable*; the first one is recorded, with the end's mean
-(whether it came back). ``stability`` summarises a grid: unstable pilots per grid point.
+(whether it came back). ``stability`` summarises a grid: unstable pilots per grid point. A grid where at
+least ``UNSTABLE_GRID_SHARE`` of the pilots fell back is an unstable grid (``unstable_grid``), and
+``stability_notes`` words the diagnosis's note on it (race.stats.regime adds it to the warnings).
 
 Why these constants (simulated in ``tests/test_checkpoints.py``: 9 checkpoints, per-prompt
 scores of 4 samples): with 2 SEs a flat curve on 100 prompts was flagged in ~15 % of pilots,
@@ -292,6 +294,32 @@ def eval_flops(pilot: PilotResult) -> float:
     """FLOPs of a pilot's held-out evaluations (final + checkpoints), outside its budget."""
     cost = pilot.extra.get("eval_flops") or {}
     return float(sum(cost.values()))
+
+
+UNSTABLE_GRID_SHARE = 0.5      # a grid with at least this share of unstable pilots is an unstable grid
+
+
+def unstable_grid(st: Any) -> bool:
+    """At least ``UNSTABLE_GRID_SHARE`` of the grid's pilots fell back (this module's rule):
+    the grid diverges, whatever its regime (validated on the study's development half:
+    docs/validation.md). False without checkpoints."""
+    if st is None:
+        return False
+    return st.pilots > 0 and st.fell >= UNSTABLE_GRID_SHARE * st.pilots
+
+
+def stability_notes(st: Any) -> list[str]:
+    """A note when the grid is unstable (``unstable_grid``), else when some pilots fell back."""
+    if unstable_grid(st):
+        return [f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
+                "describes runs that diverge, and longer runs fall further; lower the learning rate and re-run "
+                "before reading the regime (a decay over each run's own length did not prevent it in the "
+                "validation study, docs/validation.md)"]
+    if st is not None and st.fell:
+        return [f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
+                "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
+                "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)"]
+    return []
 
 
 def stability(pilots: Sequence[PilotResult], target: str) -> Stability | None:

@@ -14,8 +14,8 @@ seed × prompt bootstrap in :mod:`race.stats.fit`; x = log ρ with ρ measured.
    REPLICATE_BAND_SE contrast SEs (the support gate; see ``replicate_trends``);
 3. inconclusive  otherwise, and always when no grid point has two seeds.
 
-A grid where at least ``UNSTABLE_GRID_SHARE`` of the pilots fell back on their held-out
-checkpoints gets an "unstable grid" warning naming it (``unstable_grid``): its regime describes
+A grid where at least ``UNSTABLE_GRID_SHARE`` of the pilots fell back on their held-out checkpoints
+gets an "unstable grid" warning naming it (race.stats.instability ``unstable_grid``): its regime describes
 runs that diverge (docs/validation.md decided this on the validation study's development half).
 A grid with fewer fallen pilots, but some, gets a "pilots fell back" warning: in that study a grid
 with 2 of 12 (a decaying rate) came before full runs that all collapsed. Neither enters the verdict.
@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from race.stats.confidence import SimulatedReruns, simulate_reruns
-from race.stats.instability import learned, stability
+from race.stats.instability import learned, stability, stability_notes
 from race.stats.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
                       percentile_ci, quadratic_argmax, response_of_means, t_quantile)
 from race.core.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict
@@ -56,7 +56,6 @@ SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.sta
 SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
 MIN_SUPPORT = 0.7              # a trend verdict needs this share of decisive replicates
 CONFIDENCE_METHOD = "bootstrap"  # TargetVerdict.confidence: "bootstrap" share, or "rerun" (fits["rerun_confidence"])
-UNSTABLE_GRID_SHARE = 0.5      # a grid with at least this share of unstable pilots is an unstable grid
 SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
 MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
 _RANGE_STEPS = 401             # resolution of the ρ-range search (log-spaced)
@@ -85,7 +84,7 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     notes += _disagreement_notes(verdicts)
     notes += _pilot_notes(results, complete)
     st = stability(complete, primary_target)
-    notes += _stability_notes(st)
+    notes += stability_notes(st)
     got = learned(complete, primary_target)
     if got is not None and not got[0]:
         notes.append(f"nothing learned: no grid point's held-out {primary_target} rose above the base policy's (best "
@@ -172,20 +171,6 @@ def _sync_notes(complete: list[PilotResult]) -> list[str]:
             "rollouts may come from stale weights"]
 
 
-def _stability_notes(st: Any) -> list[str]:
-    """A note when the grid is unstable (``unstable_grid``), else when some pilots fell back."""
-    if unstable_grid(st):
-        return [f"unstable grid: {st.fell} of {st.pilots} pilots fell back on the held-out checkpoints: the verdict "
-                "describes runs that diverge, and longer runs fall further; lower the learning rate and re-run "
-                "before reading the regime (a decay over each run's own length did not prevent it in the "
-                "validation study, docs/validation.md)"]
-    if st is not None and st.fell:
-        return [f"pilots fell back: {st.fell} of {st.pilots} on the held-out checkpoints: a full run spends many more "
-                "steps at this learning rate and can collapse where its pilots did not (in the validation study, "
-                "2 of 12 fallen pilots came before 15 of 15 collapsed full runs; docs/validation.md)"]
-    return []
-
-
 def open_side(regime: Regime, best: int, n_points: int) -> str | None:
     """Where the recommended range opens past the grid: "below" for a search-heavy verdict whose
     pilot-best point is the grid's lowest ρ (recommend ρ ≤ the range's top: the optimum may lie
@@ -209,15 +194,6 @@ def edge_point(side: str | None, grid: Sequence[float]) -> float | None:
         return None
     p = round(t[0] * t[0] / t[1] if side == "below" else 1.0 - (1.0 - t[-1]) ** 2 / (1.0 - t[-2]), 2)
     return p if 0.0 < p < 1.0 and all(abs(p - r) > 1e-9 for r in t) else None
-
-
-def unstable_grid(st: Any) -> bool:
-    """At least ``UNSTABLE_GRID_SHARE`` of the grid's pilots fell back (race.stats.instability' rule):
-    the grid diverges, whatever its regime (validated on the study's development half:
-    docs/validation.md). False without checkpoints."""
-    if st is None:
-        return False
-    return st.pilots > 0 and st.fell >= UNSTABLE_GRID_SHARE * st.pilots
 
 
 def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,

@@ -430,10 +430,10 @@ def verdict(record: dict):
 
 def grid_class(diag: Any) -> str:
     """What a grid is scored as: "unstable" when at least half its runs fell back on their held-out
-    checkpoints (race.stats.regime.unstable_grid: the report names it), else its regime. Decided on the
+    checkpoints (race.stats.instability.unstable_grid: the report names it), else its regime. Decided on the
     development half (lr-x3) before any held-out full run: a grid of collapsed runs has no regime
     to agree with, and a pilot grid that names the instability has given the right advice."""
-    from race.stats.regime import unstable_grid
+    from race.stats.instability import unstable_grid
 
     return "unstable" if unstable_grid(diag.stability) else diag.primary.regime.value
 

@@ -93,3 +93,28 @@ def test_the_docs_replay_tables_are_recomputed_from_the_committed_data():
     out = subprocess.run([sys.executable, str(SCRIPT), "tables", "--check", str(ROOT / "docs" / "pilot.md")],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_prior_starts_tau_is_the_committed_data():
+    """race.stats.design.POPULATION_RHO_TAU (the prior's weight in a verdict's prior start) and its companions are
+    the 21 grids' observed SD of the full-run best ρ, net of their mean sampling variance (replay.population_tau)."""
+    from race.stats import design as D
+
+    n, med, sd, tau = R.population_tau()
+    assert n == D.POPULATION_GRIDS and round(med, 2) == D.POPULATION_RHO and round(sd, 3) == D.POPULATION_RHO_SD
+    assert round(tau, 3) == D.POPULATION_RHO_TAU and tau < sd
+
+
+def test_the_replays_prior_start_is_the_verdicts_rule():
+    """The design "prior start + flat grid" scores race.stats.design.prior_start on the flat grid's pilots and range
+    at F: by hand on `default` 10 × B, w = τ² / (τ² + σ²) with σ² = seed variance + the move's variance."""
+    from race.stats.design import move_sd, seed_var_of_best
+
+    i = next(k for k, g in enumerate(R.grids()) if g["setting"] == "default" and g["kind"] == "full10")
+    at_f = R.design_at(i, R.FLAT)["at_f"]
+    prior, _, tau = R.prior_model("default")
+    sigma2 = seed_var_of_best(R.evidence("default", R.FLAT)["pilots"]) + move_sd(at_f) ** 2
+    w = tau ** 2 / (tau ** 2 + sigma2)
+    d = R.design_at(i, "prior start + flat grid")
+    assert d["w"] == pytest.approx(w) and d["rho"] == pytest.approx(prior + w * (at_f["recommended_rho"] - prior))
+    assert 0.6 < w < 0.9 and round(d["rho"], 2) == 0.45

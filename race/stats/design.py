@@ -204,14 +204,15 @@ def move_sd(range_at_f: Mapping[str, Any]) -> float:
 
 
 def prior_start(pilots: Sequence, range_at_f: Mapping[str, Any] | None, *, target: str = "reward",
-                prior: float = POPULATION_RHO, prior_sd: float = POPULATION_RHO_TAU, n_boot: int = 1000,
-                seed: int = 0) -> Shrunk:
+                prior: float = POPULATION_RHO, prior_sd: float = POPULATION_RHO_TAU, spread: float = POPULATION_RHO_SD,
+                n_boot: int = 1000, seed: int = 0) -> Shrunk:
     """RACE's prior-start recommendation at F (issue 49 item 7), the one rule both a verdict and the replay
     (research/scripts/replay.py, design "prior start + …") use: the range at F's recommended ρ, with
     σ² = the grid's seed variance of its best ρ (``seed_var_of_best``) + the drift move's variance
-    (``move_sd``), shrunk toward the prior (``shrink_to_prior``). No range at F (None): the prior alone."""
+    (``move_sd``), shrunk toward the prior (``shrink_to_prior``). No range at F (None): the prior alone, its
+    range from ``spread``."""
     if range_at_f is None:
-        return shrink_to_prior(None, None, prior=prior, prior_sd=prior_sd)
+        return shrink_to_prior(None, None, prior=prior, prior_sd=prior_sd, spread=spread)
     sigma2 = seed_var_of_best(pilots, target, n_boot=n_boot, seed=seed) + move_sd(range_at_f) ** 2
     return shrink_to_prior(float(range_at_f["recommended_rho"]), math.sqrt(sigma2), prior=prior, prior_sd=prior_sd)
 

@@ -6,6 +6,8 @@
     python research/scripts/replay.py designs      # issue 49: pilot designs replayed, leave one setting out
     python research/scripts/replay.py passrate     # issue 49: does the base pass rate name the grids that learned nothing?
     python research/scripts/replay.py pairing      # issue 49: are seeds of different ρ correlated (paired)?
+    python research/scripts/replay.py priorstart   # issue 49 item 7: variants of the prior-start rule
+    python research/scripts/replay.py population   # race.stats.design's prior and its τ from both rounds
     python research/scripts/replay.py tables                          # every table of docs/pilot.md's replay section
     python research/scripts/replay.py tables --check docs/pilot.md    # exit 1 if the doc's tables differ
     python research/scripts/replay.py tables --write docs/pilot.md    # rewrite them
@@ -605,23 +607,23 @@ def prior_model(name: str) -> tuple[float, float, float]:
 
 
 def _seed_var_of_best(pilots: Sequence, *, n_boot: int = N_BOOT) -> float:
-    """The sampling variance of a pilot design's best ρ (measured): seeds resampled within each point."""
-    import numpy as np
+    """race.stats.design.seed_var_of_best: the sampling variance of a pilot design's best ρ (measured), the
+    σ² term a verdict's prior start uses."""
+    from race.stats.design import seed_var_of_best
 
-    by: dict[float, list] = {}
-    rho: dict[float, list] = {}
-    for p in pilots:
-        by.setdefault(p.rho_target, []).append(statistics.fmean(p.evals["reward"]))
-        rho.setdefault(p.rho_target, []).append(p.flops.rho)
-    ts = sorted(by)
-    axis = [statistics.fmean(rho[t]) for t in ts]
-    rng = np.random.default_rng(0)
-    picks = []
-    for _ in range(n_boot):
-        m = [np.mean(rng.choice(by[t], len(by[t]))) for t in ts]
-        picks.append(axis[int(np.argmax(m))])
-    step = statistics.median(b - a for a, b in zip(axis, axis[1:])) if len(axis) > 1 else 0.1
-    return max(float(np.var(picks)), (step / 2) ** 2 / 3)      # floor: a grid locates no finer than its step
+    return seed_var_of_best(pilots, "reward", n_boot=n_boot, seed=0)
+
+
+def population_tau() -> tuple[int, float, float, float]:
+    """race.stats.design's POPULATION_RHO_TAU: over the 21 grids of POPULATION_RHO (every 10 × B grid but
+    `hard`, learned nothing, and `lr-x3`, `lr-x3-cosine`, every run collapsed), the observed SD of the
+    full-run best ρ and that SD net of the grids' mean sampling variance of their best ρ (best_sampling_var)."""
+    idx = [i for i, g in enumerate(grids()) if g["kind"] == "full10" and g["setting"] not in
+           ("hard", "lr-x3", "lr-x3-cosine")]
+    xs = [response(i).best_rho for i in idx]
+    sd = statistics.stdev(xs)
+    noise = statistics.fmean(best_sampling_var(i) for i in idx)
+    return len(idx), statistics.median(xs), sd, math.sqrt(sd ** 2 - noise)
 
 
 DESIGNS: list[tuple[str, dict]] = [
@@ -659,7 +661,7 @@ def evidence(name: str, design: str) -> dict[str, Any]:
     raw = raw_pilots(name)
     targets = sorted({p["rho_target"] for p in raw})
     if spec["kind"] == "prior":
-        return {"cost": 0.0}
+        return {"cost": 0.0, "pilots": []}
     if spec["kind"] == "shrink":
         return evidence(name, spec["base"])
     if spec["kind"] == "grid":
@@ -702,6 +704,7 @@ def evidence(name: str, design: str) -> dict[str, Any]:
 def design_at(i: int, design: str) -> dict[str, Any]:
     """A design's range at F and recommended ρ for grid ``i`` (leave one setting out), scored on the
     frozen reading of its full runs (500 prompts, all runs)."""
+    from race.stats.design import prior_start
     from race.stats.drift import DriftError, range_for_pilots
 
     g = grids()[i]
@@ -710,32 +713,38 @@ def design_at(i: int, design: str) -> dict[str, Any]:
     ev = evidence(name, design)
     pop = loso_population(name)
     out: dict[str, Any] = {"cost": ev["cost"], "regime": ev.get("regime")}
-    if spec["kind"] == "prior":
-        rho, sd, _ = prior_model(name)
-        lo, hi = rho - Z90 * sd, rho + Z90 * sd
+    if spec["kind"] == "prior":                # race.stats.design.prior_start with no pilots: the prior alone
+        prior, sd, tau = prior_model(name)
+        s = prior_start([], None, prior=prior, prior_sd=tau, spread=sd)
+        (lo, hi), rho = (s.low, s.high), s.rho
     elif spec["kind"] in ("grid", "halving"):
         try:
             r = range_for_pilots(ev.get("drift_pilots", ev["pilots"]), target="reward", pilot_budget=ev["budget"],
                                  full_run_budget=g["F"], rho_range=ev["rho_range"], recommended_rho=ev["recommended"],
                                  constant_rate=g["constant"], population=pop)
             (lo, hi), rho = r.rho_range, r.recommended_rho
-            out["move_sd"] = r.drift_se * math.log10(r.factor)
-        except DriftError:                  # past the extrapolation limit: the range at B
+            out["at_f"] = r.to_dict()
+        except DriftError:                  # past the extrapolation limit: the range at B, no range at F
             (lo, hi), rho = ev["rho_range"], ev["recommended"]
-            out["move_sd"] = float("nan")
-    else:                                   # the prior as the start, shrunk toward the pilots' evidence
+            out["at_f"] = None
+    else:                                   # the prior as the start: race.stats.design.prior_start, a verdict's rule
         base = design_at(i, spec["base"])
-        prior, _, tau = prior_model(name)
-        bev = evidence(name, spec["base"])
-        sigma2 = _seed_var_of_best(bev["pilots"]) + (base.get("move_sd") or 0.0) ** 2
-        w = tau ** 2 / (tau ** 2 + sigma2)
-        rho = prior + w * (base["rho"] - prior)
-        half = Z90 * math.sqrt(w * sigma2)
-        lo, hi = rho - half, rho + half
-        out.update(cost=base["cost"], regime=base["regime"], w=w)
+        s = prior_start_of(i, spec["base"])
+        (lo, hi), rho = (s.low, s.high), s.rho
+        out.update(cost=base["cost"], regime=base["regime"], w=s.weight)
     rr = response(i)
     out.update(range=(lo, hi), rho=rho, width=hi - lo, covered=V._within(rr.best_rho, lo, hi), regret=rr.regret(rho))
     return out
+
+
+def prior_start_of(i: int, base: str, **kw: Any):
+    """race.stats.design.prior_start on design ``base``'s pilots and range at F for grid ``i``, the prior and τ
+    of the other settings (leave one setting out): the rule a verdict at F states beside its range."""
+    from race.stats.design import prior_start
+
+    prior, sd, tau = prior_model(grids()[i]["setting"])
+    return prior_start(evidence(grids()[i]["setting"], base)["pilots"], design_at(i, base)["at_f"], target="reward",
+                       prior=prior, prior_sd=tau, n_boot=N_BOOT, seed=0, **kw)
 
 
 def full_regime(i: int) -> str:
@@ -961,11 +970,25 @@ def slope_lines() -> list[str]:
     return out
 
 
+def prior_start_lines() -> list[str]:
+    """Variants of the prior-start rule (research/scripts/prior_start.py), this module passed in."""
+    import prior_start as PS
+
+    return PS.lines(sys.modules[__name__])
+
+
+def population_lines() -> list[str]:
+    n, med, sd, tau = population_tau()
+    return [f"{n} grids: median best ρ {med:.2f} (POPULATION_RHO), observed SD {sd:.3f} (POPULATION_RHO_SD), net of "
+            f"their sampling noise τ = {tau:.3f} (POPULATION_RHO_TAU)"]
+
+
 SECTIONS = (("The no-pilot prior against RACE (frozen reading: 500 prompts, all runs)", prior_lines),
             ("Equal total compute: RACE's run after paying for its pilots", compute_lines),
             ("Issue 48 item 5: the scoring rules, beside the frozen figures", rules_lines),
             ("Pilot designs replayed (leave one setting out)", designs_lines),
             ("Issue 49's targets", target_lines),
+            ("The prior start: variants of the rule", prior_start_lines),
             ("The base pass rate and the grids that learned nothing", passrate_lines),
             ("Pairing: are the seeds of different ρ correlated?", pairing_lines),
             ("What the last stretch of compute buys: the price of a pilot share", slope_lines))
@@ -980,11 +1003,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["tables"]:
         return V.doc_command(argv[1:], tables, BEGIN, END, "research/scripts/replay.py")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "passrate", "pairing", "slope",
-                                        "tables"])
+    ap.add_argument("cmd", choices=["prior", "compute", "rules", "designs", "targets", "priorstart", "population",
+                                    "passrate", "pairing", "slope", "tables"])
     args = ap.parse_args(argv)
     fn = {"prior": prior_lines, "compute": compute_lines, "rules": rules_lines, "designs": designs_lines,
-          "targets": target_lines, "passrate": passrate_lines, "pairing": pairing_lines, "slope": slope_lines}[args.cmd]
+          "targets": target_lines, "priorstart": prior_start_lines, "population": population_lines,
+          "passrate": passrate_lines, "pairing": pairing_lines, "slope": slope_lines}[args.cmd]
     print("\n".join(fn()))
     return 0
 

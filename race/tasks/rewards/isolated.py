@@ -34,7 +34,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from race.core.errors import RaceError
 
@@ -149,6 +149,34 @@ def _pickled(value: object) -> bytes:
                                                      "from its process (expected a list of numbers)")))
 
 
+def _child(fn, r: int, w: int) -> NoReturn:
+    """``call_forked``'s child: closes the read end ``r``, runs ``fn`` in a session of its own, writes its
+    answer (pickled) to ``w``, and exits (code 3 when the pipe is gone); never returns."""
+    import pickle
+
+    code = 0
+    try:
+        os.close(r)
+        os.setsid()                            # its own group: kill_tree ends what it starts too
+        try:
+            value = fn()
+        except BaseException as e:  # noqa: BLE001 — reported to the parent, whatever it is
+            payload = pickle.dumps(("raised", (type(e).__name__, str(e)[:2000])))
+        else:
+            payload = _pickled(value)
+        with os.fdopen(w, "wb") as out:
+            out.write(payload)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+    except BaseException:  # noqa: BLE001 — the pipe is gone (the parent gave up): leave quietly
+        code = 3
+    finally:
+        os._exit(code)
+
+
 def call_forked(fn, timeout: float) -> tuple[str, object]:
     """``fn()`` in a forked child under ``timeout`` seconds (module docstring). Returns ``("value", v)``,
     ``("raised", (type name, message))`` for any exception (``SystemExit`` included), ``("timeout",
@@ -165,27 +193,7 @@ def call_forked(fn, timeout: float) -> tuple[str, object]:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                                   # the child: never returns into the caller's code
-        code = 0
-        try:
-            os.close(r)
-            os.setsid()                            # its own group: kill_tree ends what it starts too
-            try:
-                value = fn()
-            except BaseException as e:  # noqa: BLE001 — reported to the parent, whatever it is
-                payload = pickle.dumps(("raised", (type(e).__name__, str(e)[:2000])))
-            else:
-                payload = _pickled(value)
-            with os.fdopen(w, "wb") as out:
-                out.write(payload)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001
-                    pass
-        except BaseException:  # noqa: BLE001 — the pipe is gone (the parent gave up): leave quietly
-            code = 3
-        finally:
-            os._exit(code)
+        _child(fn, r, w)
     os.close(w)
     child = _Forked(pid)
     chunks: list[bytes] = []

@@ -89,6 +89,10 @@ def test_the_prior_start_adds_the_drift_move_to_the_seed_variance():
     assert s.weight == pytest.approx(w) and w == pytest.approx(0.6409, abs=1e-4)
     assert s.rho == pytest.approx(0.46 + w * 0.09) and s.own_sd == pytest.approx(math.sqrt(sigma2))
     assert D.prior_start(sure, None) == D.shrink_to_prior(None, None)   # no range at F: the prior alone
+    with pytest.raises(D.DesignError, match=r"range_at_f .* must be a range at F record .*not a refusal"):
+        D.prior_start(sure, {"refused": "past the 1000 ×"})
+    with pytest.raises(D.DesignError, match=r"pilots\[0\] 'x' must be a race.core.records.PilotResult"):
+        D.seed_var_of_best(["x"])
 
 
 def test_a_verdict_at_f_states_the_prior_start_beside_its_range():

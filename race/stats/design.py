@@ -1,6 +1,6 @@
 """What RACE knows before a pilot runs, and what pilots within a share of the full run can buy (issue 49).
 
-Three pure pieces, no torch:
+Pure pieces, no torch:
 
 - **The population prior** of the best update fraction at the full run: the median full-run best ρ
   (measured) of the two validation rounds' 10 × B grids that learned something and did not all
@@ -24,7 +24,8 @@ Three pure pieces, no torch:
   validated and largest factors), and a refusal when it buys nothing.
 
 Invariants: every figure here is tied by a test to the committed data it came from
-(tests/test_design.py); nothing imports torch; every public function checks its arguments on entry
+(tests/test_design.py; POPULATION_RHO_TAU: tests/test_replay.py); a verdict's prior start and the replay's are one
+function; nothing imports torch; every public function checks its arguments on entry
 (race.core.arguments: a ``DesignError`` naming the argument, its value and what was expected).
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, Mapping, Sequence
 from race.core import arguments as A
 from race.stats.drift import Z90
 from race.core.errors import RaceError
+from race.core.records import PilotResult
 
 # The no-pilot prior: rounds 1–2's 10 × B full-run grids (research/validation/suite.yaml, round2.yaml), the
 # best point of each by mean final held-out reward, its measured ρ; `hard` (learned nothing) and `lr-x3`,
@@ -176,12 +178,15 @@ def seed_var_of_best(pilots: Sequence, target: str = "reward", *, n_boot: int = 
     Complete pilots only; fewer than one complete pilot per point leaves that point out."""
     import numpy as np
 
+    pilots = A.items("pilots", pilots, error=DesignError, what="race.core.records.PilotResult")
+    for i, p in enumerate(pilots):
+        A.instance(f"pilots[{i}]", p, PilotResult, error=DesignError, expected="a race.core.records.PilotResult")
     A.text("target", target, error=DesignError)
     n_boot = A.whole("n_boot", n_boot, error=DesignError, ge=1)
     by: dict[float, list[float]] = {}
     rho: dict[float, list[float]] = {}
     for p in pilots:
-        if getattr(p, "status", "complete") != "complete" or not p.evals.get(target):
+        if p.status != "complete" or not p.evals.get(target):
             continue
         by.setdefault(p.rho_target, []).append(sum(p.evals[target]) / len(p.evals[target]))
         rho.setdefault(p.rho_target, []).append(p.flops.rho)
@@ -199,7 +204,11 @@ def seed_var_of_best(pilots: Sequence, target: str = "reward", *, n_boot: int = 
 def move_sd(range_at_f: Mapping[str, Any]) -> float:
     """The SD of the drift's move from B to F in a range-at-F record (race.stats.drift.RangeAtBudget.to_dict):
     its 90 % CI's half-width over Z90 (past the validated factor that CI is already widened)."""
-    lo, hi = range_at_f["shift_ci"]
+    rec = A.mapping("range_at_f", range_at_f, error=DesignError)
+    if "shift_ci" not in rec or "recommended_rho" not in rec:
+        raise DesignError(f"range_at_f {str(dict(rec))[:60]!r} must be a range at F record "
+                          "(race.stats.drift.RangeAtBudget.to_dict: shift_ci, recommended_rho), not a refusal")
+    lo, hi = rec["shift_ci"]
     return (float(hi) - float(lo)) / 2 / Z90
 
 

@@ -353,7 +353,7 @@ def synthetic_rows(repeats: int, base: int, models: dict[str, dict], collapse_q:
     return rows
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("collapses")
@@ -369,86 +369,105 @@ def main(argv=None) -> int:
     sy.add_argument("--collapse-q", type=float, default=0.0)
     sy.add_argument("--model", action="append", default=[], help="NAME=JSON parameters of simulate_mixture")
     sy.add_argument("--n-sim", type=int, default=N_SIM)
-    a = ap.parse_args(argv)
-    if a.cmd == "collapses":
-        c = _count()
-        print(f"{len(c['collapses'])} collapsed pilots (race.stats.confidence.collapsed_pilots) of {c['pilots']} committed pilots")
-        print("| grid | ρ | seed | score | its point's other seeds | κ = 1 − score/median | stability flag |\n|---|---|---|---|---|---|---|")
-        for r in c["collapses"]:
-            print(f"| {r['grid']} | {r['rho']:g} | {r['seed']} | {r['value']:.3f} | "
-                  f"{', '.join(f'{o:.3f}' for o in r['others'])} | {r['kappa']:.2f} | {'yes' if r['flagged'] else 'no'} |")
-        for floor in (0.0, 0.1, 0.2):
-            for s in (None, "default", "r1:steps-sparse", "r2:small", "r2:reasoner-math"):
-                q, kappa, k, n = collapse_rate(s, floor)
-                print(f"floor {floor}: without {s or '(none)'}: q = {k}/{n} = {q:.4f}, kappa {kappa:.3f}")
-    elif a.cmd == "loso":
-        preps = real_grids()
-        agree = agreement(preps)
-        cands = {c: combos(c.split("+")) for c in a.candidates}
-        res = loso(preps, cands, a.n_sim, log=lambda s: print(s, flush=True))
+    return ap
+
+
+def _collapses(a: argparse.Namespace) -> None:
+    """The committed pilots that collapsed (race.stats.confidence.collapsed_pilots) and the collapse rate
+    each setting left out gives."""
+    c = _count()
+    print(f"{len(c['collapses'])} collapsed pilots (race.stats.confidence.collapsed_pilots) of {c['pilots']} committed pilots")
+    print("| grid | ρ | seed | score | its point's other seeds | κ = 1 − score/median | stability flag |\n|---|---|---|---|---|---|---|")
+    for r in c["collapses"]:
+        print(f"| {r['grid']} | {r['rho']:g} | {r['seed']} | {r['value']:.3f} | "
+              f"{', '.join(f'{o:.3f}' for o in r['others'])} | {r['kappa']:.2f} | {'yes' if r['flagged'] else 'no'} |")
+    for floor in (0.0, 0.1, 0.2):
+        for s in (None, "default", "r1:steps-sparse", "r2:small", "r2:reasoner-math"):
+            q, kappa, k, n = collapse_rate(s, floor)
+            print(f"floor {floor}: without {s or '(none)'}: q = {k}/{n} = {q:.4f}, kappa {kappa:.3f}")
+
+
+def _loso(a: argparse.Namespace) -> None:
+    """The candidate rerun models chosen leave-one-setting-out on the real rerun verdicts, with the
+    references without simulation, as tables (``--save``: their numbers as JSON)."""
+    preps = real_grids()
+    agree = agreement(preps)
+    cands = {c: combos(c.split("+")) for c in a.candidates}
+    res = loso(preps, cands, a.n_sim, log=lambda s: print(s, flush=True))
+    print()
+    print("\n".join(table_lines("bootstrap share (stated)", np.array([p.stated for p in preps]), agree)))
+    print()
+    print("\n".join(table_lines("rerun confidence (race.stats.confidence, 400 reruns)",
+                                np.array([p.rerun for p in preps]), agree)))
+    for name, r in res.items():
         print()
-        print("\n".join(table_lines("bootstrap share (stated)", np.array([p.stated for p in preps]), agree)))
+        print("\n".join(table_lines(f"{name}: LOSO held-out confidences", r["held"], agree)))
         print()
-        print("\n".join(table_lines("rerun confidence (race.stats.confidence, 400 reruns)",
-                                    np.array([p.rerun for p in preps]), agree)))
-        for name, r in res.items():
-            print()
-            print("\n".join(table_lines(f"{name}: LOSO held-out confidences", r["held"], agree)))
-            print()
-            print("\n".join(table_lines(f"{name}: in-sample best {r['insample']} (tuned on these verdicts)",
-                                        r["insample_conf"], agree)))
-        # references without simulation: a constant (the other settings' mean agreement) and a linear
-        # recalibration a + b·c of the rerun confidence, both fitted on the other settings (LOSO)
-        rerun = np.array([p.rerun for p in preps])
-        const, recal = np.zeros(len(preps)), np.zeros(len(preps))
-        for s in sorted({p.setting for p in preps}):
-            train = np.array([p.setting != s for p in preps])
-            const[~train] = agree[train].mean()
-            b, a0 = np.polyfit(rerun[train], agree[train], 1)
-            recal[~train] = np.clip(a0 + b * rerun[~train], 0, 1)
+        print("\n".join(table_lines(f"{name}: in-sample best {r['insample']} (tuned on these verdicts)",
+                                    r["insample_conf"], agree)))
+    # references without simulation: a constant (the other settings' mean agreement) and a linear
+    # recalibration a + b·c of the rerun confidence, both fitted on the other settings (LOSO)
+    rerun = np.array([p.rerun for p in preps])
+    const, recal = np.zeros(len(preps)), np.zeros(len(preps))
+    for s in sorted({p.setting for p in preps}):
+        train = np.array([p.setting != s for p in preps])
+        const[~train] = agree[train].mean()
+        b, a0 = np.polyfit(rerun[train], agree[train], 1)
+        recal[~train] = np.clip(a0 + b * rerun[~train], 0, 1)
+    print()
+    print("\n".join(table_lines("constant: the other settings' mean agreement (LOSO)", const + 1e-9 * np.arange(len(preps)), agree)))
+    print()
+    print("\n".join(table_lines("rerun confidence recalibrated a + b·c (LOSO)", recal, agree)))
+    print("\n| verdict | regime | agreement | stated | rerun | " + " | ".join(res) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(res))
+    for i, p in enumerate(preps):
+        print(f"| {p.name} | {p.regime.value} | {agree[i]:.3f} | {p.stated:.3f} | {p.rerun:.3f} | "
+              + " | ".join(f"{r['held'][i]:.3f}" for r in res.values()) + " |")
+    if a.save:
+        a.save.write_text(json.dumps({"names": [p.name for p in preps], "settings": [p.setting for p in preps],
+                                      "regimes": [p.regime.value for p in preps], "agreement": agree.tolist(),
+                                      "stated": [p.stated for p in preps], "rerun": [p.rerun for p in preps],
+                                      "candidates": {n: {"held": r["held"].tolist(), "chosen": r["chosen"],
+                                                         "grid": r["grid"], "table": r["table"].tolist()}
+                                                     for n, r in res.items()}}, default=str))
+
+
+def _power(a: argparse.Namespace) -> None:
+    """How often the 0.1-per-bin target passes for a perfectly calibrated confidence (oracle and binomial)."""
+    recs = reruns.committed_records()
+    settings = [r["setting"] for r in recs]
+    regimes = [r["regime"] for r in recs]
+    for smooth in (0.0, 0.5):
+        o = oracle_power(settings, regimes, smooth=smooth)
+        print(f"oracle (regime frequencies, +{smooth} smoothing): P(pass) = {o['pass']:.3f}; worst gap median "
+              f"{o['worst_median']:.3f}, 90th pct {o['worst_q90']:.3f}; {o['probs']}")
+    n_others = np.array([sum(s == t for t in settings) - 1 for s in settings])
+    for scale in (2, 4, 8):
+        o = oracle_power(settings, regimes, n_sims=2000, scale=scale)
+        print(f"oracle with {scale}× the runs of every setting: P(pass) = {o['pass']:.3f}; worst gap median "
+              f"{o['worst_median']:.3f}")
+    stated = np.array([r["confidence"] for r in recs])
+    print(f"independent binomial verdicts at the stated confidences: P(pass) = {binomial_power(stated, n_others):.3f}")
+    for c in (0.5, 0.7, 0.85, 0.95):
+        print(f"independent binomial verdicts, all at c = {c}: P(pass) = {binomial_power(np.full(len(settings), c), n_others):.3f}")
+
+
+def _synthetic(a: argparse.Namespace) -> None:
+    """Reliability by fixed bin on synthetic grids for each ``--model``."""
+    models = {}
+    for m in a.model:
+        k, _, v = m.partition("=")
+        models[k] = json.loads(v)
+    rows = synthetic_rows(a.repeats, a.base, models, collapse_q=a.collapse_q, n_sim=a.n_sim)
+    for k in ("bootstrap_share", "rerun", *models):
+        part = [r for r in rows if r[k] is not None]
         print()
-        print("\n".join(table_lines("constant: the other settings' mean agreement (LOSO)", const + 1e-9 * np.arange(len(preps)), agree)))
-        print()
-        print("\n".join(table_lines("rerun confidence recalibrated a + b·c (LOSO)", recal, agree)))
-        print("\n| verdict | regime | agreement | stated | rerun | " + " | ".join(res) + " |")
-        print("|---|---|---|---|---|" + "---|" * len(res))
-        for i, p in enumerate(preps):
-            print(f"| {p.name} | {p.regime.value} | {agree[i]:.3f} | {p.stated:.3f} | {p.rerun:.3f} | "
-                  + " | ".join(f"{r['held'][i]:.3f}" for r in res.values()) + " |")
-        if a.save:
-            a.save.write_text(json.dumps({"names": [p.name for p in preps], "settings": [p.setting for p in preps],
-                                          "regimes": [p.regime.value for p in preps], "agreement": agree.tolist(),
-                                          "stated": [p.stated for p in preps], "rerun": [p.rerun for p in preps],
-                                          "candidates": {n: {"held": r["held"].tolist(), "chosen": r["chosen"],
-                                                             "grid": r["grid"], "table": r["table"].tolist()}
-                                                         for n, r in res.items()}}, default=str))
-    elif a.cmd == "power":
-        recs = reruns.committed_records()
-        settings = [r["setting"] for r in recs]
-        regimes = [r["regime"] for r in recs]
-        for smooth in (0.0, 0.5):
-            o = oracle_power(settings, regimes, smooth=smooth)
-            print(f"oracle (regime frequencies, +{smooth} smoothing): P(pass) = {o['pass']:.3f}; worst gap median "
-                  f"{o['worst_median']:.3f}, 90th pct {o['worst_q90']:.3f}; {o['probs']}")
-        n_others = np.array([sum(s == t for t in settings) - 1 for s in settings])
-        for scale in (2, 4, 8):
-            o = oracle_power(settings, regimes, n_sims=2000, scale=scale)
-            print(f"oracle with {scale}× the runs of every setting: P(pass) = {o['pass']:.3f}; worst gap median "
-                  f"{o['worst_median']:.3f}")
-        stated = np.array([r["confidence"] for r in recs])
-        print(f"independent binomial verdicts at the stated confidences: P(pass) = {binomial_power(stated, n_others):.3f}")
-        for c in (0.5, 0.7, 0.85, 0.95):
-            print(f"independent binomial verdicts, all at c = {c}: P(pass) = {binomial_power(np.full(len(settings), c), n_others):.3f}")
-    elif a.cmd == "synthetic":
-        models = {}
-        for m in a.model:
-            k, _, v = m.partition("=")
-            models[k] = json.loads(v)
-        rows = synthetic_rows(a.repeats, a.base, models, collapse_q=a.collapse_q, n_sim=a.n_sim)
-        for k in ("bootstrap_share", "rerun", *models):
-            part = [r for r in rows if r[k] is not None]
-            print()
-            print("\n".join(reruns.fixed_bin_lines(part, k, f"{k}: {len(part)} verdicts (collapse q {a.collapse_q})")))
+        print("\n".join(reruns.fixed_bin_lines(part, k, f"{k}: {len(part)} verdicts (collapse q {a.collapse_q})")))
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
+    {"collapses": _collapses, "loso": _loso, "power": _power, "synthetic": _synthetic}[a.cmd](a)
     return 0
 
 

@@ -127,6 +127,12 @@ def lines(R: Any) -> list[str]:
         out.append(f"| {r['variant']} | {R._f(r['median'])}; {R._f(r['mean'])} | {r['covered']}/{r['n']} | "
                    f"{r['width']:.2f} | {R._f(r['reasoner'])} | {R._f(r['reasoner-math'])} | "
                    f"{'met' if met else 'missed'} |")
+    live = [R.design_at(i, "prior start + flat grid")["regret"] for i in sel]
+    for who, d in (("the prior alone", R.DESIGNS[0][0]), ("the pilots' own ρ at F (flat grid)", R.FLAT)):
+        other = [R.design_at(i, d)["regret"] for i in sel]
+        out += ["", f"Grid by grid, the rule as a verdict states it against {who}: lower regret on "
+                    f"{sum(a < b - 1e-9 for a, b in zip(live, other))}, higher on "
+                    f"{sum(a > b + 1e-9 for a, b in zip(live, other))} of {len(sel)}."]
     out += ["", "What any shrinkage can reach on the reasoners: a shrunk ρ lies between the prior and the pilots' ρ at F, "
             "and the full runs' regret over that interval is at least (read every 0.005 in ρ):", ""]
     for i in sel:

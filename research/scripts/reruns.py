@@ -300,6 +300,38 @@ def add_predicted(recs: list[dict]) -> None:
         r.update({k: v for k, v in rerun_agreement(ps, unwiden=True).items() if k.startswith("predicted")})
 
 
+def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
+    """``table``'s reliability sections: the stated confidence, the rerun confidence where the records
+    have it, and (``predicted``) the predicted-agreement candidates, each against the observed agreement."""
+    lines: list[str] = []
+    rows, bins = reliability(recs)
+    lines.append(f"## Reliability: stated confidence vs agreement with the other runs of the setting "
+                 f"({len(rows)} verdicts, bins of ≥ {MIN_BIN})")
+    lines.append("| confidence bin | verdicts | mean stated | observed agreement | gap |")
+    lines.append("|---|---|---|---|---|")
+    for b in bins:
+        lines.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
+                     f"{b['gap']:+.3f} |")
+    if rows:
+        c = sum(x["confidence"] for x in rows) / len(rows)
+        a = sum(x["agreement"] for x in rows) / len(rows)
+        lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
+    scored = [r for r in recs if "rerun_confidence" in r]
+    if scored:
+        part, _ = reliability(scored, "rerun_confidence")
+        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
+                      f"mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
+                      f"leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
+                  *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
+    if predicted:
+        by_name = {r["name"]: r for r in recs}
+        for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
+            part = [{**row, key: by_name[row["name"]][key]} for row in rows if key in by_name[row["name"]]]
+            if part:
+                lines += ["", *reliability_lines(part, key, f"{key} (unwidened) vs observed agreement")]
+    return lines
+
+
 def table(recs: list[dict], *, predicted: bool = False) -> str:
     lines = []
     rescore(recs)
@@ -338,35 +370,30 @@ def table(recs: list[dict], *, predicted: bool = False) -> str:
             lines.append(f"| {r['name']} | {seeds} | {r['regime']} | "
                          f"{rng_s} | {r['confidence']:.3f} | {now} |{pred} {means} | {sw.get('transformers', '?')} |")
         lines.append("")
-    rows, bins = reliability(recs)
-    lines.append(f"## Reliability: stated confidence vs agreement with the other runs of the setting "
-                 f"({len(rows)} verdicts, bins of ≥ {MIN_BIN})")
-    lines.append("| confidence bin | verdicts | mean stated | observed agreement | gap |")
-    lines.append("|---|---|---|---|---|")
-    for b in bins:
-        lines.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['n']} | {b['stated']:.3f} | {b['observed']:.3f} | "
-                     f"{b['gap']:+.3f} |")
-    if rows:
-        c = sum(x["confidence"] for x in rows) / len(rows)
-        a = sum(x["agreement"] for x in rows) / len(rows)
-        lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
-    scored = [r for r in recs if "rerun_confidence" in r]
-    if scored:
-        part, _ = reliability(scored, "rerun_confidence")
-        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
-                      f"mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
-                      f"leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
-                  *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
-    if predicted:
-        by_name = {r["name"]: r for r in recs}
-        for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
-            part = [{**row, key: by_name[row["name"]][key]} for row in rows if key in by_name[row["name"]]]
-            if part:
-                lines += ["", *reliability_lines(part, key, f"{key} (unwidened) vs observed agreement")]
+    lines += _reliability_sections(recs, predicted=predicted)
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- a confidence that predicts reruns
+
+def _support_gated(rule: np.ndarray, *, grid: Any, boot: Any, wide: Any, contrasts: np.ndarray) -> np.ndarray:
+    """``rule`` (``rerun_agreement``'s verdict codes of the simulated reruns) through the support gate
+    (race.stats.regime.MIN_SUPPORT of decisive replicates): a rerun's replicates scatter about its own
+    means as this grid's do about its means, so the share beyond the band is a normal tail; a rerun
+    whose decisive share falls short of the gate states inconclusive (3)."""
+    from statistics import NormalDist
+
+    from race.stats import regime as R
+
+    ndist = NormalDist()
+    x_lo, x_hi = math.log(float(grid.rho.min())), math.log(float(grid.rho.max()))
+    change = boot.slope * (x_hi - x_lo)
+    sd = max(float(np.std(change)), 1e-12)
+    band1 = R.REPLICATE_BAND_SE * float(np.median(contrasts.std(axis=0)))
+    wide_change = wide.slope * (x_hi - x_lo)
+    p_dec = np.array([ndist.cdf((-band1 - c) / sd) + 1 - ndist.cdf((band1 - c) / sd) for c in wide_change])
+    return np.where(p_dec >= R.MIN_SUPPORT, rule, 3)
+
 
 def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BOOT, seed: int = 0,
                     inflate: float = math.sqrt(2.0), unwiden: bool = False) -> dict[str, Any]:
@@ -415,19 +442,7 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     search = wide.slope + (s_hi - slope_hat) < 0
     rule = np.where(balanced, 0, np.where(update, 1, np.where(search, 2, 3)))
     predicted_rule = float(np.mean(rule == idx)) if idx is not None else float("nan")
-    # and its support gate (race.stats.regime.MIN_SUPPORT of decisive replicates): a rerun's replicates
-    # scatter about its own means as this grid's do about its means, so the share beyond the band
-    # is a normal tail; a rerun whose decisive share falls short of the gate states inconclusive
-    from statistics import NormalDist
-
-    ndist = NormalDist()
-    x_lo, x_hi = math.log(float(grid.rho.min())), math.log(float(grid.rho.max()))
-    change = boot.slope * (x_hi - x_lo)
-    sd = max(float(np.std(change)), 1e-12)
-    band1 = R.REPLICATE_BAND_SE * float(np.median(contrasts.std(axis=0)))
-    wide_change = wide.slope * (x_hi - x_lo)
-    p_dec = np.array([ndist.cdf((-band1 - c) / sd) + 1 - ndist.cdf((band1 - c) / sd) for c in wide_change])
-    gated = np.where(p_dec >= R.MIN_SUPPORT, rule, 3)
+    gated = _support_gated(rule, grid=grid, boot=boot, wide=wide, contrasts=contrasts)
     predicted_gate = float(np.mean(gated == idx)) if idx is not None else float("nan")
     return {"regime": v.regime.value, "confidence": v.fits["bootstrap_share"], "predicted_agreement": predicted,
             "predicted_rule": predicted_rule, "predicted_gate": predicted_gate}
@@ -589,6 +604,22 @@ def load_pilots(name: str) -> list:
         return [PilotResult.from_dict(p) for p in json.load(fh) if p.get("status") == "complete"]
 
 
+def _seed_deviation_pairs(runs: list[list], grid: list[float], score: Any) -> dict[tuple[int, int], list[tuple[float, float]]]:
+    """For each pair of grid points (i, j): every seed's (deviation at i, deviation at j) from the point
+    means of its own rerun, pooled over ``runs`` (``pairing``'s correlation across ρ)."""
+    pairs: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for ps in runs:
+        by = {(p.rho_target, p.seed): score(p) for p in ps}
+        seeds = sorted({p.seed for p in ps})
+        pm = {r: np.mean([by[(r, s)] for s in seeds if (r, s) in by]) for r in grid}
+        for s in seeds:
+            for i in range(len(grid)):
+                for j in range(i + 1, len(grid)):
+                    if (grid[i], s) in by and (grid[j], s) in by:
+                        pairs.setdefault((i, j), []).append((by[(grid[i], s)] - pm[grid[i]], by[(grid[j], s)] - pm[grid[j]]))
+    return pairs
+
+
 def pairing(setting: str) -> list[str]:
     """What pairing (every ρ of a seed with the same adapter init, prompt order and sampling seeds)
     buys, from the reruns of ``setting`` alone, at equal compute (12 pilots a grid):
@@ -608,17 +639,7 @@ def pairing(setting: str) -> list[str]:
     runs = [load_pilots(r["name"]) for r in recs]
     grid = sorted({p.rho_target for p in runs[0]})
     score = lambda p: float(np.mean(p.evals["reward"]))   # noqa: E731
-    # seed deviations from the point mean, per rerun: dev[rerun][seed][point]
-    pairs: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for ps in runs:
-        by = {(p.rho_target, p.seed): score(p) for p in ps}
-        seeds = sorted({p.seed for p in ps})
-        pm = {r: np.mean([by[(r, s)] for s in seeds if (r, s) in by]) for r in grid}
-        for s in seeds:
-            for i in range(len(grid)):
-                for j in range(i + 1, len(grid)):
-                    if (grid[i], s) in by and (grid[j], s) in by:
-                        pairs.setdefault((i, j), []).append((by[(grid[i], s)] - pm[grid[i]], by[(grid[j], s)] - pm[grid[j]]))
+    pairs = _seed_deviation_pairs(runs, grid, score)
     lines = [f"## Paired seeds: {setting}, {len(runs)} reruns", "",
              "| ρ pair | seeds | correlation of seed deviations |", "|---|---|---|"]
     allx, ally = [], []
@@ -652,7 +673,7 @@ def pairing(setting: str) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run (or resume) one rerun and write its record")
@@ -673,61 +694,84 @@ def main(argv: list[str] | None = None) -> int:
     sy = sub.add_parser("synthetic", help="stated vs predicted confidence against rerun agreement on synthetic grids")
     sy.add_argument("--repeats", type=int, default=10)
     sy.add_argument("--unwiden", action="store_true", help="simulated reruns without the t/z widening of the seed noise")
-    a = ap.parse_args(argv)
-    if a.cmd == "run":
-        print(run(a.setting, a.first_seed))
-    elif a.cmd == "queue":
-        for spec in a.specs:
-            setting, _, seed = spec.rpartition(":")
-            name = rerun_name(setting, int(seed))
-            if (OUT / f"{name}.json").exists():
-                continue
-            print(f"{_dt.datetime.now():%H:%M:%S} {name} …", flush=True)
-            try:
-                path = run(setting, int(seed))
-            except SystemExit as e:
-                print(e, flush=True)
-                continue
-            rec = json.loads(path.read_text())
-            print(f"{_dt.datetime.now():%H:%M:%S} {name}: {rec['regime']} {rec['rho_range']} "
-                  f"confidence {rec['confidence']} ({rec['wall_seconds']} s)", flush=True)
-            if a.commit:
-                git_commit([path, OUT / f"{name}.pilots.json.gz"],
-                           f"reruns: {name} — {rec['regime']}, confidence {rec['confidence']} (issue 54)")
-    elif a.cmd == "calibration":
-        rows = calibration(a.repeats, base=a.base, shrinks=tuple(a.shrinks))
-        keys = ("bootstrap_share", "rerun", *(f"rerun_k{k}{p}" for k in a.shrinks for p in ("", "_plugin")))
-        print("\n".join(calibration_lines(rows, keys)))
-    elif a.cmd == "pairing":
-        print("\n".join(pairing(a.setting)))
-    elif a.cmd == "synthetic":
-        rows = synthetic(a.repeats, unwiden=a.unwiden)
-        by = {}
-        for r in rows:
-            by.setdefault(r["setting"], []).append(r)
-        print("| truth | verdicts | mean stated | predicted (replicates) | predicted (rule) | predicted (rule + gate) | agreement |\n|---|---|---|---|---|---|---|")
-        for s, rs in by.items():
-            counts = Counter(r["regime"] for r in rs)
-            print(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
-                  f"{np.mean([r['confidence'] for r in rs]):.3f} | {np.mean([r['predicted_agreement'] for r in rs]):.3f} | "
-                  f"{np.mean([r['predicted_rule'] for r in rs]):.3f} | {np.mean([r['predicted_gate'] for r in rs]):.3f} | "
-                  f"{np.mean([r['agreement'] for r in rs]):.3f} |")
-        print()
-        print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))
-        for label, part in (("decisive", [r for r in rows if r["regime"] != "inconclusive"]),
-                            ("inconclusive", [r for r in rows if r["regime"] == "inconclusive"])):
-            for key in ("confidence", "predicted_agreement", "predicted_rule", "predicted_gate"):
-                if part:
-                    print()
-                    print("\n".join(reliability_lines(part, key, f"{key}, {label} verdicts")))
-        print()
-        print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement (replicate rule)")))
-        print()
-        print("\n".join(reliability_lines(rows, "predicted_rule", "predicted rerun agreement (the rule, CIs as wide as this grid's)")))
-        print()
-        print("\n".join(reliability_lines(rows, "predicted_gate", "predicted rerun agreement (the rule and its support gate)")))
-    else:
-        print(table(committed_records(), predicted=a.predicted))
+    return ap
+
+
+def _run(a: argparse.Namespace) -> None:
+    """run: one rerun, its record's path printed."""
+    print(run(a.setting, a.first_seed))
+
+
+def _queue(a: argparse.Namespace) -> None:
+    """queue: SETTING:FIRST_SEED reruns one at a time, records already written skipped (``--commit``: each committed)."""
+    for spec in a.specs:
+        setting, _, seed = spec.rpartition(":")
+        name = rerun_name(setting, int(seed))
+        if (OUT / f"{name}.json").exists():
+            continue
+        print(f"{_dt.datetime.now():%H:%M:%S} {name} …", flush=True)
+        try:
+            path = run(setting, int(seed))
+        except SystemExit as e:
+            print(e, flush=True)
+            continue
+        rec = json.loads(path.read_text())
+        print(f"{_dt.datetime.now():%H:%M:%S} {name}: {rec['regime']} {rec['rho_range']} "
+              f"confidence {rec['confidence']} ({rec['wall_seconds']} s)", flush=True)
+        if a.commit:
+            git_commit([path, OUT / f"{name}.pilots.json.gz"],
+                       f"reruns: {name} — {rec['regime']}, confidence {rec['confidence']} (issue 54)")
+
+
+def _calibration(a: argparse.Namespace) -> None:
+    """calibration: the bootstrap share and rerun confidence against synthetic reruns' agreement, in bins."""
+    rows = calibration(a.repeats, base=a.base, shrinks=tuple(a.shrinks))
+    keys = ("bootstrap_share", "rerun", *(f"rerun_k{k}{p}" for k in a.shrinks for p in ("", "_plugin")))
+    print("\n".join(calibration_lines(rows, keys)))
+
+
+def _pairing(a: argparse.Namespace) -> None:
+    """pairing: what paired seeds buy, from a setting's reruns."""
+    print("\n".join(pairing(a.setting)))
+
+
+def _synthetic(a: argparse.Namespace) -> None:
+    """synthetic: stated and predicted confidence against rerun agreement on synthetic grids."""
+    rows = synthetic(a.repeats, unwiden=a.unwiden)
+    by = {}
+    for r in rows:
+        by.setdefault(r["setting"], []).append(r)
+    print("| truth | verdicts | mean stated | predicted (replicates) | predicted (rule) | predicted (rule + gate) | agreement |\n|---|---|---|---|---|---|---|")
+    for s, rs in by.items():
+        counts = Counter(r["regime"] for r in rs)
+        print(f"| {s} | {', '.join(f'{g} {n}' for g, n in counts.most_common())} | "
+              f"{np.mean([r['confidence'] for r in rs]):.3f} | {np.mean([r['predicted_agreement'] for r in rs]):.3f} | "
+              f"{np.mean([r['predicted_rule'] for r in rs]):.3f} | {np.mean([r['predicted_gate'] for r in rs]):.3f} | "
+              f"{np.mean([r['agreement'] for r in rs]):.3f} |")
+    print()
+    print("\n".join(reliability_lines(rows, "confidence", "stated confidence")))
+    for label, part in (("decisive", [r for r in rows if r["regime"] != "inconclusive"]),
+                        ("inconclusive", [r for r in rows if r["regime"] == "inconclusive"])):
+        for key in ("confidence", "predicted_agreement", "predicted_rule", "predicted_gate"):
+            if part:
+                print()
+                print("\n".join(reliability_lines(part, key, f"{key}, {label} verdicts")))
+    print()
+    print("\n".join(reliability_lines(rows, "predicted_agreement", "predicted rerun agreement (replicate rule)")))
+    print()
+    print("\n".join(reliability_lines(rows, "predicted_rule", "predicted rerun agreement (the rule, CIs as wide as this grid's)")))
+    print()
+    print("\n".join(reliability_lines(rows, "predicted_gate", "predicted rerun agreement (the rule and its support gate)")))
+
+
+def _table(a: argparse.Namespace) -> None:
+    """table: agreement and reliability from the committed records (``--predicted``: and the candidates)."""
+    print(table(committed_records(), predicted=a.predicted))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    {"run": _run, "queue": _queue, "calibration": _calibration, "pairing": _pairing, "synthetic": _synthetic, "table": _table}[a.cmd](a)
     return 0
 
 

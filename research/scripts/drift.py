@@ -228,6 +228,23 @@ def score(full: dict, rec_rho: float) -> tuple[float, float, bool]:
     return regret, regret / pse if pse > 0 else float("nan"), meas[best_t]
 
 
+def _ladder_fit(s: dict, pilot: Any) -> Any:
+    """``backtest``'s ladder: the pilot grid at 2 of its 3 seeds (8 B), plus, at ≈ 3 × B, the pilot-best
+    point and the full grid's next point below it, 2 seeds each (the 10 × B runs' checkpoint at 0.305:
+    4 × 3.05 B): 20.2 B against the grid's 12 B. Its fit, or None without the 10 × B runs' checkpoints."""
+    full10 = V.load_run(s["name"], "full10")
+    if full10 is None:
+        return None
+    fgrid = sorted({p.rho_target for p in V.pilots_of(full10)})
+    pmeans = V.point_means(pilot)
+    top = max(pmeans, key=lambda t: statistics.fmean(pmeans[t]))
+    below = [t for t in fgrid if t < top - 1e-9]
+    pts = [t for t in (top, below[-1] if below else None) if t is not None and t in fgrid]
+    frac = min((c.fraction for p in V.pilots_of(full10) for c in p.checkpoints if c.fraction >= 0.25),
+               default=None)
+    return None if frac is None else fit(levels(s, grids=("pilot",), seeds=2, extra=[("full10", frac, pts, 2)]))
+
+
 def backtest(suite: dict) -> list[dict[str, Any]]:
     """Leave one setting out: the population drift from the others' data (all grids); the held-out
     setting sees only its pilot grid (and, for the ladder, the longer pilots it would buy); each
@@ -242,21 +259,7 @@ def backtest(suite: dict) -> list[dict[str, Any]]:
         pv = V.verdict(pilot)
         pop = per_setting_drift(suite, exclude=s["name"])
         own = fit(levels(s, grids=("pilot",)))
-        # the ladder: the pilot grid at 2 of its 3 seeds (8 B), plus, at ≈ 3 × B, the pilot-best point
-        # and the full grid's next point below it, 2 seeds each (the 10 × B runs' checkpoint at 0.305:
-        # 4 × 3.05 B): 20.2 B against the grid's 12 B
-        full10 = V.load_run(s["name"], "full10")
-        ladder_fit = None
-        if full10 is not None:
-            fgrid = sorted({p.rho_target for p in V.pilots_of(full10)})
-            pmeans = V.point_means(pilot)
-            top = max(pmeans, key=lambda t: statistics.fmean(pmeans[t]))
-            below = [t for t in fgrid if t < top - 1e-9]
-            pts = [t for t in (top, below[-1] if below else None) if t is not None and t in fgrid]
-            frac = min((c.fraction for p in V.pilots_of(full10) for c in p.checkpoints if c.fraction >= 0.25),
-                       default=None)
-            if frac is not None:
-                ladder_fit = fit(levels(s, grids=("pilot",), seeds=2, extra=[("full10", frac, pts, 2)]))
+        ladder_fit = _ladder_fit(s, pilot)
         for kind, factor in FACTORS:
             full = V.load_run(s["name"], kind)
             if full is None or V.grid_class(V.diagnosis(full)) == "unstable":

@@ -1251,8 +1251,7 @@ def doc_command(argv: Sequence[str] | None, text_fn, begin: str, end: str, scrip
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    global RUNS
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status")
@@ -1290,7 +1289,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--suite", default=str(SUITE))
     ap.add_argument("--runs", default=None, help="the committed data (default: the suite's `runs`, else "
                     "research/validation/runs)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _queue(args: argparse.Namespace, suite: dict) -> None:
+    """queue: every planned grid of ``--kinds`` not yet finished, one at a time, from ``--pin``."""
+    kinds = args.kinds.split(",") if args.kinds else (kinds_of(suite) if suite.get("kinds")
+                                                       else ["pilot", "full10", "full30"])
+    only = set(args.only.split(",")) if args.only else None
+    for kind in kinds:
+        for s in suite["settings"]:
+            if (only and s["name"] not in only) or (args.half and s.get("half") != args.half):
+                continue
+            if not planned(s, kind, suite):
+                continue
+            if finished(suite, s, kind):
+                continue
+            if s["base"] != "default" and not (Path(args.pin) / s["base"]).is_file():
+                print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} skipped: the pin {args.pin} predates its "
+                      f"base config {s['base']} (run it from a newer pin with --only {s['name']})", flush=True)
+                continue
+            print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} …", flush=True)
+            try:
+                path = run(s["name"], kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage))
+                print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} → {path}", flush=True)
+            except SystemExit as e:
+                print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} failed: {e}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global RUNS
+    args = _parser().parse_args(argv)
     suite = load_suite(Path(args.suite))
     RUNS = Path(args.runs) if args.runs else (ROOT / suite["runs"] if suite.get("runs") else RUNS)
     if getattr(args, "storage", None) and suite.get("storage_subdir") and "--storage" not in (argv or sys.argv):
@@ -1326,27 +1355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        command=args.command, wall_seconds=args.wall_seconds)))
         return 0
     if args.cmd == "queue":
-        kinds = args.kinds.split(",") if args.kinds else (kinds_of(suite) if suite.get("kinds")
-                                                           else ["pilot", "full10", "full30"])
-        only = set(args.only.split(",")) if args.only else None
-        for kind in kinds:
-            for s in suite["settings"]:
-                if (only and s["name"] not in only) or (args.half and s.get("half") != args.half):
-                    continue
-                if not planned(s, kind, suite):
-                    continue
-                if finished(suite, s, kind):
-                    continue
-                if s["base"] != "default" and not (Path(args.pin) / s["base"]).is_file():
-                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} skipped: the pin {args.pin} predates its "
-                          f"base config {s['base']} (run it from a newer pin with --only {s['name']})", flush=True)
-                    continue
-                print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} …", flush=True)
-                try:
-                    path = run(s["name"], kind, pin=Path(args.pin), suite=suite, storage_root=Path(args.storage))
-                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} → {path}", flush=True)
-                except SystemExit as e:
-                    print(f"{time.strftime('%H:%M:%S')} {s['name']} {kind} failed: {e}", flush=True)
+        _queue(args, suite)
         return 0
     if suite.get("round", 1) >= 3:
         if args.cmd == "freeze" or suite.get("freeze"):

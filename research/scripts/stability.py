@@ -29,6 +29,7 @@ when it fell back on its own held-out checkpoints (race.stats.instability.find_i
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -370,9 +371,7 @@ def load_probe(name: str, kind: str) -> dict | None:
         return json.load(fh)
 
 
-def main() -> int:
-    import argparse
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cmd", nargs="?", default="table",
                     choices=["table", "probe", "probes", "rate-plan", "rate", "rates"])
@@ -386,67 +385,34 @@ def main() -> int:
     ap.add_argument("--storage", default="/work/validation-runs/probes")
     ap.add_argument("--only", default=None, help="probes: SETTING:KIND,… in this order (default: all, suite order)")
     ap.add_argument("--suite", default=str(V.SUITE))
-    args = ap.parse_args()
-    suite = V.load_suite(Path(args.suite))
-    use_suite(suite)
-    if suite.get("round") == 2 and args.cmd not in ("probes", "rate-plan", "rate", "rates"):
-        raise SystemExit("round 2: `probes` and the rate runs here (its scores: "
-                         "research/scripts/validation_round2.py tables, after the freeze)")
-    if suite.get("round") == 2 and args.cmd == "probes":
-        for s in suite["settings"]:
-            for kind in ("full10", "full30", "full100"):
-                done = (ROOT / suite["probes"] / f"{s['name']}-{kind}.json.gz").is_file()
-                if V.planned(s, kind) and not done and (not args.only or s["name"] in args.only.split(",")):
-                    print(run_product_probe(suite, s, kind), flush=True)
+    return ap
+
+
+def _rates(args: argparse.Namespace) -> int:
+    """rates: the rate runs' table, printed, or checked (``--check``) or rewritten (``--write``) between
+    the stability:rates markers of a document."""
+    text = "\n".join(rate_lines())
+    tag = "rates" if ROUND == 1 else "rates2"
+    a, b = f"<!-- stability:{tag}:begin -->", f"<!-- stability:{tag}:end -->"
+    if args.check:
+        body = Path(args.check).read_text(encoding="utf-8")
+        if a not in body or body.split(a)[1].split(b)[0].strip() != text.strip():
+            print(f"{args.check}: the table between the stability:{tag} markers is not what the committed "
+                  f"rate runs give; rewrite it with `rates --write {args.check}`", file=sys.stderr)
+            return 1
+        print(f"{args.check}: stability:{tag} table up to date")
         return 0
-    if args.cmd == "probe":
-        print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
-        return 0
-    if args.cmd == "rate-plan":
-        todo = ([(args.setting, args.kind)] if args.setting else
-                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30", "full100")
-                 if V.planned(s, k) and V.data_path(s["name"], "pilot").is_file()] if ROUND == 2 else RATE_RUNS)
-        for name, kind in todo:
-            plan = rate_plan(V.setting(suite, name), kind)
-            print(f"{name} {kind}: ρ {plan['rho']}, {plan['stability']['status']}; {plan['rate']['line']}")
-        return 0
-    if args.cmd == "rates":
-        text = "\n".join(rate_lines())
-        tag = "rates" if ROUND == 1 else "rates2"
-        a, b = f"<!-- stability:{tag}:begin -->", f"<!-- stability:{tag}:end -->"
-        if args.check:
-            body = Path(args.check).read_text(encoding="utf-8")
-            if a not in body or body.split(a)[1].split(b)[0].strip() != text.strip():
-                print(f"{args.check}: the table between the stability:{tag} markers is not what the committed "
-                      f"rate runs give; rewrite it with `rates --write {args.check}`", file=sys.stderr)
-                return 1
-            print(f"{args.check}: stability:{tag} table up to date")
-            return 0
-        if args.write:
-            doc = Path(args.write)
-            body = doc.read_text(encoding="utf-8")
-            doc.write_text(body.split(a)[0] + a + "\n" + text + "\n" + b + body.split(b)[1], encoding="utf-8")
-        print(text)
-        return 0
-    if args.cmd == "rate":
-        tag = f"{args.variant}-" if args.variant else ""
-        for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
-            for seed in map(int, args.seeds.split(",")):
-                if not (RATES / f"{name}-{kind}-{tag}s{seed}.json.gz").is_file():
-                    print(run_rate(V.setting(suite, name), kind, seed, args.variant), flush=True)
-        return 0
-    if args.cmd == "probes":
-        todo = ([tuple(x.split(":")) for x in args.only.split(",")] if args.only else
-                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30")])
-        for name, kind in todo:
-            s = V.setting(suite, name)
-            if True:
-                if V.load_run(s["name"], kind) is not None and load_probe(s["name"], kind) is None:
-                    try:
-                        print(run_probe(s, kind, Path(args.storage)), flush=True)
-                    except SystemExit as e:
-                        print(e, flush=True)
-        return 0
+    if args.write:
+        doc = Path(args.write)
+        body = doc.read_text(encoding="utf-8")
+        doc.write_text(body.split(a)[0] + a + "\n" + text + "\n" + b + body.split(b)[1], encoding="utf-8")
+    print(text)
+    return 0
+
+
+def _table(suite: dict) -> None:
+    """table: each candidate early-warning rule's detections and false alarms over the committed grids and
+    their probes, then each grid's probe."""
     rows = []            # (setting, kind, pilots, probe, collapsed, runs)
     for s in suite["settings"]:
         pilots = V.pilots_of(V.load_run(s["name"], "pilot"))
@@ -489,6 +455,55 @@ def main() -> int:
         print(f"| {n} | {k} | {c}/{t} | {sum(fell(p) for p in pilots)}/{len(pilots)} | "
               + (f"{cur[0]:.3f} → {cur[-1]:.3f} | {'yes' if fell(pp) else 'no'} | {'yes' if probe_below_base(pp) else 'no'} | "
                  f"{steps}" + (f" ({cov:.0%})" if cov is not None else "") if pp else "— | — | — | —") + " |")
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    suite = V.load_suite(Path(args.suite))
+    use_suite(suite)
+    if suite.get("round") == 2 and args.cmd not in ("probes", "rate-plan", "rate", "rates"):
+        raise SystemExit("round 2: `probes` and the rate runs here (its scores: "
+                         "research/scripts/validation_round2.py tables, after the freeze)")
+    if suite.get("round") == 2 and args.cmd == "probes":
+        for s in suite["settings"]:
+            for kind in ("full10", "full30", "full100"):
+                done = (ROOT / suite["probes"] / f"{s['name']}-{kind}.json.gz").is_file()
+                if V.planned(s, kind) and not done and (not args.only or s["name"] in args.only.split(",")):
+                    print(run_product_probe(suite, s, kind), flush=True)
+        return 0
+    if args.cmd == "probe":
+        print(run_probe(V.setting(suite, args.setting), args.kind, Path(args.storage)))
+        return 0
+    if args.cmd == "rate-plan":
+        todo = ([(args.setting, args.kind)] if args.setting else
+                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30", "full100")
+                 if V.planned(s, k) and V.data_path(s["name"], "pilot").is_file()] if ROUND == 2 else RATE_RUNS)
+        for name, kind in todo:
+            plan = rate_plan(V.setting(suite, name), kind)
+            print(f"{name} {kind}: ρ {plan['rho']}, {plan['stability']['status']}; {plan['rate']['line']}")
+        return 0
+    if args.cmd == "rates":
+        return _rates(args)
+    if args.cmd == "rate":
+        tag = f"{args.variant}-" if args.variant else ""
+        for name, kind in ([(args.setting, args.kind)] if args.setting else RATE_RUNS):
+            for seed in map(int, args.seeds.split(",")):
+                if not (RATES / f"{name}-{kind}-{tag}s{seed}.json.gz").is_file():
+                    print(run_rate(V.setting(suite, name), kind, seed, args.variant), flush=True)
+        return 0
+    if args.cmd == "probes":
+        todo = ([tuple(x.split(":")) for x in args.only.split(",")] if args.only else
+                [(s["name"], k) for s in suite["settings"] for k in ("full10", "full30")])
+        for name, kind in todo:
+            s = V.setting(suite, name)
+            if True:
+                if V.load_run(s["name"], kind) is not None and load_probe(s["name"], kind) is None:
+                    try:
+                        print(run_probe(s, kind, Path(args.storage)), flush=True)
+                    except SystemExit as e:
+                        print(e, flush=True)
+        return 0
+    _table(suite)
     return 0
 
 

@@ -183,11 +183,11 @@ def test_synthetic_calibration_by_bin():
     0.081; the normal model alone missed 0.4–0.5 by 0.22); the bootstrap share misses by up to
     0.40, by more than 0.1 in 5 bins of ≥ 5 verdicts."""
     sys.path.insert(0, str(ROOT / "research" / "scripts"))
-    import reruns
+    import rerun_calibration as calib
 
-    rows = reruns.calibration(40, base=30_000)
-    new = [b for b in reruns.fixed_bins(rows, "rerun") if b["n"] >= reruns.MIN_BIN]
-    old = [b for b in reruns.fixed_bins(rows, "bootstrap_share") if b["n"] >= reruns.MIN_BIN]
+    rows = calib.calibration(40, base=30_000)
+    new = [b for b in calib.fixed_bins(rows, "rerun") if b["n"] >= calib.MIN_BIN]
+    old = [b for b in calib.fixed_bins(rows, "bootstrap_share") if b["n"] >= calib.MIN_BIN]
     gap = lambda bins: [abs(b["observed"] - b["stated"]) for b in bins]     # noqa: E731
     assert max(gap(new)) == pytest.approx(0.081, abs=0.005) and max(gap(old)) == pytest.approx(0.396, abs=0.005)
     assert sum(g > 0.1 for g in gap(new)) == 0 and sum(g > 0.1 for g in gap(old)) == 5

@@ -41,6 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "research" / "scripts"), str(ROOT)]
+import rerun_calibration as calib  # noqa: E402
 import reruns  # noqa: E402
 
 from race.stats import regime as R  # noqa: E402
@@ -65,7 +66,7 @@ class Prepared:
     rerun: float | None
 
 
-def prepare(results, name: str, setting: str, n_boot: int = reruns.N_BOOT) -> Prepared:
+def prepare(results, name: str, setting: str, n_boot: int = calib.N_BOOT) -> Prepared:
     complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
     v = R.classify(complete, primary_target="reward", n_boot=n_boot, seed=0, rerun_confidence=True).primary
     grid = R._grid(complete, "reward")
@@ -188,7 +189,7 @@ def _count() -> dict:
 
 def bin_gaps(conf: np.ndarray, agree: np.ndarray) -> list[dict]:
     rows = [{"confidence": float(c), "agreement": float(a)} for c, a in zip(conf, agree)]
-    return [{**b, "gap": b["observed"] - b["stated"]} for b in reruns.bins_of(rows, "confidence")]
+    return [{**b, "gap": b["observed"] - b["stated"]} for b in calib.bins_of(rows, "confidence")]
 
 
 def loss(conf: np.ndarray, agree: np.ndarray) -> float:
@@ -275,7 +276,7 @@ def oracle_power(preps_settings: list[str], preps_regimes: list[str], n_sims: in
     Each setting's runs are drawn iid from its regime frequencies (the observed ones, optionally
     add-``smooth`` smoothed); a run's calibrated confidence is the probability of its own regime in
     its setting (then E[agreement | c] = c exactly); agreement is the share of the setting's other
-    runs stating the same regime, bins as reruns.bins_of (≥ 5 verdicts). Returns the share of
+    runs stating the same regime, bins as rerun_calibration.bins_of (≥ 5 verdicts). Returns the share of
     draws whose every bin is within ``tol``, and the distribution of the worst gap. ``scale``: each
     setting with that many times its runs (how many reruns the test would need)."""
     rng = np.random.default_rng(seed)
@@ -323,7 +324,7 @@ def binomial_power(conf: np.ndarray, n_others: np.ndarray, n_sims: int = 20_000,
 
 def synthetic_rows(repeats: int, base: int, models: dict[str, dict], collapse_q: float = 0.0, kappa: float = 0.5,
                    n_sim: int = N_SIM) -> list[dict]:
-    """reruns.calibration's synthetic grids (its TRUTHS, the default design, generator seeds ``base`` + k),
+    """rerun_calibration.calibration's synthetic grids (its TRUTHS, the default design, generator seeds ``base`` + k),
     each pilot collapsing with probability ``collapse_q`` to (1 − ``kappa``) of its scores; each verdict's
     confidence under every model, and its agreement with the other grids of its truth."""
     sys.path[:0] = [str(ROOT / "tests")]
@@ -333,7 +334,7 @@ def synthetic_rows(repeats: int, base: int, models: dict[str, dict], collapse_q:
 
     rows = []
     rng = np.random.default_rng([base, 54])
-    for name, response in reruns.TRUTHS.items():
+    for name, response in calib.TRUTHS.items():
         runs = []
         for rep in range(repeats):
             res = synthetic_results(response=response, n_seeds=3, seed_sd=0.024, n_prompts=500,
@@ -462,7 +463,7 @@ def _synthetic(a: argparse.Namespace) -> None:
     for k in ("bootstrap_share", "rerun", *models):
         part = [r for r in rows if r[k] is not None]
         print()
-        print("\n".join(reruns.fixed_bin_lines(part, k, f"{k}: {len(part)} verdicts (collapse q {a.collapse_q})")))
+        print("\n".join(calib.fixed_bin_lines(part, k, f"{k}: {len(part)} verdicts (collapse q {a.collapse_q})")))
 
 
 def main(argv=None) -> int:

@@ -248,20 +248,27 @@ def _classify_dict(pilots: list[dict]) -> dict:
     return {**diag, "confidence": v["fits"].get("bootstrap_share", diag["confidence"])}
 
 
+def _record_pilots(r: dict) -> list | None:
+    """A record's complete pilots: its own (``_pilots``), else its committed pilots file; None without either."""
+    from race.core.records import PilotResult
+
+    if "_pilots" in r:
+        return [PilotResult.from_dict(p) for p in r["_pilots"] if p.get("status") == "complete"]
+    if (OUT / f"{r['name']}.pilots.json.gz").exists():
+        return load_pilots(r["name"])
+    return None
+
+
 def rescore(recs: list[dict]) -> None:
     """Each record classified again from its pilots with the current rule: ``bootstrap_share`` (the
     confidence as the rule stated it before issue 54's fix) and ``rerun_confidence`` (the predicted
     rerun agreement, race.stats.regime.rerun_confidence), and ``regime_now`` (the rule is unchanged,
     so it should be ``regime``)."""
-    from race.core.records import PilotResult
     from race.stats.regime import classify
 
     for r in recs:
-        if "_pilots" in r:
-            ps = [PilotResult.from_dict(p) for p in r["_pilots"] if p.get("status") == "complete"]
-        elif (OUT / f"{r['name']}.pilots.json.gz").exists():
-            ps = load_pilots(r["name"])
-        else:
+        ps = _record_pilots(r)
+        if ps is None:
             continue
         v = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0, rerun_confidence=True).primary
         r.update(regime_now=v.regime.value, bootstrap_share=v.fits["bootstrap_share"],
@@ -290,14 +297,9 @@ def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], 
 def add_predicted(recs: list[dict]) -> None:
     """Each record's predicted rerun agreement (``rerun_agreement``, unwidened: the candidates of
     research/reruns/synthetic.md), from its pilots."""
-    from race.core.records import PilotResult
-
     for r in recs:
-        if "_pilots" in r:
-            ps = [PilotResult.from_dict(p) for p in r["_pilots"] if p.get("status") == "complete"]
-        elif (OUT / f"{r['name']}.pilots.json.gz").exists():
-            ps = load_pilots(r["name"])
-        else:
+        ps = _record_pilots(r)
+        if ps is None:
             continue
         r.update({k: v for k, v in rerun_agreement(ps, unwiden=True).items() if k.startswith("predicted")})
 

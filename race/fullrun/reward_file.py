@@ -148,9 +148,10 @@ def use_tokenizer(tokenizer, end_ids):
 
 
 def _end_tokens():
-    """END_TOKENS; empty at emit time, MODEL's end ids as TRL 1.16's GRPOTrainer takes them (the generation
-    config's eos_token_id, the tokenizer's EOS first), read once with transformers from where the trainer
-    loaded the policy (its folder, or the local cache: the trainer downloaded it before the first reward)."""
+    """END_TOKENS as emitted, or, when they were not known at emit time, MODEL's end ids as TRL 1.16's
+    GRPOTrainer takes them (the generation config's eos_token_id, the tokenizer's EOS first), read once
+    with transformers from where the trainer loaded the policy (its folder, or the local cache: the
+    trainer has downloaded it before the first reward); a one-line RuntimeError when it cannot be loaded."""
     if _END_READ:
         return END_TOKENS
     try:

@@ -245,7 +245,7 @@ def _probe_line(probe: Mapping[str, Any], head: str, *, full_run_budget: float,
     if partial_probe and covers < 1 - 1e-9:
         short = ("it stopped before the share it planned, "
                  f"{float(probe['planned_covers']):.0%}" if float(probe.get("planned_covers", covers)) > covers + 1e-9
-                 else f"capped at a quarter of the pilot grid's compute")
+                 else "capped at a quarter of the pilot grid's compute")
         return {"status": "not tested",
                 "line": head + f"not tested past {covers:.0%} of its length: {run} held over the steps it ran "
                                f"({short}); the remaining {1 - covers:.0%} of the full run's steps are not "

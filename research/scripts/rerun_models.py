@@ -31,7 +31,6 @@ import argparse
 import gzip
 import itertools
 import json
-import math
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ import rerun_calibration as calib  # noqa: E402
 import reruns  # noqa: E402
 
 from race.stats import regime as R  # noqa: E402
-from race.stats.confidence import SimulatedReruns, collapsed_pilots, simulate_mixture  # noqa: E402
+from race.stats.confidence import collapsed_pilots, simulate_mixture  # noqa: E402
 from race.stats.fit import bootstrap_response, grid_scores  # noqa: E402
 
 N_SIM = 200          # simulated reruns per verdict in the search (400 in the library)

@@ -323,9 +323,9 @@ def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
     scored = [r for r in recs if "rerun_confidence" in r]
     if scored:
         part, _ = reliability(scored, "rerun_confidence")
-        lines += ["", f"## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
-                      f"mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
-                      f"leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
+        lines += ["", "## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
+                      "mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
+                      "leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
                   *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
     if predicted:
         by_name = {r["name"]: r for r in recs}

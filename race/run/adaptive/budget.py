@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from race.run.adaptive.base import DEFAULT_SHARE

@@ -237,3 +237,41 @@ def test_pilot_designs_spend_the_share_as_they_say():
         PD.design_named("x")
     with pytest.raises(D.DesignError, match="share"):
         PD.DESIGNS["fit"].plan(grid, 3, share=1.5, **kw)
+
+
+def test_fit_thins_held_out_evaluation_before_it_drops_pilots():
+    """race.stats.pilotdesign.eval_cuts: 4 then 3 checkpoint evaluations of at most 100 prompts, the final pass
+    kept, each costing the config's evaluation × its prompts over the config's; fit tries them at each number of
+    pilots before it drops to fewer; the thinnest still gives the drift model its levels, the first the forecast's."""
+    from race.config.configfile import EvalSettings
+    from race.run.api import build_config
+    from race.stats import pilotdesign as PD
+    from race.stats.curvefit import MIN_PREFIX_POINTS
+
+    cfg = build_config(None)                       # eval: 500 final prompts, 8 checkpoints of 100: 1300 prompts
+    four, three = PD.eval_cuts(cfg, 1.3e11)
+    assert (four.checkpoints, three.checkpoints) == ((0.0929, 0.1682, 0.552), (0.1682, 0.552))
+    assert (four.flops, three.flops) == (pytest.approx(0.9e11), pytest.approx(0.8e11)) and four.as_configured == 1.3e11
+    # the drift's own fit needs 2 budget levels (a fraction below 1 and the end); the forecast's backtest 3 below 1
+    assert len(three.checkpoints) + 1 >= 2 and len(four.checkpoints) >= MIN_PREFIX_POINTS
+    # 300 prompts at each of 8 checkpoints: cut to the replay's 100; already as thin, or off: no cut
+    wide = cfg.with_overrides(eval=EvalSettings(prompts=500, checkpoint_prompts=300))
+    assert [(c.checkpoint_prompts, c.flops) for c in PD.eval_cuts(wide, 2.9e11)] == [
+        (100, pytest.approx(0.9e11)), (100, pytest.approx(0.8e11))]
+    assert PD.eval_cuts(cfg.with_overrides(eval=EvalSettings(prompts=500, checkpoints=(0.17, 0.55))), 8e10) == ()
+    assert PD.eval_cuts(cfg.with_overrides(eval=EvalSettings(prompts=500, checkpoints=0)), 5e10) == ()
+    # fit: 12 pilots at 10 % of 6e12 get 5e10 less the evaluation; with 1.3e11 none fits, with the cuts neither;
+    # at 30 %: 1.5e11 − 0.8e11 = 7e10 ≥ 6.5e10 for the whole grid with 3 checkpoint evaluations (4: 6e10, too few)
+    grid, F, kw = [0.25, 0.4, 0.55, 0.7], 6e12, dict(min_budget=6.5e10, eval_flops=1.3e11, thinner=(four, three))
+    p = PD.DESIGNS["fit"].plan(grid, 3, full_run=F, share=0.3, **kw)
+    assert len(p.pilots) == 12 and p.eval_cut == three and p.budget == pytest.approx(7e10)
+    assert p.spent == pytest.approx(0.3 * F) and p.to_dict()["eval"]["checkpoints"] == [0.1682, 0.552]
+    assert PD.DesignPlan.from_dict(p.to_dict()) == p and "thinned to 3 checkpoint evaluations" in p.line()
+    # without the cuts, the same share drops to 5 pilots: 3.6e11 − 1.3e11
+    p5 = PD.DESIGNS["fit"].plan(grid, 3, full_run=F, share=0.3, min_budget=6.5e10, eval_flops=1.3e11)
+    assert len(p5.pilots) == 5 and p5.eval_cut is None and p5.budget == pytest.approx(2.3e11)
+    # a plan that fits as configured keeps the config's evaluation
+    p9 = PD.DESIGNS["fit"].plan(grid, 3, full_run=F, share=0.9, **kw)
+    assert p9.eval_cut is None and p9.to_dict()["eval"] is None and p9.eval_flops == 1.3e11
+    # flat does not thin
+    assert PD.DESIGNS["flat"].plan(grid, 3, full_run=F, share=0.9, **kw).eval_cut is None

@@ -119,6 +119,8 @@ def pilot(config_path: str | None, **given: Any) -> None:
         if not options.quiet:
             shape = (f"{len(options.design['pilots'])} pilots of design {options.design['design']} "
                      f"(ρ {', '.join(f'{r:g}' for r in cfg.grid)}) within {options.design['share']:.0%} of F"
+                     + (f", held-out evaluation thinned to {1 + len(options.design['eval']['checkpoints'])} checkpoint "
+                        "evaluations" if options.design.get("eval") else "")
                      if options.design else f"{len(cfg.grid)} points × {cfg.seeds} seeds")
             echo(f"RACE pilot grid {cfg.name}: {shape}, {cfg.budget:.3g} FLOPs per pilot → "
                  f"{options.out_dir}/results.json", err=True)

@@ -274,8 +274,7 @@ def design_budget(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
     from race.stats.pilotdesign import DesignPlan
 
     scale = 10 ** (math.floor(math.log10(d["budget"])) - 5)         # 6 digits, rounded down: never over the share
-    plan = DesignPlan(d["design"], d["full_run"], d["share"], d["eval_flops"], tuple(map(tuple, d["pilots"])),
-                      d["budget"], d["why"], dropped=tuple(d["dropped"]))
+    plan = DesignPlan.from_dict(d)
     return {**raw, "budget": float(f"{math.floor(d['budget'] / scale) * scale:.6g}")}, plan.line()
 
 

@@ -9,7 +9,10 @@ that runs (issue 49, item 1).
 - ``fit``, ``flat`` and ``prior`` (race.stats.pilotdesign.DESIGNS) spend ``share`` of F, held-out
   evaluation counted (race.flops.grid.eval_flops, at the config's expected lengths, as ``race plan``
   counts it): the config's budget is replaced by the design's, its grid by the design's points, and
-  the pilots that run are the design's (ρ, seed index) pairs (``RunOptions.design``).
+  the pilots that run are the design's (ρ, seed index) pairs (``RunOptions.design``); where ``fit``
+  thinned the held-out evaluation (race.stats.pilotdesign.EvalCut: fewer checkpoint evaluations, the
+  final pass kept), the config's ``eval.checkpoints`` and ``eval.checkpoint_prompts`` become the cut's,
+  so the pilots spend on evaluation what the design counted.
 
 Invariants: a sized grid never spends more than its share of F on planned compute and evaluation
 estimates; a design that runs no pilots is refused in one line that says what to run instead (the
@@ -61,7 +64,10 @@ def size_pilots(cfg: GridConfig, *, full_run: float | None, design: str | None =
     seeds = 1 + max(k for _, k in chosen.pilots)
     # the sized grid reads as written (its design's record goes with the run: RunOptions.design, results.json's
     # meta), so sizing it again, or a worker reading it, never sizes twice
+    cut = chosen.eval_cut
+    ev_cfg = cfg.eval if cut is None else replace(cfg.eval, checkpoints=cut.checkpoints,
+                                                  checkpoint_prompts=cut.checkpoint_prompts)
     sized = replace(cfg, budget=chosen.budget, grid=chosen.points, seeds=seeds, pilot_design=AS_WRITTEN,
-                    pilot_share=DEFAULT_PILOT_SHARE, full_run_budget=full_run)
+                    pilot_share=DEFAULT_PILOT_SHARE, full_run_budget=full_run, eval=ev_cfg)
     return sized, chosen.to_dict()
 

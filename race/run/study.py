@@ -405,8 +405,10 @@ class Coordinator:
 
 def design_meta(design: Mapping[str, Any]) -> dict[str, Any]:
     """What results.json records of a sized design (race.run.sizing): its name, F, share, budget per pilot,
-    F / B, evaluation FLOPs and why it chose those pilots."""
-    return {k: design[k] for k in ("design", "full_run", "share", "budget", "factor", "eval_flops", "spent", "why")
+    F / B, evaluation FLOPs, the thinner evaluation it ran (``eval``: None for the config's) and why it chose
+    those pilots."""
+    return {k: design[k] for k in ("design", "full_run", "share", "budget", "factor", "eval_flops", "eval", "spent",
+                                   "why")
             if k in design}
 
 

@@ -12,14 +12,23 @@ the pilots it runs (ρ, seed index), each pilot's budget B, the factor F / B, an
 - ``FitShare`` (``fit``, the default of ``race plan --full-run``): the flat grid when it fits; else
   fewer pilots: one seed per point and a second one at the point nearest the prior (the regime rule
   needs one point with two seeds), then only the points nearest the prior, down to ``MIN_GRID_POINTS``
-  (the fewest a verdict reads). When even that does not fit, no pilots: the run takes the whole share
-  at the prior ρ.
+  (the fewest a verdict reads). At each number of pilots, before it drops to fewer, it thins the held-out
+  evaluation (``EvalCut``, ``eval_cuts``): the config's own first, then 4 checkpoint evaluations, then 3.
+  When even that does not fit, no pilots: the run takes the whole share at the prior ρ.
 - ``PriorOnly`` (``prior``): no pilots; the run at the prior ρ (``POPULATION_RHO``) with the share.
 
 Why ``fit`` falls back to the prior rather than to weaker pilots: on rounds 1–2 no design cheaper than
 the flat grid at B (1.2 full runs) beat the prior's median regret, and reads at a tenth of B lost the
 regime in 14–16 of 17 grids (docs/pilot.md, "Replaying pilot designs"); pilots below ``MIN_STEPS``
 steps learn nothing to read.
+
+How ``fit`` thins evaluation, and why only so far (docs/pilot.md, "What held-out evaluation buys"): on rounds
+1–2's flat grids, 3 checkpoint evaluations (base, 0.17 B, 0.55 B) on 100 prompts kept the grid's coverage
+and regret (21/24, 0.63 pooled SEs against 0.60) at 62 % of the evaluation, while a final pass cut from
+500 prompts to 200 raised the regret to 0.79: the final pass is never thinned. The thinnest cut keeps 3
+budget levels (0.17, 0.55, 1) for the pilots' own drift (race.stats.drift.fit_joint needs 2); the cut of
+4 (0.093, 0.17, 0.55) also keeps the ``MIN_PREFIX_POINTS`` (3) checkpoints below the end that the forecast
+of reward at F (race.stats.forecast) backtests on, and is tried first.
 
 Invariants: a plan never spends more than its share; no pilot gets less than ``min_budget``; a plan
 with no pilots says so and gives its share back to the full run. ``DESIGNS`` is the one table of them.
@@ -30,11 +39,64 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+from race.config.checkpoints import (DEFAULT_CHECKPOINT_PROMPTS, DEFAULT_CHECKPOINTS, checkpoint_fractions,
+                                     checkpoint_prompts, checkpoints_on)
 from race.core import arguments as A
 from race.stats.design import (DEFAULT_SHARE, MIN_STEPS, POPULATION_GRIDS, POPULATION_RHO, POPULATION_RHO_SD,
                                DesignError, SharePlan, pilot_value, plan_share, shrink_to_prior)
 from race.stats.drift import MAX_FACTOR, VALIDATED_FACTOR
 from race.stats.regime import MIN_GRID_POINTS
+
+
+_LADDER = checkpoint_fractions(DEFAULT_CHECKPOINTS)        # 1/64, 0.028, 0.051, 0.093, 0.17, 0.30, 0.55
+# the checkpoint fractions below 1 a thinned evaluation keeps (the base and the end are implied), least thinned
+# first: 4 evaluations keep the forecast's 3 points below the end; 3 are what the replay measured
+THINNED_CHECKPOINTS = (tuple(round(_LADDER[i], 4) for i in (3, 4, 6)), tuple(round(_LADDER[i], 4) for i in (4, 6)))
+THINNED_CHECKPOINT_PROMPTS = DEFAULT_CHECKPOINT_PROMPTS    # at most the 100 prompts per checkpoint the replay read
+
+
+@dataclass(frozen=True)
+class EvalCut:
+    """A thinner held-out evaluation than the config's: ``eval.checkpoints`` as these fractions,
+    ``eval.checkpoint_prompts`` this many, the final pass as configured; ``flops``: one pilot's evaluation
+    with it, ``as_configured``: with the config's."""
+
+    checkpoints: tuple[float, ...]
+    checkpoint_prompts: int
+    flops: float
+    as_configured: float
+
+    def to_dict(self) -> dict:
+        return {"checkpoints": list(self.checkpoints), "checkpoint_prompts": self.checkpoint_prompts,
+                "flops": self.flops, "as_configured": self.as_configured}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalCut":
+        return cls(tuple(d["checkpoints"]), int(d["checkpoint_prompts"]), d["flops"], d["as_configured"])
+
+    def phrase(self) -> str:
+        at = ", ".join(f"{f:.2g}" for f in self.checkpoints)
+        return (f"held-out evaluation thinned to {1 + len(self.checkpoints)} checkpoint evaluations (base, {at}) of "
+                f"{self.checkpoint_prompts} prompts, the final pass kept whole: {self.flops:.3g} FLOPs a pilot instead "
+                f"of {self.as_configured:.3g}")
+
+
+def eval_cuts(config, eval_flops: float) -> tuple[EvalCut, ...]:
+    """The thinner evaluations ``fit`` may run for ``config`` (its ``eval``), least thinned first, each cheaper
+    than the config's own (``eval_flops`` a pilot: race.flops.grid.eval_flops, which counts prompts × the same
+    cost per prompt, so a cut costs ``eval_flops`` × its prompts over the config's). None with checkpoints off
+    or already as thin."""
+    e = config.eval
+    cp = checkpoint_prompts(e.prompts, e.checkpoint_prompts)
+    runs = 1 + len(checkpoint_fractions(e.checkpoints)) if checkpoints_on(e.checkpoints) else 0
+    full = runs * cp + e.prompts
+    thin_cp = min(cp, THINNED_CHECKPOINT_PROMPTS)
+    out = []
+    for fracs in THINNED_CHECKPOINTS:
+        n = (1 + len(fracs)) * thin_cp + e.prompts
+        if eval_flops > 0 and n < full:
+            out.append(EvalCut(fracs, thin_cp, eval_flops * n / full, eval_flops))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -50,6 +112,7 @@ class DesignPlan:
     why: str
     prior: float = POPULATION_RHO
     dropped: tuple[float, ...] = field(default=())
+    eval_cut: EvalCut | None = None            # the thinner evaluation its pilots run (None: the config's)
 
     @property
     def points(self) -> tuple[float, ...]:
@@ -74,7 +137,14 @@ class DesignPlan:
                 "eval_share": self.eval_share,
                 "pilots": [list(p) for p in self.pilots], "points": list(self.points), "budget": self.budget,
                 "spent": self.spent, "factor": self.factor, "prior": self.prior, "dropped": list(self.dropped),
-                "why": self.why}
+                "eval": self.eval_cut.to_dict() if self.eval_cut else None, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DesignPlan":
+        """The plan ``to_dict`` recorded (what ``line`` says of it)."""
+        return cls(d["design"], d["full_run"], d["share"], d["eval_flops"], tuple(map(tuple, d["pilots"])),
+                   d["budget"], d["why"], d.get("prior", POPULATION_RHO), tuple(d.get("dropped", ())),
+                   EvalCut.from_dict(d["eval"]) if d.get("eval") else None)
 
     def line(self) -> str:
         if not self.pilots:
@@ -82,7 +152,7 @@ class DesignPlan:
         seeds = {r: sum(1 for q, _ in self.pilots if q == r) for r in self.points}
         grid = ", ".join(f"{r:g}" + (f" ×{n}" if n > 1 else "") for r, n in seeds.items())
         return (f"design {self.design}: {len(self.pilots)} pilots (ρ {grid}) at {self.budget:.3g} FLOPs each, "
-                f"F / B = {self.factor:.3g}; {self.why}")
+                f"F / B = {self.factor:.3g}; {self.why}" + (f"; {self.eval_cut.phrase()}" if self.eval_cut else ""))
 
 
 class PilotDesign(Protocol):
@@ -91,7 +161,8 @@ class PilotDesign(Protocol):
     name: str
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+             eval_flops: float = 0.0, max_factor: float | None = None,
+             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
         ...
 
 
@@ -114,7 +185,8 @@ class FlatGrid:
     name: str = "flat"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+             eval_flops: float = 0.0, max_factor: float | None = None,
+             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
         points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         fit = plan_share(F, pilots=len(points) * n, share=s, eval_flops=e, min_budget=lo, max_factor=max_factor)
         return DesignPlan(self.name, F, s, e, tuple((r, k) for r in points for k in range(n)), fit.budget,
@@ -128,7 +200,8 @@ class PriorOnly:
     name: str = "prior"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+             eval_flops: float = 0.0, max_factor: float | None = None,
+             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
         points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         return DesignPlan(self.name, F, s, e, (), 0.0,
                           f"run at the prior ρ {POPULATION_RHO:g} ({_prior_range()}) with the whole compute (F plus the {s:.0%} share)")
@@ -136,33 +209,45 @@ class PriorOnly:
 
 @dataclass(frozen=True)
 class FitShare:
-    """The flat grid when it fits the share; else fewer pilots nearest the prior; else the prior."""
+    """The flat grid when it fits the share; else fewer pilots nearest the prior; else the prior. Before each
+    drop to fewer pilots, the held-out evaluation ``thinner`` (``eval_cuts``, least thinned first)."""
 
     name: str = "fit"
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
-             eval_flops: float = 0.0, max_factor: float | None = None) -> DesignPlan:
+             eval_flops: float = 0.0, max_factor: float | None = None,
+             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
         points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
-        try:
-            flat = FlatGrid().plan(points, n, full_run=F, share=s, min_budget=lo, eval_flops=e, max_factor=max_factor)
-            return DesignPlan(self.name, F, s, e, flat.pilots, flat.budget, "the config's grid fits the share")
-        except DesignError:
-            pass
+        evals: tuple[EvalCut | None, ...] = (None, *thinner)
+        for cut in evals:
+            ev = cut.flops if cut else e
+            try:
+                flat = FlatGrid().plan(points, n, full_run=F, share=s, min_budget=lo, eval_flops=ev,
+                                       max_factor=max_factor)
+            except DesignError:
+                continue
+            return DesignPlan(self.name, F, s, ev, flat.pilots, flat.budget, "the config's grid fits the share",
+                              eval_cut=cut)
         near = sorted(points, key=lambda r: (abs(math.log(r) - math.log(POPULATION_RHO)), r))
         for k in range(len(points), MIN_GRID_POINTS - 1, -1):
             kept = sorted(near[:k])
             pilots = tuple((r, 0) for r in kept) + ((near[0], 1),)
-            B = s * F / len(pilots) - e
-            if B > 0 and B >= lo and (max_factor is None or F / B <= max_factor):
-                dropped = tuple(r for r in points if r not in kept)
-                why = ("the flat grid does not fit the share: one seed per point, a second at the point nearest "
-                       "the prior" + (f", points {', '.join(f'{r:g}' for r in dropped)} dropped" if dropped else ""))
-                return DesignPlan(self.name, F, s, e, pilots, B, why, dropped=dropped)
+            for cut in evals:
+                ev = cut.flops if cut else e
+                B = s * F / len(pilots) - ev
+                if B > 0 and B >= lo and (max_factor is None or F / B <= max_factor):
+                    dropped = tuple(r for r in points if r not in kept)
+                    why = ("the flat grid does not fit the share: one seed per point, a second at the point nearest "
+                           "the prior" + (f", points {', '.join(f'{r:g}' for r in dropped)} dropped" if dropped else ""))
+                    return DesignPlan(self.name, F, s, ev, pilots, B, why, dropped=dropped, eval_cut=cut)
+        thin = evals[-1]
+        held = (f" plus {thin.flops:.3g} of held-out evaluation each (thinned to {1 + len(thin.checkpoints)} checkpoint "
+                f"evaluations; {thin.as_configured:.3g} as configured)" if thin
+                else f" plus {e:.3g} of held-out evaluation each" if e else "")
         return DesignPlan(self.name, F, s, e, (), 0.0,
-                          f"not even {MIN_GRID_POINTS + 1} pilots of {lo:.3g} FLOPs"
-                          + (f" plus {e:.3g} of held-out evaluation each" if e else "")
-                          + f" ({MIN_GRID_POINTS} points, one with two seeds) fit a {s:.0%} share: run at the prior "
-                          f"ρ {POPULATION_RHO:g} ({_prior_range()}) with the whole compute")
+                          f"not even {MIN_GRID_POINTS + 1} pilots ({MIN_GRID_POINTS} points, one with two seeds) of "
+                          f"{lo:.3g} FLOPs{held} fit a {s:.0%} share: run at the prior ρ {POPULATION_RHO:g} "
+                          f"({_prior_range()}) with the whole compute")
 
 
 def _prior_range() -> str:
@@ -186,19 +271,21 @@ def choose(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: f
            design: str = "fit") -> DesignPlan:
     """What ``design`` runs within ``share`` of ``full_run`` for the planned grid ``plan``
     (race.flops.grid.Plan: its points, seeds and costliest step; ``eval_flops``: one pilot's held-out
-    evaluation). The one place ``race plan``, ``race pilot`` and ``race init`` size pilots from F."""
+    evaluation; ``fit`` may thin it, ``eval_cuts``). The one place ``race plan``, ``race pilot`` and ``race init`` size pilots from F."""
     c = plan.config
     F = A.number("full_run", full_run, error=DesignError, gt=0)
     per_step = max(s.flops_per_step.total for s in plan.schedules)
     return design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
-                                     eval_flops=eval_flops, max_factor=MAX_FACTOR)
+                                     eval_flops=eval_flops, max_factor=MAX_FACTOR,
+                                     thinner=eval_cuts(c, A.number("eval_flops", eval_flops, error=DesignError, ge=0)))
 
 
 def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: float = 0.0,
                  design: str = "fit", fmt: str = "text") -> str:
     """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
     what ``share`` of F buys under pilot ``design`` (``choose``; ``flat`` refuses when a pilot would get fewer
-    than ``MIN_STEPS`` steps of its costliest point, ``fit`` falls back to fewer pilots, then to the prior),
+    than ``MIN_STEPS`` steps of its costliest point, ``fit`` thins the held-out evaluation and falls back to fewer
+    pilots, then to the prior),
     and what pilots are worth (``pilot_value``). ``eval_flops``: one pilot's held-out evaluation. JSON: the
     plan's object with ``full_run`` added."""
     import json

@@ -89,8 +89,23 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
-    from race.core import arguments as A
+    cfg, full, options = _checked_run(**locals())          # every argument checked before any compute
     from race.run.extend import run_extended
+
+    out = out_dir or tempfile.mkdtemp(prefix="race-")
+    os.makedirs(out, exist_ok=True)
+    results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
+    return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
+
+
+def _checked_run(*, config: Any, model: Any, reward: Any, budget: Any, dataset: Any, grid: Any, seeds: Any,
+                 out_dir: str | None, workers: int | None, device: str, quiet: Any, adaptive: Any,
+                 adaptive_share: Any, allow_approximate: Any, full_run_budget: Any, force_forecast: Any,
+                 engine: str, extend: int, probe: Any, design: str | None, share: float | None,
+                 halving_ladder: Mapping[str, Any] | None) -> tuple[GridConfig, float | None, Any]:
+    """diagnose's arguments checked, before any compute: its config (built, pilots sized), the full
+    run's FLOPs (or None) and its RunOptions."""
+    from race.core import arguments as A
 
     for name, value in (("probe", probe), ("force_forecast", force_forecast), ("quiet", quiet),
                         ("allow_approximate", allow_approximate)):
@@ -118,10 +133,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         # F ≤ B, past MAX_FACTOR, or a probe that cannot cover its share of the run: refused before any compute,
         # against the most pilots this grid can run (a design's, an adaptive policy's, extension rounds')
         check_probe_config(cfg, full, pilots=options.most_pilots(cfg))
-    out = out_dir or tempfile.mkdtemp(prefix="race-")
-    os.makedirs(out, exist_ok=True)
-    results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
-    return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
+    return cfg, full, options
 
 
 def _checked_full_run(cfg: GridConfig, full_run_budget: float | str | None, *, force: bool,

@@ -193,8 +193,9 @@ def test_race_plan_states_the_share_and_refuses_one_that_buys_nothing():
     assert fit.exit_code == 0 and "design fit: no pilots" in fit.output and "run at the prior ρ 0.46" in fit.output
     bad = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "flat"])
     assert bad.exit_code == 2 and "buy nothing" in bad.output and "Traceback" not in bad.output
-    odd = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "halving"])
-    assert odd.exit_code == 2 and "pilot design 'halving' is unknown: expected one of grid (the config as written), fit, flat, prior" in odd.output
+    odd = CliRunner().invoke(main, ["plan", cfg, "--full-run", "6e12", "--design", "halvin"])
+    assert odd.exit_code == 2 and ("pilot design 'halvin' is unknown: expected one of grid (the config as written), fit, "
+                                   "flat, prior, halving") in odd.output
     assert CliRunner().invoke(main, ["plan", cfg, "--share", "0.1"]).exit_code == 2
 
 
@@ -232,7 +233,7 @@ def test_pilot_designs_spend_the_share_as_they_say():
     assert none.pilots == () and none.spent == 0 and "run at the prior ρ 0.46" in none.line()
     assert PD.DESIGNS["fit"].plan(grid, 3, share=0.9, **kw).pilots == flat.pilots
     assert PD.DESIGNS["prior"].plan(grid, 3, share=0.5, **kw).pilots == ()
-    assert list(PD.DESIGNS) == ["fit", "flat", "prior"]
+    assert list(PD.DESIGNS) == ["fit", "flat", "prior", "halving"]
     with pytest.raises(D.DesignError, match="pilot design 'x' is unknown"):
         PD.design_named("x")
     with pytest.raises(D.DesignError, match="share"):

@@ -120,7 +120,7 @@ def test_race_plan_states_what_race_pilot_runs(tmp_path):
 @pytest.mark.parametrize("kw, match", [
     (dict(full_run=6e11, design="fit", share=0.1), "no pilots"),                 # nothing fits: the prior
     (dict(full_run=None, design="fit"), "give --full-run F"),
-    (dict(full_run=6e12, design="halving"), "pilot design 'halving' is unknown"),
+    (dict(full_run=6e12, design="halvin"), "pilot design .halvin. is unknown"),
     (dict(full_run=6e12, share=0.2), "give a design too"),
     (dict(full_run=6e12, design="fit", share=1.5), "share"),
 ])

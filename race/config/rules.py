@@ -28,7 +28,7 @@ VLLM_SLEEP = ("auto", "on", "off")
 # pilot_design: how the pilots are sized: the config as written, or a design of race.stats.pilotdesign.DESIGNS
 # (the same names, tied by tests/test_sizing.py) within pilot_share of the full run (race.run.sizing)
 AS_WRITTEN = "grid"
-PILOT_DESIGNS = (AS_WRITTEN, "fit", "flat", "prior")
+PILOT_DESIGNS = (AS_WRITTEN, "fit", "flat", "prior", "halving")
 DEFAULT_PILOT_SHARE = 0.10
 PRM_AGGREGATIONS = ("min", "product", "last", "mean")   # race.tasks.rewards.prm.AGGREGATIONS
 LR_SCHEDULES = ("constant", "linear", "cosine", "wsd")   # race.flops.grid.lr_factor

@@ -169,10 +169,11 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 @click.option("--share", type=float, default=None,
               help="With --full-run: the share of the full run for pilots, held-out evaluation counted "
                    "(default: the config's pilot_share, 0.1).")
-@click.option("--design", default=None, metavar="[grid|fit|flat|prior]",
+@click.option("--design", default=None, metavar="[grid|fit|flat|prior|halving]",
               help="With --full-run: how the share becomes pilots: fit (the grid if it fits, else fewer pilots "
-                   "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots), grid (the config "
-                   "as written, whatever the share) (docs/pilot.md).  "
+                   "nearest the prior, else none), flat (the grid or a refusal), prior (no pilots), halving (every "
+                   "pilot to B/11, the best half on to B, or a refusal), grid (the config as written, whatever the "
+                   "share) (docs/pilot.md).  "
                    "[default: the config's pilot_design, else fit]")
 @ALLOW_APPROXIMATE
 @user_errors

@@ -71,12 +71,13 @@ from race.stats.report import FORMATS
                    "storage; a grid with fewer seeds or other ρ points is fine) in the study first, so only "
                    "the missing ones run.")
 @click.option("--full-run", "full_run", default=None, metavar="F", help=FULL_RUN_HELP)
-@click.option("--design", default=None, metavar="[grid|fit|flat|prior]",
+@click.option("--design", default=None, metavar="[grid|fit|flat|prior|halving]",
               help="How the pilots are sized (default: the config's pilot_design, else grid): grid runs the config "
-                   "as written; fit, flat and prior spend --share of --full-run F, held-out evaluation counted, "
-                   "as race plan --full-run F states (docs/pilot.md).")
+                   "as written; fit, flat, prior and halving spend --share of --full-run F, held-out evaluation "
+                   "counted, as race plan --full-run F states (halving runs budget halving, η 11, keep top-half; "
+                   "docs/pilot.md).")
 @click.option("--share", type=float, default=None,
-              help="With --design fit|flat|prior: the share of the full run the pilots spend (default: the config's "
+              help="With --design fit|flat|prior|halving: the share of the full run the pilots spend (default: the config's "
                    "pilot_share, 0.1).")
 @click.option("--force-forecast", "force_forecast", is_flag=True, help=FORCE_HELP)
 @click.option("--probe", "probe_f", is_flag=True,
@@ -121,6 +122,8 @@ def pilot(config_path: str | None, **given: Any) -> None:
                      f"(ρ {', '.join(f'{r:g}' for r in cfg.grid)}) within {options.design['share']:.0%} of F"
                      + (f", held-out evaluation thinned to {1 + len(options.design['eval']['checkpoints'])} checkpoint "
                         "evaluations" if options.design.get("eval") else "")
+                     + (f", the best half continued from B/{options.design['halving']['eta']}"
+                        if options.design.get("halving") else "")
                      if options.design else f"{len(cfg.grid)} points × {cfg.seeds} seeds")
             echo(f"RACE pilot grid {cfg.name}: {shape}, {cfg.budget:.3g} FLOPs per pilot → "
                  f"{options.out_dir}/results.json", err=True)

@@ -73,7 +73,8 @@ class RunOptions:
     engine: str = "auto"                   # auto | lockstep | solo (race.engine.lean_engine)
     extend: int = 0                        # rounds past the best edge (race.run.extend)
     design: Any = None                     # a sized design's record (race.run.sizing): its (ρ, seed index) pilots
-                                           # are the ones that run; None: every pilot of the grid
+                                           # are the ones that run (``halving``: on its budget-halving ladder,
+                                           # ``design_ladder``); None: every pilot of the grid
     profile: bool = False                  # after the grid: where its wall time went (race.run.processes.wall_split)
     halving_ladder: Any = None             # budget halving's ladder: a mapping of eta, rungs, keep (``ladder``);
                                            # None: the default (η 3, B/9 and B/3, keep ci), or a study's own on a resume
@@ -111,9 +112,10 @@ class RunOptions:
                             "full grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
         if self.extend and (self.adaptive or self.adaptive_share is not None):
             raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")
-        if self.design is not None and (self.policy or self.extend):
-            raise RaceError("a pilot design (--design fit, flat or prior) chooses the pilots itself: it does not combine "
-                            "with an adaptive grid or extend")
+        if self.design is not None and (self.asked_policy or self.extend or self.halving_ladder is not None):
+            raise RaceError("a pilot design (--design fit, flat, prior or halving) chooses the pilots itself (halving: "
+                            "its own budget-halving ladder): it does not combine with an adaptive grid, a halving ladder "
+                            "or extend")
         if self.policy and is_budget(policy_named(self.policy)) and (self.adaptive_share is not None or self.import_pilots):
             raise RaceError("budget halving spends its compute by rung, on pilots it pauses and continues itself: it does "
                             "not combine with an adaptive share or imported pilots")
@@ -127,19 +129,33 @@ class RunOptions:
         return self
 
     @property
-    def policy(self) -> str | None:
-        """The adaptive policy's name (race.run.adaptive.POLICIES), or None for the full grid; an
-        adaptive share alone asks for the default policy."""
+    def asked_policy(self) -> str | None:
+        """The adaptive policy asked for (``adaptive``, ``adaptive_share``), or None; an adaptive share alone asks
+        for the default policy."""
         return resolve_adaptive(self.adaptive if self.adaptive_share is None else (self.adaptive or True))
+
+    @property
+    def design_ladder(self) -> dict[str, Any] | None:
+        """The budget-halving ladder a sized design runs (``design["halving"]``: the design ``halving``), or None."""
+        h = (self.design or {}).get("halving") if isinstance(self.design, Mapping) else None
+        return {k: h[k] for k in ("eta", "rungs", "keep")} if h else None
+
+    @property
+    def policy(self) -> str | None:
+        """The adaptive policy's name (race.run.adaptive.POLICIES), or None for the full grid: the one asked for,
+        else budget halving where the sized design is ``halving`` (``design_ladder``)."""
+        asked = self.asked_policy
+        return "budget-halving" if asked is None and self.design_ladder is not None else asked
 
     @property
     def rule(self) -> AdaptivePolicy | None:
         """The adaptive policy object (None for the full grid): budget halving with ``halving_ladder`` when
-        one is given, else the table's (race.run.adaptive.POLICIES)."""
+        one is given (or the sized design's, ``design_ladder``), else the table's (race.run.adaptive.POLICIES)."""
         if self.policy is None:
             return None
-        if self.halving_ladder is not None and is_budget(policy_named(self.policy)):
-            return BudgetHalving(ladder(self.halving_ladder))
+        given = self.halving_ladder if self.halving_ladder is not None else self.design_ladder
+        if given is not None and is_budget(policy_named(self.policy)):
+            return BudgetHalving(ladder(given))
         return policy_named(self.policy)
 
     def most_pilots(self, config: Any) -> int:

@@ -6,13 +6,18 @@ that runs (issue 49, item 1).
 
 - the design ``grid`` (the default of a config that names none) runs the config as written: its
   points × seeds at its budget per pilot;
-- ``fit``, ``flat`` and ``prior`` (race.stats.pilotdesign.DESIGNS) spend ``share`` of F, held-out
+- ``fit``, ``flat``, ``prior`` and ``halving`` (race.stats.pilotdesign.DESIGNS) spend ``share`` of F, held-out
   evaluation counted (race.flops.grid.eval_flops, at the config's expected lengths, as ``race plan``
   counts it): the config's budget is replaced by the design's, its grid by the design's points, and
   the pilots that run are the design's (ρ, seed index) pairs (``RunOptions.design``); where ``fit``
   thinned the held-out evaluation (race.stats.pilotdesign.EvalCut: fewer checkpoint evaluations, the
   final pass kept), the config's ``eval.checkpoints`` and ``eval.checkpoint_prompts`` become the cut's,
-  so the pilots spend on evaluation what the design counted.
+  so the pilots spend on evaluation what the design counted;
+- ``halving`` sizes the top budget B of budget halving's ladder (every pilot to B/11, the best half on to
+  B): the sized config's budget is B, and the record's ``halving`` (η, rungs, keep) is what
+  ``RunOptions.design`` turns into ``--adaptive-policy budget-halving`` with that ladder
+  (race.run.options.RunOptions.design_ladder), so ``race pilot --design halving`` runs what ``race plan``
+  states and results.json's ``design`` and ``budget_halving`` both say so.
 
 Invariants: a sized grid never spends more than its share of F on planned compute and evaluation
 estimates; a design that runs no pilots is refused in one line that says what to run instead (the

@@ -405,10 +405,10 @@ class Coordinator:
 
 def design_meta(design: Mapping[str, Any]) -> dict[str, Any]:
     """What results.json records of a sized design (race.run.sizing): its name, F, share, budget per pilot,
-    F / B, evaluation FLOPs, the thinner evaluation it ran (``eval``: None for the config's) and why it chose
-    those pilots."""
+    F / B, evaluation FLOPs, the thinner evaluation it ran (``eval``: None for the config's), why it chose
+    those pilots, and for ``halving`` its ladder and spend (``halving``: η, rungs, keep, ρ alive and mark per rung)."""
     return {k: design[k] for k in ("design", "full_run", "share", "budget", "factor", "eval_flops", "eval", "spent",
-                                   "why")
+                                   "why", "halving")
             if k in design}
 
 

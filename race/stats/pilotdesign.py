@@ -16,6 +16,12 @@ the pilots it runs (ρ, seed index), each pilot's budget B, the factor F / B, an
   evaluation (``EvalCut``, ``eval_cuts``): the config's own first, then 4 checkpoint evaluations, then 3.
   When even that does not fit, no pilots: the run takes the whole share at the prior ρ.
 - ``PriorOnly`` (``prior``): no pilots; the run at the prior ρ (``POPULATION_RHO``) with the share.
+- ``Halving`` (``halving``): every point × every seed to B/11, the best half continued to B (budget halving's
+  ladder η 11, one rung, keep ``top-half``: ``race pilot`` runs it as ``--adaptive-policy budget-halving``), B
+  as large as the share allows; it spends points × seeds × B/η + kept × seeds × (B − B/η) of training plus
+  the held-out evaluation budget halving counts (``halving_spend``: checkpoints, each pilot's reading at its
+  last mark, the final passes), so at equal share its B is about 1.8 × the flat grid's. Where it does not
+  fit it thins the evaluation as ``fit`` does, then refuses in one line that says what share would fit.
 
 Why ``fit`` falls back to the prior rather than to weaker pilots: on rounds 1–2 no design cheaper than
 the flat grid at B (1.2 full runs) beat the prior's median regret, and reads at a tenth of B lost the
@@ -30,7 +36,8 @@ budget levels (0.17, 0.55, 1) for the pilots' own drift (race.stats.drift.fit_jo
 4 (0.093, 0.17, 0.55) also keeps the ``MIN_PREFIX_POINTS`` (3) checkpoints below the end that the forecast
 of reward at F (race.stats.forecast) backtests on, and is tried first.
 
-Invariants: a plan never spends more than its share; no pilot gets less than ``min_budget``; a plan
+Invariants: a plan never spends more than its share (``halving``: with every pilot counted at the most the
+ladder keeps); no pilot gets less than ``min_budget``; a plan
 with no pilots says so and gives its share back to the full run. ``DESIGNS`` is the one table of them.
 """
 from __future__ import annotations
@@ -81,6 +88,41 @@ class EvalCut:
                 f"of {self.as_configured:.3g}")
 
 
+@dataclass(frozen=True)
+class EvalLayout:
+    """Where one pilot's held-out evaluation falls: ``base`` (the step-0 checkpoint, when checkpoints are on),
+    checkpoint ``fractions`` of its budget of ``checkpoint_prompts`` each, a final pass (or a reading at a
+    mark) of ``prompts``, each prompt ``per_prompt`` FLOPs. ``halving`` counts what a paused pilot spent."""
+
+    fractions: tuple[float, ...]
+    checkpoint_prompts: int
+    prompts: int
+    per_prompt: float
+    base: bool = True
+
+    def between(self, lo: float, hi: float) -> float:
+        """FLOPs of the checkpoint evaluations at fractions in [lo, hi) (the base with lo 0)."""
+        n = sum(1 for f in self.fractions if lo <= f < hi) + (1 if self.base and lo == 0 else 0)
+        return n * self.checkpoint_prompts * self.per_prompt
+
+    @property
+    def final(self) -> float:
+        return self.prompts * self.per_prompt
+
+    def cut(self, cut: EvalCut) -> "EvalLayout":
+        return EvalLayout(cut.checkpoints, cut.checkpoint_prompts, self.prompts, self.per_prompt, True)
+
+
+def eval_layout(config, eval_flops: float) -> EvalLayout:
+    """``config``'s held-out evaluation as an ``EvalLayout`` costing ``eval_flops`` a pilot in all."""
+    e = config.eval
+    on = checkpoints_on(e.checkpoints)
+    fracs = tuple(checkpoint_fractions(e.checkpoints)) if on else ()
+    cp = checkpoint_prompts(e.prompts, e.checkpoint_prompts)
+    prompts = ((1 + len(fracs)) * cp if on else 0) + e.prompts
+    return EvalLayout(fracs, cp, e.prompts, eval_flops / prompts if prompts else 0.0, on)
+
+
 def eval_cuts(config, eval_flops: float) -> tuple[EvalCut, ...]:
     """The thinner evaluations ``fit`` may run for ``config`` (its ``eval``), least thinned first, each cheaper
     than the config's own (``eval_flops`` a pilot: race.flops.grid.eval_flops, which counts prompts × the same
@@ -113,6 +155,7 @@ class DesignPlan:
     prior: float = POPULATION_RHO
     dropped: tuple[float, ...] = field(default=())
     eval_cut: EvalCut | None = None            # the thinner evaluation its pilots run (None: the config's)
+    halving: dict | None = None                # ``halving``'s ladder and spend (``Halving``; None: one budget)
 
     @property
     def points(self) -> tuple[float, ...]:
@@ -121,6 +164,8 @@ class DesignPlan:
     @property
     def spent(self) -> float:
         """FLOPs the pilots spend, held-out evaluation counted."""
+        if self.halving:
+            return self.halving["spent"]
         return len(self.pilots) * (self.budget + self.eval_flops)
 
     @property
@@ -137,22 +182,33 @@ class DesignPlan:
                 "eval_share": self.eval_share,
                 "pilots": [list(p) for p in self.pilots], "points": list(self.points), "budget": self.budget,
                 "spent": self.spent, "factor": self.factor, "prior": self.prior, "dropped": list(self.dropped),
-                "eval": self.eval_cut.to_dict() if self.eval_cut else None, "why": self.why}
+                "eval": self.eval_cut.to_dict() if self.eval_cut else None, "why": self.why,
+                **({"halving": dict(self.halving)} if self.halving else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "DesignPlan":
         """The plan ``to_dict`` recorded (what ``line`` says of it)."""
         return cls(d["design"], d["full_run"], d["share"], d["eval_flops"], tuple(map(tuple, d["pilots"])),
                    d["budget"], d["why"], d.get("prior", POPULATION_RHO), tuple(d.get("dropped", ())),
-                   EvalCut.from_dict(d["eval"]) if d.get("eval") else None)
+                   EvalCut.from_dict(d["eval"]) if d.get("eval") else None, d.get("halving"))
 
     def line(self) -> str:
         if not self.pilots:
             return f"design {self.design}: no pilots; {self.why}"
         seeds = {r: sum(1 for q, _ in self.pilots if q == r) for r in self.points}
         grid = ", ".join(f"{r:g}" + (f" ×{n}" if n > 1 else "") for r, n in seeds.items())
+        cut = f"; {self.eval_cut.phrase()}" if self.eval_cut else ""
+        if self.halving:
+            h = self.halving
+            rungs = ", ".join(f"{a} ρ to {m:.3g}" for a, m in zip(h["alive"], h["marks"]))
+            return (f"design {self.design}: {len(self.pilots)} pilots (ρ {grid}) on budget halving's ladder (η {h['eta']}, "
+                    f"{h['rungs']} rung{'s' if h['rungs'] > 1 else ''} below B, keep {h['keep']}): {rungs} FLOPs, "
+                    f"each seed continued from its mark; B = {self.budget:.3g} FLOPs, F / B = {self.factor:.3g}; spends "
+                    f"{self.spent:.3g} FLOPs ({self.spent / self.full_run:.1%} of F): training {h['training']:.3g}, "
+                    f"held-out evaluation {h['evaluation']:.3g} (checkpoints, each pilot's reading at its last mark, "
+                    f"the final passes){cut}")
         return (f"design {self.design}: {len(self.pilots)} pilots (ρ {grid}) at {self.budget:.3g} FLOPs each, "
-                f"F / B = {self.factor:.3g}; {self.why}" + (f"; {self.eval_cut.phrase()}" if self.eval_cut else ""))
+                f"F / B = {self.factor:.3g}; {self.why}" + cut)
 
 
 class PilotDesign(Protocol):
@@ -162,7 +218,7 @@ class PilotDesign(Protocol):
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
              eval_flops: float = 0.0, max_factor: float | None = None,
-             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
+             thinner: Sequence[EvalCut] = (), layout: EvalLayout | None = None) -> DesignPlan:
         ...
 
 
@@ -186,7 +242,7 @@ class FlatGrid:
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
              eval_flops: float = 0.0, max_factor: float | None = None,
-             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
+             thinner: Sequence[EvalCut] = (), layout: EvalLayout | None = None) -> DesignPlan:
         points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         fit = plan_share(F, pilots=len(points) * n, share=s, eval_flops=e, min_budget=lo, max_factor=max_factor)
         return DesignPlan(self.name, F, s, e, tuple((r, k) for r in points for k in range(n)), fit.budget,
@@ -201,7 +257,7 @@ class PriorOnly:
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
              eval_flops: float = 0.0, max_factor: float | None = None,
-             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
+             thinner: Sequence[EvalCut] = (), layout: EvalLayout | None = None) -> DesignPlan:
         points, _, F, s, _, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         return DesignPlan(self.name, F, s, e, (), 0.0,
                           f"run at the prior ρ {POPULATION_RHO:g} ({_prior_range()}) with the whole compute (F plus the {s:.0%} share)")
@@ -216,7 +272,7 @@ class FitShare:
 
     def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
              eval_flops: float = 0.0, max_factor: float | None = None,
-             thinner: Sequence[EvalCut] = ()) -> DesignPlan:
+             thinner: Sequence[EvalCut] = (), layout: EvalLayout | None = None) -> DesignPlan:
         points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
         evals: tuple[EvalCut | None, ...] = (None, *thinner)
         for cut in evals:
@@ -250,13 +306,87 @@ class FitShare:
                           f"({_prior_range()}) with the whole compute")
 
 
+HALVING_ETA, HALVING_RUNGS, HALVING_KEEP = 11, 1, "top-half"   # race.run.adaptive.budget.Ladder(11, 1, "top-half")
+
+
+def ladder_alive(points: int, *, rungs: int = HALVING_RUNGS, keep: str | int = HALVING_KEEP,
+                 eta: int = HALVING_ETA) -> list[int]:
+    """How many ρ run at each rung 0 … ``rungs`` of budget halving from ``points`` (race.run.adaptive.budget
+    .rung_survivors' most: ``top-half`` ⌈n/2⌉, k at most k, ``ci`` at most ⌈n/η⌉)."""
+    alive = [points]
+    for _ in range(rungs):
+        n = alive[-1]
+        alive.append(math.ceil(n / 2) if keep == "top-half" else math.ceil(n / eta) if keep == "ci" else min(int(keep), n))
+    return alive
+
+
+def halving_spend(points: int, seeds: int, budget: float, layout: EvalLayout, *, eta: int = HALVING_ETA,
+                  rungs: int = HALVING_RUNGS, keep: str | int = HALVING_KEEP) -> tuple[float, float]:
+    """(training, held-out evaluation) FLOPs of a grid of ``points`` × ``seeds`` on budget halving's ladder
+    with top ``budget``, counted as race.run.rungs.halving_compute counts them: every ρ alive at rung r trains
+    from mark r − 1 to mark r (marks ``budget`` / η^(rungs − r)), evaluates the checkpoints that fall there
+    (the base at rung 0) and reads the final evaluation's prompts at its mark (at the top: its final pass)."""
+    alive = ladder_alive(points, rungs=rungs, keep=keep, eta=eta)
+    marks = [0.0] + [eta ** -(rungs - r) for r in range(rungs + 1)]
+    train = sum(a * (marks[r + 1] - marks[r]) for r, a in enumerate(alive)) * seeds * budget
+    ev = sum(a * (layout.between(marks[r], marks[r + 1]) + layout.final) for r, a in enumerate(alive)) * seeds
+    return train, ev
+
+
+@dataclass(frozen=True)
+class Halving:
+    """Every point × every seed to B/η, the best half on to B (η 11, one rung: the ladder docs/pilot.md's replay
+    and live check measured at 0.54–0.55 of the flat grid's training with its coverage), B as large as the share
+    allows with the evaluation counted (``halving_spend``); before refusing, the held-out evaluation
+    ``thinner``; refused in one line saying what would fit. ``race pilot`` runs it as
+    ``--adaptive-policy budget-halving`` with this ladder (race.run.options.RunOptions.rule)."""
+
+    name: str = "halving"
+
+    def plan(self, grid: Sequence[float], seeds: int, *, full_run: float, share: float, min_budget: float,
+             eval_flops: float = 0.0, max_factor: float | None = None,
+             thinner: Sequence[EvalCut] = (), layout: EvalLayout | None = None) -> DesignPlan:
+        points, n, F, s, lo, e = _checked(grid, seeds, full_run, share, min_budget, eval_flops)
+        base = layout or EvalLayout((), 0, 1, e, False)          # unknown layout: every reading costs it all
+        depth = HALVING_ETA ** HALVING_RUNGS
+        alive = ladder_alive(len(points))
+        unit = halving_spend(len(points), n, 1.0, EvalLayout((), 0, 0, 0.0, False))[0]   # training per FLOP of B
+        # B plans MIN_STEPS steps (as fit's pilots) and its mark at least one step: the live check paused pilots of
+        # 11–16 steps at their first or second step (docs/pilot.md, "Live check of the replay")
+        need = max(lo, lo / MIN_STEPS * depth, F / max_factor if max_factor else 0.0)
+        for cut in (None, *thinner):
+            lay = base.cut(cut) if cut else base
+            ev = halving_spend(len(points), n, 0.0, lay)[1]
+            B = (s * F - ev) / unit
+            if B > 0 and B >= need:
+                record = {"eta": HALVING_ETA, "rungs": HALVING_RUNGS, "keep": HALVING_KEEP, "alive": alive,
+                          "marks": [B / HALVING_ETA ** (HALVING_RUNGS - r) for r in range(HALVING_RUNGS + 1)],
+                          "training": unit * B, "evaluation": ev, "spent": unit * B + ev}
+                return DesignPlan(self.name, F, s, cut.flops if cut else e, tuple((r, k) for r in points for k in range(n)),
+                                  B, "every point × every seed to B/η, the best half continued to B", eval_cut=cut,
+                                  halving=record)
+        fits = (unit * need + ev) / F
+        raise DesignError(f"design halving: {len(points)} ρ × {n} seeds to B/{depth}, the best {alive[-1]} on to B, need "
+                          f"B ≥ {need:.3g} FLOPs ({MIN_STEPS} steps, one step by B/{depth}" + (f", F / B ≤ {max_factor:g}" if max_factor
+                          else "") + f"): {unit * need + ev:.3g} FLOPs with held-out evaluation"
+                          + (" thinned" if thinner else "") + f", {fits:.1%} of F, over a {s:.0%} share: expected "
+                          + (f"--share {math.ceil(fits * 100) / 100:g} or more, " if fits < 1 else "")
+                          + f"--full-run {_up(max(unit * need + ev, F * s) / s)} or more at this share, or --design fit")
+
+
+def _up(x: float) -> str:
+    """``x`` rounded up to 2 significant digits, as a full run to name."""
+    scale = 10 ** (math.floor(math.log10(x)) - 1)
+    return f"{math.ceil(x / scale - 1e-9) * scale:.2g}"
+
+
 def _prior_range() -> str:
     """The prior alone's 90 % range (race.stats.design.shrink_to_prior with no pilots), as the no-pilot lines say it."""
     alone = shrink_to_prior(None, None)
     return f"90% range [{alone.low:.2f}, {alone.high:.2f}], the prior alone"
 
 
-DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), PriorOnly())}   # the first: default
+DESIGNS: dict[str, PilotDesign] = {d.name: d for d in (FitShare(), FlatGrid(), PriorOnly(), Halving())}   # the first: default
 
 
 def design_named(name: str) -> PilotDesign:
@@ -277,7 +407,8 @@ def choose(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: f
     per_step = max(s.flops_per_step.total for s in plan.schedules)
     return design_named(design).plan(c.grid, c.seeds, full_run=F, share=share, min_budget=MIN_STEPS * per_step,
                                      eval_flops=eval_flops, max_factor=MAX_FACTOR,
-                                     thinner=eval_cuts(c, A.number("eval_flops", eval_flops, error=DesignError, ge=0)))
+                                     thinner=eval_cuts(c, A.number("eval_flops", eval_flops, error=DesignError, ge=0)),
+                                     layout=eval_layout(c, eval_flops))
 
 
 def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_flops: float = 0.0,
@@ -285,7 +416,7 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
     """``race plan --full-run F``: the grid's table (race.stats.report.render_plan), then what the grid costs of F,
     what ``share`` of F buys under pilot ``design`` (``choose``; ``flat`` refuses when a pilot would get fewer
     than ``MIN_STEPS`` steps of its costliest point, ``fit`` thins the held-out evaluation and falls back to fewer
-    pilots, then to the prior),
+    pilots, then to the prior, ``halving`` thins it and then refuses),
     and what pilots are worth (``pilot_value``). ``eval_flops``: one pilot's held-out evaluation. JSON: the
     plan's object with ``full_run`` added."""
     import json
@@ -305,6 +436,8 @@ def render_share(plan, *, full_run: float, share: float = DEFAULT_SHARE, eval_fl
         F = chosen.full_run
         within = SharePlan(F, chosen.share, len(chosen.pilots), chosen.budget, chosen.eval_flops,
                            chosen.factor).to_dict() if chosen.pilots else None     # the design's own plan, not recomputed
+        if within is not None and chosen.halving:
+            within["spent"] = chosen.spent                  # the ladder's spend: most pilots stop at B/η
         value = pilot_value(chosen.share)
     ev_share = eval_flops / c.budget
     info = {"full_run": F, "grid_cost": grid_cost, "grid_share": grid_cost / F, "grid_factor": F / c.budget,

@@ -85,52 +85,17 @@ for _p in (ROOT, ROOT / "research" / "scripts"):
         sys.path.insert(0, str(_p))
 
 import validation as V  # noqa: E402
+from replay_data import (EARLY, FULL_KINDS, LATE, MID, N_BOOT, SUITES, Z90, Response, _beats,  # noqa: E402,F401
+                         _ckpt, _f, _interp_fraction, _load, _med, _seed_var_of_best, all_settings, cells,
+                         collapsed, constant_rate, label, load, loso_population, raw_pilots, round1_backtest,
+                         suites, truncated)
+from replay_pilots import (DESIGN, DESIGNS, FLAT, PER_GRID, evidence, p_star, pairing_lines,  # noqa: E402,F401
+                           pairing_row, passrate_lines, passrate_rows)
 
-SUITES = (ROOT / "research" / "validation" / "suite.yaml", ROOT / "research" / "validation" / "round2.yaml")
-FULL_KINDS = ("full10", "full30", "full100")
 BEGIN, END = "<!-- replay:tables:begin -->", "<!-- replay:tables:end -->"
-N_BOOT = 1000
-Z90 = 1.6448536269514722
 
 
-# ---------------------------------------------------------------- the data
-
-@lru_cache(maxsize=1)
-def suites() -> tuple[dict, dict]:
-    """Both rounds' suites; every round-2 setting's records are read from its own folder."""
-    r1 = V.load_suite(SUITES[0])
-    r2 = V.load_suite(SUITES[1])
-    runs2 = V.ROOT / r2["runs"]
-    for s in r2["settings"]:
-        V.RUNS_OF[s["name"]] = runs2
-    for s in r1["settings"]:
-        s.setdefault("round", 1)
-    for s in r2["settings"]:
-        s.setdefault("round", 2)
-        s.setdefault("half", "round 2")
-    return r1, r2
-
-
-def all_settings() -> list[dict]:
-    r1, r2 = suites()
-    return list(r1["settings"]) + list(r2["settings"])
-
-
-def load(name: str, kind: str) -> dict | None:
-    return _load(name, kind)
-
-
-@lru_cache(maxsize=None)
-def _load(name: str, kind: str) -> dict | None:
-    suites()
-    return V.load_run(name, kind)
-
-
-def constant_rate(s: dict) -> bool:
-    rec = load(s["name"], "pilot")
-    lr = ((rec or {}).get("config") or {}).get("learning_rate") or {}
-    return (lr.get("schedule") or "constant") == "constant"
-
+# ---------------------------------------------------------------- the grids scored, RACE and the prior
 
 @lru_cache(maxsize=1)
 def grids() -> tuple[dict, ...]:
@@ -154,149 +119,9 @@ def grids() -> tuple[dict, ...]:
     return tuple(out)
 
 
-def label(g: dict) -> str:
-    return f"{g['setting']} {g['factor']}×"
-
-
-# ---------------------------------------------------------------- reading a full-run grid
-
-def _interp_fraction(p, frac: float) -> list[float] | None:
-    """A run's per-prompt reward on the checkpoint prompts at budget fraction ``frac``: its own
-    checkpoints, linear in log FLOPs between the two around ``frac`` (the checkpoint itself when one
-    sits there); None without checkpoints."""
-    cps = sorted((c for c in p.checkpoints if c.fraction > 0 and c.evals.get("reward")), key=lambda c: c.fraction)
-    if not cps:
-        return None
-    for c in cps:
-        if abs(c.fraction - frac) < 1e-6:
-            return list(c.evals["reward"])
-    below = [c for c in cps if c.fraction < frac]
-    above = [c for c in cps if c.fraction > frac]
-    if not below:
-        return list(above[0].evals["reward"])
-    if not above:
-        return list(below[-1].evals["reward"])
-    a, b = below[-1], above[0]
-    t = (math.log(frac) - math.log(a.fraction)) / (math.log(b.fraction) - math.log(a.fraction))
-    return [(1 - t) * x + t * y for x, y in zip(a.evals["reward"], b.evals["reward"])]
-
-
-def collapsed(p) -> bool:
-    from race.stats.instability import find_instability
-
-    return bool(p.checkpoints) and find_instability(p.checkpoints, "reward") is not None
-
-
-def cells(full: dict, *, prompts: str = "final", frac: float = 1.0, drop_collapsed: bool = False) -> dict[float, list]:
-    """ρ target → per-run per-prompt reward lists of a full-run grid: ``prompts`` "final" (the 500
-    held-out prompts at the end; ``frac`` must be 1) or "ckpt" (the 100 checkpoint prompts at budget
-    fraction ``frac``); collapsed runs left out with ``drop_collapsed``."""
-    out: dict[float, list] = {}
-    for p in V.pilots_of(full):
-        if drop_collapsed and collapsed(p):
-            continue
-        if prompts == "final":
-            assert frac == 1.0
-            scores = list(p.evals["reward"])
-        else:
-            scores = _interp_fraction(p, frac)
-            if scores is None:
-                continue
-        out.setdefault(p.rho_target, []).append(scores)
-    return dict(sorted(out.items()))
-
-
-class Response:
-    """A full-run grid's response on one reading: per-ρ seed means on the measured axis, the best
-    point, the pooled SE (validation.setting_row's: seed variance pooled over all points, over the
-    best point's seed count), and a bootstrap over seeds and prompts (validation.boot_means')."""
-
-    def __init__(self, full: dict, **kw):
-        import numpy as np
-
-        self.cells = cells(full, **kw)
-        meas = V.measured_rho(full)
-        self.rhos = [t for t in self.cells if self.cells[t]]
-        self.axis = [meas[t] for t in self.rhos]
-        self.means = {t: [float(np.mean(x)) for x in self.cells[t]] for t in self.rhos}
-        self.mean = [statistics.fmean(self.means[t]) for t in self.rhos]
-        i = int(np.argmax(self.mean))
-        self.best_t, self.best_rho, self.best_mean = self.rhos[i], self.axis[i], self.mean[i]
-        dfs = sum(len(v) - 1 for v in self.means.values() if len(v) > 1)
-        ss = sum((len(v) - 1) * statistics.variance(v) for v in self.means.values() if len(v) > 1)
-        self.pse = math.sqrt(ss / dfs) / math.sqrt(len(self.means[self.best_t])) if dfs else float("nan")
-        self._boot = None
-
-    def at(self, rho: float) -> float:
-        import numpy as np
-
-        return float(np.interp(rho, self.axis, self.mean))
-
-    def regret(self, rho: float) -> float:
-        """The regret at a measured ρ in pooled SEs."""
-        return V._in_se(self.best_mean - self.at(rho), self.pse)
-
-    def boot(self):
-        import numpy as np
-
-        if self._boot is None:
-            rng = np.random.default_rng(0)
-            arrs = [np.asarray(self.cells[t], dtype=float) for t in self.rhos]
-            out = np.empty((N_BOOT, len(arrs)))
-            for j, a in enumerate(arrs):
-                s_idx = rng.integers(0, a.shape[0], (N_BOOT, a.shape[0]))
-                p_idx = rng.integers(0, a.shape[1], (N_BOOT, a.shape[0], a.shape[1]))
-                out[:, j] = a[s_idx[..., None], p_idx].mean(axis=(1, 2))
-            self._boot = out
-        return self._boot
-
-    def gain_ci(self, rho: float, on_policy: float | None) -> tuple[float, float, float]:
-        """(gain, 95 % CI low, high) of the response at ``rho`` over the on-policy point (nan without one)."""
-        import numpy as np
-
-        if on_policy not in self.rhos:
-            return (float("nan"),) * 3
-        j = self.rhos.index(on_policy)
-        reps = self.boot()
-        g = np.array([np.interp(rho, self.axis, row) for row in reps]) - reps[:, j]
-        lo, hi = np.quantile(g, [0.025, 0.975])
-        return self.at(rho) - self.mean[j], float(lo), float(hi)
-
-    def diff_pse(self, rho_a: float, rho_b: float, other: "Response | None" = None) -> float:
-        """(response at rho_a on this reading) − (at rho_b on ``other``, default this one), in this reading's pooled SEs."""
-        other = other or self
-        return V._in_se(self.at(rho_a) - other.at(rho_b), self.pse)
-
-
 @lru_cache(maxsize=None)
 def response(idx: int, prompts: str = "final", frac: float = 1.0, drop_collapsed: bool = False) -> Response:
     return Response(grids()[idx]["full"], prompts=prompts, frac=frac, drop_collapsed=drop_collapsed)
-
-
-# ---------------------------------------------------------------- RACE and the prior
-
-@lru_cache(maxsize=1)
-def round1_backtest() -> dict[tuple[str, float], float]:
-    """Round 1's RACE at F: drift.py's leave-one-setting-out backtest, candidate "shrunk to the
-    population" (its recommended ρ per (setting, factor)), recomputed with drift.py's own functions."""
-    import drift as D
-    from race.stats.drift import range_at, shrink
-
-    r1, _ = suites()
-    out = {}
-    for s in r1["settings"]:
-        if s["name"] in D.ALL_COLLAPSED:
-            continue
-        pilot = load(s["name"], "pilot")
-        pv = V.verdict(pilot)
-        pop = D.per_setting_drift(r1, exclude=s["name"])
-        own = D.fit(D.levels(s, grids=("pilot",)))
-        tau = max(pop["tau"], pop["se"])
-        d, se = shrink(own.d if own else float("nan"), own.d_se if own else math.inf, pop["d"], tau)
-        for kind, factor in D.FACTORS:
-            r = range_at(pv.rho_range, pv.recommended_rho, pilot_budget=1.0, full_run_budget=factor, drift=d, drift_se=se)
-            out[(s["name"], factor)] = (r.rho_range, r.recommended_rho)
-    return out
 
 
 @lru_cache(maxsize=None)
@@ -349,23 +174,6 @@ def prior_rows() -> list[dict[str, Any]]:
             row[f"{who}_gain"], row[f"{who}_gain_ci"] = gain, ci
         out.append(row)
     return out
-
-
-def _med(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if x == x]
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _f(x: float, d: int = 2, sign: bool = False) -> str:
-    if x is None or x != x:
-        return "—"
-    return f"{x:+.{d}f}" if sign else f"{x:.{d}f}"
-
-
-def _beats(rows: list[dict], who: str) -> tuple[int, int]:
-    """(grids where ``who``'s gain over on-policy is positive, grids where its 95 % CI excludes 0)."""
-    sep = [r for r in rows if r[f"{who}_gain_ci"][0] > 0 or r[f"{who}_gain_ci"][1] < 0]
-    return sum(r[f"{who}_gain"] > 0 for r in sep), len(sep)
 
 
 def prior_lines() -> list[str]:
@@ -526,56 +334,6 @@ def rules_lines() -> list[str]:
 
 # ---------------------------------------------------------------- issue 49: pilot designs
 
-# checkpoint fractions the designs read (the pilots' own log-spaced checkpoints nearest B/9 and B/4:
-# no checkpoint sits at 1/9 or 1/4, and a read between two would be no run's)
-EARLY, MID, LATE = 0.0928746, 0.304753, 0.552045
-
-
-def _ckpt(p: dict, frac: float) -> dict:
-    """The pilot's checkpoint at ``frac``, else its latest before it: a pilot of few steps records one
-    checkpoint when a step crosses several fractions (at the largest), so at ``frac`` of its budget it
-    stood where its previous checkpoint was (steps-prm: 3 pilots of 11 steps)."""
-    before = [c for c in p["checkpoints"] if c["fraction"] <= frac + 1e-4]
-    return max(before, key=lambda c: c["fraction"])
-
-
-def truncated(p: dict, frac: float, *, rescale: bool = True):
-    """A pilot (its committed dict) as it stood at budget fraction ``frac`` (one of its checkpoints):
-    evaluations on the checkpoint prompts, FLOPs and measured ρ as spent, the checkpoints up to there
-    (their fractions rescaled to the shorter budget with ``rescale``), the training curve up to there.
-    ``frac`` = 1 gives the pilot as run."""
-    from race.core.records import PilotResult
-
-    if frac >= 1.0:
-        return PilotResult.from_dict(p)
-    c = _ckpt(p, frac)
-    spent = sum(c["flops"].get(k, 0.0) for k in ("search", "learning", "reward"))
-    cps = [{**x, "fraction": x["fraction"] / frac if rescale else x["fraction"]}
-           for x in p["checkpoints"] if x["fraction"] <= c["fraction"] + 1e-9]
-    curve = [pt for pt in p.get("curve") or [] if pt[0] <= spent] or (p.get("curve") or [])[:1]
-    return PilotResult.from_dict({**p, "evals": dict(c["evals"]), "flops": dict(c["flops"]),
-                                  "rho": c["flops"]["learning"] / spent if spent else p["rho"],
-                                  "checkpoints": cps, "curve": curve})
-
-
-def raw_pilots(name: str) -> list[dict]:
-    return [p for p in load(name, "pilot")["pilots"] if p.get("status") == "complete"]
-
-
-@lru_cache(maxsize=None)
-def loso_population(name: str) -> tuple[float, float]:
-    """The population drift and its spread (max of τ and the mean's SE, as drift.py's backtest) from
-    every other setting of both rounds: the leave-one-setting-out population the designs use."""
-    import drift as D
-
-    suite = {"settings": [s for s in all_settings() if V.planned(s, "full10")]}
-    pop = D.per_setting_drift(_COMBINED.setdefault("suite", suite), exclude=name)
-    return pop["d"], max(pop["tau"], pop["se"])
-
-
-_COMBINED: dict[str, dict] = {}
-
-
 def unlearned_settings() -> frozenset:
     return frozenset(g["setting"] for i, g in enumerate(grids()) if g["kind"] == "full10" and g["scored"]
                      and not learned_full(i))
@@ -606,14 +364,6 @@ def prior_model(name: str) -> tuple[float, float, float]:
     return statistics.median(xs), sd, math.sqrt(tau2)
 
 
-def _seed_var_of_best(pilots: Sequence, *, n_boot: int = N_BOOT) -> float:
-    """race.stats.design.seed_var_of_best: the sampling variance of a pilot design's best ρ (measured), the
-    σ² term a verdict's prior start uses."""
-    from race.stats.design import seed_var_of_best
-
-    return seed_var_of_best(pilots, "reward", n_boot=n_boot, seed=0)
-
-
 def population_tau() -> tuple[int, float, float, float]:
     """race.stats.design's POPULATION_RHO_TAU: over the 21 grids of POPULATION_RHO (every 10 × B grid but
     `hard`, learned nothing, and `lr-x3`, `lr-x3-cosine`, every run collapsed), the observed SD of the
@@ -624,80 +374,6 @@ def population_tau() -> tuple[int, float, float, float]:
     sd = statistics.stdev(xs)
     noise = statistics.fmean(best_sampling_var(i) for i in idx)
     return len(idx), statistics.median(xs), sd, math.sqrt(sd ** 2 - noise)
-
-
-DESIGNS: list[tuple[str, dict]] = [
-    ("prior alone (no pilots)", {"kind": "prior"}),
-    ("flat grid: 4 ρ × 3 seeds at B", {"kind": "grid", "frac": 1.0, "seeds": 3, "drop_top": False}),
-    ("flat grid read at 0.55 B", {"kind": "grid", "frac": LATE, "seeds": 3, "drop_top": False}),
-    ("flat grid read at 0.30 B", {"kind": "grid", "frac": MID, "seeds": 3, "drop_top": False}),
-    ("2 seeds × 4 ρ at B", {"kind": "grid", "frac": 1.0, "seeds": 2, "drop_top": False}),
-    ("3 seeds × 3 ρ (top ρ dropped) at B", {"kind": "grid", "frac": 1.0, "seeds": 3, "drop_top": True}),
-    ("2 seeds × 3 ρ (top ρ dropped) at B", {"kind": "grid", "frac": 1.0, "seeds": 2, "drop_top": True}),
-    ("2 seeds × 4 ρ read at 0.30 B", {"kind": "grid", "frac": MID, "seeds": 2, "drop_top": False}),
-    ("halving: all at 0.09 B, CI overlap → B", {"kind": "halving", "frac": EARLY, "keep": "ci"}),
-    ("halving: all at 0.09 B, top half → B", {"kind": "halving", "frac": EARLY, "keep": 2}),
-    ("halving: all at 0.09 B, top 1 → B", {"kind": "halving", "frac": EARLY, "keep": 1}),
-    ("halving: all at 0.30 B, CI overlap → B", {"kind": "halving", "frac": MID, "keep": "ci"}),
-    ("halving: all at 0.30 B, top half → B", {"kind": "halving", "frac": MID, "keep": 2}),
-    ("prior start + flat grid", {"kind": "shrink", "base": "flat grid: 4 ρ × 3 seeds at B"}),
-    ("prior start + flat grid read at 0.30 B", {"kind": "shrink", "base": "flat grid read at 0.30 B"}),
-    ("prior start + 2 seeds × 4 ρ read at 0.30 B", {"kind": "shrink", "base": "2 seeds × 4 ρ read at 0.30 B"}),
-]
-DESIGN = dict(DESIGNS)
-FLAT = DESIGNS[1][0]
-
-
-
-@lru_cache(maxsize=None)
-def evidence(name: str, design: str) -> dict[str, Any]:
-    """What a design's pilots show at B (independent of F): the pilots as read, their diagnosis,
-    their FLOPs in units of B, and for successive halving the survivors and their range at B."""
-    from race.stats.regime import classify
-
-    spec = DESIGN[design]
-    s = next(x for x in all_settings() if x["name"] == name)
-    B = float(s["pilot_budget"])
-    raw = raw_pilots(name)
-    targets = sorted({p["rho_target"] for p in raw})
-    if spec["kind"] == "prior":
-        return {"cost": 0.0, "pilots": []}
-    if spec["kind"] == "shrink":
-        return evidence(name, spec["base"])
-    if spec["kind"] == "grid":
-        keep = targets[:-1] if spec["drop_top"] else targets
-        sel = [p for p in raw if p["rho_target"] in keep and p["seed"] < spec["seeds"]]
-        pilots = [truncated(p, spec["frac"]) for p in sel]
-        if spec.get("transform"):           # a read of the same pilots (research/scripts/eval_share.py)
-            pilots = [spec["transform"](p) for p in pilots]
-        diag = classify(pilots, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0)
-        return {"cost": sum(p.flops.total for p in pilots) / B, "pilots": pilots, "diag": diag,
-                "budget": B * spec["frac"], "rho_range": tuple(diag.primary.rho_range),
-                "recommended": diag.primary.recommended_rho, "regime": diag.primary.regime.value}
-    if spec["kind"] == "halving":
-        f = spec["frac"]
-        early = {(p["rho_target"], p["seed"]): truncated(p, f) for p in raw}
-        means = {t: statistics.fmean(statistics.fmean(early[k].evals["reward"]) for k in early if k[0] == t)
-                 for t in targets}
-        order = sorted(targets, key=lambda t: -means[t])
-        if spec["keep"] == "ci":
-            # a point survives when its mean is within 2 SEs of a difference (seed SD pooled over the
-            # points, 3 seeds a point) of the best point's: its CI still overlaps the best
-            per = {t: [statistics.fmean(early[k].evals["reward"]) for k in early if k[0] == t] for t in targets}
-            sd = math.sqrt(statistics.fmean(statistics.variance(v) for v in per.values()))
-            n = min(len(v) for v in per.values())
-            keep = [t for t in order if means[order[0]] - means[t] <= 2 * sd * math.sqrt(2 / n)]
-        else:
-            keep = order[:spec["keep"]]
-        full = [truncated(p, 1.0) for p in raw if p["rho_target"] in keep]
-        dropped = [truncated(p, f, rescale=False) for p in raw if p["rho_target"] not in keep]
-        cost = (sum(p.flops.total for p in full) + sum(early[k].flops.total for k in early if k[0] not in keep)) / B
-        fm = {t: statistics.fmean(statistics.fmean(p.evals["reward"]) for p in full if p.rho_target == t) for t in keep}
-        meas = {t: statistics.fmean(p.flops.rho for p in full if p.rho_target == t) for t in keep}
-        best = max(keep, key=lambda t: fm[t])
-        return {"cost": cost, "pilots": full, "drift_pilots": full + dropped, "budget": B, "keep": keep,
-                "rho_range": (min(meas.values()), max(meas.values())), "recommended": meas[best], "regime": None}
-    raise ValueError(spec["kind"])
 
 
 @lru_cache(maxsize=None)
@@ -790,124 +466,6 @@ def designs_lines() -> list[str]:
             d = design_at(i, n)
             cells.append(f"{d['rho']:.2f} ({_f(d['regret'])})" + ("" if d["covered"] else " ✗"))
         out.append(f"| {label(grids()[i])} | {response(i).best_rho:.2f} | " + " | ".join(cells) + " |")
-    return out
-
-
-PER_GRID = ("prior alone (no pilots)", FLAT, "flat grid read at 0.30 B", "halving: all at 0.09 B, top 1 → B",
-            "prior start + flat grid", "prior start + flat grid read at 0.30 B")
-
-
-# ---------------------------------------------------------------- issue 49: the base pass rate
-
-def p_star(g: int) -> float:
-    """race.stats.design.p_star: the base pass rate below which fewer than half the groups of g rollouts hold
-    two different 0/1 rewards, 1 − 2^(−1/g) (0.083 for g = 8; the check `race pilot` runs after calibration)."""
-    from race.stats.design import p_star as rule
-
-    return rule(g)
-
-
-def passrate_rows() -> list[dict[str, Any]]:
-    """Per setting with a pilot grid: the base policy's pass rate (pass@1 on the checkpoint prompts
-    at step 0, mean over the pilots), the group sizes (rollouts per prompt) of its pilot grid, the
-    rule's call (race.stats.design.signal) at the configured group n_train (the largest trained in the grid:
-    what `race pilot` checks after calibration), and whether its pilot grid and its 10 × B full runs learned
-    (race.stats.instability.learned)."""
-    from race.stats.instability import learned
-    from race.stats.design import signal
-
-    out = []
-    for s in all_settings():
-        pilot = load(s["name"], "pilot")
-        if pilot is None:
-            continue
-        ps = V.pilots_of(pilot)
-        base = [c for p in ps for c in p.checkpoints if c.fraction == 0 and c.evals.get("pass@1")]
-        p = statistics.fmean(statistics.fmean(c.evals["pass@1"]) for c in base)
-        gs = sorted({q.schedule.n_train for q in ps})
-        thr = p_star(max(gs))
-        lp = learned(ps, "reward")
-        full = load(s["name"], "full10")
-        lf = learned(V.pilots_of(full), "reward") if full is not None else None
-        collapsed_share = (sum(V.collapses(full).values()) / len(V.pilots_of(full))) if full is not None else None
-        out.append({"setting": s["name"], "round": s["round"], "p": p, "groups": gs, "p_star": thr,
-                    "predicted": signal(p, max(gs)).status != "ok", "pilot_learned": bool(lp and lp[0]),
-                    "full_learned": None if lf is None else bool(lf[0]), "full_collapsed": collapsed_share})
-    return out
-
-
-def passrate_lines() -> list[str]:
-    rows = passrate_rows()
-    out = ["| setting | round | base pass rate p | trained group sizes g | p*(configured g) | rule: no signal | pilot grid learned "
-           "| 10 × B full runs learned (share collapsed) |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        full = "—" if r["full_learned"] is None else (f"{'yes' if r['full_learned'] else '**no**'} "
-                                                       f"({r['full_collapsed']:.0%})")
-        out.append(f"| {r['setting']} | {r['round']} | {r['p']:.3f} | {', '.join(map(str, r['groups']))} | "
-                   f"{r['p_star']:.3f} | {'**yes**' if r['predicted'] else 'no'} | "
-                   f"{'yes' if r['pilot_learned'] else '**no**'} | {full} |")
-    nothing = [r for r in rows if not r["pilot_learned"] or r["full_learned"] is False]
-    named = [r for r in nothing if r["predicted"]]
-    false = [r for r in rows if r["predicted"] and r not in nothing]
-    out += ["", f"Learned nothing (pilot grid or 10 × B full runs, race.stats.instability.learned): "
-                f"{', '.join(r['setting'] for r in nothing)}. The rule names {len(named)} of them "
-                f"({', '.join(r['setting'] for r in named) or 'none'}), misses "
-                f"{', '.join(r['setting'] for r in nothing if not r['predicted']) or 'none'}, and names "
-                f"{len(false)} setting{'s' if len(false) != 1 else ''} that learned"
-                + (f" ({', '.join(r['setting'] for r in false)})" if false else "") + "."]
-    return out
-
-
-# ---------------------------------------------------------------- issue 49: pairing
-
-def pairing_row(rec: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | None:
-    """Within one grid: the correlation across ρ of per-seed results sharing a seed index (each
-    point's mean removed; pooled over every pair of points), and what pairing would buy: the
-    variance of a paired difference of two points over that of an unpaired one (1 − the correlation)."""
-    by: dict[float, dict[int, float]] = {}
-    for p in V.pilots_of(rec):
-        if drop_collapsed and collapsed(p):
-            continue
-        by.setdefault(p.rho_target, {})[p.seed] = statistics.fmean(p.evals["reward"])
-    res = {t: {s: x - statistics.fmean(v.values()) for s, x in v.items()} for t, v in by.items() if len(v) > 1}
-    ts = sorted(res)
-    sab = saa = sbb = 0.0
-    n = 0
-    for a in range(len(ts)):
-        for b in range(a + 1, len(ts)):
-            common = set(res[ts[a]]) & set(res[ts[b]])
-            for s in common:
-                sab += res[ts[a]][s] * res[ts[b]][s]
-                saa += res[ts[a]][s] ** 2
-                sbb += res[ts[b]][s] ** 2
-                n += 1
-    if not n or saa <= 0 or sbb <= 0:
-        return None
-    return {"corr": sab / math.sqrt(saa * sbb), "pairs": n}
-
-
-def pairing_lines() -> list[str]:
-    out = ["| grid | seeds per point | correlation across ρ, all runs | without collapsed runs |", "|---|---|---|---|"]
-    vals: dict[str, list[float]] = {"pilot": [], "full": [], "full_clean": []}
-    for s in all_settings():
-        for kind in ("pilot", *FULL_KINDS):
-            rec = load(s["name"], kind)
-            if rec is None or (kind != "pilot" and not V.planned(s, kind)):
-                continue
-            a, b = pairing_row(rec), pairing_row(rec, drop_collapsed=True)
-            if a is None:
-                continue
-            key = "pilot" if kind == "pilot" else "full"
-            vals[key].append(a["corr"])
-            if b is not None and key == "full":
-                vals["full_clean"].append(b["corr"])
-            seeds = max(len(v) for v in V.point_means(rec).values())
-            out.append(f"| {s['name']} {kind} | {seeds} | {a['corr']:+.2f} | {'—' if b is None else format(b['corr'], '+.2f')} |")
-    out.append("")
-    for key, name in (("pilot", "pilot grids"), ("full", "full-run grids"), ("full_clean", "full-run grids without collapsed runs")):
-        xs = vals[key]
-        out.append(f"- {name}: median correlation {_med(xs):+.2f} over {len(xs)} grids ({sum(x > 0 for x in xs)} positive); "
-                   f"a paired difference of two points would have {1 - _med(xs):.2f} × the variance of an unpaired one.")
     return out
 
 

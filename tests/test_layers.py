@@ -1,8 +1,9 @@
 """The house in order (docs/architecture.md): import-linter's contracts hold (the packages layered,
 the modules inside each package layered, pure packages free of torch / transformers / peft / vllm /
 optuna), every module of race/ is placed in its package's layers, no import circle exists among race
-modules (imports inside functions included), each package's ``__init__`` states its interface, and
-the map in docs/architecture.md names every module."""
+modules (imports inside functions included), each package's ``__init__`` states its interface,
+the map in docs/architecture.md names every module, and no module of race/ or research/scripts/ is
+over 600 lines nor any function over 60 (issue 52)."""
 from __future__ import annotations
 
 import configparser
@@ -194,3 +195,24 @@ def test_research_scripts_import_without_circles_and_no_private_names():
                 private += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert not private, private
+
+
+def test_modules_and_functions_stay_small():
+    """Issue 52's size targets: no module of race/ or research/scripts/ over 600 lines, no function
+    (``def`` to its last line, docstring included) over 60."""
+    import ast
+
+    big_modules, big_functions = [], []
+    for folder in (ROOT / "race", ROOT / "research" / "scripts"):
+        for path in sorted(folder.rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            rel = path.relative_to(ROOT).as_posix()
+            if len(text.splitlines()) > 600:
+                big_modules.append(f"{rel}: {len(text.splitlines())} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > 60:
+                        big_functions.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    assert not big_modules and not big_functions, (
+        f"modules over 600 lines: {big_modules}; functions over 60 lines: {big_functions}")

@@ -461,11 +461,11 @@ def designs_lines() -> list[str]:
     out += ["", "Per grid (regret in pooled SEs; ✗ the full-run best ρ outside the range):", "",
             "| grid | best ρ | " + " | ".join(n for n in PER_GRID) + " |", "|---|---|" + "---|" * len(PER_GRID)]
     for i in sel:
-        cells = []
+        row = []
         for n in PER_GRID:
             d = design_at(i, n)
-            cells.append(f"{d['rho']:.2f} ({_f(d['regret'])})" + ("" if d["covered"] else " ✗"))
-        out.append(f"| {label(grids()[i])} | {response(i).best_rho:.2f} | " + " | ".join(cells) + " |")
+            row.append(f"{d['rho']:.2f} ({_f(d['regret'])})" + ("" if d["covered"] else " ✗"))
+        out.append(f"| {label(grids()[i])} | {response(i).best_rho:.2f} | " + " | ".join(row) + " |")
     return out
 
 

@@ -43,8 +43,6 @@ import numpy as np
 
 from race.stats.confidence import SimulatedReruns, simulate_reruns
 from race.stats.instability import learned, stability, stability_notes
-# their home before issue 52 moved them: scripts loaded before the move still import them from here
-from race.stats.instability import UNSTABLE_GRID_SHARE, unstable_grid  # noqa: F401
 from race.stats.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
                       percentile_ci, quadratic_argmax, response_of_means, t_quantile)
 from race.core.records import Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, TargetVerdict

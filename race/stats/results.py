@@ -109,8 +109,6 @@ def save_results(path: str, results: Results) -> str:
 def load_results(path: str) -> Results:
     """Read a results file (or a folder holding ``results.json``); a gzip-compressed one (as
     docs/runs/ keeps them, ``*.json.gz``) is read as well, recognised by its first bytes."""
-    import gzip
-
     import race.stats.report  # noqa: F401  (registers the renderer: print(results.diagnosis) is the text report)
 
     if os.path.isdir(path):

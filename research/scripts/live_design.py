@@ -144,13 +144,7 @@ def run_one(name: str, pin: Path, storage: Path, key: str = "design") -> Path:
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "config": res.get("config"),
            "software": (res.get("diagnosis") or {}).get("meta", {}).get("software"),
            "budget_halving": V._round(halving), "pilots": [compact(p) for p in res["pilots"]]}
-    path = record_path(name, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        json.dump(rec, fh, separators=(",", ":"))
-    os.replace(tmp, path)
-    return path
+    return V.write_gz_json(record_path(name, key), rec)
 
 
 # ---------------------------------------------------------------- score

@@ -82,14 +82,18 @@ def data_path(name: str, kind: str, *, partial: bool = False) -> Path:
     return RUNS_OF.get(name, RUNS) / name / f"{kind}{'.partial' if partial else ''}.json.gz"
 
 
-def write_record(record: dict, *, partial: bool = False) -> Path:
-    path = data_path(record["setting"], record["kind"], partial=partial)
+def write_gz_json(path: Path, record: dict) -> Path:
+    """``record`` as compact gzipped JSON at ``path``, written whole or not at all (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as fh:
         json.dump(record, fh, separators=(",", ":"))
     os.replace(tmp, path)
     return path
+
+
+def write_record(record: dict, *, partial: bool = False) -> Path:
+    return write_gz_json(data_path(record["setting"], record["kind"], partial=partial), record)
 
 
 def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, command: str,

@@ -132,15 +132,20 @@ def test_without_measured_seed_noise_there_is_no_rerun_confidence():
     assert v.fits["rerun_confidence"] is None and v.confidence == v.fits["bootstrap_share"]
 
 
-def test_the_stated_confidence_is_the_bootstrap_share_until_the_method_is_switched(monkeypatch):
+def test_the_stated_confidence_is_the_rerun_confidence_unless_the_bootstrap_share_is_asked_for(monkeypatch):
     from race.stats import regime
 
     pilots = synthetic_results(response=FALLING, n_seeds=3, n_prompts=300, seed=11)
-    v = classify(pilots, n_boot=500, rerun_confidence=True).primary
-    assert v.confidence == v.fits["bootstrap_share"] and v.fits["confidence_method"] == "bootstrap share"
-    monkeypatch.setattr(regime, "CONFIDENCE_METHOD", "rerun")
+    v = classify(pilots, n_boot=500).primary                         # the default: simulated reruns
+    assert regime.CONFIDENCE_METHOD == "rerun" and v.fits["confidence_method"] == "rerun"
+    assert v.confidence == v.fits["rerun_confidence"] != v.fits["bootstrap_share"]
+    off = classify(pilots, n_boot=500, rerun_confidence=False).primary
+    assert off.confidence == v.fits["bootstrap_share"] and off.fits["rerun_confidence"] is None
+    assert off.fits["confidence_method"] == "bootstrap share" and off.regime is v.regime
+    monkeypatch.setattr(regime, "CONFIDENCE_METHOD", "bootstrap")
     w = classify(pilots, n_boot=500, rerun_confidence=True).primary
-    assert w.confidence == v.fits["rerun_confidence"] and w.fits["confidence_method"] == "rerun"
+    assert w.confidence == v.fits["bootstrap_share"] and w.fits["rerun_confidence"] == v.fits["rerun_confidence"]
+    assert w.fits["confidence_method"] == "bootstrap share"
 
 
 def test_the_confidence_is_deterministic_and_ignores_the_order_of_the_pilots():
@@ -153,17 +158,19 @@ def test_the_confidence_is_deterministic_and_ignores_the_order_of_the_pilots():
 
 
 def test_the_verdict_and_the_bootstrap_share_are_the_rule_as_before():
-    """Only the confidence changed: the committed README run states the regime, range and (as the
-    bootstrap share) the confidence its stored diagnosis holds."""
+    """Only the confidence changed: the committed README run (its diagnosis recomputed from its stored
+    pilots when the confidence became the rerun confidence) states the regime and range it stated before,
+    the bootstrap share 0.808 it printed then, and the rerun confidence it prints now."""
     import gzip
     import json
 
     d = json.load(gzip.open(ROOT / "docs" / "runs" / "default.results.json.gz", "rt"))
-    v = classify([PilotResult.from_dict(p) for p in d["pilots"]], targets=["reward"], n_boot=1000, seed=0, rerun_confidence=True).primary
+    v = classify([PilotResult.from_dict(p) for p in d["pilots"]], targets=["reward"], n_boot=1000, seed=0).primary
     stored = d["diagnosis"]
-    assert v.regime.value == stored["regime"] and v.fits["bootstrap_share"] == pytest.approx(stored["confidence"])
-    assert list(v.rho_range) == pytest.approx(stored["rho_range"])
-    assert 0.4 < v.fits["rerun_confidence"] < 0.6     # about half its reruns would state search-heavy
+    assert v.regime.value == stored["regime"] == "search-heavy" and list(v.rho_range) == pytest.approx(stored["rho_range"])
+    assert v.fits["bootstrap_share"] == pytest.approx(0.808) and list(stored["rho_range"]) == pytest.approx([0.52, 0.58], abs=0.005)
+    assert v.confidence == v.fits["rerun_confidence"] == pytest.approx(stored["confidence"])
+    assert 0.4 < v.confidence < 0.6     # about half its reruns predicted to state search-heavy
 
 
 def test_a_flat_truth_is_stated_inconclusive_with_high_confidence():

@@ -302,7 +302,8 @@ def test_a_training_reward_that_never_moved_is_flagged():
                                                                  (FALLING, 2, 0.5)])
 def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_seeds, reward_fraction):
     """race.stats.forecast classifies predicted scores with response_verdict: fed a grid's own point
-    means and bootstrap replicates it returns that grid's regime, range, confidence and slope CI."""
+    means and bootstrap replicates it returns that grid's regime, range, bootstrap share and slope CI
+    (its confidence is the replicates' share: no rerun is simulated at F)."""
     from race.stats.fit import bootstrap_response
 
     results = synthetic_results(response=response, n_seeds=n_seeds, reward_fraction=reward_fraction, seed=3)
@@ -314,7 +315,7 @@ def test_response_verdict_on_a_grids_own_replicates_is_its_verdict(response, n_s
                                   reward_shares=[p.flops.shares()["reward"] for p in v.points],
                                   seeds_measured=True, level=0.9)
     assert got.regime is v.regime and got.rho_range == pytest.approx(v.rho_range)
-    assert got.confidence == pytest.approx(v.confidence) and got.slope_ci == pytest.approx(v.slope_ci)
+    assert got.confidence == pytest.approx(v.fits["bootstrap_share"]) and got.slope_ci == pytest.approx(v.slope_ci)
     assert float(grid.rho_targets[got.best]) == v.best_rho and got.open_side == v.open_side
     held = regime.response_verdict(rho=grid.rho, scores=grid.point_means, replicates=boot.point_means,
                                    reward_shares=[0.0] * len(v.points), seeds_measured=False)

@@ -322,7 +322,7 @@ class TargetVerdict(Record):
     target: str
     regime: Regime
     rho_range: tuple[float, float]      # recommended ρ range
-    confidence: float                   # bootstrap agreement with the verdict, in [0, 1]
+    confidence: float                   # predicted share of reruns stating the regime, in [0, 1]
     best_rho: float                     # pilot-best grid point (target ρ)
     best_reward: float
     slope: float                        # d reward / d log ρ of the log-linear fit

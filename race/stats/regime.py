@@ -31,6 +31,12 @@ reported in ``fits["trend_regime"]``. Pilots with held-out checkpoints also get 
 instability rule of :mod:`race.stats.instability` on the primary target (``Diagnosis.stability``);
 it flags pilots, it does not enter the verdict. ``response_verdict`` applies steps 1–3 to point
 scores and replicates from elsewhere (race.stats.forecast: rewards predicted at a full-run budget).
+
+A verdict's confidence is the predicted share of reruns (the same grid, other seed sets) that state
+its regime: ``rerun_confidence`` classifies reruns simulated by race.stats.confidence with this rule
+(issue 54; docs/regime.md, "Does a verdict survive a rerun?", has its reliability on real reruns).
+``fits["bootstrap_share"]`` keeps the share of this grid's replicates that agree, the number stated
+before; it is the confidence where seed noise is not measured (``fits["confidence_method"]``).
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ REPLICATE_BAND_SE = 2.0        # a replicate is decisive when its effect ≥ thi
 SEED_RESAMPLING = "pooled"     # how the bootstrap resamples seeds (see race.stats.fit)
 SEED_DF_CORRECTION = True      # scale seed deviations by t_df / z (see seed_scale)
 MIN_SUPPORT = 0.7              # a trend verdict needs this share of decisive replicates
-CONFIDENCE_METHOD = "bootstrap"  # TargetVerdict.confidence: "bootstrap" share, or "rerun" (fits["rerun_confidence"])
+CONFIDENCE_METHOD = "rerun"    # TargetVerdict.confidence: "rerun" (fits["rerun_confidence"]) or "bootstrap" share
 SEED_ADVICE_POWER = 0.8        # power assumed when estimating how many seeds are needed
 MAX_SEEDS_ADVICE = 100         # cap on the "add seeds" estimate
 _RANGE_STEPS = 401             # resolution of the ρ-range search (log-spaced)
@@ -72,9 +78,10 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     grid points by ``rho_target``. ``targets=None`` means every target that all
     complete pilots report. The output does not depend on the order of
     ``results``. Raises ValueError on: no complete result, < 3 grid points, a
-    requested target missing from a pilot, misaligned prompt counts. ``rerun_confidence``: also
-    simulate reruns for ``fits["rerun_confidence"]`` (race.stats.confidence; about 0.6 s per target on
-    2 cores); None: only when ``CONFIDENCE_METHOD`` is ``"rerun"`` (otherwise it is None in the fits).
+    requested target missing from a pilot, misaligned prompt counts. ``rerun_confidence``: simulate
+    reruns for ``fits["rerun_confidence"]`` (race.stats.confidence; about 0.5–1 s per target on 2
+    cores); None: when ``CONFIDENCE_METHOD`` is ``"rerun"`` (the default), and then the confidence is
+    it; False: the confidence is the bootstrap share, and ``fits["rerun_confidence"]`` is None.
     """
     simulate = CONFIDENCE_METHOD == "rerun" if rerun_confidence is None else bool(rerun_confidence)
     complete = _complete_results(results, confidence_level)

@@ -146,7 +146,8 @@ def _classified(name: str, stop: frozenset, model: str, frac: float) -> dict[str
     pilots = [_at_end(p) for p in keep]
     held = [_shifted(p, frac, pred[p["rho_target"]][0] - statistics.fmean(R._ckpt(p, frac)["evals"]["reward"]))
             for p in raw if p["rho_target"] in stop]
-    diag = classify(pilots + held, targets=["reward"], primary_target="reward", n_boot=R.N_BOOT, seed=0)
+    diag = classify(pilots + held, targets=["reward"], primary_target="reward", n_boot=R.N_BOOT, seed=0,
+                    rerun_confidence=False)
     cost = (sum(p.flops.total for p in pilots)
             + sum(R.truncated(p, frac).flops.total for p in raw if p["rho_target"] in stop)) / B
     drift_pilots = pilots + [R.truncated(p, frac, rescale=False) for p in raw if p["rho_target"] in stop]

@@ -64,7 +64,8 @@ def evidence(name: str, design: str) -> dict[str, Any]:
         pilots = [truncated(p, spec["frac"]) for p in sel]
         if spec.get("transform"):           # a read of the same pilots (research/scripts/eval_share.py)
             pilots = [spec["transform"](p) for p in pilots]
-        diag = classify(pilots, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0)
+        diag = classify(pilots, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0,
+                        rerun_confidence=False)
         return {"cost": sum(p.flops.total for p in pilots) / B, "pilots": pilots, "diag": diag,
                 "budget": B * spec["frac"], "rho_range": tuple(diag.primary.rho_range),
                 "recommended": diag.primary.recommended_rho, "regime": diag.primary.regime.value}

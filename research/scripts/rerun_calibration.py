@@ -59,7 +59,8 @@ def rerun_agreement(results: list, *, target: str = "reward", n_boot: int = N_BO
     from race.stats.fit import bootstrap_response, response_of_means
 
     complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
-    diag = R.classify(complete, targets=[target], primary_target=target, n_boot=n_boot, seed=seed)
+    diag = R.classify(complete, targets=[target], primary_target=target, n_boot=n_boot, seed=seed,
+                      rerun_confidence=False)
     v = diag.primary
     grid = R._grid(complete, target)
     boot = bootstrap_response(grid=grid, n_boot=n_boot, seed=seed, seed_resampling=R.SEED_RESAMPLING,

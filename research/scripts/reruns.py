@@ -42,8 +42,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "research" / "scripts"))
-from rerun_calibration import (MIN_BIN, N_BOOT, bins_of, calibration, calibration_lines,  # noqa: E402
-                               reliability_lines, rerun_agreement, synthetic)
+from rerun_calibration import (MIN_BIN, N_BOOT, bin_table, bins_of, calibration, calibration_lines,  # noqa: E402
+                               fixed_bins, reliability_lines, rerun_agreement, synthetic)
 
 OUT = ROOT / "research" / "reruns"
 STORAGE = Path(os.environ.get("RACE_RERUNS_STORAGE", "/work/reruns-storage"))
@@ -243,7 +243,7 @@ def _classify_dict(pilots: list[dict]) -> dict:
     from race.stats.regime import classify
 
     ps = [PilotResult.from_dict(p) for p in pilots if p.get("status") == "complete"]
-    diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0).to_dict()
+    diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0, rerun_confidence=False).to_dict()
     v = diag["verdicts"][diag["primary_target"]]
     return {**diag, "confidence": v["fits"].get("bootstrap_share", diag["confidence"])}
 
@@ -327,6 +327,7 @@ def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
                       "mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
                       "leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
                   *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
+    lines += _fixed_bin_sections(rows, scored)
     if predicted:
         by_name = {r["name"]: r for r in recs}
         for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
@@ -334,6 +335,24 @@ def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
             if part:
                 lines += ["", *reliability_lines(part, key, f"{key} (unwidened) vs observed agreement")]
     return lines
+
+
+def _fixed_bin_sections(rows: list[dict], scored: list[dict]) -> list[str]:
+    """Both confidences in reliability-diagram bins 0.1 wide (issue 54's target: within 0.1 of the
+    observed agreement in every bin of ≥ MIN_BIN verdicts; smaller bins are listed, not judged)."""
+    out = []
+    parts = [("bootstrap share (the confidence stated before issue 54)", rows)]
+    if scored:
+        parts.append(("rerun confidence (the stated confidence since issue 54)", reliability(scored, "rerun_confidence")[0]))
+    for title, part in parts:
+        bins = fixed_bins(part, "confidence")
+        judged = [b for b in bins if b["n"] >= MIN_BIN]
+        worst = max((abs(b["observed"] - b["stated"]) for b in judged), default=float("nan"))
+        within = sum(abs(b["observed"] - b["stated"]) <= 0.1 for b in judged)
+        out += ["", *bin_table(part, "confidence", f"{title} in bins 0.1 wide ({len(part)} verdicts): "
+                                                   f"{within} of {len(judged)} bins of ≥ {MIN_BIN} within 0.1, "
+                                                   f"worst {worst:.3f}", bins, digits=1)]
+    return out
 
 
 def table(recs: list[dict], *, predicted: bool = False) -> str:
@@ -438,7 +457,8 @@ def pairing(setting: str) -> list[str]:
         means = np.array([[np.mean([score(p) for p in ps if p.rho_target == r]) for r in grid]])
         rho = np.array([np.mean([p.rho for p in ps if p.rho_target == r]) for r in grid])
         slope = float(fit_loglinear(rho=rho, y=means).coef[0, 1])
-        d = classify(ps, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0).primary
+        d = classify(ps, targets=["reward"], primary_target="reward", n_boot=N_BOOT, seed=0,
+                     rerun_confidence=False).primary
         return slope, d.regime.value, d.confidence
 
     n = len(runs)

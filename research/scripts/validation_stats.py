@@ -39,11 +39,14 @@ def pilots_of(record: dict) -> list:
 
 
 def diagnosis(record: dict):
-    """The rule's diagnosis of a grid (race.stats.regime.classify, the primary target: held-out reward)."""
+    """The rule's diagnosis of a grid (race.stats.regime.classify, the primary target: held-out reward).
+    Its confidence is the bootstrap share, the number the validation rounds were frozen and scored with
+    (the rerun confidence, the rule's printed number since issue 54, is not simulated here)."""
     from race.stats.regime import classify
 
     return _memo(record, "diagnosis",
-                 lambda: classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0))
+                 lambda: classify(pilots_of(record), primary_target="reward", n_boot=N_BOOT, seed=0,
+                                  rerun_confidence=False))
 
 
 def verdict(record: dict):

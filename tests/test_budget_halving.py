@@ -25,9 +25,10 @@ def _no_leftovers():
 # ------------------------------------------------------------------ the rule, by hand
 
 def test_the_marks_are_the_top_budget_over_powers_of_eta():
-    assert rung_marks(9e10) == [1e10, 3e10, 9e10]
+    assert rung_marks(9e10, eta=3, rungs=2) == [1e10, 3e10, 9e10]
     assert rung_marks(8.0, eta=2, rungs=3) == [1.0, 2.0, 4.0, 8.0]
-    assert BudgetHalving().marks(9.0) == [1.0, 3.0, 9.0]
+    assert rung_marks(11e10) == [1e10, 11e10] and BudgetHalving().marks(11.0) == [1.0, 11.0]     # the default
+    assert BudgetHalving(Ladder(3, 2, "ci")).marks(9.0) == [1.0, 3.0, 9.0]
 
 
 def test_a_point_survives_while_its_paired_interval_overlaps_the_best():
@@ -36,46 +37,51 @@ def test_a_point_survives_while_its_paired_interval_overlaps_the_best():
     sd 0.053: in)."""
     read = {0.4: {0: 0.4, 1: 0.5, 2: 0.6}, 0.5: {0: 0.5, 1: 0.6, 2: 0.7},
             0.6: {0: 0.49, 1: 0.57, 2: 0.68}, 0.7: {0: 0.55, 1: 0.55, 2: 0.67}}
-    assert rung_survivors(read, eta=1) == [0.5, 0.7]
+    assert rung_survivors(read, eta=1, keep="ci") == [0.5, 0.7]
     # the cap: at most ⌈4 / η⌉ of them, best first
-    assert rung_survivors(read, eta=3) == [0.5, 0.7]
-    assert rung_survivors(read, eta=4) == [0.5]
+    assert rung_survivors(read, eta=3, keep="ci") == [0.5, 0.7]
+    assert rung_survivors(read, eta=4, keep="ci") == [0.5]
+    assert rung_survivors(read) == [0.5, 0.7]               # the default keeps the best half by mean reading
 
 
 def test_the_cap_and_ties():
     # every point reads the same at every seed: all tie with the best (d̄ = 0 ≤ 0), the cap keeps the lower ρ
     same = {r: {0: 0.3, 1: 0.4} for r in (0.8, 0.2, 0.5, 0.6, 0.4)}
-    assert rung_survivors(same, eta=3) == [0.2, 0.4]              # ⌈5 / 3⌉ = 2
-    assert rung_survivors(same, eta=1) == [0.2, 0.4, 0.5, 0.6, 0.8]
+    assert rung_survivors(same, eta=3, keep="ci") == [0.2, 0.4]              # ⌈5 / 3⌉ = 2
+    assert rung_survivors(same, eta=1, keep="ci") == [0.2, 0.4, 0.5, 0.6, 0.8]
     # one seed: no interval, every point overlaps, the cap ranks them by reading
     one = {0.2: {0: 0.1}, 0.4: {0: 0.5}, 0.6: {0: 0.3}, 0.8: {0: 0.5}}
-    assert rung_survivors(one, eta=2) == [0.4, 0.8]
+    assert rung_survivors(one, eta=2, keep="ci") == [0.4, 0.8]
     # a point with no reading (its seeds failed) is dropped, and still counts toward the cap's n
-    assert rung_survivors({0.2: {}, 0.4: {0: 0.2}, 0.6: {0: 0.1}}, eta=2) == [0.4, 0.6]
+    assert rung_survivors({0.2: {}, 0.4: {0: 0.2}, 0.6: {0: 0.1}}, eta=2, keep="ci") == [0.4, 0.6]
     assert rung_survivors({}) == [] and rung_survivors({0.3: {}}) == []
 
 
 def test_the_ladder_rung_by_rung():
     grid, seeds = [0.3, 0.5, 0.7, 0.9], 2
-    stages, final = budget_halving(grid, seeds, {})
+    old = dict(eta=3, rungs=2, keep="ci")            # two rungs below B, kept by the paired interval
+    stages, final = budget_halving(grid, seeds, {}, **old)
     assert stages == [(r, s, 0) for r in grid for s in range(2)] and not final
     rung0 = {(r, s, 0): v + 0.01 * s for r, v in zip(grid, (0.1, 0.4, 0.38, 0.2)) for s in range(2)}
-    stages, final = budget_halving(grid, seeds, rung0)
+    stages, final = budget_halving(grid, seeds, rung0, **old)
     # 0.5 best; 0.7 trails by 0.02 at both seeds (sd 0: out); the cap would have allowed 2
     assert stages[8:] == [(0.5, 0, 1), (0.5, 1, 1)] and not final
-    stages, final = budget_halving(grid, seeds, {**rung0, (0.5, 0, 1): 0.5, (0.5, 1, 1): 0.5})
+    stages, final = budget_halving(grid, seeds, {**rung0, (0.5, 0, 1): 0.5, (0.5, 1, 1): 0.5}, **old)
     assert stages[10:] == [(0.5, 0, 2), (0.5, 1, 2)] and final
     # a seed given up at rung 0 stops there; its point goes on with the seed it has, and with one seed
     # shared with the best no interval excludes 0.7, so the cap (2) keeps it
     rung0b = {k: v for k, v in rung0.items() if k != (0.5, 1, 0)}
-    stages, final = budget_halving(grid, seeds, rung0b, given_up={(0.5, 1, 0)})
+    stages, final = budget_halving(grid, seeds, rung0b, given_up={(0.5, 1, 0)}, **old)
     assert stages[8:] == [(0.5, 0, 1), (0.7, 0, 1), (0.7, 1, 1)] and not final
 
 
 def test_its_compute_bound_and_its_options():
     # 4 points × 3 seeds, all tied: 12 to B/9, ⌈4/3⌉ = 2 points to B/3, ⌈2/3⌉ = 1 to B: 12/9 + 6·2/9 + 3·2/3
-    assert adaptive_most("budget-halving", [0.3, 0.5, 0.7, 0.9], 3) == math.ceil(12 / 9 + 12 / 9 + 2)
-    assert halving_cost([(0.3, 0, 0), (0.3, 0, 1), (0.3, 0, 2)], budget=9.0) == pytest.approx(9.0)
+    old = BudgetHalving(Ladder(3, 2, "ci"))
+    assert adaptive_most("budget-halving", [0.3, 0.5, 0.7, 0.9], 3, rule=old) == math.ceil(12 / 9 + 12 / 9 + 2)
+    # the default ladder: 12 to B/11, the best half (2 points × 3 seeds) on to B: 12/11 + 6·10/11
+    assert adaptive_most("budget-halving", [0.3, 0.5, 0.7, 0.9], 3) == math.ceil(12 / 11 + 6 * 10 / 11)
+    assert halving_cost([(0.3, 0, 0), (0.3, 0, 1), (0.3, 0, 2)], budget=9.0, eta=3, rungs=2) == pytest.approx(9.0)
     assert resolve_adaptive("budget-halving") == "budget-halving"
     from race.run.options import RunOptions
 
@@ -113,10 +119,13 @@ def test_a_one_rung_ladder():
     assert stages[12:] == [(0.4, s, 1) for s in range(3)] + [(0.55, s, 1) for s in range(3)] and final
     assert halving_cost(stages, eta=9, rungs=1) == pytest.approx(12 / 9 + 6 * 8 / 9)
     assert adaptive_most("budget-halving", grid, 3, rule=BudgetHalving(lad)) == math.ceil(12 / 9 + 6 * 8 / 9)
-    # what the study stores of it, and the default unchanged
+    # what the study stores of it; the default is the replayed and live-checked ladder; a stored study
+    # that does not name a key ran the old default's (η 3, two rungs, ci)
     assert BudgetHalving(lad).stored == {"policy": "budget-halving", "eta": 9, "rungs": 1, "keep": "top-half"}
-    assert BudgetHalving().stored == {"policy": "budget-halving", "eta": 3, "rungs": 2, "keep": "ci"}
-    assert Ladder.from_stored({"policy": "budget-halving", "eta": 3, "rungs": 2}) == Ladder()     # a study from before keep
+    assert BudgetHalving().stored == {"policy": "budget-halving", "eta": 11, "rungs": 1, "keep": "top-half"}
+    assert Ladder.from_stored({"policy": "budget-halving", "eta": 3, "rungs": 2}) == Ladder(3, 2, "ci")  # before keep
+    assert Ladder.from_stored({"policy": "budget-halving"}) == Ladder(3, 2, "ci")
+    assert Ladder.from_stored(BudgetHalving().stored) == Ladder() == Ladder(11, 1, "top-half")
     assert "B/9 then B, keeping the best half" in BudgetHalving(lad).description
 
 
@@ -127,7 +136,8 @@ def test_the_ladder_options_are_checked_once():
         return RunOptions(out_dir="x", adaptive=policy, halving_ladder=ladder).check()
 
     assert opts({"eta": "11", "rungs": "1", "keep": "top-half"}).rule == BudgetHalving(Ladder(11, 1, "top-half"))
-    assert opts({"keep": "2"}).rule == BudgetHalving(Ladder(3, 2, 2))
+    assert opts({"keep": "2"}).rule == BudgetHalving(Ladder(11, 1, 2))
+    assert opts({"eta": "3", "rungs": "2", "keep": "ci"}).rule == BudgetHalving(Ladder(3, 2, "ci"))
     assert opts(None).rule == BudgetHalving() and opts({}).rule == BudgetHalving()
     for bad, what in [({"eta": "1"}, r"halving eta '1': expected a whole number ≥ 2"),
                       ({"eta": 2.5}, r"halving eta '2.5'"), ({"rungs": "0"}, r"halving rungs '0': expected"),
@@ -163,7 +173,8 @@ def test_a_bad_policy_name_is_one_line(tmp_path):
 # ------------------------------------------------------------------ one real grid, killed and run again
 
 def test_budget_halving_pauses_continues_and_survives_a_kill(tmp_path):
-    """3 ρ × 2 seeds at a top budget of 3e10: every ρ to 3.3e9, the survivors to 1e10, then to 3e10. The
+    """3 ρ × 2 seeds at a top budget of 3e10 on a two-rung ladder (η 3, keep ci): every ρ to 3.3e9, the
+    survivors to 1e10, then to 3e10. The
     coordinator is killed (SIGKILL, its process group) once a rung-1 stage runs; the same command run
     again fails that stage as abandoned, enqueues it again as the same stage and continues: no rung-0
     stage runs twice, the survivors' final results continue their
@@ -171,7 +182,8 @@ def test_budget_halving_pauses_continues_and_survives_a_kill(tmp_path):
     records the ladder and the compute."""
     cfg = write_config(tmp_path / "c.yaml", budget=3e10, seeds=2)
     out = tmp_path / "out"
-    args = ("pilot", cfg, "--adaptive-policy", "budget-halving", "--out", out, "--heartbeat", 1)
+    args = ("pilot", cfg, "--adaptive-policy", "budget-halving", "--halving-eta", 3, "--halving-rungs", 2,
+            "--halving-keep", "ci", "--out", out, "--heartbeat", 1)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = start(args, str(tmp_path / "first"), env=env)
     db = out / "race.db"

@@ -59,13 +59,14 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
         config: a YAML path / mapping / GridConfig to start from (default: the embedded tiny grid).
         out_dir: where ``results.json`` goes (default: a temporary folder).
         adaptive: run half the pilots (True: the ``informative`` policy; or ``"halving"``;
-            race.run.adaptive.POLICIES); ``"budget-halving"``: every ρ to B/9, the ρ still in contention
-            continued from their saved state to B/3, then to B (docs/pilot.md, "Budget halving").
+            race.run.adaptive.POLICIES); ``"budget-halving"``: every ρ to B/11, the best half continued
+            from its saved state to B (docs/pilot.md, "Budget halving").
         adaptive_share: the share of the full grid's pilots an adaptive grid runs (default 0.5;
             implies ``adaptive``).
         halving_ladder: with ``"budget-halving"``, its ladder: a mapping of ``eta`` (each rung η × the last),
             ``rungs`` (below B) and ``keep`` (``"ci"``, ``"top-half"`` or a whole number k), each optional,
-            e.g. ``{"eta": 11, "rungs": 1, "keep": "top-half"}``: every ρ to B/11, the best half to B.
+            default ``{"eta": 11, "rungs": 1, "keep": "top-half"}``; ``{"eta": 3, "rungs": 2, "keep": "ci"}``
+            is the ladder before issue 49's live check (B/9, B/3, then B).
         allow_approximate: count a model type outside RACE's architecture table anyway (as a
             Llama-style decoder); the diagnosis then carries the warning. Without it such a model
             raises ``race.flops.architectures.UnsupportedArchitecture`` (a ``ValueError``) before any pilot.

@@ -45,15 +45,15 @@ from race.stats.report import FORMATS
 @click.option("--adaptive-policy", default=None, metavar="[" + "|".join(ADAPTIVE_POLICIES) + "]",
               help="Which adaptive grid (implies --adaptive): informative (default); halving (successive halving "
                    "over ρ, seeds as the resource); budget-halving (the budget as the resource: every ρ paused at "
-                   "B/9, the ρ still in contention continued from their saved state to B/3, then to B; "
+                   "B/11, the best half continued from its saved state to B; the ladder below sets it; "
                    "docs/pilot.md).")
 @click.option("--halving-eta", "halving_eta", default=None, metavar="N",
-              help="With budget-halving: each rung's budget is η × the last's, marks B/η^R … B/η (default 3).")
+              help="With budget-halving: each rung's budget is η × the last's, marks B/η^R … B/η (default 11).")
 @click.option("--halving-rungs", "halving_rungs", default=None, metavar="R",
-              help="With budget-halving: rungs below B (default 2: B/9 and B/3; 1 with --halving-eta 11: B/11).")
+              help="With budget-halving: rungs below B (default 1: B/11; 2 with --halving-eta 3: B/9 and B/3).")
 @click.option("--halving-keep", "halving_keep", default=None, metavar="ci|top-half|K",
-              help="With budget-halving: which ρ go on at a rung: ci (default: the ρ whose paired interval "
-                   "overlaps the best, at most ⌈n/η⌉), top-half (the best half by mean reading) or the best K.")
+              help="With budget-halving: which ρ go on at a rung: top-half (default: the best half by mean "
+                   "reading), ci (the ρ whose paired interval overlaps the best, at most ⌈n/η⌉) or the best K.")
 @click.option("--adaptive-share", type=float, default=None,
               help="Share of the full grid's pilots an adaptive grid runs (implies --adaptive; default 0.5, "
                    "or the study's own on a resume; a larger share on a resume adds pilots).")

@@ -77,7 +77,7 @@ class RunOptions:
                                            # ``design_ladder``); None: every pilot of the grid
     profile: bool = False                  # after the grid: where its wall time went (race.run.processes.wall_split)
     halving_ladder: Any = None             # budget halving's ladder: a mapping of eta, rungs, keep (``ladder``);
-                                           # None: the default (η 3, B/9 and B/3, keep ci), or a study's own on a resume
+                                           # None: the default (η 11, B/11, keep top-half), or a study's own on a resume
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "RunOptions":

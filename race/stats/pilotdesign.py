@@ -306,7 +306,7 @@ class FitShare:
                           f"({_prior_range()}) with the whole compute")
 
 
-HALVING_ETA, HALVING_RUNGS, HALVING_KEEP = 11, 1, "top-half"   # race.run.adaptive.budget.Ladder(11, 1, "top-half")
+HALVING_ETA, HALVING_RUNGS, HALVING_KEEP = 11, 1, "top-half"   # the ladder of `halving` and budget halving's default
 
 
 def ladder_alive(points: int, *, rungs: int = HALVING_RUNGS, keep: str | int = HALVING_KEEP,

@@ -1,7 +1,7 @@
 """The live check of the replay (issue 49): the replay's winning pilot design run live, scored as the replay scored it.
 
     python research/scripts/live_design.py run [--pin PIN] [--only NAME,…]   # run (or resume) the plan's settings
-    python research/scripts/live_design.py run --design default_ladder       # the plan's addendum: today's default ladder
+    python research/scripts/live_design.py run --design default_ladder       # the plan's addendum: the default ladder until this check
     python research/scripts/live_design.py score                            # live against replay, per grid
     python research/scripts/live_design.py tables                           # docs/pilot.md's block
     python research/scripts/live_design.py tables --check docs/pilot.md     # exit 1 if the doc's block differs
@@ -14,7 +14,7 @@ pilot record's, runs ``race pilot --adaptive-policy budget-halving`` with the pl
 checkout ``PIN`` (its storage under the plan's ``storage``: the same command resumes a stopped grid), and
 writes one gzipped JSON record per setting under the plan's ``records`` (the command, the pin's commit, the
 wall time, the config, results.json's budget-halving record and its pilots, floats at 6 digits). A setting
-with a record is not run again. The plan's addendum (``default_ladder``: today's default ladder, η 3, B/9
+with a record is not run again. The plan's addendum (``default_ladder``: the default ladder until this check, η 3, B/9
 and B/3, keep ci) runs the same way into its own records and storage; the replay did not score that design,
 so its table puts the nearest replay designs beside it, with no match rule.
 
@@ -284,7 +284,7 @@ def default_lines() -> list[str]:
 def tables_text() -> str:
     sections = [("The replay's winning design, live (η 11, one rung, top half)", table_lines)]
     if any(load_record(s["name"], "default_ladder") for s in plan()["settings"]):
-        sections.append(("Addendum: today's default ladder, live (η 3, B/9 and B/3, keep ci)", default_lines))
+        sections.append(("Addendum: the default ladder until this check, live (η 3, B/9 and B/3, keep ci)", default_lines))
     return V.section_tables(sections)
 
 
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--pin", default=str(ROOT), help="the pinned checkout the grids run from")
     r.add_argument("--only", default=None, help="comma-separated settings (default: the plan's, in order)")
     r.add_argument("--design", default="design", choices=("design", "default_ladder"),
-                   help="the plan's design, or its addendum (today's default ladder)")
+                   help="the plan's design, or its addendum (the default ladder until this check)")
     r.add_argument("--storage", default=None, help="default: the plan's (the addendum's for --design default_ladder)")
     sub.add_parser("score")
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """Successive halving over ρ with the *budget* as the resource: ``--adaptive-policy budget-halving``. Pure.
 
 Every pilot is planned at the config's budget B (the ladder's top) and paused on the way at the rung
-marks m_r = B / η^(R − r), r = 0 … R − 1 (defaults η = 3, R = 2: B/9, B/3). A *stage* is
+marks m_r = B / η^(R − r), r = 0 … R − 1 (defaults η = 11, R = 1: B/11). A *stage* is
 ``(ρ, seed, rung)``: rung 0 runs a pilot from scratch to m_0; rung r > 0 continues it from its state at
 m_(r−1) to m_r; rung R continues it to B, where it ends with its ``PilotResult``
 (race.engine.continuation). At each mark below the top the pilot's held-out reading (the final
@@ -13,11 +13,15 @@ best still overlaps it: over the seeds both have read, the paired differences d_
 mean d̄ ≤ ``Z`` · sd(d) / √n. With fewer than two shared seeds the interval is unknown and every alive
 ρ overlaps. At most the top ⌈n_alive / η⌉ survivors continue (classic successive halving's
 cut), so each rung costs at most what the one before did. A seed that failed for good at a rung stops
-there; a ρ with no reading at a rung is dropped. That is the ``ci`` keep rule, the default; the ladder
+there; a ρ with no reading at a rung is dropped. That is the ``ci`` keep rule. The ladder
 (``Ladder``: η, the rungs below B, the keep rule) is a parameter (``--halving-eta``, ``--halving-rungs``,
 ``--halving-keep``, checked once in race.run.options): keep ``top-half`` keeps the best ⌈n_alive / 2⌉ by
-mean reading, and a whole number k the best k, with no interval and no η cap (the replay's "top half"
-designs, docs/pilot.md; ``Ladder(eta=11, rungs=1, keep="top-half")``: every ρ to B/11, the best half to B).
+mean reading, and a whole number k the best k, with no interval and no η cap. The default ladder is
+``Ladder(eta=11, rungs=1, keep="top-half")``, every ρ to B/11 and the best half to B: the replay's one
+cheaper design that kept the flat grid's coverage, and live on 8 grids of rounds 1–2 it covered the
+full-run best ρ in 7, where η 3 with rungs B/9, B/3 and keep ``ci`` (the default until issue 49's live
+check; ``LEGACY_LADDER``, what a stored study without these keys ran) covered 2 (docs/pilot.md, "Live
+check of the replay").
 
 Why not optuna's ``SuccessiveHalvingPruner``: it decides for one trial at a time, as each reports an
 intermediate value, against the values other trials reported at that rung so far (a quantile, with
@@ -39,12 +43,14 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from race.run.adaptive.base import DEFAULT_SHARE
+from race.stats.pilotdesign import HALVING_ETA, HALVING_KEEP, HALVING_RUNGS
 
 Stage = tuple[float, int, int]      # (ρ, seed, rung); rung RUNGS is the top (the pilot's budget)
-ETA = 3                             # each rung keeps at most ⌈n / η⌉ ρ and runs η × the budget of the last
-RUNGS = 2                           # rungs below the top: marks B/η², B/η
+ETA = HALVING_ETA                   # each rung runs η × the budget of the last (11; `ci` keeps at most ⌈n / η⌉ ρ)
+RUNGS = HALVING_RUNGS               # rungs below the top (1: the mark B/11)
 Z = 2.0                             # the interval: d̄ ≤ Z · SE of the paired differences (the replay's "CI overlap")
-KEEP = "ci"                         # the keep rule: "ci" (the interval, capped at ⌈n / η⌉), "top-half", or k ≥ 1
+KEEP = HALVING_KEEP                 # the keep rule: "top-half", "ci" (the interval, capped at ⌈n / η⌉), or k ≥ 1
+LEGACY_LADDER = (3, 2, "ci")        # η, rungs, keep of a stored study that does not name them (the old default)
 Keep = str | int
 
 
@@ -65,9 +71,11 @@ class Ladder:
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, object] | None) -> "Ladder":
-        """The ladder a study's ``race:adaptive`` holds (a study from before the keep rule: ``ci``)."""
+        """The ladder a study's ``race:adaptive`` holds; a key it lacks is the old default's
+        (``LEGACY_LADDER``: a study from before the keep rule kept by ``ci``)."""
         st = stored or {}
-        return cls(int(st.get("eta", ETA)), int(st.get("rungs", RUNGS)), st.get("keep", KEEP))  # type: ignore[arg-type]
+        eta, rungs, keep = LEGACY_LADDER
+        return cls(int(st.get("eta", eta)), int(st.get("rungs", rungs)), st.get("keep", keep))  # type: ignore[arg-type]
 
     def line(self) -> str:
         keep = {"ci": f"the ρ whose interval overlaps the best, at most ⌈n/{self.eta}⌉",
@@ -90,7 +98,7 @@ def rung_survivors(readings: Mapping[float, Mapping[int, float]], eta: int = ETA
     if not read:
         return []
     order = sorted(read, key=lambda r: (-statistics.fmean(read[r].values()), r))
-    if keep != KEEP:
+    if keep != "ci":
         return order[:math.ceil(len(readings) / 2) if keep == "top-half" else int(keep)]
     best = read[order[0]]
 
@@ -138,7 +146,7 @@ def halving_cost(stages: Sequence[Stage], budget: float = 1.0, eta: int = ETA, r
 class BudgetHalving:
     """``budget_halving`` as an adaptive policy: its keys are stages (ρ, seed, rung), not pilots;
     ``resource`` says so to the coordinator (race.run.study). ``share`` does not apply (the rungs
-    decide the compute). ``ladder``: η, rungs and keep rule (the default: η 3, B/9 and B/3, ``ci``)."""
+    decide the compute). ``ladder``: η, rungs and keep rule (the default: η 11, B/11, ``top-half``)."""
 
     ladder: Ladder = Ladder()
     name: str = "budget-halving"

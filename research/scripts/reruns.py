@@ -127,9 +127,14 @@ def point_means(pilots: list[dict], target: str = "reward") -> dict[str, dict[st
 def verdict_fields(diag: dict) -> dict[str, Any]:
     """The primary verdict of a diagnosis dict (CLI JSON or results.json's ``diagnosis``)."""
     v = (diag.get("verdicts") or {}).get(diag.get("primary_target", "reward"), {})
-    return {"regime": diag.get("regime", v.get("regime")), "rho_range": _round(diag.get("rho_range", v.get("rho_range")), 4),
-            "recommended_rho": _round(diag.get("recommended_rho"), 4), "confidence": diag.get("confidence"),
-            "support": v.get("support") or (v.get("fits") or {}).get("support"), "open_side": diag.get("open_side")}
+    fits = v.get("fits") or {}
+    out = {"regime": diag.get("regime", v.get("regime")), "rho_range": _round(diag.get("rho_range", v.get("rho_range")), 4),
+           "recommended_rho": _round(diag.get("recommended_rho"), 4), "confidence": diag.get("confidence"),
+           "support": v.get("support") or fits.get("support"), "open_side": diag.get("open_side")}
+    if "bootstrap_share" in fits:       # a run made after issue 54: its confidence may be the rerun confidence
+        out.update(bootstrap_share=fits["bootstrap_share"], stated_rerun_confidence=fits.get("rerun_confidence"),
+                   confidence_method=fits.get("confidence_method"))
+    return out
 
 
 # ---------------------------------------------------------------- running
@@ -277,7 +282,10 @@ def rescore(recs: list[dict]) -> None:
 
 def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], list[dict]]:
     """Per verdict: stated confidence c (``key``) and its observed agreement (the share of the *other*
-    reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c."""
+    reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c. ``key``
+    "confidence" is the bootstrap share: a record's ``bootstrap_share`` where it has one (``rescore``, or a
+    run made after the stated confidence became the rerun confidence), else its stated confidence (every
+    run made before)."""
     by: dict[str, list[dict]] = {}
     for r in recs:
         by.setdefault(r["setting"], []).append(r)
@@ -288,7 +296,8 @@ def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], 
             if not others:
                 continue
             agree = sum(o["regime"] == r["regime"] for o in others) / len(others)
-            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r[key],
+            c = r.get("bootstrap_share", r[key]) if key == "confidence" else r[key]
+            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": c,
                          "agreement": agree})
     rows.sort(key=lambda x: x["confidence"])
     return rows, [{**b, "gap": b["observed"] - b["stated"]} for b in bins_of(rows, "confidence")]

@@ -131,9 +131,8 @@ def verdict_fields(diag: dict) -> dict[str, Any]:
     out = {"regime": diag.get("regime", v.get("regime")), "rho_range": _round(diag.get("rho_range", v.get("rho_range")), 4),
            "recommended_rho": _round(diag.get("recommended_rho"), 4), "confidence": diag.get("confidence"),
            "support": v.get("support") or fits.get("support"), "open_side": diag.get("open_side")}
-    if "bootstrap_share" in fits:       # a run made after issue 54: its confidence may be the rerun confidence
-        out.update(bootstrap_share=fits["bootstrap_share"], stated_rerun_confidence=fits.get("rerun_confidence"),
-                   confidence_method=fits.get("confidence_method"))
+    if "bootstrap_share" in fits:       # since issue 54 the stated confidence may be the rerun confidence
+        out.update(bootstrap_share=fits["bootstrap_share"], confidence_method=fits.get("confidence_method"))
     return out
 
 
@@ -210,6 +209,8 @@ def committed_records() -> list[dict]:
     and round 1's `default` pilot grid (the same config and seeds 0–2, transformers 5.19.0, run
     at an older commit, commit 84614f2, before the lockstep engine: another noise draw)."""
     recs = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
+    for r in recs:                      # a record from before issue 54 stated the bootstrap share as its confidence
+        r.setdefault("bootstrap_share", r["confidence"])
     settings = sorted({r["setting"] for r in recs})
     for s in settings:
         zero = rerun_zero(s)
@@ -248,9 +249,7 @@ def _classify_dict(pilots: list[dict]) -> dict:
     from race.stats.regime import classify
 
     ps = [PilotResult.from_dict(p) for p in pilots if p.get("status") == "complete"]
-    diag = classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0, rerun_confidence=False).to_dict()
-    v = diag["verdicts"][diag["primary_target"]]
-    return {**diag, "confidence": v["fits"].get("bootstrap_share", diag["confidence"])}
+    return classify(ps, primary_target="reward", n_boot=N_BOOT, seed=0, rerun_confidence=False).to_dict()
 
 
 def _record_pilots(r: dict) -> list | None:
@@ -280,12 +279,11 @@ def rescore(recs: list[dict]) -> None:
                  rerun_confidence=v.fits["rerun_confidence"])
 
 
-def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], list[dict]]:
+def reliability(recs: list[dict], key: str = "bootstrap_share") -> tuple[list[dict], list[dict]]:
     """Per verdict: stated confidence c (``key``) and its observed agreement (the share of the *other*
-    reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c. ``key``
-    "confidence" is the bootstrap share: a record's ``bootstrap_share`` where it has one (``rescore``, or a
-    run made after the stated confidence became the rerun confidence), else its stated confidence (every
-    run made before)."""
+    reruns of its setting that state the same regime); bins of ≥ MIN_BIN verdicts by c. The default is
+    the bootstrap share, the confidence stated before issue 54 (``committed_records`` gives every record
+    one)."""
     by: dict[str, list[dict]] = {}
     for r in recs:
         by.setdefault(r["setting"], []).append(r)
@@ -296,8 +294,7 @@ def reliability(recs: list[dict], key: str = "confidence") -> tuple[list[dict], 
             if not others:
                 continue
             agree = sum(o["regime"] == r["regime"] for o in others) / len(others)
-            c = r.get("bootstrap_share", r[key]) if key == "confidence" else r[key]
-            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": c,
+            rows.append({"setting": s, "name": r["name"], "regime": r["regime"], "confidence": r[key],
                          "agreement": agree})
     rows.sort(key=lambda x: x["confidence"])
     return rows, [{**b, "gap": b["observed"] - b["stated"]} for b in bins_of(rows, "confidence")]
@@ -330,13 +327,13 @@ def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
         a = sum(x["agreement"] for x in rows) / len(rows)
         lines.append(f"| all | {len(rows)} | {c:.3f} | {a:.3f} | {a - c:+.3f} |")
     scored = [r for r in recs if "rerun_confidence" in r]
-    if scored:
-        part, _ = reliability(scored, "rerun_confidence")
+    rerun_rows = reliability(scored, "rerun_confidence")[0] if scored else []
+    if rerun_rows:
         lines += ["", "## Reliability of the rerun confidence (race.stats.regime.rerun_confidence, the collapse "
                       "mixture of race.stats.confidence, recomputed from each run's pilots; its floor was chosen "
                       "leave-one-setting-out on these runs: research/scripts/rerun_models.py loso)",
-                  *reliability_lines(part, "confidence", f"rerun confidence vs agreement ({len(part)} verdicts)")[1:]]
-    lines += _fixed_bin_sections(rows, scored)
+                  *reliability_lines(rerun_rows, "confidence", f"rerun confidence vs agreement ({len(rerun_rows)} verdicts)")[1:]]
+    lines += _fixed_bin_sections(rows, rerun_rows)
     if predicted:
         by_name = {r["name"]: r for r in recs}
         for key in ("predicted_agreement", "predicted_rule", "predicted_gate"):
@@ -346,14 +343,14 @@ def _reliability_sections(recs: list[dict], *, predicted: bool) -> list[str]:
     return lines
 
 
-def _fixed_bin_sections(rows: list[dict], scored: list[dict]) -> list[str]:
-    """Both confidences in reliability-diagram bins 0.1 wide (issue 54's target: within 0.1 of the
-    observed agreement in every bin of ≥ MIN_BIN verdicts; smaller bins are listed, not judged)."""
+def _fixed_bin_sections(rows: list[dict], rerun_rows: list[dict]) -> list[str]:
+    """Both confidences (``reliability`` rows of the bootstrap share and of the rerun confidence) in
+    reliability-diagram bins 0.1 wide (issue 54's target: within 0.1 of the observed agreement in every
+    bin of ≥ MIN_BIN verdicts; smaller bins are listed, not judged)."""
     out = []
-    parts = [("bootstrap share (the confidence stated before issue 54)", rows)]
-    if scored:
-        parts.append(("rerun confidence (the stated confidence since issue 54)", reliability(scored, "rerun_confidence")[0]))
-    for title, part in parts:
+    parts = [("bootstrap share (the confidence stated before issue 54)", rows),
+             ("rerun confidence (the stated confidence since issue 54)", rerun_rows)]
+    for title, part in (p for p in parts if p[1]):
         bins = fixed_bins(part, "confidence")
         judged = [b for b in bins if b["n"] >= MIN_BIN]
         worst = max((abs(b["observed"] - b["stated"]) for b in judged), default=float("nan"))

@@ -79,8 +79,8 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     complete pilots report. The output does not depend on the order of
     ``results``. Raises ValueError on: no complete result, < 3 grid points, a
     requested target missing from a pilot, misaligned prompt counts. ``rerun_confidence``: simulate
-    reruns for ``fits["rerun_confidence"]`` (race.stats.confidence; about 0.5–1 s per target on 2
-    cores); None: when ``CONFIDENCE_METHOD`` is ``"rerun"`` (the default), and then the confidence is
+    reruns for ``fits["rerun_confidence"]`` (race.stats.confidence; 0.15–0.9 s per target on 2
+    shared cores, docs/benchmarks.md); None: when ``CONFIDENCE_METHOD`` is ``"rerun"`` (the default), and then the confidence is
     it; False: the confidence is the bootstrap share, and ``fits["rerun_confidence"]`` is None.
     """
     simulate = CONFIDENCE_METHOD == "rerun" if rerun_confidence is None else bool(rerun_confidence)

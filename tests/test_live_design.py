@@ -44,3 +44,28 @@ def test_the_docs_table_is_the_committed_records():
     r = subprocess.run([sys.executable, "research/scripts/live_design.py", "tables", "--check", "docs/pilot.md"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_every_share_record_ran_what_race_sizes_at_the_planned_share():
+    """The plan's addendum 2 (``at_share``): each record ran ``race pilot --full-run F --design D --share S``
+    and its budget is what race.run.sizing sizes for that grid (research/scripts/live_share.py)."""
+    plan = yaml.safe_load(PLAN.read_text(encoding="utf-8"))["at_share"]
+    paths = sorted((Path(ROOT) / plan["records"]).glob("*.json.gz"))
+    assert paths, "no at-share record committed"
+    sys.path.insert(0, str(Path(ROOT) / "research" / "scripts"))
+    import live_share
+
+    planned = {live_share.key_of(i, d): (i, d) for i in live_share.planned_grids() for d in plan["designs"]}
+    for path in paths:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            rec = json.load(fh)
+        i, d = planned[path.name[:-len(".json.gz")]]
+        assert f"--design {d} --share {plan['share']:g}" in rec["command"] and f"--full-run {rec['F']:.6g}" in rec["command"]
+        want, _ = live_share.sized(i, d, Path(ROOT))
+        assert rec["budget"] == pytest.approx(want["budget"], rel=1e-6) and len(rec["pilots"]) == len(want["pilots"])
+
+
+def test_the_share_tables_are_the_committed_records():
+    r = subprocess.run([sys.executable, "research/scripts/live_share.py", "tables", "--check", "docs/pilot.md"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]

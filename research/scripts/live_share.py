@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -101,6 +102,7 @@ def base_config(i: int, pin: Path) -> dict:
     return {**cfg, "full_run_budget": float(g["F"])}
 
 
+@lru_cache(maxsize=None)
 def sized(i: int, design: str, pin: Path, share: float | None = None) -> tuple[dict | None, str]:
     """race.run.sizing.size_pilots on the grid's config: (the design's record, its one line), or (None, why
     race refuses it)."""
@@ -179,10 +181,17 @@ def grid_at(i: int, rec: dict) -> dict[str, Any]:
             "covered": V._within(rr.best_rho, lo, hi), "regret": rr.regret(rho)}
 
 
+def _eval_flops(p: dict) -> float:
+    ev = (p.get("extra") or {}).get("eval_flops") or 0.0
+    return float(sum(ev.values()) if isinstance(ev, dict) else ev)
+
+
 def spent(rec: dict) -> float:
-    """Everything the pilots spent (training C_total and their held-out evaluation), over F."""
-    return sum(p["flops"]["total"] + float((p.get("extra") or {}).get("eval_flops") or 0.0)
-               for p in rec["pilots"]) / float(rec["F"])
+    """Everything the pilots spent (training C_total and held-out evaluation), over F: budget halving's own
+    count where the run kept one (its readings at the rung included), else the pilots' FLOPs and evaluation."""
+    c = (rec.get("budget_halving") or {}).get("compute")
+    total = c["total_flops"] if c else sum(p["flops"]["total"] + _eval_flops(p) for p in rec["pilots"])
+    return total / float(rec["F"])
 
 
 def rows() -> list[dict[str, Any]]:
@@ -233,7 +242,18 @@ def table_lines() -> list[str]:
         out.append(f"| {r['label']} | {r['best']:.2f} | {r['design']} | {r['B']:.3g} ({r['reach']:.1f}) | "
                    f"{r['pilots']} | {r['spent']:.3f} | {L._rng(s['range'])} ({s['width']:.2f}) | {L._yn(s['covered'])} | "
                    f"{s['regret']:.2f} | {r['prior']['regret']:.2f} | {r['wall_min']:.1f} |")
-    return out + ["", decision(rs)]
+    per = []
+    for d in spec()["designs"]:
+        ds = [r for r in rs if r["design"] == d]
+        if ds:
+            per.append(f"{d} covered {sum(r['score']['covered'] for r in ds)} of {len(ds)}, median width "
+                       f"{L._med([r['score']['width'] for r in ds]):.2f}, median regret "
+                       f"{L._med([r['score']['regret'] for r in ds]):.2f}, spent {min(r['spent'] for r in ds):.3f}–"
+                       f"{max(r['spent'] for r in ds):.3f} of F")
+    grids = sorted({r["i"] for r in rs})
+    if grids:
+        per.append(f"the prior alone: median regret {L._med([R.design_at(i, PRIOR)['regret'] for i in grids]):.2f}")
+    return out + ["", f"Over {len(grids)} grids: " + "; ".join(per) + ".", "", decision(rs)]
 
 
 def sizing_lines(pin: Path = ROOT) -> list[str]:
@@ -251,9 +271,12 @@ def sizing_lines(pin: Path = ROOT) -> list[str]:
                           else "refused") + f" | {f'{least:.2f}' if least is not None else '> 0.99'}")
         out.append(f"| {R.label(g)} | {float(g['F']):.3g} | " + " | ".join(cells) + " |")
     n = {d: sum(sized(i, d, pin)[0] is not None for i in scored_grids()) for d in ds}
+    least = {d: statistics.median(x if x is not None else 1.0 for x in (least_share(i, d, pin) for i in scored_grids()))
+             for d in ds}
     return out + ["", f"At the {float(spec()['share']):.0%} share, of {len(scored_grids())} scored grids: "
                   + ", ".join(f"{d} sized on {n[d]}" for d in ds) + f"; the plan's grids (every design sized): "
-                  f"{len(planned_grids(pin))}."]
+                  f"{len(planned_grids(pin))}. The median least share (> 0.99 counted as 1): "
+                  + ", ".join(f"{d} {least[d]:.2f}" for d in ds) + "."]
 
 
 def tables_text() -> str:

@@ -186,3 +186,39 @@ def test_race_plan_reads_the_configs_own_design_and_share(tmp_path):
     _, d = size_pilots(build_config(str(cfg_path)), full_run=3e12)
     assert planned["full_run"]["design"]["share"] == 0.3 == d["share"]
     assert planned["full_run"]["design"]["pilots"] == d["pilots"]
+
+
+def test_a_sized_grid_whose_evaluation_runs_longer_than_expected_warns_after_calibration():
+    """race.run.sizing.overrun_line, the coordinator's share_warning: the design counted held-out evaluation at
+    the config's expected lengths (5.9 and 3.5 tokens); at round 1's `hard` calibrated lengths (8.0 and 4.59)
+    the evaluation costs more and the pilots spend over their share. Training stays at B: only the evaluation
+    is rescaled, by the ratio race.flops.grid.eval_flops gives."""
+    from race.run.sizing import overrun_line
+    from race.run.study import study_meta
+
+    cfg = build_config(None)
+    for design in ("fit", "halving"):
+        sized, d = size_pilots(cfg, full_run=6e12, design=design, share=0.1)
+        planned, arch = plan_grid(sized), policy_arch(sized)
+        assert overrun_line(d, sized, planned.prompt_len, planned.completion_len) is None     # as planned: the share
+        assert overrun_line(d, sized, 4.0, 2.0) is None                                       # shorter: under it
+        ratio = eval_flops(sized, arch, 8.0, 4.59375) / eval_flops(sized, arch, planned.prompt_len, planned.completion_len)
+        training = d["halving"]["training"] if design == "halving" else 12 * d["budget"]
+        spend = training + (d["spent"] - training) * ratio
+        assert ratio > 1.3 and spend > 0.1 * 6e12 * 1.01
+        line = overrun_line(d, sized, 8.0, 4.59375)
+        assert f"{ratio:.2f} × its estimate" in line and f"about {spend / 6e12:.1%} of F, over the 10% share" in line
+    assert overrun_line(None, sized, 8.0, 4.59375) is None and overrun_line({}, sized, 8.0, 4.59375) is None
+
+    class Cal:                                   # what study_meta reads of a calibration
+        prompt_len, completion_len, pass_rate, healthy = 8.0, 4.59375, 0.2, None
+
+        def data_warning(self):
+            return None
+
+        def reward_warning(self):
+            return None
+
+    meta = study_meta(cfg, sized, plan_grid(sized), Cal(), backend="hf", design=d)
+    assert meta["share_warning"] == overrun_line(d, sized, 8.0, 4.59375)
+    assert "share_warning" not in study_meta(cfg, sized, plan_grid(sized), Cal(), backend="hf", design=None)

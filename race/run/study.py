@@ -151,12 +151,11 @@ def create_study(st: Any, config: GridConfig, o: RunOptions, *, backend: str, ca
     run_cfg = replace(config, grpo=replace(config.grpo, **cal.healthy)) if cal.healthy is not None else config
     plan = plan_grid(run_cfg, prompt_len=cal.prompt_len, completion_len=cal.completion_len)
     classify = {"primary_target": "reward", "n_boot": 1000, "seed": 0, **(classify_kw or {})}
-    meta = study_meta(config, run_cfg, plan, cal, backend=backend)
+    meta = study_meta(config, run_cfg, plan, cal, backend=backend, design=o.design)
     if not o.quiet:
         from race.core.safeio import one_line
 
-        for w in [*plan.warnings, *(meta[k] for k in ("data_warning", "reward_warning", "signal_warning")
-                                    if k in meta)]:
+        for w in [*plan.warnings, *(meta[k] for k in CALIBRATION_WARNINGS if k in meta)]:
             print(f"warning: {one_line(w)}", file=sys.stderr, flush=True)
     plan_dict = {**plan.to_dict(), "calibration": cal.to_dict()}
     if o.import_pilots:            # the imported schedules against this plan, before the study exists
@@ -170,10 +169,19 @@ def create_study(st: Any, config: GridConfig, o: RunOptions, *, backend: str, ca
         st.check_compatible(user_cfg)
 
 
-def study_meta(config: GridConfig, run_cfg: GridConfig, plan: Any, cal: Any, *, backend: str) -> dict[str, Any]:
+# the warnings a new study's calibration can give, in the order race pilot prints them (race.stats.report
+# repeats them under the same keys)
+CALIBRATION_WARNINGS = ("data_warning", "reward_warning", "signal_warning", "share_warning")
+
+
+def study_meta(config: GridConfig, run_cfg: GridConfig, plan: Any, cal: Any, *, backend: str,
+               design: Any = None) -> dict[str, Any]:
     """What a new study records beside its plan: the model, reward (a custom one with its file's
     sha256, what a worker must have byte for byte), backend, task, budget, and the warnings of the plan
-    and the calibration."""
+    and the calibration (``share_warning``: a sized ``design`` whose evaluation at the calibrated lengths
+    takes its pilots over their share of F, race.run.sizing.overrun_line)."""
+    from race.run.sizing import overrun_line
+
     reward = config.reward.kind + (f" ({config.reward.function})" if config.reward.kind == "custom" else "")
     meta = {"model": config.model, "reward": reward, "backend": backend, "task": config.task,
             "budget_per_pilot": config.budget, "seeds": config.seeds}
@@ -186,7 +194,9 @@ def study_meta(config: GridConfig, run_cfg: GridConfig, plan: Any, cal: Any, *, 
     if plan.warnings:
         meta["flop_warnings"] = list(plan.warnings)
     for key, line in (("data_warning", cal.data_warning()), ("reward_warning", cal.reward_warning()),
-                      ("signal_warning", signal_line(getattr(cal, "pass_rate", None), run_cfg.schedule.n_train))):
+                      ("signal_warning", signal_line(getattr(cal, "pass_rate", None), run_cfg.schedule.n_train)),
+                      ("share_warning", overrun_line(design, run_cfg, cal.prompt_len, cal.completion_len)
+                       if isinstance(design, Mapping) else None)):
         if line:
             meta[key] = line
     return meta

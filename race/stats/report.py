@@ -376,8 +376,8 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
         parts.append(_targets_table(others, fmt))
         parts.append(heading("agreement across targets", fmt))
         parts.append(_agreement_table(diag, fmt))
-    notes = list(meta.get("flop_warnings") or []) + [meta[k] for k in ("data_warning", "reward_warning", "signal_warning") if meta.get(k)] \
-        + list(diag.warnings)
+    calibration = [meta[k] for k in ("data_warning", "reward_warning", "signal_warning", "share_warning") if meta.get(k)]
+    notes = list(meta.get("flop_warnings") or []) + calibration + list(diag.warnings)
     if notes:
         parts.append(render_lines([f"warning: {w}" for w in notes], fmt))
     return "\n\n".join(parts) + "\n"

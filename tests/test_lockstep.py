@@ -165,6 +165,65 @@ def test_lockstep_updates_track_the_solo_ones(models):
         assert max(float((a[n] - b[n]).abs().max()) for n in a) < 0.05 * moved
 
 
+def _wide_batches(widths=(4, 6, 5), prompts=8, rollouts=8):
+    """Per-seed batches of the default grid's ρ 0.74 shape (8 prompts × 8 rollouts, all kept), seed
+    k's longest completion ``widths[k]`` tokens: over 300 token rows per seed, the others padded."""
+    import torch
+
+    from race.engine import grpo
+
+    gen = torch.Generator().manual_seed(5)
+    out = []
+    for width in widths:
+        def ids(n):
+            return [int(x) for x in torch.randint(4, 20, (n,), generator=gen)]
+        lens = [int(x) for x in torch.randint(1, width + 1, (prompts * rollouts,), generator=gen)]
+        lens[int(torch.randint(0, len(lens), (1,), generator=gen))] = width
+        out.append(grpo.pack([ids(int(torch.randint(4, 8, (1,), generator=gen))) for _ in range(prompts)],
+                             [ids(n) for n in lens], [i for i in range(prompts) for _ in range(rollouts)],
+                             torch.randn(prompts * rollouts, generator=gen).tolist(), 0))
+    return out
+
+
+@pytest.mark.parametrize("micro_batch", [None, 32])
+def test_a_groups_update_is_the_solo_update_bit_for_bit_at_the_default_grids_shape(models, micro_batch):
+    """At 8 prompts × 8 rollouts (≥ 300 token rows per seed) with seeds of different widths, μ = 2
+    iterations through ``update_seeds`` give each seed of a group the loss, adapter and AdamW state
+    of its one-seed update, bit for bit. A CPU GEMM splits a long reduction into blocks that follow
+    its length, so the adapter gradient over a seed's rows padded to the widest seed rounded
+    otherwise once the padded rows were past one block (MKL: 384; the default grid's ρ 0.74 pilots:
+    1e-9 from their second step on, other reward curves after 105–274 steps); it now reduces over
+    the seed's own rows only, and its loss over its own completion columns."""
+    import copy
+
+    import torch
+
+    from race.engine import grpo
+
+    solo, group, _ = models
+    solo, group = copy.deepcopy(solo), copy.deepcopy(group)
+    batches = _wide_batches()
+    assert all(b.prompt_mask.numel() + b.completion_mask.numel() > 300 for b in batches)
+    stacked = grpo.stack_batches(batches, pad_id=0)
+    assert stacked.prompt_mask[0].numel() + stacked.completion_mask[0].numel() > 384
+    kw = dict(mu=2, temperature=1.0, clip_eps=0.2, loss_agg="dapo", max_completion_len=6, beta=1e-3,
+              entropy_coef=1e-3, micro_batch=micro_batch, pad_id=0)
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0, fused=True)
+
+    opts = [adamw(list(lm.adapters[0].parameters())) for lm in solo]
+    want = [grpo.update_seeds(lm, [o], [b], **kw)[0] for lm, o, b in zip(solo, opts, batches)]
+    gopts = [adamw(group.parameters_of(s)) for s in SEEDS]
+    got = grpo.update_seeds(group, gopts, batches, **kw)
+    assert got == want                                                   # losses, clip fractions, KL, entropy
+    for lm, s, o, go in zip(solo, SEEDS, opts, gopts):
+        a, b = lm.adapter_state_dict(), group.adapter_state_dict(s)
+        assert all(torch.equal(a[n], b[n]) for n in a)
+        for p, q in zip(lm.adapters[0].parameters(), group.parameters_of(s)):
+            assert all(torch.equal(o.state[p][k], go.state[q][k]) for k in ("exp_avg", "exp_avg_sq"))
+
+
 def test_a_seed_that_left_the_batch_is_frozen(models):
     import copy
 
@@ -266,6 +325,52 @@ def test_a_lockstep_pilot_is_the_solo_pilot_bit_for_bit(torch_one_thread):
         assert b.extra["engine"] == "lockstep (2 seeds)" and "engine" not in a.extra
         assert all(b.wall_seconds[k] > 0 for k in ("rollout", "reward", "update", "sync", "eval"))   # its share
     assert solo[0].curve != solo[1].curve            # the seeds differ: each has its own streams
+
+
+def test_a_grouped_seed_keeps_its_solo_state_bit_for_bit_at_the_default_grids_rho_074(torch_one_thread):
+    """The default grid's ρ 0.74 point (8 × 8 → 8, μ 1), stepped by one engine of seeds 0 and 1 and
+    by one engine per seed: after each of 3 steps every seed's adapter and AdamW state are its solo
+    engine's, bit for bit, and some step padded a seed's token rows to over 384 (where its adapter
+    gradient rounded otherwise: from step 2 on, before the fix)."""
+    import torch
+
+    from race.engine import grpo
+    from race.engine.loop import PilotLoop
+    from race.engine.seed_axis import SeedAxisEngine
+    from race.tasks.taskdata import task_problems
+
+    cfg = build_config(None, budget=1e11)
+    schedule = next(s for s in plan_grid(cfg).schedules if s.rho_target == 0.74)
+    assert (schedule.prompts_per_step, schedule.n_gen, schedule.n_train, schedule.mu) == (8, 8, 8, 1)
+
+    def engine(seeds):
+        e = SeedAxisEngine(cfg, schedule, seeds)
+        return e, [PilotLoop(cfg, schedule, s, task_problems(cfg, e.backend.tok, split="train", seed=s)) for s in seeds]
+
+    (group, loops), solos = engine([0, 1]), [engine([s]) for s in (0, 1)]
+    widths, update = [], group.trainer.update
+
+    def seen(seeds, optimizers, packs, **kw):
+        rows = [p.prompt_mask.numel() + p.completion_mask.numel() for p in packs]     # its own, solo
+        stacked = grpo.stack_batches(packs, pad_id=0)
+        widths.append((rows, stacked.prompt_mask[0].numel() + stacked.completion_mask[0].numel()))
+        return update(seeds, optimizers, packs, **kw)
+
+    group.trainer.update = seen
+    try:
+        for _ in range(3):
+            group.step([0, 1], [loop.next_problems() for loop in loops])
+            for k, (solo, (loop,)) in enumerate(solos):
+                solo.step([0], [loop.next_problems()])
+                mine, theirs = solo.trainer.parameters_of(k), group.trainer.parameters_of(k)
+                assert all(torch.equal(p, q) for p, q in zip(mine, theirs))
+                states = solo.optimizers[0].state, group.optimizers[k].state
+                assert all(torch.equal(states[0][p][n], states[1][q][n]) for p, q in zip(mine, theirs)
+                           for n in ("exp_avg", "exp_avg_sq"))
+    finally:
+        for e in [group] + [e for e, _ in solos]:
+            e.close()
+    assert any(min(rows) < padded and padded > 384 for rows, padded in widths), widths
 
 
 def _code_path(run) -> set:

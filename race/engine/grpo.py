@@ -158,7 +158,7 @@ def completion_logprobs(model, batch: "TrainBatch", *, temperature: float = 1.0,
     T = batch.completion_width
     if hasattr(model, "forward_grouped"):
         logits = model.forward_grouped(batch.prompt_ids, batch.prompt_mask, batch.group,
-                                       batch.completion_ids, batch.completion_mask)
+                                       batch.completion_ids, batch.completion_mask, widths=batch.seed_widths)
     else:
         ids, mask = batch.input_ids, batch.attention_mask
         out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0),
@@ -254,7 +254,8 @@ class TrainBatch:
     prompt_ids / prompt_mask: [G, Lp], one row per prompt, left-padded; group: [B] the
     prompt row of each sequence; completion_ids / completion_mask: [B, T], right-padded;
     advantages: [B]. ``input_ids`` / ``attention_mask`` give the ``[pad… prompt |
-    completion …pad]`` rows ([B, Lp + T]) for models that run whole sequences.
+    completion …pad]`` rows ([B, Lp + T]) for models that run whole sequences. ``seed_widths``
+    (``stack_batches``' batches only): per seed the (Lp, T) of its own batch before stacking.
     """
 
     prompt_ids: torch.Tensor
@@ -263,6 +264,7 @@ class TrainBatch:
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
     advantages: torch.Tensor
+    seed_widths: tuple[tuple[int, int], ...] | None = None
 
     @property
     def completion_width(self) -> int:
@@ -409,8 +411,10 @@ def update(policy, optimizer, batch: TrainBatch, *, mu: int, temperature: float,
 def stack_batches(batches: Sequence[TrainBatch], pad_id: int) -> TrainBatch:
     """Per-seed batches of one shape (same prompts and sequences per seed) as one ``TrainBatch`` with
     a leading seed axis: prompt_ids / prompt_mask [S, G, Lp] (left-padded to the widest seed),
-    group [S, B], completion_ids / completion_mask [S, B, Lc] (right-padded), advantages [S, B].
-    Padding only adds masked positions, which change no real one (race.engine.backends.lockstep)."""
+    group [S, B], completion_ids / completion_mask [S, B, Lc] (right-padded), advantages [S, B],
+    ``seed_widths`` each seed's own (Lp, Lc). Padding only adds masked positions, which change no
+    real one (race.engine.backends.lockstep); the reductions over a seed's positions (its adapter
+    gradient, its loss) run over its own widths only, so its numbers stay its solo pilot's."""
     if len(batches) == 1:               # one seed: views with an axis of 1, no copy
         b = batches[0]
         return TrainBatch(*(t.unsqueeze(0) for t in (b.prompt_ids, b.prompt_mask, b.group, b.completion_ids,
@@ -433,7 +437,8 @@ def stack_batches(batches: Sequence[TrainBatch], pad_id: int) -> TrainBatch:
                       torch.stack([b.group for b in batches]),
                       torch.stack([right(b.completion_ids, pad_id) for b in batches]),
                       torch.stack([right(b.completion_mask, 0) for b in batches]),
-                      torch.stack([b.advantages for b in batches]))
+                      torch.stack([b.advantages for b in batches]),
+                      tuple((b.prompt_ids.shape[1], b.completion_ids.shape[1]) for b in batches))
 
 
 def _seed_slice(batch: TrainBatch, s: int) -> TrainBatch:
@@ -481,8 +486,9 @@ def update_seeds(policy, optimizers: Sequence[Any], batches: Sequence[TrainBatch
                                                 with_entropy=entropy_coef > 0)        # [S, B, Lc]
             if olds[k] is None:
                 olds[k] = logp.detach()
-            total = _seeds_loss(logp, olds[k], refs[k], entropy, chunk, [w[k] for w in weights], acc,
-                                seed_axis=seed_axis, weighted=n_chunks > 1, loss_kw=loss_kw)
+            total = _seeds_loss(logp, olds[k], refs[k], entropy, chunk, [w[k] for w in weights],
+                                [w[k] for w in widths], acc, seed_axis=seed_axis, weighted=n_chunks > 1,
+                                loss_kw=loss_kw)
             total.backward()
         for s in range(S):
             _step_seed(optimizers[s], params[s], None if lr_schedulers is None else lr_schedulers[s], max_grad_norm)
@@ -518,16 +524,18 @@ def _of_seed(t: Any, s: int, seed_axis: bool) -> Any:
 
 
 def _seeds_loss(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, entropy: torch.Tensor | None,
-                chunk: TrainBatch, weights: Sequence[float], acc: list[list[float]], *, seed_axis: bool,
-                weighted: bool, loss_kw: dict) -> torch.Tensor:
+                chunk: TrainBatch, weights: Sequence[float], widths: Sequence[int], acc: list[list[float]], *,
+                seed_axis: bool, weighted: bool, loss_kw: dict) -> torch.Tensor:
     """The summed loss of one micro-batch over the seeds (each seed's ``policy_loss`` times its chunk
     weight ``weights[s]`` when there are several micro-batches), seed by seed in order; adds each
-    seed's weighted loss, clip fraction, KL and entropy to ``acc[s]``."""
+    seed's weighted loss, clip fraction, KL and entropy to ``acc[s]``. Each seed's loss reads only
+    its own ``widths[s]`` completion columns: a sum's rounding follows its length, padding included."""
     total = None
-    for s, w in enumerate(weights):
-        terms = policy_loss(_of_seed(logp, s, seed_axis), _of_seed(old, s, seed_axis),
-                            _of_seed(chunk.advantages, s, seed_axis), _of_seed(chunk.completion_mask, s, seed_axis),
-                            ref_logp=_of_seed(ref, s, seed_axis), entropy=_of_seed(entropy, s, seed_axis), **loss_kw)
+    for s, (w, width) in enumerate(zip(weights, widths)):
+        own = [_of_seed(t, s, seed_axis) for t in (logp, old, chunk.completion_mask, ref, entropy)]
+        own = [t if t is None else t[:, :width] for t in own]
+        terms = policy_loss(own[0], own[1], _of_seed(chunk.advantages, s, seed_axis), own[2], ref_logp=own[3],
+                            entropy=own[4], **loss_kw)
         term = terms.loss * w if weighted else terms.loss
         total = term if total is None else total + term
         a = acc[s]

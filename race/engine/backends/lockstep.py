@@ -3,21 +3,24 @@
 The seeds of one grid point run the same schedule (prompts per step, rollouts, μ), so every
 activation can carry a leading *seed axis* ``S``: a base-weight matmul runs once over every seed's
 tokens (``F.linear`` on ``[S, …, D]``), and each seed's LoRA A/B apply as batched matmuls
-(``torch.bmm`` over the seed axis, as multi-LoRA serving does: punica / S-LoRA, vLLM's
-``max_loras``). ``LockstepLM`` holds one adapter per seed; ``active`` names the seeds in the batch
+(``torch.bmm`` over the seed axis: race.engine.backends.lora_ops; as multi-LoRA serving does:
+punica / S-LoRA, vLLM's ``max_loras``). ``LockstepLM`` holds one adapter per seed; ``active`` names the seeds in the batch
 (a seed whose budget is spent leaves it, and its adapter is frozen from then on).
 
 Invariants:
 - a seed's adapter is drawn as ``LeanLM.new_adapter`` after ``torch.manual_seed(seed)`` (a
   ``from_pretrained`` draws nothing), whichever seeds share the group, and each seed keeps its own
   optimizer, schedule and generators (race.engine.seed_axis): nothing but matmul batching is shared;
-- per-seed logits, losses and gradients equal the one-seed group's to fp32 rounding
-  (tests/test_lockstep.py); padding a seed's rows to the widest seed changes no real position;
+- per-seed logits, losses, gradients and so adapters equal the one-seed group's bit for bit
+  (tests/test_lockstep.py): padding a seed's rows to the widest seed changes no real position, and
+  the reductions over token rows (a seed's adapter gradient, its loss) run over its solo rows only
+  (race.engine.backends.lora_ops, race.engine.grpo), since a CPU GEMM's rounding follows the length
+  of the reduction, zero padding rows included;
 - ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
   solo sampler would hold (the same compaction rule, applied per seed), so which other seeds share
   the batch does not change how a seed's random stream is consumed;
 - a one-seed group (a solo pilot) takes the same inputs and returns the same shapes, but runs
-  without the seed axis inside (``_LoRAGroup`` over its parameters as they are, plain matmuls): the
+  without the seed axis inside (``LoRAGroup`` over its parameters as they are, plain matmuls): the
   same products, so its numbers equal its row of a group's, without the axis's bookkeeping.
 
 Sampling runs each seed's merged weights (``W + s·B_s·A_s``, stacked ``[S, out, in]``, one batched
@@ -34,98 +37,7 @@ import torch.nn.functional as F
 from race.engine.backends.base import RolloutBatch
 from race.engine.backends.hf import COMPACT_MIN_LEFT, COMPACT_SHARE, top_p_filter
 from race.engine.backends.lean import LeanLM
-
-
-class _LoRAGroupSeeds(torch.autograd.Function):
-    """y = x·Wᵀ + b + s·(x_s·A_{m,s}ᵀ)·B_{m,s}ᵀ for each adapted member m of a projection group
-    (into m's output rows) and each seed s, as ONE autograd node: x [S, …, D], A_m [S, r, D],
-    B_m [S, out_m, r].
-
-    The base matmul runs once over all seeds' rows; the members' A matrices are stacked so that
-    x·Aᵀ, the A-gradient and the input gradient through A each take one batched matmul (``bmm``
-    over the seed axis) for the whole group. Every product is one that peft's unmerged LoRA
-    computes too (so ``flops.learning_flops`` counts them), only fewer and larger: forward x·Wᵀ,
-    x·A_allᵀ, then (·)·B_mᵀ per member; backward g·B_m and dB_m = gᵀ·(s·x·A_mᵀ) per member,
-    dA_all = (s·g·B)ᵀ·x and, only when x needs a gradient, dx = g·W + (s·g·B)·A_all, each taken
-    with the rank r as its row count (CPU GEMM kernels run a thin output of r columns 3–12×
-    slower than the same product transposed). Autograd would build five nodes and a dozen small
-    kernels per adapted layer; on small models that bookkeeping, not arithmetic, was the update's
-    cost."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, scale, slices, *ab):
-        S = x.shape[0]
-        y = F.linear(x, weight, bias)
-        x3 = x.reshape(S, -1, x.shape[-1])
-        A_all = torch.cat(ab[0::2], dim=1) if len(slices) > 1 else ab[0]          # [S, k·r, D]
-        r = ab[0].shape[1]
-        y3 = y.view(S, -1, y.shape[-1])
-        xa = torch.bmm(x3, A_all.to(x.dtype).transpose(1, 2)) * scale            # [S, M, k·r]
-        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
-            y3[..., lo:hi] += torch.bmm(xa[..., j * r:(j + 1) * r], B.to(x.dtype).transpose(1, 2))
-        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
-        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        x, weight, xa, A_all, *Bs = ctx.saved_tensors
-        S, r = x.shape[0], ctx.rank
-        x3, g3 = x.reshape(S, -1, x.shape[-1]), g.reshape(S, -1, g.shape[-1])
-        gbTs, dBs = [], []             # rank-r products with r as the row count, as the solo group's
-        for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
-            gi = g3[..., lo:hi]
-            gbTs.append(torch.bmm(B.to(g.dtype).transpose(1, 2), gi.transpose(1, 2)) * ctx.scale)   # [S, r, M]
-            dBs.append(torch.bmm(xa[..., j * r:(j + 1) * r].transpose(1, 2), gi).transpose(1, 2).to(B.dtype))
-        gbT = torch.cat(gbTs, dim=1) if len(gbTs) > 1 else gbTs[0]                   # [S, k·r, M]
-        dA_all = torch.bmm(gbT, x3).to(A_all.dtype)                                  # [S, k·r, D]
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = g @ weight + torch.bmm(gbT.transpose(1, 2), A_all.to(g.dtype)).view(x.shape)
-        grads = []
-        for j, dB in enumerate(dBs):
-            grads += [dA_all[:, j * r:(j + 1) * r], dB]
-        return (grad_x, None, None, None, None, *grads)
-
-
-class _LoRAGroup(torch.autograd.Function):
-    """``_LoRAGroupSeeds`` for ONE seed, without the seed axis: x [..., D] (any leading shape), A_m
-    [r, D], B_m [out_m, r], the seed's parameters themselves. The same products as the S-seed node
-    (plain matmuls for its bmm), so a one-seed group's numbers equal its row of a group's; on a small
-    model the seed axis's views and the per-parameter unsqueeze nodes cost ~10 % of the update, which
-    a solo pilot does not pay."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, scale, slices, *ab):
-        y = F.linear(x, weight, bias)
-        A_all = torch.cat(ab[0::2]) if len(slices) > 1 else ab[0]                 # [k·r, D]
-        xa = F.linear(x, A_all.to(x.dtype)) * scale                              # [..., k·r]
-        r = ab[0].shape[0]
-        for j, ((lo, hi), B) in enumerate(zip(slices, ab[1::2])):
-            y[..., lo:hi] += F.linear(xa[..., j * r:(j + 1) * r], B.to(x.dtype))
-        ctx.save_for_backward(x, weight, xa, A_all, *ab[1::2])
-        ctx.scale, ctx.slices, ctx.rank = scale, slices, r
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        x, weight, xa, A_all, *Bs = ctx.saved_tensors
-        r = ctx.rank
-        x2, g2, xa2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), xa.reshape(-1, xa.shape[-1])
-        gbTs, dBs = [], []             # rank-r products with r as the row count (as _LoRAGroupSeeds)
-        for j, ((lo, hi), B) in enumerate(zip(ctx.slices, Bs)):
-            gi = g2[:, lo:hi]
-            gbTs.append((B.to(g.dtype).t() @ gi.t()) * ctx.scale)                # [r, N]
-            dBs.append((xa2[:, j * r:(j + 1) * r].t() @ gi).t().to(B.dtype))     # [out_j, r]
-        gbT = torch.cat(gbTs) if len(gbTs) > 1 else gbTs[0]                      # [k·r, N]
-        dA_all = (gbT @ x2).to(A_all.dtype)
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = (g2 @ weight + gbT.t() @ A_all.to(g.dtype)).view_as(x)
-        grads = []
-        for j, dB in enumerate(dBs):
-            grads += [dA_all[j * r:(j + 1) * r], dB]
-        return (grad_x, None, None, None, None, *grads)
+from race.engine.backends.lora_ops import LoRAGroup, LoRAGroupSeeds, solo_rows
 
 
 class LockstepLM(LeanLM):
@@ -152,6 +64,7 @@ class LockstepLM(LeanLM):
         self.active: tuple[int, ...] = tuple(range(len(self.seeds)))
         self._merged: list[dict] = [{} for _ in self.seeds]     # per seed: (layer, group) → merged weight
         self._stacked: dict = {}                                 # (active, layer, group) → [S, out, in]
+        self._solo_rows: list | None = None     # during forward_grouped: per seed its solo rows (``solo_rows``)
 
     # ------------------------------------------------------------------ seeds and adapters
     def set_active(self, seeds) -> None:
@@ -203,11 +116,11 @@ class LockstepLM(LeanLM):
         slices = [sl for _, sl in members]
         if len(self.active) == 1:      # one seed (a solo pilot): its parameters as they are, no seed axis
             adapter = self.adapters[self.active[0]]
-            return _LoRAGroup.apply(x, layer.w[group], bias, self.scale, slices,
-                                    *[adapter[f"{i}_{name}_{m}"] for name, _ in members for m in ("A", "B")])
+            return LoRAGroup.apply(x, layer.w[group], bias, self.scale, slices,
+                                   *[adapter[f"{i}_{name}_{m}"] for name, _ in members for m in ("A", "B")])
         ab = [torch.stack([self.adapters[k][f"{i}_{name}_{m}"] for k in self.active])
               for name, _ in members for m in ("A", "B")]
-        return _LoRAGroupSeeds.apply(x, layer.w[group], bias, self.scale, slices, *ab)
+        return LoRAGroupSeeds.apply(x, layer.w[group], bias, self.scale, slices, self._solo_rows, *ab)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *, logits_to_keep: int = 0, cache=None,
@@ -249,11 +162,14 @@ class LockstepLM(LeanLM):
         logits = self._head(x)
         return SimpleNamespace(logits=logits.unsqueeze(0) if one else logits)
 
-    def forward_grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
+    def forward_grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask, widths=None):
         """Logits predicting each completion token, with each prompt run ONCE for its group of rollouts:
         prompt_ids / prompt_mask [S, G, Lp] (left-padded), group [S, B] (prompt row within the seed),
         completion_ids / completion_mask [S, B, Lc] (right-padded) → [S, B, Lc, V], row t predicting
-        completion token t (from the prompt's last position for t = 0).
+        completion token t (from the prompt's last position for t = 0). ``widths``: per seed the
+        (Lp, Lc) of its own batch before stacking (race.engine.grpo.stack_batches' ``seed_widths``;
+        None: every seed's are the stacked ones), so that the backward reduces each seed's adapter
+        gradient over its solo rows (``solo_rows``, ``_rank_grads_by_seed``).
 
         Sharing the prompt's keys/values (with their gradient) across its rollouts is exact: a
         prompt's forward does not depend on what follows it. Prompt and completion tokens of every
@@ -261,6 +177,14 @@ class LockstepLM(LeanLM):
         (prompts attend causally within themselves, completions to their prompt's keys/values and
         causally within themselves). The head reads each prompt's last position and every completion
         position; the last one's logits are unused but computed, as the FLOP formula counts."""
+        self._solo_rows = solo_rows(widths, *prompt_ids.shape[1:], *completion_ids.shape[1:], prompt_ids.device)
+        try:
+            return self._grouped(prompt_ids, prompt_mask, group, completion_ids, completion_mask)
+        finally:
+            self._solo_rows = None
+
+    def _grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
+        """``forward_grouped``'s forward pass."""
         S, G, Lp = prompt_ids.shape
         B, Lc = completion_ids.shape[1:]
         Np = G * Lp

@@ -26,8 +26,6 @@ from the live pilots instead of truncated stored ones. Deterministic; no run, no
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import gzip
 import json
 import math
 import os
@@ -37,7 +35,7 @@ import sys
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 for _p in (ROOT, ROOT / "research" / "scripts"):
@@ -71,11 +69,7 @@ def record_path(name: str, key: str = "design") -> Path:
 
 
 def load_record(name: str, key: str = "design") -> dict | None:
-    path = record_path(name, key)
-    if not path.is_file():
-        return None
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    return V.read_gz_json(record_path(name, key))
 
 
 # ---------------------------------------------------------------- run
@@ -120,30 +114,36 @@ def compact(p: dict) -> dict:
     return V._round({**p, "extra": {k: extra[k] for k in keep if k in extra}})
 
 
-def run_one(name: str, pin: Path, storage: Path, key: str = "design") -> Path:
+def run_at_pin(cfg: dict, out_dir: Path, pin: Path, argv: Callable[[Path], list[str]], tag: str) -> tuple[dict, dict]:
+    """``cfg`` written to ``out_dir``/config.yaml, ``argv(config_file)`` run from the pinned checkout ``pin``:
+    its results.json and the record fields every live record shares (validation.provenance, the budget-halving
+    record without its states, the compact pilots). A failed run stops here in one line; its storage keeps every
+    finished stage, so the same command resumes it."""
     import yaml
 
-    cfg = live_config(name, pin, key)
-    out_dir = storage / name
     out_dir.mkdir(parents=True, exist_ok=True)
     config_file = out_dir / "config.yaml"
     config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    cmd = command(config_file, out_dir, pin, key)
+    cmd = argv(config_file)
     t0 = time.time()
     # cwd = the pin, PYTHONPATH = the pin: the grid runs the pinned code (validation.run's reason)
     proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin)}, stdout=subprocess.DEVNULL)
     if proc.returncode != 0:
-        raise SystemExit(f"{name}: race pilot ended with exit {proc.returncode}; its storage {out_dir} keeps every "
+        raise SystemExit(f"{tag}: race pilot ended with exit {proc.returncode}; its storage {out_dir} keeps every "
                          "finished stage (run the same command again)")
     res = json.loads((out_dir / "results.json").read_text())
     halving = {k: v for k, v in (res.get("budget_halving") or {}).items() if k != "states"}
+    return res, {**V.provenance(res, commit=V._commit(pin), command=" ".join(["race", *cmd[3:]]),
+                                wall_seconds=time.time() - t0),
+                 "budget_halving": V._round(halving), "pilots": [compact(p) for p in res["pilots"]]}
+
+
+def run_one(name: str, pin: Path, storage: Path, key: str = "design") -> Path:
+    cfg = live_config(name, pin, key)
+    _, shared = run_at_pin(cfg, storage / name, pin, lambda f: command(f, storage / name, pin, key), name)
     s, _ = setting_of(name)
     rec = {"setting": name, "round": s.get("round"), "design": design(key), "budget": cfg["budget"],
-           "grid": cfg["grid"], "seeds": cfg["seeds"], "commit": V._commit(pin),
-           "command": " ".join(["race", *cmd[3:]]), "wall_seconds": round(time.time() - t0, 1),
-           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "config": res.get("config"),
-           "software": (res.get("diagnosis") or {}).get("meta", {}).get("software"),
-           "budget_halving": V._round(halving), "pilots": [compact(p) for p in res["pilots"]]}
+           "grid": cfg["grid"], "seeds": cfg["seeds"], **shared}
     return V.write_gz_json(record_path(name, key), rec)
 
 

@@ -24,14 +24,8 @@ grid's frozen reading of its full runs. Deterministic; no run, no clock.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import gzip
-import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,11 +79,7 @@ def record_path(i: int, design: str) -> Path:
 
 
 def load_record(i: int, design: str) -> dict | None:
-    path = record_path(i, design)
-    if not path.is_file():
-        return None
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    return V.read_gz_json(record_path(i, design))
 
 
 # ---------------------------------------------------------------- plan and run
@@ -127,32 +117,15 @@ def command(config_file: Path, out_dir: Path, pin: Path, F: float, design: str) 
 
 
 def run_one(i: int, design: str, pin: Path, storage: Path) -> Path:
-    import yaml
-
     g = R.grids()[i]
-    cfg = base_config(i, pin)
-    cfg["name"] = f"live49-share-{key_of(i, design)}"
+    cfg = {**base_config(i, pin), "name": f"live49-share-{key_of(i, design)}"}
     out_dir = storage / key_of(i, design)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config_file = out_dir / "config.yaml"
-    config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    cmd = command(config_file, out_dir, pin, float(g["F"]), design)
-    t0 = time.time()
-    # cwd = the pin, PYTHONPATH = the pin: the grid runs the pinned code (validation.run's reason)
-    proc = subprocess.run(cmd, cwd=str(pin), env={**os.environ, "PYTHONPATH": str(pin)}, stdout=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise SystemExit(f"{key_of(i, design)}: race pilot ended with exit {proc.returncode}; its storage {out_dir} "
-                         "keeps every finished stage (run the same command again)")
-    res = json.loads((out_dir / "results.json").read_text())
-    halving = {k: v for k, v in (res.get("budget_halving") or {}).items() if k != "states"}
+    res, shared = L.run_at_pin(cfg, out_dir, pin, lambda f: command(f, out_dir, pin, float(g["F"]), design),
+                               key_of(i, design))
     rec = {"setting": g["setting"], "grid": R.label(g), "F": float(g["F"]), "design_name": design,
            "share": float(spec()["share"]), "budget": float(res["config"]["budget"]),
-           "points": res["config"]["grid"], "seeds": res["config"]["seeds"], "commit": V._commit(pin),
-           "command": " ".join(["race", *cmd[3:]]), "wall_seconds": round(time.time() - t0, 1),
-           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "config": res.get("config"),
-           "design": (res.get("diagnosis") or {}).get("meta", {}).get("design") or res.get("design"),
-           "software": (res.get("diagnosis") or {}).get("meta", {}).get("software"),
-           "budget_halving": V._round(halving), "pilots": [L.compact(p) for p in res["pilots"]]}
+           "points": res["config"]["grid"], "seeds": res["config"]["seeds"],
+           "design": (res.get("diagnosis") or {}).get("meta", {}).get("design") or res.get("design"), **shared}
     return V.write_gz_json(record_path(i, design), rec)
 
 

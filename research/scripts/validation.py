@@ -57,11 +57,8 @@ RUNS = ROOT / "research" / "validation" / "runs"          # research/scripts/val
 def wants_more(suite: dict, s: dict, kind: str) -> bool:
     """Whether a committed complete grid has fewer seeds than the suite now plans for it (``more_seeds``):
     the queue then resumes it from its committed pilots and runs only the added seeds."""
-    path = data_path(s["name"], kind)
-    if not path.is_file():
-        return False
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return int(json.load(fh).get("seeds", 0)) < seeds_of(suite, kind, s)
+    rec = load_run(s["name"], kind)
+    return rec is not None and int(rec.get("seeds", 0)) < seeds_of(suite, kind, s)
 
 
 def finished(suite: dict, s: dict, kind: str) -> bool:
@@ -92,6 +89,23 @@ def write_gz_json(path: Path, record: dict) -> Path:
     return path
 
 
+def read_gz_json(path: Path) -> dict | None:
+    """The gzipped JSON record at ``path`` (``write_gz_json``'s), or None where there is none."""
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def provenance(results: dict, *, commit: str, command: str, wall_seconds: float) -> dict:
+    """What every committed run record says of how it was made: the pin's commit, the command, its wall time,
+    when, the config and the software the run reported (a results.json's ``results``)."""
+    return {"commit": commit, "command": command, "wall_seconds": round(wall_seconds, 1),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "config": results.get("config"),
+            "software": (results.get("diagnosis") or {}).get("meta", {}).get("software")}
+
+
 def write_record(record: dict, *, partial: bool = False) -> Path:
     return write_gz_json(data_path(record["setting"], record["kind"], partial=partial), record)
 
@@ -101,20 +115,13 @@ def make_record(s: dict, kind: str, suite: dict, results: dict, *, commit: str, 
     budget = budget_of(s, kind, suite)
     grid = sorted({p["rho_target"] for p in results["pilots"]})
     return {"setting": s["name"], "kind": kind, "half": s.get("half", "held-out"), "budget": budget, "grid": grid,
-            "seeds": seeds_of(suite, kind, s), "on_policy": s.get("on_policy"), "commit": commit,
-            "command": command, "wall_seconds": round(wall_seconds, 1),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "config": results.get("config"),
-            "software": (results.get("diagnosis") or {}).get("meta", {}).get("software"),
+            "seeds": seeds_of(suite, kind, s), "on_policy": s.get("on_policy"),
+            **provenance(results, commit=commit, command=command, wall_seconds=wall_seconds),
             "pilots": [compact_pilot(p) for p in results["pilots"]]}
 
 
 def load_run(name: str, kind: str) -> dict | None:
-    path = data_path(name, kind)
-    if not path.is_file():
-        return None
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    return read_gz_json(data_path(name, kind))
 
 
 # ---------------------------------------------------------------- running a grid

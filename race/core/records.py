@@ -22,6 +22,10 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 # own when it is imported, so records never import the renderer (the layer above them)
 RENDERERS: dict[str, Callable[..., str]] = {}
 
+# the keys of a study's meta (results.json's diagnosis meta) that hold the warnings of its calibration, in the
+# order race pilot prints them (race.run.study writes them, race.stats.report repeats them)
+CALIBRATION_WARNINGS = ("data_warning", "reward_warning", "signal_warning", "share_warning")
+
 
 class Regime(str, enum.Enum):
     """The verdict classes of a diagnosis.

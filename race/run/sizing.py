@@ -86,24 +86,23 @@ def overrun_line(design: dict[str, Any], run_cfg: GridConfig, prompt_len: float,
     share of F: the design counted held-out evaluation at the config's expected lengths, and the calibrated
     ones make it costlier (on round 1's ``hard`` setting: 8.0 and 4.6 tokens against 5.9 and 3.5 expected, the
     evaluation 1.4 × its estimate, 0.114 of F spent at a 0.10 share; docs/pilot.md). Training is metered to B
-    whatever the lengths, so only the evaluation is rescaled. None when the spend stays within the share (to
-    ``OVERRUN_TOLERANCE``), or for a config run as written (``design`` empty)."""
+    whatever the lengths, so only the evaluation is rescaled (race.stats.pilotdesign.DesignPlan.spent_at). None
+    when the spend stays within the share (to ``OVERRUN_TOLERANCE``), or for a config run as written (``design``
+    empty)."""
     if not design or not design.get("pilots"):
         return None
-    from race.flops.grid import eval_flops, plan_grid, policy_arch
+    from race.flops.grid import eval_flops, policy_arch
+    from race.stats.pilotdesign import DesignPlan
 
-    expected = plan_grid(run_cfg)
     arch = policy_arch(run_cfg)
-    before = eval_flops(run_cfg, arch, expected.prompt_len, expected.completion_len)
+    before = eval_flops(run_cfg, arch, run_cfg.prompt_len, run_cfg.completion_len)     # the lengths sizing used
     ratio = eval_flops(run_cfg, arch, prompt_len, completion_len) / before if before > 0 else 1.0
-    h = design.get("halving")
-    training = h["training"] if h else len(design["pilots"]) * design["budget"]
-    spend = training + (design["spent"] - training) * ratio
+    spend = DesignPlan.from_dict(design).spent_at(ratio)
     F, share = float(design["full_run"]), float(design["share"])
     if spend <= share * F * (1 + OVERRUN_TOLERANCE):
         return None
     return (f"held-out evaluation at the calibrated lengths ({prompt_len:.3g} prompt and {completion_len:.3g} "
-            f"completion tokens; {expected.prompt_len:.3g} and {expected.completion_len:.3g} expected) costs "
+            f"completion tokens; {run_cfg.prompt_len:.3g} and {run_cfg.completion_len:.3g} expected) costs "
             f"{ratio:.2f} × its estimate: the pilots will spend about {spend / F:.1%} of F, over the {share:.0%} "
             f"share; put the calibrated lengths in the config (lengths: prompt, completion) or give a smaller --share "
             f"to stay within it")

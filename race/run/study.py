@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from race.config.configfile import GridConfig, config_from_dict
+from race.core.records import CALIBRATION_WARNINGS
 from race.run.adaptive import DEFAULT_SHARE, Key, adaptive_needed, is_budget, policy_named, policy_stored
 from race.run.options import RunOptions
 from race.run.workers import PilotQueue, busy_keys, busy_stages, complete_scores, stage_scores
@@ -167,11 +168,6 @@ def create_study(st: Any, config: GridConfig, o: RunOptions, *, backend: str, ca
                      classify=classify, meta=meta, adaptive=None):
         st.load()                   # another process created it a moment ago
         st.check_compatible(user_cfg)
-
-
-# the warnings a new study's calibration can give, in the order race pilot prints them (race.stats.report
-# repeats them under the same keys)
-CALIBRATION_WARNINGS = ("data_warning", "reward_warning", "signal_warning", "share_warning")
 
 
 def study_meta(config: GridConfig, run_cfg: GridConfig, plan: Any, cal: Any, *, backend: str,

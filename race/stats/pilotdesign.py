@@ -164,9 +164,14 @@ class DesignPlan:
     @property
     def spent(self) -> float:
         """FLOPs the pilots spend, held-out evaluation counted."""
+        return self.spent_at()
+
+    def spent_at(self, eval_ratio: float = 1.0) -> float:
+        """``spent`` with the held-out evaluation ``eval_ratio`` × its estimate (training is metered to B
+        whatever the lengths: race.run.sizing.overrun_line, at the calibrated lengths)."""
         if self.halving:
-            return self.halving["spent"]
-        return len(self.pilots) * (self.budget + self.eval_flops)
+            return self.halving["training"] + self.halving["evaluation"] * eval_ratio
+        return len(self.pilots) * (self.budget + self.eval_flops * eval_ratio)
 
     @property
     def eval_share(self) -> float | None:

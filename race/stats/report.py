@@ -376,7 +376,7 @@ def render_diagnosis(diag: Diagnosis, fmt: str = "text") -> str:
         parts.append(_targets_table(others, fmt))
         parts.append(heading("agreement across targets", fmt))
         parts.append(_agreement_table(diag, fmt))
-    calibration = [meta[k] for k in ("data_warning", "reward_warning", "signal_warning", "share_warning") if meta.get(k)]
+    calibration = [meta[k] for k in _records.CALIBRATION_WARNINGS if meta.get(k)]
     notes = list(meta.get("flop_warnings") or []) + calibration + list(diag.warnings)
     if notes:
         parts.append(render_lines([f"warning: {w}" for w in notes], fmt))

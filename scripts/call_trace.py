@@ -132,19 +132,24 @@ def trace_pilot(out: str) -> Tracer:
     return t
 
 
+def hop_rows(t: Tracer, ranks: dict[str, tuple[int, int]]) -> list[tuple[str, str, str, str, str]]:
+    """(caller, its function, callee, its function, "↑" when the hop goes back up a layer) per hop, in order."""
+    rows = []
+    for (caller, callee), (fa, fb) in t.hops.items():
+        ra, rb = rank_of(caller, ranks), rank_of(callee, ranks)
+        up = ra is not None and rb is not None and rb < ra
+        rows.append((caller.removeprefix("race."), fa, callee.removeprefix("race."), fb, "↑" if up else ""))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--markdown", action="store_true", help="a Markdown table (docs/architecture.md)")
     args = ap.parse_args(argv)
-    ranks = layer_ranks()
     with tempfile.TemporaryDirectory() as tmp:
         t = trace_pilot(os.path.join(tmp, "run"))
-    rows, ups = [], 0
-    for (caller, callee), (fa, fb) in t.hops.items():
-        ra, rb = rank_of(caller, ranks), rank_of(callee, ranks)
-        up = ra is not None and rb is not None and rb < ra
-        ups += up
-        rows.append((caller.removeprefix("race."), fa, callee.removeprefix("race."), fb, "↑" if up else ""))
+    rows = hop_rows(t, layer_ranks())
+    ups = sum(bool(r[4]) for r in rows)
     modules = {m for pair in t.hops for m in pair}
     packages: dict[tuple[str, str], int] = {}
     for caller, callee in t.hops:
@@ -159,13 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         for a, fa, b, fb, up in rows:
             if up:
                 print(f"- `{a}.{fa}` → `{b}.{fb}`")
-        print(f"\n{len(rows)} cross-module hops through {len(modules)} modules; {ups} back up a layer")
-        print("the deepest path: " + " → ".join(m.removeprefix("race.") for m in t.path))
-        return 0
-    if args.markdown:
-        print("| # | from | to | |\n|---|---|---|---|")
-        for i, (a, fa, b, fb, up) in enumerate(rows, 1):
-            print(f"| {i} | `{a}.{fa}` | `{b}.{fb}` | {up} |")
     else:
         for i, (a, fa, b, fb, up) in enumerate(rows, 1):
             print(f"{i:3d} {up:1s} {a}.{fa} → {b}.{fb}")

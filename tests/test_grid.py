@@ -48,7 +48,7 @@ def test_schedule_flops_recomputed_from_formulas():
     # the lean update runs the prompt once per group: prompt cost once + n_train completions
     learning = seq(6, 0) + s.n_train * (seq(6, 4) - seq(6, 0))
     assert shares_prefix(cfg)
-    assert learning == pytest.approx(grouped_learning(seq, [6], [4] * s.n_train, [0] * s.n_train,
+    assert learning == pytest.approx(grouped_learning([seq(6, 4)] * s.n_train, [seq(6, 0)], [0] * s.n_train,
                                                       shared_prefix=True))
     assert s.flops.search == pytest.approx(search * s.prompts_per_step * s.steps, rel=1e-12)
     assert s.flops.learning == pytest.approx(learning * s.prompts_per_step * s.steps, rel=1e-12)

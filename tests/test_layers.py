@@ -216,3 +216,18 @@ def test_modules_and_functions_stay_small():
                         big_functions.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
     assert not big_modules and not big_functions, (
         f"modules over 600 lines: {big_modules}; functions over 60 lines: {big_functions}")
+
+
+def test_one_race_pilot_never_calls_back_up_a_layer(tmp_path):
+    """scripts/call_trace.py's trace of a small ``race pilot`` (and one pilot in this process): every
+    call from one RACE module into another goes down the layers of .importlinter, callbacks included
+    (docs/architecture.md, "Measured: the hops of one `race pilot`")."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("call_trace", ROOT / "scripts" / "call_trace.py")
+    trace = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace)
+    rows = trace.hop_rows(trace.trace_pilot(str(tmp_path / "run")), trace.layer_ranks())
+    assert len(rows) > 100                    # the trace saw the whole command, calibration to verdict
+    up = [f"{a}.{fa} → {b}.{fb}" for a, fa, b, fb, mark in rows if mark]
+    assert up == [], up

@@ -170,7 +170,7 @@ def test_grouped_update_flops_match_the_counter():
     def cost(p, c):
         return F.learning_flops(arch, prompt_len=p, completion_len=c, sequences=1, lora=lora, causal=False,
                                 **ENGINE_LEARNING_KW)
-    expected = grouped_learning(cost, [4, 4], [3] * 6, [0, 0, 0, 1, 1, 1], shared_prefix=True)
+    expected = grouped_learning([cost(4, 3)] * 6, [cost(4, 0)] * 2, [0, 0, 0, 1, 1, 1], shared_prefix=True)
     # Translating the eager (full-rectangle) convention exactly: a whole P+C sequence scores
     # (P+C)² entries, its prompt alone P²; the grouped run scores P² per prompt and C·(P+C)
     # per completion, so it never computes the P·C prompt-query × completion-key entries that

@@ -46,19 +46,18 @@ SINGLE_KNOB_SLACK = 0.01    # a mixed (μ and n_gen) schedule must land this clo
 ENGINE_LEARNING_KW = {"old_logprob_forward": False, "completion_logits_only": True}
 
 
-def grouped_learning(cost, prompt_lens, completion_lens, group, *, shared_prefix: bool) -> float:
-    """Update FLOPs of sequences ``prompt_lens[group[i]] + completion_lens[i]``.
+def grouped_learning(seq_costs, prefix_costs, group, *, shared_prefix: bool) -> float:
+    """Update FLOPs of sequences ``prompt_lens[group[i]] + completion_lens[i]``, from their costs.
 
-    ``cost(p, c)`` is one sequence's learning FLOPs (``flops.learning_flops``). With a
-    shared prefix each prompt runs once: ``cost(p, 0)`` per prompt, plus
-    ``cost(p, c) − cost(p, 0)`` per sequence — the completion's tokens, their attention
-    over the prompt, and their logits. Exact, because every term of ``learning_flops``
-    is a sum over tokens or over (query, key) pairs.
+    ``seq_costs[i]`` is sequence i's learning FLOPs, prompt and completion (``flops.learning_flops``);
+    ``prefix_costs[g]`` is prompt g's alone (the same function at completion length 0). With a shared
+    prefix each prompt runs once: its prefix cost, plus ``seq_costs[i] − prefix_costs[group[i]]`` per
+    sequence — the completion's tokens, their attention over the prompt, and their logits. Exact,
+    because every term of ``learning_flops`` is a sum over tokens or over (query, key) pairs.
     """
     if not shared_prefix:
-        return sum(cost(prompt_lens[g], c) for g, c in zip(group, completion_lens))
-    return (sum(cost(p, 0) for p in prompt_lens)
-            + sum(cost(prompt_lens[g], c) - cost(prompt_lens[g], 0) for g, c in zip(group, completion_lens)))
+        return sum(seq_costs)
+    return sum(prefix_costs) + sum(c - prefix_costs[g] for g, c in zip(group, seq_costs))
 
 
 @dataclass(frozen=True)
@@ -137,10 +136,9 @@ class CostModel:
             c = self.c
             search = F.search_flops(self.arch, prompt_len=self.P, completion_len=self.C, n=n_gen,
                                     prefix_shared=c.schedule.prefix_shared, lora=self.lora)
-            def seq(p: float, comp: float) -> float:
-                return self._sequence_learning(p, comp, mu)
-            learning = grouped_learning(seq, [self.P], [self.C] * n_train, [0] * n_train,
-                                        shared_prefix=self.shared_prefix)
+            prefix = [self._sequence_learning(self.P, 0, mu)] if self.shared_prefix else []
+            learning = grouped_learning([self._sequence_learning(self.P, self.C, mu)] * n_train, prefix,
+                                        [0] * n_train, shared_prefix=self.shared_prefix)
             reward = F.reward_flops(self.reward, prompt_len=self.P, completion_len=self.C, sequences=n_gen)
             self._cache[key] = StepCost(n_gen, n_train, mu, FlopBreakdown(search, learning, reward))
         return self._cache[key]

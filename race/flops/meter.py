@@ -57,7 +57,9 @@ class FlopMeter:
             return self._memo(("l", p, c, mu), lambda: F.learning_flops(
                 self.arch, prompt_len=p, completion_len=c, sequences=1, lora=self.lora, mu=mu,
                 ref_logprobs=self.ref_logprobs, grad_checkpointing=self.grad_checkpointing, **ENGINE_LEARNING_KW))
-        return grouped_learning(cost, prompt_lens, completion_lens, group, shared_prefix=shared_prefix)
+        seqs = [cost(prompt_lens[g], c) for g, c in zip(group, completion_lens)]
+        prefixes = [cost(p, 0) for p in prompt_lens] if shared_prefix else []
+        return grouped_learning(seqs, prefixes, group, shared_prefix=shared_prefix)
 
     def reward_flops(self, lengths: list[tuple[int, int]]) -> float:
         if self.reward is None:

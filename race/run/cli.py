@@ -13,9 +13,34 @@ from typing import Any
 import click
 
 from race.run.cli_pilot import pilot, worker
-from race.run.cli_support import (ALLOW_APPROXIMATE, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP, OneLineGroup, draw, echo,
-                                  user_errors)
+from race.run.cli_support import (ALLOW_APPROXIMATE, BAD_INPUT, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP, draw, echo,
+                                  exit_aborted, exit_internal, exit_one_line, on_sigterm)
 from race.stats.report import FORMATS
+class OneLineGroup(click.Group):
+    """The ``race`` group: every error is exactly one line on stderr. Bad input (click's usage errors,
+    RACE's validation errors: race.run.cli_support.BAD_INPUT) is ``Error: …`` and exit 2, with no
+    ``Usage:`` / ``Try`` lines; an internal error is one line naming it and the file its traceback was
+    saved to (exit 1). Here, at the top, so the commands are called down the layers, not back up."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        on_sigterm()
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            exit_one_line(e.format_message(), e.exit_code)
+        except click.Abort as e:
+            exit_aborted(e, argv)
+        except BAD_INPUT as e:
+            exit_one_line(str(e) or type(e).__name__, 2)
+        except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
+            exit_internal(e, argv)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="race-rl", prog_name="race")
 def main() -> None:
@@ -39,7 +64,6 @@ main.add_command(worker)
 @click.option("--reward-model", default=None, help="A reward model / PRM id or folder (default: rule-based, 0 FLOPs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @ALLOW_APPROXIMATE
-@user_errors
 def flops(model: str, lora_rank: int, prompt_len: float, completion_len: float, rollouts: int,
           reward_model: str | None, as_json: bool, allow_approximate: bool) -> None:
     """FLOP accounting for one model: parameters, forward FLOPs per token, and the
@@ -110,7 +134,6 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
 @click.option("--out", "out_path", default=None, help="Write the YAML here instead of printing it.")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @ALLOW_APPROXIMATE
-@user_errors
 def init(model: str, task: str, full_run: str, reward: str, reward_model: str | None, share: float,
          grid: str | None, seeds: int, prompt_len: float | None, completion_len: float | None,
          max_completion_len: int | None,
@@ -176,7 +199,6 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                    "share) (docs/pilot.md).  "
                    "[default: the config's pilot_design, else fit]")
 @ALLOW_APPROXIMATE
-@user_errors
 def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
          as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None, design: str | None,
          allow_approximate: bool) -> None:
@@ -247,7 +269,6 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
 @click.option("--pool", "pool", multiple=True, metavar="RESULTS.json",
               help="Pool the checkpoints of another results file of the same setup (another budget per pilot) "
                    "into the forecast; repeatable.")
-@user_errors
 def report(results_path: str | None, fmt: str, refit: bool, storage: str | None, study: str | None,
            plot_path: str | None, full_run: str | None, force_forecast: bool, pool: tuple[str, ...]) -> None:
     """Render the diagnosis stored in RESULTS.json (or a folder holding it), or from an optuna
@@ -334,7 +355,6 @@ def _report_models(path: str, fmt: str, *, refit: bool, plot_path: str | None, r
               help="text: configuration and FLOP statement; yaml: the trainer's configuration (TRL: for "
                    "`trl grpo --config`; verl: the overrides nested; not OpenRLHF, which reads flags only); "
                    "json: everything.")
-@user_errors
 def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | None, gpus: int | None, nodes: int,
            storage: str | None, study: str | None, emit_dir: str | None, force: bool, fmt: str) -> None:
     """The full-run configuration for TRL, verl or OpenRLHF at the recommended ρ (or --rho): prompts
@@ -377,7 +397,6 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--quiet", is_flag=True, help="No plan line and no progress lines on stderr.")
-@user_errors
 def probe(results_path: str, full_run: str, rho: str | None, lr: str | None, device: str, fmt: str,
           quiet: bool) -> None:
     """Test the learning rate at the full run's length: one run at the recommended ρ with the full
@@ -417,7 +436,6 @@ def _float_in(raw: str, name: str, expected: str) -> float:
 @click.argument("paths", nargs=-1, metavar="RESULTS.json|DIR ...")
 @click.option("--target", default=None, help="Evaluation target to compare (default: each run's primary target).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@user_errors
 def compare(paths: tuple[str, ...], target: str | None, fmt: str) -> None:
     """Compare pilot grids side by side (reward systems, models, budgets): one row per run with
     its verdict, ρ range, slope, feedback share and wall time; for one setup piloted at several

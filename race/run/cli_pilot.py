@@ -13,7 +13,7 @@ import click
 
 from race.run.adaptive import ADAPTIVE_POLICIES
 from race.run.cli_support import (ADAPTIVE_GROUP, ALLOW_APPROXIMATE, ENGINE_HELP, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP,
-                                  Failed, PilotCommand, draw, echo, full_run_budget, user_errors)
+                                  Failed, PilotCommand, draw, echo, full_run_budget)
 from race.run.options import ENGINES
 from race.stats.report import FORMATS
 
@@ -88,7 +88,6 @@ from race.stats.report import FORMATS
                    "only its seeds, up to N times (race/run/extend.py; each round is its own study, earlier rounds' "
                    "results kept as DIR/results-xK.json).")
 @ALLOW_APPROXIMATE
-@user_errors
 def pilot(config_path: str | None, **given: Any) -> None:
     """Run real LoRA GRPO pilots on an IsoFLOP ρ grid and print the regime verdict.
 
@@ -116,19 +115,7 @@ def pilot(config_path: str | None, **given: Any) -> None:
         _pilot_models(cfg, options, full=full, plot_path=out["plot_path"], fmt=out["fmt"], as_json=out["as_json"])
         return
 
-    def announce() -> None:              # after the checks: a refusal stays one line
-        if not options.quiet:
-            shape = (f"{len(options.design['pilots'])} pilots of design {options.design['design']} "
-                     f"(ρ {', '.join(f'{r:g}' for r in cfg.grid)}) within {options.design['share']:.0%} of F"
-                     + (f", held-out evaluation thinned to {1 + len(options.design['eval']['checkpoints'])} checkpoint "
-                        "evaluations" if options.design.get("eval") else "")
-                     + (f", the best half continued from B/{options.design['halving']['eta']}"
-                        if options.design.get("halving") else "")
-                     if options.design else f"{len(cfg.grid)} points × {cfg.seeds} seeds")
-            echo(f"RACE pilot grid {cfg.name}: {shape}, {cfg.budget:.3g} FLOPs per pilot → "
-                 f"{options.out_dir}/results.json", err=True)
-
-    results = run_extended(cfg, options, announce=announce)      # extend 0: run_grid itself
+    results = run_extended(cfg, options, banner=_banner(cfg, options))      # extend 0: run_grid itself
     if results.diagnosis is not None:
         results = _pilot_full_run(results, options, full=full, force=g["Full run"]["force_forecast"],
                                   probe=g["Full run"]["probe_f"])
@@ -138,6 +125,18 @@ def pilot(config_path: str | None, **given: Any) -> None:
     failed = failure_message(results)
     if failed:
         raise Failed(failed)
+
+
+def _banner(cfg: Any, options: Any) -> str:
+    """The line printed once the checks pass (a refusal stays one line): the grid, its budget, where it goes."""
+    d = options.design
+    shape = (f"{len(d['pilots'])} pilots of design {d['design']} (ρ {', '.join(f'{r:g}' for r in cfg.grid)}) "
+             f"within {d['share']:.0%} of F"
+             + (f", held-out evaluation thinned to {1 + len(d['eval']['checkpoints'])} checkpoint evaluations"
+                if d.get("eval") else "")
+             + (f", the best half continued from B/{d['halving']['eta']}" if d.get("halving") else "")
+             if d else f"{len(cfg.grid)} points × {cfg.seeds} seeds")
+    return f"RACE pilot grid {cfg.name}: {shape}, {cfg.budget:.3g} FLOPs per pilot → {options.out_dir}/results.json"
 
 
 def _render(diagnosis: Any, fmt: str) -> str:
@@ -251,7 +250,6 @@ def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str 
 @click.option("--trust-reward", "trust_reward", is_flag=True,
               help="Run the study's custom reward even when its file here differs from the one the coordinator "
                    "recorded (by sha256), or is missing.")
-@user_errors
 def worker(storage: str, study: str, workers: int | None, device: str, retries: int, wait: float,
            quiet: bool, engine: str, trust_reward: bool) -> None:
     """Join a study (from any machine) and run the pilots no other worker holds.

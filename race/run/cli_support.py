@@ -1,7 +1,7 @@
 """What every ``race`` command shares: one-line errors, help in groups, safe terminal output.
 
-Bad input ends with a one-line ``Error: ...`` and exit code 2, never a traceback (``user_errors``,
-``OneLineGroup``); an unexpected error keeps its traceback in a file the line names; a stopped command
+Bad input ends with a one-line ``Error: ...`` and exit code 2, never a traceback (``BAD_INPUT``,
+``exit_one_line``; the ``race`` group, race.run.cli.OneLineGroup, catches them); an unexpected error keeps its traceback in a file the line names; a stopped command
 says what it kept (``what_is_kept``); text from results files, configs and models is shown with its
 control characters escaped (``echo``). ``PilotCommand`` groups ``race pilot``'s options in its help and
 hands them to the command in the same groups.
@@ -10,9 +10,8 @@ Invariants: no torch, transformers or optuna at import; every message one line.
 """
 from __future__ import annotations
 
-import functools
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -30,20 +29,8 @@ ALLOW_APPROXIMATE = click.option(
          "every report then carries the warning (config: allow_approximate_flops: true).")
 
 
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn RACE's validation errors into click usage errors (exit 2, one line)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except click.ClickException:
-            raise
-        except (ValueError, FileNotFoundError, KeyError) as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise click.UsageError(msg) from None
-
-    return wrapper
+# RACE's validation errors (race.RaceError is a ValueError) and a missing file: the user's input, one line, exit 2
+BAD_INPUT = (ValueError, FileNotFoundError, KeyError)
 
 
 def redacted(text: str, argv: list[str]) -> str:
@@ -70,38 +57,30 @@ def save_traceback(argv: list[str]) -> str:
     return write_inside(os.path.dirname(path), os.path.basename(path), text, what="traceback file")
 
 
-class OneLineGroup(click.Group):
-    """A click group whose every error is exactly one line on stderr: ``Error: …`` and exit 2
-    for bad input (click's own usage errors included: no ``Usage:`` / ``Try`` lines), and for an
-    internal error one line naming it and the file its traceback was saved to (exit 1)."""
+def exit_one_line(text: str, code: int) -> None:
+    """End the command with exactly one line on stderr: ``Error: …`` (the text's first line, kept short)."""
+    echo(f"Error: {error_line(text)}", err=True)
+    sys.exit(code)
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        argv = list(sys.argv[1:] if args is None else args)
-        on_sigterm()
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            echo(f"Error: {error_line(e.format_message())}", err=True)
-            sys.exit(e.exit_code)
-        except click.Abort as e:
-            if isinstance(e.__cause__, Terminated) or isinstance(e.__context__, Terminated):
-                echo(f"Error: terminated (SIGTERM){what_is_kept(argv)}", err=True)
-                sys.exit(143)
-            echo("Aborted!", err=True)
-            sys.exit(1)
-        except Exception as e:  # noqa: BLE001 — a bug, not bad input: one line, the traceback in a file
-            named = storage_failure(e, argv)
-            if named:                    # the machine under the storage (a full disk), not a bug
-                echo(f"Error: {error_line(named)}", err=True)
-                sys.exit(2)
-            path = save_traceback(argv)
-            what = redacted(error_line(f"{type(e).__name__}: {e}"), argv)
-            echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+
+def exit_aborted(e: BaseException, argv: list[str]) -> None:
+    """Ctrl-C or SIGTERM: one line saying what the stopped command kept (exit 130 by click, 143)."""
+    if isinstance(e.__cause__, Terminated) or isinstance(e.__context__, Terminated):
+        exit_one_line(f"terminated (SIGTERM){what_is_kept(argv)}", 143)
+    echo("Aborted!", err=True)
+    sys.exit(1)
+
+
+def exit_internal(e: Exception, argv: list[str]) -> None:
+    """A bug, not bad input: one line naming it and the file its traceback was saved to (exit 1); a
+    storage the machine failed under (a full disk) is named instead (exit 2)."""
+    named = storage_failure(e, argv)
+    if named:
+        exit_one_line(named, 2)
+    path = save_traceback(argv)
+    what = redacted(error_line(f"{type(e).__name__}: {e}"), argv)
+    echo(f"Error: internal error ({what}); traceback saved to {path}", err=True)
+    sys.exit(1)
 
 
 def storage_failure(e: BaseException, argv: list[str]) -> str | None:

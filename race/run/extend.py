@@ -52,16 +52,16 @@ def next_grid(config: GridConfig, results: Results) -> tuple[float, str] | None:
     return (point, side) if point is not None and side is not None else None
 
 
-def run_extended(config: GridConfig, options: RunOptions | None = None, *, announce: Any = None,
+def run_extended(config: GridConfig, options: RunOptions | None = None, *, banner: str | None = None,
                  **kw: Any) -> Results:
     """Run ``config``'s grid, then up to ``options.extend`` rounds past its best edge (module
     docstring); ``extend`` 0 is race.run.study.run_grid itself. ``options``: race.run.options.RunOptions
-    (or its fields as keyword arguments, as before); ``announce``: the CLI's banner, called once the
+    (or its fields as keyword arguments, as before); ``banner``: the CLI's line, printed once the
     first grid's checks pass."""
     o = (options if options is not None else RunOptions.from_kwargs(**kw)).check()
     if o.extend and config.models:
         raise RaceError("extend takes one policy's grid: run a grid over models without it")
-    results = study.run_grid(config, o, announce=announce)
+    results = study.run_grid(config, o, banner=banner)
     if not o.extend:
         return results
     from race.flops.grid import plan_grid

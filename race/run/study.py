@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import CALIBRATION_WARNINGS
@@ -32,7 +32,7 @@ from race.stats.results import Results, pilots_meta, results_lock, save_results,
 
 
 def run_study(config: GridConfig, options: RunOptions | None = None, *, calibration: Any = None,
-              classify_kw: dict | None = None, announce: Callable[[], None] | None = None, **kw: Any) -> Results:
+              classify_kw: dict | None = None, banner: str | None = None, **kw: Any) -> Results:
     """Run (or resume) the pilot grid of ``config`` as an optuna study; see the module docstring.
 
     ``options``: how it runs (race.run.options.RunOptions: out_dir, storage, study, workers, device,
@@ -41,8 +41,8 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
 
     ``import_pilots``: a results file (or its folder) whose complete pilots, run elsewhere with the
     same run config (a lost storage, another machine), are recorded in the study before any pilot
-    runs, so only the missing ones run (a different config is one line, exit 2). ``announce``: called
-    once every check before compute has passed and the storage is open (the CLI's banner).
+    runs, so only the missing ones run (a different config is one line, exit 2). ``banner``: a line
+    printed to stderr (unless quiet) once every check before compute has passed and the storage is open.
 
     ``adaptive``: False (the full grid), True (the default policy, ``informative``) or a policy
     name from race.run.adaptive.POLICIES. ``adaptive_share``: the share of the full grid's pilots it
@@ -63,8 +63,10 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
     url = storage or S.default_url(out_dir)
     fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
-    if announce is not None:             # every check before compute has passed, the storage is open
-        announce()
+    if banner is not None and not o.quiet:     # every check before compute has passed, the storage is open
+        from race.core.safeio import terminal_safe
+
+        print(terminal_safe(banner), file=sys.stderr, flush=True)
     try:
         return start_study(st, config, o, policy=policy, backend=backend, calibration=calibration,
                       classify_kw=classify_kw)

@@ -194,11 +194,12 @@ def check_unique_answers(problems: list[Problem], where: Callable[[int], str]) -
     return problems
 
 
-def drop_overlong(problems: list[Problem], count_tokens: Callable[[str], int], limit: int) -> tuple[list[Problem], list[Problem]]:
-    """(problems whose prompt has at most ``limit`` tokens, those dropped), order kept."""
+def drop_overlong(problems: list[Problem], prompt_tokens: list[int], limit: int) -> tuple[list[Problem], list[Problem]]:
+    """(problems whose prompt has at most ``limit`` tokens, those dropped), order kept; ``prompt_tokens``:
+    each problem's prompt length in tokens, in the same order."""
     kept, dropped = [], []
-    for p in problems:
-        (kept if count_tokens(p.prompt) <= limit else dropped).append(p)
+    for p, n in zip(problems, prompt_tokens, strict=True):
+        (kept if n <= limit else dropped).append(p)
     return kept, dropped
 
 

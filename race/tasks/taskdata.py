@@ -109,7 +109,8 @@ def within_context(config: GridConfig, problems: list, tok) -> tuple[list, list]
     limit = context_tokens(config)
     if limit is None:
         return problems, []
-    return drop_overlong(problems, lambda text: len(tok(text, add_special_tokens=False, verbose=False)["input_ids"]), limit)
+    lengths = [len(tok(p.prompt, add_special_tokens=False, verbose=False)["input_ids"]) for p in problems]
+    return drop_overlong(problems, lengths, limit)
 
 
 def context_report(config: GridConfig, tok) -> dict | None:

@@ -385,3 +385,27 @@ def test_a_gain_at_equal_compute_is_paired_on_prompts_by_hand():
     grid = {0.3: (0.31, np.array([[1.0, 0.0], [0.0, 0.0]])), 0.5: (0.52, np.array([[1.0, 1.0], [1.0, 0.0]]))}
     # per-seed means 0.5, 0 and 1, 0.5: variance 0.125 each, pooled 0.125, over the best point's 2 seeds
     assert R3.pooled_se(grid) == pytest.approx((0.125 / 2) ** 0.5)
+
+
+def test_where_pilots_would_have_paid_by_hand():
+    """validation_round3.paid_points: the full-run points whose mean beats the prior at C by more than the
+    pilots' cost in pooled SEs; share_cost: race.stats.design.pilot_value at 1 / (F / P), 0.50 SEs at 10."""
+    import math
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "research" / "scripts"))
+    import validation_round3 as R3
+    from race.stats.design import SE_PER_DOUBLING
+
+    assert R3.share_cost(10) == pytest.approx(SE_PER_DOUBLING * math.log2(1 / 0.9))
+    assert R3.share_cost(30) < R3.share_cost(10) and R3.share_cost(100) < R3.share_cost(30)
+    prior = np.array([[0.5, 0.5], [0.5, 0.5]])                       # mean 0.5
+    grid = {0.3: (0.31, np.array([[0.6, 0.6]])), 0.5: (0.52, np.array([[0.54, 0.54]])),
+            0.7: (0.69, np.array([[0.4, 0.4]]))}
+    # se 0.1, cost 0.5 SE: a point must beat 0.5 by more than 0.05 (0.6 does, 0.54 does not, 0.4 does not)
+    assert R3.paid_points(grid, prior, 0.1, 0.5) == [0.31]
+    assert R3.paid_points(grid, prior, 0.1, 0.3) == [0.31, 0.52]
+    assert R3.paid_points(grid, prior, 0.1, 2.0) == []
+    assert [s["name"] for s in R3.settings_at({"settings": [{"name": "a"}, {"name": "b", "long_grid": [0.3]}]}, 30)] \
+        == ["b"]

@@ -145,12 +145,28 @@ def pooled_se(grid: dict) -> float:
     return (ss / dfs) ** 0.5 / len(per[best]) ** 0.5 if dfs else float("nan")
 
 
-def score_setting(s: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | None:
-    """One setting's scores at F / P = 10, or None while its full-run grid or a baseline is not committed."""
+# F / P → the setting key that puts a setting in that ratio's runs (None: every setting), as round3.yaml's kinds say
+RATIOS = {10: None, 30: "long_grid", 100: "longest_grid"}
+
+
+def settings_at(suite: dict, ratio: int) -> list[dict]:
+    return [s for s in suite["settings"] if RATIOS[ratio] is None or s.get(RATIOS[ratio])]
+
+
+def share_cost(ratio: int) -> float:
+    """What pilots at F / P = ``ratio`` cost the run, in pooled SEs (race.stats.design.pilot_value at a share of
+    1 / ratio of F: 0.50 at 10, the figure the freeze wrote down)."""
+    from race.stats.design import pilot_value
+
+    return pilot_value(1.0 / ratio).cost
+
+
+def score_setting(s: dict, *, ratio: int = 10, drop_collapsed: bool = False) -> dict[str, Any] | None:
+    """One setting's scores at F / P = ``ratio``, or None while its full-run grid at that ratio is not committed."""
     from race.stats.instability import learned
 
     v = _v()
-    full, prior, onp = (load(s["name"], k) for k in ("full10", "prior10", "onpolicy10"))
+    full, prior, onp = (load(s["name"], f"{k}{ratio}") for k in ("full", "prior", "onpolicy"))
     if full is None:
         return None
     grid = runs(full, drop_collapsed=drop_collapsed)
@@ -173,7 +189,14 @@ def score_setting(s: dict, *, drop_collapsed: bool = False) -> dict[str, Any] | 
     # RACE's run is the prior's (no pilots fit); "oracle": the best full-run point at F against the prior at C
     row["over_onpolicy"] = gain_ci(pr, op) if pr is not None and op is not None else None
     row["oracle"] = gain_ci(grid[best][1], pr, seed=1) if pr is not None else None
+    row["paid"] = paid_points(grid, pr, se, share_cost(ratio)) if pr is not None else None
     return row
+
+
+def paid_points(grid: dict, prior, se: float, cost: float) -> list[float]:
+    """The measured ρ of the full-run points whose mean beats the prior at C by more than the pilots' cost
+    (``cost`` pooled SEs), lowest first: where a pilot grid's answer had to land to pay for itself (none: nowhere)."""
+    return sorted(rho for rho, arr in grid.values() if se == se and (arr.mean() - prior.mean()) > cost * se)
 
 
 def run_wall(rec: dict) -> float:
@@ -191,53 +214,73 @@ def _ci(g: tuple[float, float, float] | None, se: float) -> str:
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({z:+.2f} SE)"
 
 
-def score_lines(suite: dict) -> list[str]:
-    """Round 3's tables: per setting (all runs; collapsed runs left out), then over the batch."""
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _z(g: tuple[float, float, float], se: float) -> float:
+    return g[0] / se if se == se and se > 0 else float("nan")
+
+
+def _row_line(s: dict, r: dict | None) -> str:
+    if r is None:
+        return f"| {s['name']} | full-run grid not run yet | | | | | | |"
+    if "over_onpolicy" not in r:
+        return (f"| {s['name']} | {'yes' if r['learned'] else 'no'} | {r['best_rho']:.3f} ({r['best']:.3f}) | "
+                f"baselines not run yet | | | | {r['collapsed']} · – · – |")
+    paid = r.get("paid")
+    where = "— (no run of a baseline left)" if r["oracle"] is None else (
+        ", ".join(f"{rho:.3f}" for rho in paid) if paid else "nowhere")
+    return (f"| {s['name']} | {'yes' if r['learned'] else 'no: reported apart'} | {r['best_rho']:.3f} "
+            f"({r['best']:.3f}) | {r['prior_rho']:.3f} · {r['onpolicy_rho']:.3f} | "
+            f"{_ci(r['over_onpolicy'], r['se'])} | {_ci(r['oracle'], r['se'])} | {where} | "
+            f"{r['collapsed']} · {r['collapsed_prior']} · {r['collapsed_onpolicy']} |")
+
+
+def _summary(rows: list[dict | None], ratio: int) -> list[str]:
     v = _v()
     out = []
+    scored = [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
+              and r["learned"]]
+    undefined = [r["setting"] for r in rows if r and "over_onpolicy" in r and r["learned"]
+                 and (r["over_onpolicy"] is None or r["oracle"] is None)]
+    if undefined:
+        out += ["", f"Left out of the summary: {', '.join(undefined)} (every run of a baseline collapsed: no gain "
+                "to score without collapsed runs)."]
+    if not scored:
+        return out
+    over = [_z(r["over_onpolicy"], r["se"]) for r in scored]
+    orc = [_z(r["oracle"], r["se"]) for r in scored]
+    lo, hi, cov = v.median_ci(over)
+    lo2, hi2, cov2 = v.median_ci(orc)
+    cost = share_cost(ratio)
+    return out + ["", f"Over the {len(scored)} scored settings that learned: RACE's run beats on-policy in "
+                  f"{sum(r['over_onpolicy'][1] > 0 for r in scored)} (CI above 0) and loses in "
+                  f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); median {_median(over):+.2f} "
+                  f"SEs (order-statistic interval {lo:+.2f} to {hi:+.2f}, coverage {cov:.2f}). Perfect pilots would "
+                  f"have paid (best at F above the prior at C, CI above 0) in {sum(r['oracle'][1] > 0 for r in scored)}"
+                  f", not in {sum(r['oracle'][2] < 0 for r in scored)} (CI below 0); median {_median(orc):+.2f} "
+                  f"SEs ({lo2:+.2f} to {hi2:+.2f}, coverage {cov2:.2f}). Declining to pilot was right (the prior's "
+                  f"regret below the {cost:.2f} SEs pilots at F / P = {ratio} cost the run) in "
+                  f"{sum(z < cost for z in orc)} of {len(scored)}."]
+
+
+def score_lines(suite: dict, ratio: int = 10) -> list[str]:
+    """Round 3's tables at F / P = ``ratio``: per setting (all runs; collapsed runs left out), then over the batch."""
+    out = []
     for drop in (False, True):
-        rows = [score_setting(s, drop_collapsed=drop) for s in suite["settings"]]
-        out += ["", f"**{'Collapsed runs left out' if drop else 'All runs'}** (final held-out reward on the 500 "
-                "final-evaluation prompts; ρ measured; gains with 95 % bootstrap CIs over seeds and prompts, and in "
-                "the full-run grid's pooled SEs):", "",
+        chosen = settings_at(suite, ratio)
+        rows = [score_setting(s, ratio=ratio, drop_collapsed=drop) for s in chosen]
+        out += ["", f"**F / P = {ratio}, {'collapsed runs left out' if drop else 'all runs'}** (final held-out reward "
+                "on the 500 final-evaluation prompts; ρ measured; gains with 95 % bootstrap CIs over seeds and "
+                "prompts, and in the full-run grid's pooled SEs):", "",
                 "| setting | learned | full-run best ρ (reward) | prior ρ · on-policy ρ | RACE (= prior) − on-policy "
-                "at C | best at F − prior at C (what perfect pilots could win) | collapsed (grid · prior · on-policy) |",
-                "|---|---|---|---|---|---|---|"]
-        for s, r in zip(suite["settings"], rows):
-            if r is None:
-                out.append(f"| {s['name']} | full-run grid not run yet | | | | | |")
-                continue
-            if "over_onpolicy" not in r:
-                out.append(f"| {s['name']} | {'yes' if r['learned'] else 'no'} | {r['best_rho']:.3f} ({r['best']:.3f}) | "
-                           "baselines not run yet | | | " + f"{r['collapsed']} · – · – |")
-                continue
-            out.append(f"| {s['name']} | {'yes' if r['learned'] else 'no: reported apart'} | {r['best_rho']:.3f} "
-                       f"({r['best']:.3f}) | {r['prior_rho']:.3f} · {r['onpolicy_rho']:.3f} | "
-                       f"{_ci(r['over_onpolicy'], r['se'])} | {_ci(r['oracle'], r['se'])} | "
-                       f"{r['collapsed']} · {r['collapsed_prior']} · {r['collapsed_onpolicy']} |")
-        scored = [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
-                  and r["learned"]]
-        undefined = [r["setting"] for r in rows if r and "over_onpolicy" in r and r["learned"]
-                     and (r["over_onpolicy"] is None or r["oracle"] is None)]
-        if undefined:
-            out += ["", f"Left out of the summary: {', '.join(undefined)} (every run of a baseline collapsed: no gain "
-                    "to score without collapsed runs)."]
-        if scored:
-            def z(g, se):
-                return g[0] / se if se == se and se > 0 else float("nan")
-            over = [z(r["over_onpolicy"], r["se"]) for r in scored]
-            orc = [z(r["oracle"], r["se"]) for r in scored]
-            lo, hi, cov = v.median_ci(over)
-            lo2, hi2, cov2 = v.median_ci(orc)
-            out += ["", f"Over the {len(scored)} scored settings that learned: RACE's run beats on-policy in "
-                    f"{sum(r['over_onpolicy'][1] > 0 for r in scored)} (CI above 0) and loses in "
-                    f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); median "
-                    f"{sorted(over)[len(over) // 2] if len(over) % 2 else (sorted(over)[len(over) // 2 - 1] + sorted(over)[len(over) // 2]) / 2:+.2f} "
-                    f"SEs (order-statistic interval {lo:+.2f} to {hi:+.2f}, coverage {cov:.2f}). Perfect pilots would "
-                    f"have paid (best at F above the prior at C, CI above 0) in {sum(r['oracle'][1] > 0 for r in scored)}"
-                    f", not in {sum(r['oracle'][2] < 0 for r in scored)} (CI below 0); median "
-                    f"{sorted(orc)[len(orc) // 2] if len(orc) % 2 else (sorted(orc)[len(orc) // 2 - 1] + sorted(orc)[len(orc) // 2]) / 2:+.2f} "
-                    f"SEs ({lo2:+.2f} to {hi2:+.2f}, coverage {cov2:.2f})."]
+                "at C | best at F − prior at C (what perfect pilots could win) | ρ where pilots would have paid | "
+                "collapsed (grid · prior · on-policy) |", "|---|---|---|---|---|---|---|---|"]
+        out += [_row_line(s, r) for s, r in zip(chosen, rows)]
+        out += _summary(rows, ratio)
     return out
 
 
@@ -249,14 +292,30 @@ def tables(suite: dict) -> str:
             "RACE ran no pilots on any setting (P = 0: its pilot design's wall time is 0 s against the full runs' "
             "below), so its run at C is the prior's, its net gain over the prior is 0 by construction, and it has "
             "no range or regime at F to score.", "",
-            "| setting | full-run grid | prior at C | on-policy at C | mean wall per full run |", "|---|---|---|---|---|"]
-    for s in suite["settings"]:
-        have = {k: _v().data_path(s["name"], k).is_file() for k in ("full10", "prior10", "onpolicy10")}
-        full = load(s["name"], "full10") if have["full10"] else None
-        wall = f"{run_wall(full):.0f} s" if full else "–"
-        head.append(f"| {s['name']} | {'5 ρ × 5 seeds' if have['full10'] else 'running'} | "
-                    f"{'5 seeds' if have['prior10'] else 'to run'} | {'5 seeds' if have['onpolicy10'] else 'to run'} | {wall} |")
-    return "\n".join(head + score_lines(suite)) + "\n"
+            "| setting | F / P | full-run grid | prior at C | on-policy at C | mean wall per full run |",
+            "|---|---|---|---|---|---|"]
+    for ratio in RATIOS:
+        for s in settings_at(suite, ratio):
+            head.append(_status_line(s, ratio))
+    lines = head
+    for ratio in RATIOS:
+        lines += score_lines(suite, ratio)
+    return "\n".join(lines) + "\n"
+
+
+def _status_line(s: dict, ratio: int) -> str:
+    """Which of a setting's runs at F / P = ``ratio`` are committed (a full-run grid as ρ × seeds)."""
+    v = _v()
+    have = {k: v.data_path(s["name"], f"{k}{ratio}").is_file() for k in ("full", "prior", "onpolicy")}
+    full = load(s["name"], f"full{ratio}") if have["full"] else None
+    if full is not None:
+        grid = runs(full)
+        shape = f"{len(grid)} ρ × {max(len(a) for _, a in grid.values())} seeds"
+    else:
+        shape = "running" if v.data_path(s["name"], f"full{ratio}", partial=True).is_file() else "to run"
+    wall = f"{run_wall(full):.0f} s" if full else "–"
+    return (f"| {s['name']} | {ratio} | {shape} | {'5 seeds' if have['prior'] else 'to run'} | "
+            f"{'5 seeds' if have['onpolicy'] else 'to run'} | {wall} |")
 
 
 def freeze(suite_path: Path, commits: dict[str, str], *, date: str | None = None) -> dict:

@@ -256,7 +256,7 @@ def _summary(rows: list[dict | None], ratio: int) -> list[str]:
     lo, hi, cov = v.median_ci(over)
     lo2, hi2, cov2 = v.median_ci(orc)
     cost = share_cost(ratio)
-    return out + ["", f"Over the {len(scored)} scored settings that learned: RACE's run beats on-policy in "
+    return out + ["", f"Over the {len(scored)} scored setting{'s' if len(scored) != 1 else ''} that learned: RACE's run beats on-policy in "
                   f"{sum(r['over_onpolicy'][1] > 0 for r in scored)} (CI above 0) and loses in "
                   f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); median {_median(over):+.2f} "
                   f"SEs (order-statistic interval {lo:+.2f} to {hi:+.2f}, coverage {cov:.2f}). Perfect pilots would "

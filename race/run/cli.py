@@ -16,6 +16,8 @@ from race.run.cli_pilot import pilot, worker
 from race.run.cli_support import (ALLOW_APPROXIMATE, BAD_INPUT, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP, draw, echo,
                                   exit_aborted, exit_internal, exit_one_line, on_sigterm)
 from race.stats.report import FORMATS
+
+
 class OneLineGroup(click.Group):
     """The ``race`` group: every error is exactly one line on stderr. Bad input (click's usage errors,
     RACE's validation errors: race.run.cli_support.BAD_INPUT) is ``Error: …`` and exit 2, with no

@@ -1,9 +1,9 @@
 """What every ``race`` command shares: one-line errors, help in groups, safe terminal output.
 
 Bad input ends with a one-line ``Error: ...`` and exit code 2, never a traceback (``BAD_INPUT``,
-``exit_one_line``; the ``race`` group, race.run.cli.OneLineGroup, catches them); an unexpected error keeps its traceback in a file the line names; a stopped command
-says what it kept (``what_is_kept``); text from results files, configs and models is shown with its
-control characters escaped (``echo``). ``PilotCommand`` groups ``race pilot``'s options in its help and
+``exit_one_line``; the ``race`` group, race.run.cli.OneLineGroup, catches them); an unexpected error
+keeps its traceback in a file the line names; a stopped command says what it kept (``what_is_kept``);
+text from results files, configs and models is shown with its control characters escaped (``echo``). ``PilotCommand`` groups ``race pilot``'s options in its help and
 hands them to the command in the same groups.
 
 Invariants: no torch, transformers or optuna at import; every message one line.
@@ -64,7 +64,7 @@ def exit_one_line(text: str, code: int) -> None:
 
 
 def exit_aborted(e: BaseException, argv: list[str]) -> None:
-    """Ctrl-C or SIGTERM: one line saying what the stopped command kept (exit 130 by click, 143)."""
+    """Ctrl-C (``Aborted!``, exit 1) or SIGTERM (one line saying what the stopped command kept, exit 143)."""
     if isinstance(e.__cause__, Terminated) or isinstance(e.__context__, Terminated):
         exit_one_line(f"terminated (SIGTERM){what_is_kept(argv)}", 143)
     echo("Aborted!", err=True)

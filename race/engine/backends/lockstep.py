@@ -14,8 +14,9 @@ Invariants:
 - per-seed logits, losses, gradients and so adapters equal the one-seed group's bit for bit
   (tests/test_lockstep.py): padding a seed's rows to the widest seed changes no real position, and
   the reductions over token rows (a seed's adapter gradient, its loss) run over its solo rows only
-  (race.engine.backends.lora_ops, race.engine.grpo), since a CPU GEMM's rounding follows the length
-  of the reduction, zero padding rows included;
+  (race.engine.backends.lora_ops, race.engine.grpo), and so does its attention over keys
+  (``_attention_by_seed``), since a CPU kernel's rounding can follow the length of a reduction,
+  masked or zero padding included;
 - ``sample_lockstep`` draws each seed's tokens from that seed's generator over exactly the rows its
   solo sampler would hold (the same compaction rule, applied per seed), so which other seeds share
   the batch does not change how a seed's random stream is consumed;
@@ -65,6 +66,7 @@ class LockstepLM(LeanLM):
         self._merged: list[dict] = [{} for _ in self.seeds]     # per seed: (layer, group) → merged weight
         self._stacked: dict = {}                                 # (active, layer, group) → [S, out, in]
         self._solo_rows: list | None = None     # during forward_grouped: per seed its solo rows (``solo_rows``)
+        self._seed_widths: list | None = None   # … and its solo (Lp, Lc), when some seed was padded
 
     # ------------------------------------------------------------------ seeds and adapters
     def set_active(self, seeds) -> None:
@@ -178,10 +180,31 @@ class LockstepLM(LeanLM):
         causally within themselves). The head reads each prompt's last position and every completion
         position; the last one's logits are unused but computed, as the FLOP formula counts."""
         self._solo_rows = solo_rows(widths, *prompt_ids.shape[1:], *completion_ids.shape[1:], prompt_ids.device)
+        self._seed_widths = widths if self._solo_rows is not None else None
         try:
             return self._grouped(prompt_ids, prompt_mask, group, completion_ids, completion_mask)
         finally:
-            self._solo_rows = None
+            self._solo_rows = self._seed_widths = None
+
+    def _attention_by_seed(self, prompts, completions, G: int, B: int):
+        """``_grouped``'s attention when seeds were padded to other widths: seed s's prompt and
+        completion attention over exactly its solo batch's positions (its prompts' last Lp_s, its
+        completions' first Lc_s), zero at the padding. A CPU attention kernel's reductions over the
+        keys follow their count, masked padding included (measured with torch 2.13's SDPA under MKL on
+        an AMD EPYC: 5e-7 apart), so the stacked call would round a narrower seed otherwise than alone.
+        ``prompts``: (q, k, v, mask) over [S·G, H, Lp, d]; ``completions``: over [S·B, H, Lc, d], the
+        keys [Lp | Lc]."""
+        (qp, kp, vp, mask_p), (qc, kc, vc, mask_c) = prompts, completions
+        Lp, Lc = qp.shape[2], qc.shape[2]
+        aps, acs = [], []
+        for s, (lp, lc) in enumerate(self._seed_widths):
+            rp, rc, own = slice(s * G, (s + 1) * G), slice(s * B, (s + 1) * B), slice(Lp - lp, Lp)
+            keys = slice(Lp - lp, Lp + lc)            # its prompt's last lp, then its first lc completion positions
+            ap = self._attention(qp[rp, :, own], kp[rp, :, own], vp[rp, :, own], mask_p[rp, :, own, own])
+            ac = self._attention(qc[rc, :, :lc], kc[rc, :, keys], vc[rc, :, keys], mask_c[rc, :, :lc, keys])
+            aps.append(F.pad(ap, (0, 0, Lp - lp, 0)))
+            acs.append(F.pad(ac, (0, 0, 0, Lc - lc)))
+        return torch.cat(aps), torch.cat(acs)
 
     def _grouped(self, prompt_ids, prompt_mask, group, completion_ids, completion_mask):
         """``forward_grouped``'s forward pass."""
@@ -207,10 +230,12 @@ class LockstepLM(LeanLM):
         def attend(i, q, k, v):                       # q, k, v: [(S,) Np + B·Lc, heads, d]
             qp, kp, vp = (t[..., :Np, :, :].reshape(S * G, Lp, *t.shape[-2:]).transpose(1, 2) for t in (q, k, v))
             qc, kc, vc = (t[..., Np:, :, :].reshape(S * B, Lc, *t.shape[-2:]).transpose(1, 2) for t in (q, k, v))
-            ap = self._attention(qp, kp, vp, mask_p)
             kc = torch.cat((kp.index_select(0, flat_group), kc), dim=2)
             vc = torch.cat((vp.index_select(0, flat_group), vc), dim=2)
-            ac = self._attention(qc, kc, vc, mask_c)
+            if self._seed_widths is None:
+                ap, ac = self._attention(qp, kp, vp, mask_p), self._attention(qc, kc, vc, mask_c)
+            else:
+                ap, ac = self._attention_by_seed((qp, kp, vp, mask_p), (qc, kc, vc, mask_c), G, B)
             return torch.cat((ap.transpose(1, 2).reshape(*lead, Np, -1), ac.transpose(1, 2).reshape(*lead, B * Lc, -1)),
                              dim=-2)
 

@@ -101,16 +101,30 @@ def _prefill(model, ids, mask, pos, *, n: int):
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                logits_to_keep=1)
+    kv = cache_kwarg(model, cache)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kv)
     cache.batch_repeat_interleave(n)
 
     def step(tok, m, p):
-        return model(input_ids=tok, attention_mask=m, position_ids=p, past_key_values=cache,
-                     use_cache=True).logits[:, -1, :]
+        return model(input_ids=tok, attention_mask=m, position_ids=p, use_cache=True, **kv).logits[:, -1, :]
 
     select = cache.batch_select_indices
     return out.logits[:, -1, :].repeat_interleave(n, dim=0), step, select
+
+
+def cache_kwarg(model, cache) -> dict:
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` where it names one
+    (transformers 5.25 renamed ``past_key_values``, which it warns about and drops in 5.40), else
+    ``past_key_values`` (earlier releases, and remote code that kept the old name). A peft model
+    is asked about its base model, to which its ``forward`` passes the keyword."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model     # peft passes kwargs on
+    try:
+        names = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        names = {}
+    return {"cache": cache} if "cache" in names else {"past_key_values": cache}
 
 
 def load_causal_lm(path: str, **kw):

@@ -163,7 +163,9 @@ def measure(arch_name: str, quantity: str, *, prompt_len: int = PROMPT_LEN,
             model, lora = add_lora(model, arch)
         ckpt = quantity == "lora_grad_ckpt"
         if ckpt:  # HF default: non-reentrant checkpoints, embedding output requires grad
-            model.gradient_checkpointing_enable()
+            from race.engine.loading import enable_checkpointing
+
+            enable_checkpointing(model)
         model.train()
         counted = count(lambda: _completion_logprob_loss(model, ids, p).backward())
         return counted, flops.learning_flops(arch, sequences=b, lora=lora, causal=False,

@@ -118,10 +118,14 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
     from race.engine.backends.lockstep import LockstepLM
     from race.engine.loading import load_policy
 
+    def checkpointing(policy):          # the property's name from transformers 5.25 on, else the old one
+        hf = policy.base_model.model
+        return getattr(hf, "is_activation_checkpointing", None) or hf.is_gradient_checkpointing
+
     _, ckpt, _ = load_policy(_cfg(grad_checkpointing=True))
-    assert isinstance(ckpt, PeftModel) and ckpt.base_model.model.is_gradient_checkpointing and ckpt.training
+    assert isinstance(ckpt, PeftModel) and checkpointing(ckpt) and ckpt.training
     _, plain, _ = load_policy(_cfg(fast_path=False))
-    assert isinstance(plain, PeftModel) and not plain.base_model.model.is_gradient_checkpointing
+    assert isinstance(plain, PeftModel) and not checkpointing(plain)
     assert isinstance(load_policy(_cfg())[1], LockstepLM)
     assert _layer_calls(ckpt, _batch()) == 2
     assert _layer_calls(plain, _batch()) == 1

@@ -90,9 +90,20 @@ def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
     policy = get_peft_model(model, lcfg)
     _check_peft_adapters(arch, lora, policy)
     if config.grpo.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
         policy.train()          # HF checkpoints only in training mode (dropout is 0: nothing else changes)
     return tok, policy, path
+
+
+def enable_checkpointing(model) -> None:
+    """HF's non-reentrant checkpointing, one checkpoint per decoder layer, by the method's current
+    name: ``activation_checkpointing_enable`` (transformers 5.25; the old name warns, and goes in v6),
+    else ``gradient_checkpointing_enable``."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _pretrained(config: GridConfig, arch, device: str):

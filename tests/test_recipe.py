@@ -53,14 +53,14 @@ def tiny_recipe(steps: int = 2, **kw):
 
 # ----------------------------------------------------------------------------- TRL, checked by TRL
 
-def test_trl_grpo_config_derives_what_race_planned():
+def test_trl_grpo_config_derives_what_race_planned(tmp_path):
     from trl import GRPOConfig
 
     cfg, rec = tiny_recipe(steps=3)
     s = rec.schedule
     assert (s.prompts_per_step, s.n_gen, s.n_train, s.mu, s.steps) == (2, 4, 4, 2, 3) and [n[:14] for n in rec.notes] == [
         "the watch: pas", "data and rewar", "run `trl grpo`", "stability at F"]
-    args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
                       **rec.settings)
     assert args.num_generations == 4
     assert args.generation_batch_size == s.prompts_per_step * s.n_gen == 8      # completions per generation
@@ -88,7 +88,7 @@ def test_trl_yaml_parses_with_trl_grpo_cli(tmp_path):
     assert model.use_peft and model.lora_r == 8 and model.lora_target_modules[0] == "q_proj"
 
 
-def test_trl_measured_split_matches_the_recipe():
+def test_trl_measured_split_matches_the_recipe(tmp_path):
     """A few real GRPOTrainer steps (transformers generate on CPU, LoRA, eager attention) under
     FlopCounterMode: FLOPs inside the trainer's generate call are search, the rest learning."""
     import torch
@@ -107,7 +107,7 @@ def test_trl_measured_split_matches_the_recipe():
     prompts = [f"{a}+{b}=" for a, b in pairs]
     assert {len(tok(p)["input_ids"]) for p in prompts} == {P}         # no padding: lengths as stated
     _, rec = tiny_recipe(steps=2)
-    args = GRPOConfig(output_dir="/tmp/race-recipe-test", use_cpu=True, bf16=False, report_to="none",
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
                       save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True,
                       generation_kwargs={"min_new_tokens": C}, **rec.settings)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)

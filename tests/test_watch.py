@@ -48,7 +48,7 @@ def test_bad_scores_and_orders_are_one_line_errors():
         check_scores([])
 
 
-def _trl_run(lr: float, steps: int = 24):
+def _trl_run(lr: float, out, steps: int = 24):
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -71,7 +71,7 @@ def _trl_run(lr: float, steps: int = 24):
 
     watch = trl_callback([p.prompt for p in held], exact, columns={"answer": [p.answer for p in held]},
                          samples=2, max_new_tokens=6, log=lambda _: None)
-    args = GRPOConfig(output_dir="/tmp/race-watch-test", use_cpu=True, bf16=False, report_to="none",
+    args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, report_to="none",
                       save_strategy="no", logging_steps=100, seed=0, disable_tqdm=True, max_steps=steps,
                       per_device_train_batch_size=16, num_generations=4, max_completion_length=6,
                       learning_rate=lr, lr_scheduler_type="constant", temperature=1.0, beta=0.0)
@@ -84,15 +84,15 @@ def _trl_run(lr: float, steps: int = 24):
     return trainer, watch
 
 
-def test_the_trl_watch_catches_an_injected_collapse_and_leaves_a_stable_run_alone():
+def test_the_trl_watch_catches_an_injected_collapse_and_leaves_a_stable_run_alone(tmp_path):
     """η = 1e-3 (the tiny policy's LoRA rate): no fall, the run goes to its end (held-out accuracy
     0.31 → 0.285 … 0.335 → 0.315 over 8 evaluations, measured). η = 0.01 diverges: 0.31, 0.29, 0.25,
     then 0.115 at step 3; the watch sees the fall below the base, stops the run there and puts back
     the adapter of its best checkpoint (the base)."""
-    stable, w = _trl_run(1e-3)
+    stable, w = _trl_run(1e-3, tmp_path / "stable")
     assert w.watch.fall is None and stable.state.global_step == 24
     assert [c.step for c in w.watch.history][0] == 0 and w.watch.history[-1].step == 24
-    broken, w = _trl_run(0.01)
+    broken, w = _trl_run(0.01, tmp_path / "broken")
     assert w.watch.fall is not None, [sum(c.evals["reward"]) / 100 for c in w.watch.history]
     assert broken.state.global_step < 24                    # stopped at the fall
     f = w.watch.fall

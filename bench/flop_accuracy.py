@@ -127,14 +127,13 @@ def _kept_logits_loss(model, ids, completion_len: int):
 
 def _decode(model, prompt, steps: int) -> None:
     """Greedy decoding by hand: prefill (logits at the last position), then steps."""
-    from race.engine.backends.hf import cache_kwarg
+    from race.engine.backends.hf import cache_keyword, returned_cache
 
+    key = cache_keyword(model)
     out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
     for _ in range(steps):
         token = out.logits[:, -1:].argmax(-1)
-        past = getattr(out, "cache", None)           # transformers ≥ 5.25; `past_key_values` before
-        past = out.past_key_values if past is None else past
-        out = model(input_ids=token, use_cache=True, **cache_kwarg(model, past))
+        out = model(input_ids=token, use_cache=True, **{key: returned_cache(out)})
 
 
 def measure(arch_name: str, quantity: str, *, prompt_len: int = PROMPT_LEN,

@@ -51,7 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from build_tiny_policy import make_batch  # noqa: E402  (left-padded prompt + solution + EOS, labels on the solution)
-from race.engine.backends.hf import cache_kwarg  # noqa: E402
+from race.engine.backends.hf import cache_keyword  # noqa: E402
 from race.tasks import load_task  # noqa: E402
 from race.tasks.wordproblems import write_gsm8k, write_math  # noqa: E402
 
@@ -182,12 +182,11 @@ def generate(model, tok, prompts: list[str], *, sample: bool, gen: torch.Generat
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     ids, mask = enc["input_ids"], enc["attention_mask"]
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    kv = {cache_keyword(model): DynamicCache()}
     out, done = [], torch.zeros(len(prompts), dtype=torch.bool)
     lengths = torch.zeros(len(prompts), dtype=torch.long)
     for _ in range(max_new_tokens):
-        o = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                  **cache_kwarg(model, cache))
+        o = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kv)
         logits = o.logits[:, -1].float()
         nxt = (torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1) if sample
                else logits.argmax(-1))

@@ -34,7 +34,7 @@ from build_tiny_policy import (CHARS, SPECIALS, _portable_tokenizer_config, add_
                                write_meta)
 
 from race.tasks.rewards.rules import sparse  # noqa: E402
-from race.engine.backends.hf import cache_kwarg  # noqa: E402
+from race.engine.backends.hf import cache_keyword, returned_cache  # noqa: E402
 from race.tasks import load_task  # noqa: E402
 from race.tasks.steps import process_score  # noqa: E402
 
@@ -78,18 +78,17 @@ def generate(model, tok, prompts: list[str], *, sample: bool, gen: torch.Generat
     from ``gen`` only, so the global torch RNG is left alone."""
     enc = tok(prompts, return_tensors="pt", padding=True)
     ids, mask = enc["input_ids"], enc["attention_mask"]
-    past, pos = None, (mask.cumsum(-1) - 1).clamp(min=0)
+    key, past, pos = cache_keyword(model), None, (mask.cumsum(-1) - 1).clamp(min=0)
     out, done = [], torch.zeros(len(prompts), dtype=torch.bool)
     for _ in range(MAX_NEW_TOKENS):
-        o = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **cache_kwarg(model, past))
+        o = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{key: past})
         logits = o.logits[:, -1].float()
         nxt = (torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1) if sample
                else logits.argmax(-1))
         nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
         out.append(nxt)
         done |= nxt == tok.eos_token_id
-        past = getattr(o, "cache", None)                     # transformers ≥ 5.25; `past_key_values` before
-        past, ids = (o.past_key_values if past is None else past), nxt[:, None]
+        past, ids = returned_cache(o), nxt[:, None]
         mask = torch.cat([mask, torch.ones_like(ids)], 1)
         pos = pos[:, -1:] + 1
         if done.all():

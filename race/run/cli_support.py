@@ -3,8 +3,9 @@
 Bad input ends with a one-line ``Error: ...`` and exit code 2, never a traceback (``BAD_INPUT``,
 ``exit_one_line``; the ``race`` group, race.run.cli.OneLineGroup, catches them); an unexpected error
 keeps its traceback in a file the line names; a stopped command says what it kept (``what_is_kept``);
-text from results files, configs and models is shown with its control characters escaped (``echo``). ``PilotCommand`` groups ``race pilot``'s options in its help and
-hands them to the command in the same groups.
+text from results files, configs and models is shown with its control characters escaped (``echo``).
+``PilotCommand`` groups ``race pilot``'s options in its help and hands them to the command in the same
+groups.
 
 Invariants: no torch, transformers or optuna at import; every message one line.
 """

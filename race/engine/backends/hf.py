@@ -101,7 +101,7 @@ def _prefill(model, ids, mask, pos, *, n: int):
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    kv = cache_kwarg(model, cache)
+    kv = {cache_keyword(model): cache}
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kv)
     cache.batch_repeat_interleave(n)
 
@@ -112,19 +112,26 @@ def _prefill(model, ids, mask, pos, *, n: int):
     return out.logits[:, -1, :].repeat_interleave(n, dim=0), step, select
 
 
-def cache_kwarg(model, cache) -> dict:
+def cache_keyword(model) -> str:
     """The keyword a model's ``forward`` takes its KV cache by: ``cache`` where it names one
     (transformers 5.25 renamed ``past_key_values``, which it warns about and drops in 5.40), else
     ``past_key_values`` (earlier releases, and remote code that kept the old name). A peft model
     is asked about its base model, to which its ``forward`` passes the keyword."""
     import inspect
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model     # peft passes kwargs on
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
         names = inspect.signature(base.forward).parameters
     except (TypeError, ValueError):
         names = {}
-    return {"cache": cache} if "cache" in names else {"past_key_values": cache}
+    return "cache" if "cache" in names else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a forward returned: ``out.cache`` from transformers 5.25, ``out.past_key_values``
+    before (the old attribute still answers there, with a warning)."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
 
 
 def load_causal_lm(path: str, **kw):

@@ -190,10 +190,10 @@ class LockstepLM(LeanLM):
         """``_grouped``'s attention when seeds were padded to other widths: seed s's prompt and
         completion attention over exactly its solo batch's positions (its prompts' last Lp_s, its
         completions' first Lc_s), zero at the padding. A CPU attention kernel's reductions over the
-        keys follow their count, masked padding included (measured with torch 2.13's SDPA under MKL on
-        an AMD EPYC: 5e-7 apart), so the stacked call would round a narrower seed otherwise than alone.
-        ``prompts``: (q, k, v, mask) over [S·G, H, Lp, d]; ``completions``: over [S·B, H, Lc, d], the
-        keys [Lp | Lc]."""
+        keys can follow their count, masked padding included (torch 2.13's SDPA under MKL on an AMD
+        EPYC: up to 1e-6 apart; bench/sdpa_padding.py), so the stacked call would round a narrower
+        seed otherwise than alone. ``prompts``: (q, k, v, mask) over [S·G, H, Lp, d];
+        ``completions``: over [S·B, H, Lc, d], the keys [Lp | Lc]."""
         (qp, kp, vp, mask_p), (qc, kc, vc, mask_c) = prompts, completions
         Lp, Lc = qp.shape[2], qc.shape[2]
         aps, acs = [], []

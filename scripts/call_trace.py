@@ -65,15 +65,21 @@ class Tracer:
         self.race_dir = str(ROOT / "race") + os.sep
         self.hops: dict[tuple[str, str], tuple[str, str]] = {}
         self.path: list[str] = []
+        self.names: dict[str, str | None] = {}    # filename → its module, worked out once (every call asks)
 
     def module(self, filename: str) -> str | None:
-        if not filename.startswith(self.race_dir):
-            return None
-        rel = Path(filename).relative_to(ROOT).with_suffix("")
-        parts = list(rel.parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        return ".".join(parts)
+        try:
+            return self.names[filename]
+        except KeyError:
+            pass
+        name = None
+        if filename.startswith(self.race_dir):
+            parts = list(Path(filename).relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join(parts)
+        self.names[filename] = name
+        return name
 
     def __call__(self, frame, event, arg):  # noqa: ANN001, ARG002
         if event != "call":

@@ -40,6 +40,7 @@ from validation_stats import (RHO_TOL, _MEMO, _fallen, _in_se, _memo, _within,  
                               adaptive_record, best_rho_ci, boot_means, candidate_range, collapses, diagnosis,
                               forecast_row, grid_class, interpolate, measured_rho, median_ci, pilots_of,
                               point_means, ranking_by_budget, regret_gain_ci, setting_row, verdict, wilson)
+from validation_io import read_gz_json, write_gz_json  # noqa: E402,F401
 from validation_suite import (EXTENDED, GRID_KEYS, KINDS, N_BOOT, ROUND1_KINDS, SUITE, _merge, _round,  # noqa: E402,F401
                               budget_of, compact_pilot, grid_config, grid_of, kinds_of, load_suite, planned, sealed,
                               seeds_of, setting)
@@ -77,24 +78,6 @@ RUNS_OF: dict[str, Path] = {}     # a setting's committed data where it is not u
 
 def data_path(name: str, kind: str, *, partial: bool = False) -> Path:
     return RUNS_OF.get(name, RUNS) / name / f"{kind}{'.partial' if partial else ''}.json.gz"
-
-
-def write_gz_json(path: Path, record: dict) -> Path:
-    """``record`` as compact gzipped JSON at ``path``, written whole or not at all (a temporary file, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        json.dump(record, fh, separators=(",", ":"))
-    os.replace(tmp, path)
-    return path
-
-
-def read_gz_json(path: Path) -> dict | None:
-    """The gzipped JSON record at ``path`` (``write_gz_json``'s), or None where there is none."""
-    if not path.is_file():
-        return None
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def provenance(results: dict, *, commit: str, command: str, wall_seconds: float) -> dict:

@@ -161,8 +161,19 @@ def share_cost(ratio: int) -> float:
     return pilot_value(1.0 / ratio).cost
 
 
+_SCORED: dict[tuple[str, int, bool], dict[str, Any] | None] = {}
+
+
 def score_setting(s: dict, *, ratio: int = 10, drop_collapsed: bool = False) -> dict[str, Any] | None:
-    """One setting's scores at F / P = ``ratio``, or None while its full-run grid at that ratio is not committed."""
+    """One setting's scores at F / P = ``ratio``, or None while its full-run grid at that ratio is not committed
+    (worked out once per process: the score tables and the targets read the same rows)."""
+    key = (s["name"], ratio, drop_collapsed)
+    if key not in _SCORED:
+        _SCORED[key] = _score_setting(s, ratio=ratio, drop_collapsed=drop_collapsed)
+    return _SCORED[key]
+
+
+def _score_setting(s: dict, *, ratio: int, drop_collapsed: bool) -> dict[str, Any] | None:
     from race.stats.instability import learned
 
     v = _v()
@@ -300,7 +311,51 @@ def tables(suite: dict) -> str:
     lines = head
     for ratio in RATIOS:
         lines += score_lines(suite, ratio)
+    lines += target_lines(suite)
     return "\n".join(lines) + "\n"
+
+
+def _scored(suite: dict, ratio: int) -> list[dict]:
+    """The rows of a ratio's settings that learned and have both baselines (all runs): what its summary counts."""
+    rows = [score_setting(s, ratio=ratio) for s in settings_at(suite, ratio)]
+    return [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
+            and r["learned"]]
+
+
+def _target_row(ratio: int, rows: list[dict]) -> list[str]:
+    """Issue 48's targets at one ratio: (target, measured, held) cells, in the issue's order."""
+    over = [_z(r["over_onpolicy"], r["se"]) for r in rows]
+    regret = [_z(r["oracle"], r["se"]) for r in rows]
+    sep = [r for r in rows if r["over_onpolicy"][1] > 0 or r["over_onpolicy"][2] < 0]
+    wins = sum(r["over_onpolicy"][1] > 0 for r in rows)
+    heavy = [r["setting"] for r in rows if r["runs"] and r["collapsed"] / r["runs"] >= 1 / 3]
+    n = len(rows)
+    gain_ok = bool(sep) and wins / len(sep) >= 0.8 and _median(over) >= 1
+    return [
+        f"| {ratio} | net gain over on-policy > 0 in ≥ 80 % of the settings where they separate, median ≥ +1 SE | "
+        f"{wins} won of {len(sep)} separated ({n} scored); median {_median(over):+.2f} SEs | "
+        f"{'met' if gain_ok else 'missed' if sep else 'no setting separates'} |",
+        f"| {ratio} | net gain over the no-pilot prior ≥ 0 in ≥ 2/3, median > 0 | 0 in all {n} (RACE's run is the "
+        "prior's) | missed: median 0 |",
+        f"| {ratio} | best ρ in the range at F ≥ 80 %, median width ≤ 0.15 | no range stated (no pilots) | missed |",
+        f"| {ratio} | median regret ≤ 0.5 SEs (best at F − RACE's run at C) | {_median(regret):+.2f} SEs | "
+        f"{'met' if _median(regret) <= 0.5 else 'missed'} |",
+        f"| {ratio} | same regime at F ≥ 0.9 where the full runs are conclusive | no regime stated (no pilots) | "
+        "missed |",
+        f"| {ratio} | every setting with ≥ 1/3 collapsed full runs flagged, ≤ 20 % false alarms | "
+        f"{len(heavy)} such ({', '.join(heavy) or 'none'}); 0 flagged (no pilots, no probe) | "
+        f"{'missed' if heavy else 'met: nothing to flag'} |",
+        f"| {ratio} | P ≤ 10 % of C | P = 0 | met |"]
+
+
+def target_lines(suite: dict) -> list[str]:
+    """Issue 48's targets against each ratio's scored settings (all runs), once a ratio has any."""
+    out = ["", "**Issue 48's targets** (frozen code; per ratio, over its scored settings that learned, all runs):", "",
+           "| F / P | target | measured | held |", "|---|---|---|---|"]
+    for ratio in RATIOS:
+        rows = _scored(suite, ratio)
+        out += _target_row(ratio, rows) if rows else [f"| {ratio} | every target | no setting scored yet | – |"]
+    return out
 
 
 def _status_line(s: dict, ratio: int) -> str:

@@ -461,7 +461,7 @@ def _parser() -> argparse.ArgumentParser:
     for k in ("rule", "drift", "probe"):
         fz.add_argument(f"--{k}", required=True)
     t = sub.add_parser("tables")
-    t.add_argument("--check", default=None)
+    t.add_argument("--check", default=None, nargs="+", help="exit 1 if a block of these docs differs from the data's")
     t.add_argument("--write", default=None)
     ap.add_argument("--suite", default=str(SUITE))
     ap.add_argument("--runs", default=None, help="the committed data (default: the suite's `runs`, else "
@@ -550,19 +550,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         script="research/scripts/validation.py")
 
 
-def apply_tables(text: str, blocks: dict, *, check: str | None, write: str | None, suite_arg: str, script: str) -> int:
+def apply_tables(text: str, blocks: dict, *, check: str | Sequence[str] | None, write: str | None, suite_arg: str,
+                 script: str) -> int:
     """Print a suite's tables ``text``, or check / rewrite its blocks (``{(begin, end): text}``) in a
-    document (``check``: exit 1 when they differ from what the committed data gives; ``write``: replace them)."""
-    for target in (check, write):
+    document (``check``: one document or several, exit 1 when a block differs from what the committed data gives;
+    ``write``: replace them)."""
+    checks = [check] if isinstance(check, str) else list(check or [])
+    for target in (*checks, write):
         if target and not any(b in Path(target).read_text() for b, _ in blocks):
             raise SystemExit(f"{target}: no table block of this suite ({', '.join(b for b, _ in blocks)})")
-    if check:
-        doc = Path(check).read_text()
+    for target in checks:
+        doc = Path(target).read_text()
         for (begin, end), want in blocks.items():
             if begin in doc and _doc_tables(doc, begin, end) != want:
-                sys.stderr.write(f"{check}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
-                                 f"run: python {script} --suite {suite_arg} tables --write {check}\n")
+                sys.stderr.write(f"{target}: the tables differ from what {RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS} gives; "
+                                 f"run: python {script} --suite {suite_arg} tables --write {target}\n")
                 return 1
+    if checks:
         return 0
     if write:
         path = Path(write)

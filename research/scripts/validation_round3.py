@@ -250,11 +250,16 @@ def _row_line(s: dict, r: dict | None) -> str:
             f"{r['collapsed']} · {r['collapsed_prior']} · {r['collapsed_onpolicy']} |")
 
 
+def _counted(rows: list[dict | None]) -> list[dict]:
+    """The rows a ratio's summary and targets count: settings that learned, with both gains defined."""
+    return [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
+            and r["learned"]]
+
+
 def _summary(rows: list[dict | None], ratio: int) -> list[str]:
     v = _v()
     out = []
-    scored = [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
-              and r["learned"]]
+    scored = _counted(rows)
     undefined = [r["setting"] for r in rows if r and "over_onpolicy" in r and r["learned"]
                  and (r["over_onpolicy"] is None or r["oracle"] is None)]
     if undefined:
@@ -316,10 +321,8 @@ def tables(suite: dict) -> str:
 
 
 def _scored(suite: dict, ratio: int) -> list[dict]:
-    """The rows of a ratio's settings that learned and have both baselines (all runs): what its summary counts."""
-    rows = [score_setting(s, ratio=ratio) for s in settings_at(suite, ratio)]
-    return [r for r in rows if r and r.get("over_onpolicy") is not None and r.get("oracle") is not None
-            and r["learned"]]
+    """The rows of a ratio's settings that its summary counts, all runs kept (``_counted``)."""
+    return _counted([score_setting(s, ratio=ratio) for s in settings_at(suite, ratio)])
 
 
 def _target_row(ratio: int, rows: list[dict]) -> list[str]:

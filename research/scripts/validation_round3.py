@@ -256,6 +256,13 @@ def _counted(rows: list[dict | None]) -> list[dict]:
             and r["learned"]]
 
 
+def _centre(z: list[float], lo: float, hi: float, cov: float, name: str = "") -> str:
+    """The median with its order-statistic interval; one setting's own figure where there is only one."""
+    if len(z) == 1:
+        return f"{z[0]:+.2f} SEs (one setting: no median or interval)"
+    return f"median {_median(z):+.2f} SEs ({name}{lo:+.2f} to {hi:+.2f}, coverage {cov:.2f})"
+
+
 def _summary(rows: list[dict | None], ratio: int) -> list[str]:
     v = _v()
     out = []
@@ -274,11 +281,11 @@ def _summary(rows: list[dict | None], ratio: int) -> list[str]:
     cost = share_cost(ratio)
     return out + ["", f"Over the {len(scored)} scored setting{'s' if len(scored) != 1 else ''} that learned: RACE's run beats on-policy in "
                   f"{sum(r['over_onpolicy'][1] > 0 for r in scored)} (CI above 0) and loses in "
-                  f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); median {_median(over):+.2f} "
-                  f"SEs (order-statistic interval {lo:+.2f} to {hi:+.2f}, coverage {cov:.2f}). Perfect pilots would "
+                  f"{sum(r['over_onpolicy'][2] < 0 for r in scored)} (CI below 0); "
+                  f"{_centre(over, lo, hi, cov, 'order-statistic interval ')}. Perfect pilots would "
                   f"have paid (best at F above the prior at C, CI above 0) in {sum(r['oracle'][1] > 0 for r in scored)}"
-                  f", not in {sum(r['oracle'][2] < 0 for r in scored)} (CI below 0); median {_median(orc):+.2f} "
-                  f"SEs ({lo2:+.2f} to {hi2:+.2f}, coverage {cov2:.2f}). Declining to pilot was right (the prior's "
+                  f", not in {sum(r['oracle'][2] < 0 for r in scored)} (CI below 0); {_centre(orc, lo2, hi2, cov2)}. "
+                  f"Declining to pilot was right (the prior's "
                   f"regret below the {cost:.2f} SEs pilots at F / P = {ratio} cost the run) in "
                   f"{sum(z < cost for z in orc)} of {len(scored)}."]
 

@@ -57,6 +57,7 @@ def _trl_run(lr: float, out, steps: int = 24):
 
     from race.flops.catalog import resolve_model_path
     from race.tasks import TASKS
+    from race.fullrun.trl import _checkpointing_key
     from race.fullrun.watch import trl_callback
 
     torch.manual_seed(0)
@@ -74,7 +75,8 @@ def _trl_run(lr: float, out, steps: int = 24):
     args = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, report_to="none",
                       save_strategy="no", logging_steps=100, seed=0, disable_tqdm=True, max_steps=steps,
                       per_device_train_batch_size=16, num_generations=4, max_completion_length=6,
-                      learning_rate=lr, lr_scheduler_type="constant", temperature=1.0, beta=0.0)
+                      learning_rate=lr, lr_scheduler_type="constant", temperature=1.0, beta=0.0,
+                      **{_checkpointing_key(): False})   # TRL's default True goes by a name transformers 5.25 deprecates
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     data = Dataset.from_dict({"prompt": [p.prompt for p in train], "answer": [p.answer for p in train]})
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=exact, args=args, train_dataset=data,

@@ -7,6 +7,7 @@ from race.tasks.taskdata import task_problems
 cfg = build_config(None)
 sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
 mode=sys.argv[1]
+shapes = "--shapes" in sys.argv[2:]   # one row per (op, input shapes): each GEMM's time at its own shape
 if mode=="solo":
     e=SeedAxisEngine(cfg, sch, [0]); train=task_problems(cfg, e.backend.tok, split="train", seed=0)
     f=lambda i: e.step([0],[train[i*8:(i+1)*8]])[0]
@@ -15,6 +16,29 @@ else:
     f=lambda i: e.step([0,1,2],[train[i*8:(i+1)*8]]*3)
 for i in range(3): f(i)
 from torch.profiler import profile, ProfilerActivity
-with profile(activities=[ProfilerActivity.CPU]) as prof:
+with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
     for i in range(3,13): f(i)
-print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+print(prof.key_averages(group_by_input_shape=shapes).table(sort_by="self_cpu_time_total", row_limit=25,
+      **({"max_name_column_width": 30, "max_shapes_column_width": 70} if shapes else {})))
+if shapes:   # the GEMMs' share of the step and their rate, against everything else
+    def gemm_flops(name, shp):
+        if name == "aten::mm":
+            return 2 * shp[0][0] * shp[0][1] * shp[1][1]
+        if name == "aten::bmm":
+            return 2 * shp[0][0] * shp[0][1] * shp[0][2] * shp[1][2]
+        if name == "aten::addmm":
+            return 2 * shp[1][0] * shp[1][1] * shp[2][1]
+        return None
+    gemm_us = gemm_fl = total_us = 0.0
+    for ev in prof.key_averages(group_by_input_shape=True):
+        total_us += ev.self_cpu_time_total
+        fl = gemm_flops(ev.key, ev.input_shapes)
+        if fl is not None:
+            gemm_us += ev.self_cpu_time_total
+            gemm_fl += fl * ev.count
+    print(f"per step ({mode}, 10 steps): {total_us / 1e4:.1f} ms self CPU; GEMMs (mm, bmm, addmm) "
+          f"{gemm_us / 1e4:.1f} ms at {gemm_fl / gemm_us / 1e3:.1f} GFLOP/s; the rest {(total_us - gemm_us) / 1e4:.1f} ms")
+    a = torch.randn(1024, 1024); b = torch.randn(1024, 1024)
+    import time
+    best = min((lambda t0: (a @ b, time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(20))
+    print(f"one-thread fp32 peak (best 1024³ matmul of 20): {2 * 1024 ** 3 / best / 1e9:.1f} GFLOP/s")

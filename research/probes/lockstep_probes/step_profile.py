@@ -4,16 +4,22 @@ from race.run.api import build_config
 from race.flops.grid import plan_grid
 from race.engine.seed_axis import SeedAxisEngine
 from race.tasks.taskdata import task_problems
-cfg = build_config(None)
-sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
 mode=sys.argv[1]
+if "--trl-config" in sys.argv[2:]:   # bench/step_vs_trl.py's config (4 prompts × 8 rollouts, μ 1)
+    sys.path.insert(0, "bench")
+    from lockstep import _trl_config
+    cfg, sch = _trl_config()
+else:                                 # the default grid's ρ 0.74 point (8 × 8 → 8, μ 1)
+    cfg = build_config(None)
+    sch = plan_grid(cfg, prompt_len=5.9, completion_len=3.5).schedules[2]
+P = sch.prompts_per_step
 shapes = "--shapes" in sys.argv[2:]   # one row per (op, input shapes): each GEMM's time at its own shape
 if mode=="solo":
     e=SeedAxisEngine(cfg, sch, [0]); train=task_problems(cfg, e.backend.tok, split="train", seed=0)
-    f=lambda i: e.step([0],[train[i*8:(i+1)*8]])[0]
+    f=lambda i: e.step([0],[train[i*P:(i+1)*P]])[0]
 else:
     e=SeedAxisEngine(cfg, sch, [0,1,2]); train=task_problems(cfg, e.backend.tok, split="train", seed=0)
-    f=lambda i: e.step([0,1,2],[train[i*8:(i+1)*8]]*3)
+    f=lambda i: e.step([0,1,2],[train[i*P:(i+1)*P]]*3)
 for i in range(3): f(i)
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:

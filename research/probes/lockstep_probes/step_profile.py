@@ -4,9 +4,9 @@ from race.run.api import build_config
 from race.flops.grid import plan_grid
 from race.engine.seed_axis import SeedAxisEngine
 from race.tasks.taskdata import task_problems
+sys.path.insert(0, "bench")          # bench/lockstep.py's TRL config, bench/grid_profile.py's matmul peak
 mode=sys.argv[1]
 if "--trl-config" in sys.argv[2:]:   # bench/step_vs_trl.py's config (4 prompts × 8 rollouts, μ 1)
-    sys.path.insert(0, "bench")
     from lockstep import _trl_config
     cfg, sch = _trl_config()
 else:                                 # the default grid's ρ 0.74 point (8 × 8 → 8, μ 1)
@@ -44,7 +44,5 @@ if shapes:   # the GEMMs' share of the step and their rate, against everything e
             gemm_fl += fl * ev.count
     print(f"per step ({mode}, 10 steps): {total_us / 1e4:.1f} ms self CPU; GEMMs (mm, bmm, addmm) "
           f"{gemm_us / 1e4:.1f} ms at {gemm_fl / gemm_us / 1e3:.1f} GFLOP/s; the rest {(total_us - gemm_us) / 1e4:.1f} ms")
-    a = torch.randn(1024, 1024); b = torch.randn(1024, 1024)
-    import time
-    best = min((lambda t0: (a @ b, time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(20))
-    print(f"one-thread fp32 peak (best 1024³ matmul of 20): {2 * 1024 ** 3 / best / 1e9:.1f} GFLOP/s")
+    from grid_profile import matmul_peak
+    print(f"one-thread fp32 peak (best 1024³ matmul of 20): {matmul_peak(1) / 1e9:.1f} GFLOP/s")

@@ -136,6 +136,37 @@ def test_eta_is_the_pace_so_far_times_what_is_left():
     assert eta_seconds(elapsed=60.0, done=3, total=12) == pytest.approx(180.0)   # 20 s a pilot, 9 left
     assert eta_seconds(elapsed=60.0, done=12, total=12) == 0.0
     assert eta_seconds(elapsed=5.0, done=0, total=12) == 0.0                   # no pace yet
+    # running pilots count by the share of their work done: 3 done, 3 at 90 % → 5.7 units in 77 s
+    assert eta_seconds(elapsed=77.0, done=3, total=12, running=[0.9] * 3) == pytest.approx(77.0 / 5.7 * 6.3)
+    assert eta_seconds(elapsed=10.0, done=0, total=4, running=[0.5, 1.5, -1.0]) == pytest.approx(10.0 / 1.5 * 2.5)
+
+
+def test_the_progress_lines_eta_counts_a_group_that_is_almost_done(capsys):
+    """The default grid's first line: the first seed of a group of 3 finishes, its two others at their budget, while
+    the other group of 3 is at 95 % of its own. Counting pilots alone said about 840 s left at 77 s (11 more pilots
+    at 77 s each, where the run ended 75 s later); by work it is 5.85 units in 77 s, 6.15 to go: about 81 s. A
+    continued stage of budget halving counts from where it started, towards its own mark."""
+    from race.core.records import FlopBreakdown, PilotResult
+    from race.run.processes import Job, Progress
+
+    schedules = plan_grid(build_config(None), prompt_len=5.9, completion_len=3.5).schedules
+    progress = Progress(12, 6e11)
+    progress.t0 -= 77.0
+    for seed in range(3):
+        progress.update(Job(schedules[0], seed), step=1, spent=0.0)
+        progress.update(Job(schedules[0], seed), step=800, spent=0.95 * 6e11)
+        progress.update(Job(schedules[1], seed), step=1, spent=0.0)
+        progress.update(Job(schedules[1], seed), step=694, spent=6e11)
+    done = PilotResult(rho_target=schedules[1].rho_target, seed=0, flops=FlopBreakdown(search=2.3e11, learning=3.7e11),
+                       evals={"reward": [0.5]}, schedule=None, wall_seconds={"update": 23.0})
+    progress.finish(Job(schedules[1], 0), done)
+    line = capsys.readouterr().err
+    left = float(line.split("~")[1].split(" s left")[0])
+    assert left == pytest.approx(77.0 / 5.85 * 6.15, abs=1.5)              # 1 done + 2 × 1 + 3 × 0.95 units
+    stage = Job(schedules[2], 0, stop_at=3e11, state_dir="x", resume_from="y")
+    progress.update(stage, step=10, spent=1e11)          # continued from the rung below at 1e11
+    progress.update(stage, step=20, spent=2e11)
+    assert progress._share[stage.key] == pytest.approx(0.5)
 
 
 def test_the_wall_split_of_a_grid_by_hand():

@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import PilotResult, Schedule
@@ -430,12 +430,15 @@ def _failed(job: Job, error: str, tb: str) -> PilotResult:
                        schedule=job.schedule, status="failed", extra={"error": error, "traceback": tb[-4000:]})
 
 
-def eta_seconds(*, elapsed: float, done: int, total: int) -> float:
-    """Seconds left if the remaining pilots go at the pace so far (pilots run in parallel, so
-    the pace is elapsed / done, not one pilot's time); 0 when all are done."""
-    if done <= 0 or done >= total:
+def eta_seconds(*, elapsed: float, done: int, total: int, running: Iterable[float] = ()) -> float:
+    """Seconds left if the remaining work goes at the pace so far: a finished pilot is one unit of
+    work, a running one the share of its FLOPs it has spent (``running``, each in [0, 1]). Pilots run
+    in parallel and in groups that finish together, so the pace is elapsed / units done, not one
+    pilot's time; 0 when all are done or nothing is done yet."""
+    units = done + sum(min(1.0, max(0.0, f)) for f in running)
+    if units <= 0 or done >= total:
         return 0.0
-    return elapsed / done * (total - done)
+    return elapsed / units * max(0.0, total - units)
 
 
 class Progress:
@@ -444,22 +447,26 @@ class Progress:
     def __init__(self, total: int, budget: float, enabled: bool = True):
         self.total, self.budget, self.enabled = total, budget, enabled
         self.done, self.live = 0, {}
+        self._start: dict = {}        # a running pilot's FLOPs at its first progress report
+        self._share: dict = {}        # … and the share of its remaining work done since (the ETA's pace)
         self.tty = sys.stderr.isatty()
         self.t0 = time.monotonic()
 
     def update(self, job: Job, step: int, spent: float) -> None:
         self.live[job.key] = (step, spent)
+        start = self._start.setdefault(job.key, spent)            # a continued stage starts part-way
+        target = job.stop_at if job.stop_at is not None else self.budget
+        self._share[job.key] = (spent - start) / (target - start) if target > start else 0.0
         self._draw()
 
     def finish(self, job: Job, result: PilotResult) -> None:
-        self.done += 1
-        self.live.pop(job.key, None)
+        self._forget(job)
         if not self.enabled:
             return
         score = f"reward {result.score('reward'):.3f}" if result.status == "complete" else result.extra.get("error")
         self._clear()
         elapsed = time.monotonic() - self.t0
-        left = eta_seconds(elapsed=elapsed, done=self.done, total=self.total)
+        left = eta_seconds(elapsed=elapsed, done=self.done, total=self.total, running=self._share.values())
         print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: {result.status}, "
               f"ρ measured {result.rho:.3f}, {result.flops.total:.3g} FLOPs, {score} "
               f"(pilot {sum(result.wall_seconds.values()):.0f} s, {elapsed:.0f} s elapsed"
@@ -467,8 +474,7 @@ class Progress:
 
     def paused(self, job: Job, paused: Any, rung: int | None) -> None:
         """A stage of budget halving stopped at its rung's mark: one line with its reading."""
-        self.done += 1
-        self.live.pop(job.key, None)
+        self._forget(job)
         if not self.enabled:
             return
         self._clear()
@@ -476,6 +482,12 @@ class Progress:
         print(f"[{self.done}/{self.total}] ρ={job.schedule.rho_target:g} seed {job.seed}: paused at rung {rung} "
               f"({paused.flops.total:.3g} of {self.budget:.3g} FLOPs, {paused.steps} steps), reading reward "
               f"{reading:.3f} ({time.monotonic() - self.t0:.0f} s elapsed)", file=sys.stderr, flush=True)
+
+    def _forget(self, job: Job) -> None:
+        """``job`` ended (finished, failed or paused): one more done, and no longer running."""
+        self.done += 1
+        for table in (self.live, self._start, self._share):
+            table.pop(job.key, None)
 
     def _clear(self) -> None:
         if self.tty:

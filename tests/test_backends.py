@@ -120,7 +120,8 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
 
     def checkpointing(policy):          # the property's name from transformers 5.25 on, else the old one
         hf = policy.base_model.model
-        return getattr(hf, "is_activation_checkpointing", None) or hf.is_gradient_checkpointing
+        new = hasattr(type(hf), "is_activation_checkpointing")
+        return hf.is_activation_checkpointing if new else hf.is_gradient_checkpointing
 
     _, ckpt, _ = load_policy(_cfg(grad_checkpointing=True))
     assert isinstance(ckpt, PeftModel) and checkpointing(ckpt) and ckpt.training
@@ -132,6 +133,22 @@ def test_grad_checkpointing_is_honoured_on_the_peft_path():
     from race.flops.grid import shares_prefix
 
     assert not shares_prefix(_cfg(grad_checkpointing=True)) and shares_prefix(_cfg())
+
+
+def test_the_peft_path_loads_without_transformers_deprecation_warning():
+    """peft 0.21.2's PeftModel reads transformers' is_gradient_checkpointing, which 5.25 deprecates with a
+    FutureWarning in every pilot process's output; load_policy keeps that one warning out, and only it."""
+    import warnings
+
+    from race.engine.loading import load_policy
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_policy(_cfg(fast_path=False))
+        warnings.warn("another FutureWarning", FutureWarning)
+    messages = [str(w.message) for w in caught]
+    assert not any("is_gradient_checkpointing" in m for m in messages)
+    assert "another FutureWarning" in messages
 
 
 @pytest.mark.parametrize("loss_agg", ["dapo", "grpo", "dr_grpo"])

@@ -8,6 +8,7 @@ them); torch, transformers and peft load inside the functions (``import race`` s
 from __future__ import annotations
 
 import random
+import warnings
 
 from race.flops import formulas as F
 from race.config.configfile import GridConfig
@@ -87,7 +88,9 @@ def load_policy(config: GridConfig, *, device: str = "cpu", seeds=(0,)):
     targets = _peft_targets(arch, lora, model)
     lcfg = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=0.0, bias="none",
                       target_modules=targets, task_type="CAUSAL_LM")
-    policy = get_peft_model(model, lcfg)
+    with warnings.catch_warnings():     # peft 0.21.2 reads transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        policy = get_peft_model(model, lcfg)
     _check_peft_adapters(arch, lora, policy)
     if config.grpo.grad_checkpointing:
         enable_checkpointing(model)

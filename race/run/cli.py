@@ -142,8 +142,9 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
          lora_rank: int, gpu_memory: str | None, name: str | None, out_path: str | None, force: bool,
          allow_approximate: bool) -> None:
     """Write a commented pilot-grid config for MODEL, TASK and reward, sized from the full run:
-    the budget per pilot is --share of --full-run over grid points × seeds, the header shows
-    RACE's arithmetic, and the config is planned before it is written."""
+    the pilots and their held-out evaluation together spend --share of --full-run (pilot_design
+    fit: the grid if it fits, else fewer pilots nearest the prior), the header shows RACE's
+    arithmetic, and the config is planned before it is written."""
     import os
 
     from race.run.newconfig import (EVAL_PROMPTS, design_budget, expected_lengths, fit_grid, init_raw, render_init,

@@ -110,7 +110,7 @@ CONFIGS = [
     ("dataset-absent", "task: ./absent.jsonl\n", (), "does not exist"),
     ("dataset-newline-tiny-policy", "task: ./rows_newline.jsonl\neval: {prompts: 5}\n", (),
      "(train row 6): its prompt holds the token '\\n', which 'race/tiny-arith' has no embedding for (23 rows)"),
-    ("dataset-gsm8k-without-hashes", "task: ./rows_gsm8k_plain.jsonl\n", (), "field 'prompt' is missing"),
+    ("dataset-gsm8k-without-hashes", "task: ./rows_gsm8k_plain.jsonl\n", (), "field 'prompt' is missing or, for a GSM8K row, an 'answer' ending '#### N'"),
     ("dataset-gsm8k-empty-answer", "task: ./rows_gsm8k_empty.jsonl\n", (), "nothing after its last '####'"),
     ("dataset-math-no-boxed", "task: ./rows_math_unboxed.jsonl\n", (), "has no \\boxed{...} final answer"),
     ("dataset-not-utf8", "task: ./rows_latin1.jsonl\n", (), "rows_latin1.jsonl line 2: not UTF-8 text (byte 0xe9"),

@@ -145,9 +145,12 @@ def test_a_plot_path_that_is_a_link_is_refused_before_any_pilot(tmp_path):
         check_plot_path(str(tmp_path / "fig.png"))
 
 
-def test_report_from_a_storage_file_that_is_not_there_creates_none(tmp_path):
-    line = _one_line(CliRunner().invoke(main, ["report", "--storage", f"sqlite:///{tmp_path}/none.db", "--study", "x"]))
-    assert "does not exist" in line and not (tmp_path / "none.db").exists()
+@pytest.mark.parametrize("url", ["sqlite:///{}/none.db", "journal:{}/none.journal", "{}/none.log"])
+def test_report_from_a_storage_file_that_is_not_there_creates_none(tmp_path, url):
+    """Every file storage form (a ``FILE.log`` path is a journal too: race.core.urls.journal_path)."""
+    url = url.format(tmp_path)
+    line = _one_line(CliRunner().invoke(main, ["report", "--storage", url, "--study", "x"]))
+    assert "does not exist" in line and os.listdir(tmp_path) == []
 
 
 # ------------------------------------------------------------------ race plan, race recipe

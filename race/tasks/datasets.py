@@ -163,7 +163,8 @@ def _problem(row: Any, index: int, prompt_field: str, answer_field: str, where: 
         return worked
     for name in (prompt_field, answer_field):
         if name not in row:
-            raise TaskError(f"{where}: field {name!r} is missing (fields: {', '.join(map(str, row)) or 'none'})")
+            gsm8k = " or, for a GSM8K row, an 'answer' ending '#### N'" if fmt == "gsm8k" else ""
+            raise TaskError(f"{where}: field {name!r} is missing{gsm8k} (fields: {', '.join(map(str, row)) or 'none'})")
         if row[name] is None:
             raise TaskError(f"{where}: field {name!r} is null: expected a string")
     prompt, answer = row[prompt_field], row[answer_field]

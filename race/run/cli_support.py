@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from race.core.signals import Terminated
 from race.run.options import ENGINES
 
 PLOT_HELP = ("Also draw the diagnosis (response to ρ, compute split, training curves; with a forecast, held-out "
@@ -155,26 +156,6 @@ def what_is_kept(argv: list[str]) -> str:
     if command == "probe":
         return "; the probe is one run, stored only when it ends: the same command runs it again from the start"
     return ""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken the way Ctrl-C is (the storage keeps every finished pilot), then named."""
-
-
-def on_sigterm() -> None:
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def handler(signum, frame):  # noqa: ANN001, ARG001
-        raise Terminated()
-
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):
-        pass
 
 
 # an error line longer than this (a value quoted whole somewhere; race.core.safeio.quote keeps a value to

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from race.config.configfile import GridConfig, config_from_dict
 from race.core.records import PilotResult, Schedule
+from race.core.signals import raise_if_terminated
 
 _PRELOAD = ["torch", "transformers", "peft", "race.engine.pilot", "race.engine.grpo", "race.engine.backends.hf",
             "race.engine.seed_axis", "race.engine.backends.lockstep"]
@@ -264,6 +265,7 @@ class PilotPool:
 
     def __iter__(self) -> Iterator[Event]:
         while True:
+            raise_if_terminated()       # a SIGTERM whose raise was lost (race.core.signals)
             while self.waiting and len(self.running) < self.workers:
                 yield self._start(self.waiting.pop(0))
             yield Tick(len(self.running), len(self.waiting))

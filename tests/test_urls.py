@@ -19,7 +19,7 @@ import pytest
 
 from conftest import require
 from race.config.configfile import ConfigError
-from race.core.urls import check, masked, passwords, redact
+from race.core.urls import check, file_path, masked, passwords, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ["ab/cd", "p@ss@word", "u:s:e:r", "100%sure", "with space s", "pässwörd-€", "a/b@c:d%e f€"]
@@ -40,6 +40,14 @@ def test_masked_and_redacted_text_hold_no_spelling_of_the_password(pw):
     text = redact(f"connection to {url} failed: password {pw!s} rejected ({quote(pw, safe='')})", url)
     assert all(s not in text for s in _spellings(pw)), text
     assert set(_spellings(pw)) <= set(passwords(url)) | {quote(pw)}
+
+
+@pytest.mark.parametrize("url,path", [
+    ("sqlite:///rel/race.db", "rel/race.db"), ("sqlite:////abs/race.db?timeout=30", "/abs/race.db"),
+    ("sqlite://", None), ("sqlite:///:memory:", None), ("journal:g/j.log", "g/j.log"), ("j.jsonl", "j.jsonl"),
+    ("journal://g/j.log", "g/j.log"), ("postgresql://u:secret@h/db", None), ("mysql+pymysql://h/db", None)])
+def test_file_path_is_the_file_a_file_storage_keeps(url, path):
+    assert file_path(url) == path
 
 
 def test_a_password_in_the_query_string_is_masked_too():

@@ -34,6 +34,17 @@ def journal_path(url: str) -> str | None:
     return None
 
 
+def file_path(url: str) -> str | None:
+    """The local file a file storage keeps (a journal's, or an SQLite database's as SQLAlchemy parses it:
+    ``sqlite:///FILE?…`` → ``FILE``); None for a server storage and for SQLite in memory."""
+    journal = journal_path(url)
+    if journal is not None:
+        return journal
+    parsed = _parse(url) if isinstance(url, str) and url.startswith("sqlite") else None
+    database = getattr(parsed, "database", None)
+    return database if database and database != ":memory:" else None
+
+
 def check(url: str) -> None:
     """Refuse, in one line and without echoing it, a URL whose password cannot be told apart
     from its host: more than one unescaped ``@`` before the query string."""

@@ -457,12 +457,12 @@ def load_results(url: str, study_name: str):
 
     from race.stats.results import Results, pilots_meta
 
-    from race.core.urls import journal_path
+    from race.core.urls import file_path
 
     # a file storage that is not there (sqlite:///FILE, journal:FILE, FILE.log): nothing to read, and opening it
     # would create it
-    path = url[len("sqlite:///"):].split("?", 1)[0] if url.startswith("sqlite:///") else journal_path(url) or ""
-    if path and path != ":memory:" and not os.path.exists(path):
+    path = file_path(url)
+    if path and not os.path.exists(path):
         raise StoreError(f"storage file {path!r} does not exist: nothing to read (expected the storage a grid "
                          "wrote; its URL is in that grid's results.json)")
     store = Store(url, study_name)

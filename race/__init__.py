@@ -6,6 +6,7 @@ Heavy pieces load when they are used.
 from race.core.records import (Diagnosis, FlopBreakdown, PilotResult, PointSummary, Regime, Schedule,
                           TargetVerdict)
 
+from race.core.errors import ConfigError, RaceError  # noqa: E402
 from race.core.version import __version__  # noqa: E402
 
 _LAZY = {"diagnose": "race.run.api", "plan_grid": "race.flops.grid", "classify": "race.stats.regime",
@@ -25,5 +26,5 @@ def __getattr__(name: str):
 
 __all__ = [
     "classify", "diagnose", "plan_grid", "plot_results", "plot_models", "recipe", "run_models", "load_results", "GridConfig", "load_config", "Diagnosis", "FlopBreakdown", "PilotResult", "PointSummary", "Regime", "Schedule",
-    "TargetVerdict", "__version__",
+    "TargetVerdict", "RaceError", "ConfigError", "__version__",
 ]

@@ -212,7 +212,25 @@ class GridConfig:
     pilot_share: float = 0.10                     # the share of the full run a sized design spends on pilots
 
     def __post_init__(self) -> None:
+        self._typed()
         validate_config(self)
+
+    def _typed(self) -> None:
+        """The fields a constructor call can get wrong by type (a config file is typed by its schema first):
+        FLOPs as finite positive numbers (strings like "2e17" read), the grid as ρ values in (0, 1), the task
+        a name, each section its settings class. ConfigError, one line."""
+        object.__setattr__(self, "budget", parse_flops(self.budget))
+        if self.full_run_budget is not None:
+            object.__setattr__(self, "full_run_budget", parse_flops(self.full_run_budget, "full_run_budget"))
+        grid = parse_grid(self.grid)            # the checks; a list keeps its order, a "0.3,0.5" string is read
+        object.__setattr__(self, "grid", grid if isinstance(self.grid, str) else tuple(float(r) for r in self.grid))
+        if not isinstance(self.task, str) or not self.task:
+            raise ConfigError(f"task {quote(self.task, 80)} must be a built-in task name or a dataset path (a string)")
+        for name, cls in (("reward", RewardSettings), ("lora", LoRASettings), ("grpo", GRPOSettings),
+                          ("schedule", ScheduleKnobs), ("learning_rate", LearningRate), ("eval", EvalSettings)):
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"{name} {quote(getattr(self, name), 80)} must be a race.config.configfile.{cls.__name__} "
+                                  "(a mapping in a config file or config_from_dict)")
 
     @property
     def pilots(self) -> int:
@@ -226,6 +244,10 @@ class GridConfig:
     def with_overrides(self, **kw: Any) -> "GridConfig":
         """Copy with top-level fields replaced (``None`` values are ignored)."""
         kw = {k: v for k, v in kw.items() if v is not None}
+        unknown = sorted(set(kw) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigError(f"{unknown[0][:60]!r} is not a config field: expected one of "
+                              f"{', '.join(f.name for f in fields(self))}")
         if "budget" in kw:
             kw["budget"] = parse_flops(kw["budget"])
         if "grid" in kw:

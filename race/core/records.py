@@ -1,15 +1,13 @@
 """Immutable records that flow between RACE's pure modules.
 
-Everything here is a frozen dataclass deriving from :class:`Record`, whose ``to_dict`` and
-``from_dict`` come from the dataclass fields, not from code per class: ``to_dict`` writes the
-fields (and a class's computed properties, ``_derived``, in the key order ``_keys`` names when it
-differs), and ``from_dict`` is the typed validation of pydantic (the config's schema library) on
-the dataclass itself, so a results file (``results.json``) round-trips exactly, its numbers are
-checked for type on the way in, and a bad one fails in one line (:class:`RecordError`). Fields
-added after a file was written (``PilotResult.checkpoints``, ``Diagnosis.stability``,
-``Diagnosis.forecast``, ``TargetVerdict.open_side``) read back as their defaults; computed keys in
-the file (``rho``, ``total``, ``shares`` …) are ignored on reading. No torch, no optuna; pydantic
-is imported on the first ``from_dict``.
+Everything here is a frozen dataclass deriving from :class:`Record`, whose ``to_dict`` and ``from_dict`` come from the
+dataclass fields, not from code per class: ``to_dict`` writes the fields (and a class's computed properties,
+``_derived``, in the key order ``_keys`` names when it differs), and ``from_dict`` is the typed validation of pydantic
+(the config's schema library) on the dataclass itself, so a results file (``results.json``) round-trips exactly, its
+numbers are checked for type on the way in, and a bad one fails in one line (:class:`RecordError`). Fields added after
+a file was written (``PilotResult.checkpoints``, ``Diagnosis.stability``, ``Diagnosis.forecast``,
+``TargetVerdict.open_side``) read back as their defaults; computed keys in the file (``rho``, ``total``, ``shares`` …)
+are ignored on reading. No torch, no optuna; pydantic is imported on the first ``from_dict``.
 """
 from __future__ import annotations
 
@@ -17,6 +15,8 @@ import enum
 import functools
 from dataclasses import MISSING as dataclasses_MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from race.core.errors import RaceError
 
 # renderers by record kind ("diagnosis" → fn(diagnosis, fmt) -> str): race.stats.report registers its
 # own when it is imported, so records never import the renderer (the layer above them)
@@ -53,7 +53,7 @@ class Regime(str, enum.Enum):
 BUDGET_PHASES = ("rollout", "reward", "update", "sync")
 
 
-class RecordError(ValueError):
+class RecordError(RaceError):
     """A record that does not validate; the message is one line naming the field and the problem."""
 
 
@@ -548,6 +548,11 @@ class Diagnosis(Record):
     meta: Mapping[str, Any] = field(default_factory=dict)
     stability: Stability | None = None
     forecast: Forecast | None = None
+
+    def __post_init__(self) -> None:
+        if self.primary_target not in self.verdicts:
+            raise ValueError(f"primary_target {str(self.primary_target)[:60]!r} has no verdict: expected one of "
+                             f"{sorted(self.verdicts)[:8]}")
 
     @property
     def primary(self) -> TargetVerdict:

@@ -95,6 +95,9 @@ def read_capped(path: str, *, limit: int, what: str) -> str:
     return b"".join(chunks).decode("utf-8")
 
 
+MAX_INT_DIGITS = 400        # an integer in a RACE file has at most ~20 digits; Python's own limit is 4,300
+
+
 def loads_json(text: str, *, what: str) -> Any:
     """``json.loads``; nesting deeper than the parser takes, or a key repeated within one object
     (the parser would keep the last silently), is a one-line UnsafeInput."""
@@ -107,8 +110,14 @@ def loads_json(text: str, *, what: str) -> Any:
             out[key] = value
         return out
 
+    def whole(digits: str) -> int:
+        if len(digits) > MAX_INT_DIGITS:
+            raise UnsafeInput(f"{what} holds an integer of {len(digits):,} digits: expected the numbers RACE writes "
+                              f"(at most {MAX_INT_DIGITS} digits)")
+        return int(digits)
+
     try:
-        return json.loads(text, object_pairs_hook=unique)
+        return json.loads(text, object_pairs_hook=unique, parse_int=whole)
     except RecursionError:
         raise UnsafeInput(f"{what} nests JSON too deeply: expected a RACE file, not nesting past Python's "
                           "recursion limit") from None
@@ -144,6 +153,11 @@ def load_yaml(text: str, *, what: str) -> Any:
         return yaml.load(text, Loader=_Loader)         # noqa: S506 — a SafeLoader subclass
     except RecursionError:
         raise UnsafeInput(f"{what} nests YAML too deeply") from None
+    except ValueError as e:          # int() past Python's digit limit (4300): a number no config holds
+        if "integer string conversion" not in str(e):
+            raise
+        raise UnsafeInput(f"{what} holds an integer of more than 4,300 digits: expected numbers a config holds") \
+            from None
 
 
 # tab and newline are the only control characters RACE's own output uses (tables, multi-line

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from race.core.errors import RaceError
+from race.core.errors import ConfigError, RaceError
 from race.flops.formulas import LORA_TARGETS, ArchSpec
 
 ROLES = LORA_TARGETS      # q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
@@ -222,7 +222,7 @@ def read_arch(cfg: Mapping, *, name: str | None = None, allow_approximate: bool 
     warning saying so. ``what`` names the model in messages ("model", "reward model", …).
     """
     if not isinstance(cfg, Mapping):
-        raise ValueError(f"expected a config.json mapping, got {type(cfg).__name__}")
+        raise ConfigError(f"expected a config.json mapping, got {type(cfg).__name__}")
     top = cfg
     cfg = _text_config(cfg)
     model_type = str(cfg.get("model_type", "") or "")
@@ -271,7 +271,7 @@ class _ConfigReader:
     def need(self, key: str) -> Any:
         value = self.get(key)
         if value is None:
-            raise ValueError(f"{self.what} config is missing '{key}' (needed for the architecture)")
+            raise ConfigError(f"{self.what} config is missing '{key}' (needed for the architecture)")
         return value
 
     def flag(self, setting: bool | str) -> bool:
@@ -280,7 +280,7 @@ class _ConfigReader:
 
     def integer(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise ValueError(f"{self.what} config '{key}' is {value!r}: expected an integer")
+            raise ConfigError(f"{self.what} config '{key}' is {value!r}: expected an integer")
         return int(value)
 
 
@@ -330,7 +330,7 @@ def _experts(r: _ConfigReader, model_type: str, layers: int) -> tuple[int, tuple
     """A MoE config's expert count and its dense (expert-free) layers."""
     experts = r.integer("num_experts", r.get("num_local_experts") or r.get("num_experts") or 0)
     if not experts:
-        raise ValueError(f"{r.what} config of type {model_type!r} has no expert count (num_experts / "
+        raise ConfigError(f"{r.what} config of type {model_type!r} has no expert count (num_experts / "
                          "num_local_experts)")
     only = r.get("mlp_only_layers") or []
     step = r.integer("decoder_sparse_step", r.get("decoder_sparse_step") or 1)
@@ -404,18 +404,18 @@ def resolve_lora_targets(arch: ArchSpec, targets: Any) -> tuple[str, ...]:
     roles: set[str] = set()
     for t in given:
         if t not in by_name:
-            raise ValueError(f"lora.targets entry {t!r} is not a module of {arch.model_type or arch.name}: expected "
+            raise ConfigError(f"lora.targets entry {t!r} is not a module of {arch.model_type or arch.name}: expected "
                              f"roles {', '.join(ROLES)} or its module names {', '.join(modules)}")
         wanted = by_name[t]
         if not any(set(wanted) & set(r) for r in modules.values()):
             why = (" (routed experts are 3-D parameters that peft's target_modules cannot adapt)"
                    if arch.num_experts and t in ("gate_proj", "up_proj", "down_proj") else "")
-            raise ValueError(f"lora.targets entry {t!r} matches no module of {arch.model_type or arch.name}{why}: "
+            raise ConfigError(f"lora.targets entry {t!r} matches no module of {arch.model_type or arch.name}{why}: "
                              f"adaptable modules are {', '.join(modules)}")
         roles |= set(wanted)
     for name, played in modules.items():
         if len(played) > 1 and roles & set(played) and not set(played) <= roles:
-            raise ValueError(f"lora.targets names part of the fused module {name!r} of {arch.model_type}: it plays "
+            raise ConfigError(f"lora.targets names part of the fused module {name!r} of {arch.model_type}: it plays "
                              f"{', '.join(played)} and is adapted whole, so target all of them or none")
     return tuple(r for r in ROLES if r in roles)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from race.core.errors import ConfigError
 from race.flops.architectures import ArchReading, read_arch
 from race.flops.formulas import ArchSpec, RewardModelSpec
 
@@ -98,23 +99,23 @@ def _read_json(path: Path) -> dict:
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
+        raise ConfigError(f"{path} is not valid JSON: {err}") from None
     if not isinstance(cfg, dict):
-        raise ValueError(f"{path} holds a {type(cfg).__name__}, expected a JSON object")
+        raise ConfigError(f"{path} holds a {type(cfg).__name__}, expected a JSON object")
     return cfg
 
 
 def _resolve(name_or_path: str) -> tuple[str, dict]:
     """(display name, config dict). A path that exists wins over a shipped id."""
     if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ValueError(f"expected a model id or a path, got {name_or_path!r}")
+        raise ConfigError(f"expected a model id or a path, got {name_or_path!r}")
     shipped = resolve_model_path(name_or_path)
     if shipped != name_or_path:
         return SHIPPED_PREFIX + Path(shipped).name, _read_json(Path(shipped) / "config.json")
     path = Path(name_or_path).expanduser()
     if _is("dir", path, name_or_path):
         if not _is("file", path / "config.json", name_or_path):
-            raise ValueError(f"folder {str(path)!r} has no config.json")
+            raise ConfigError(f"folder {str(path)!r} has no config.json")
         return path.name, _read_json(path / "config.json")
     if _is("file", path, name_or_path) and path.suffix == ".json":
         return path.stem, _read_json(path)
@@ -122,7 +123,7 @@ def _resolve(name_or_path: str) -> tuple[str, dict]:
     for hf_id in known_models():
         if hf_id.lower() == wanted:
             return hf_id, _read_json(CONFIG_DIR / (hf_id.replace("/", "--", 1) + ".json"))
-    raise ValueError(f"unknown model {name_or_path!r}: expected one of "
+    raise ConfigError(f"unknown model {name_or_path!r}: expected one of "
                      f"{', '.join(known_models() + shipped_models())} or a folder with a config.json")
 
 

@@ -46,6 +46,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from race.core.errors import ConfigError
+
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -53,13 +55,13 @@ def _check_length(name: str, value: Any) -> float:
     """Token counts may be expected (fractional) values; they must be finite and >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0:
-        raise ValueError(f"{name} must be a finite number of tokens >= 0, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number of tokens >= 0, got {value!r}")
     return float(value)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -122,29 +124,29 @@ class ArchSpec:
         if isinstance(self.qk_norm, bool):           # older callers: True = one weight per head dim
             object.__setattr__(self, "qk_norm", "head" if self.qk_norm else "")
         if self.qk_norm not in ("", "head", "full"):
-            raise ValueError(f"qk_norm must be '', 'head' or 'full', got {self.qk_norm!r}")
+            raise ConfigError(f"qk_norm must be '', 'head' or 'full', got {self.qk_norm!r}")
         object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         object.__setattr__(self, "sliding_window", tuple(self.sliding_window))
         if any(not 0 <= i < self.num_layers for i in self.dense_layers):
-            raise ValueError(f"dense_layers {self.dense_layers!r} must be layer indices below {self.num_layers}")
+            raise ConfigError(f"dense_layers {self.dense_layers!r} must be layer indices below {self.num_layers}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+            raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
         if self.fused_gate_up and not self.gated_mlp:
-            raise ValueError("fused_gate_up needs a gated MLP")
+            raise ConfigError("fused_gate_up needs a gated MLP")
         if self.num_experts:
             if not 1 <= self.experts_per_token <= self.num_experts:
-                raise ValueError(f"experts_per_token ({self.experts_per_token}) must be in "
+                raise ConfigError(f"experts_per_token ({self.experts_per_token}) must be in "
                                  f"1..num_experts ({self.num_experts})")
             _check_int("moe_intermediate_size", self.moe_intermediate_size, 1)
             if self.dense_layers:
                 _check_int("intermediate_size", self.intermediate_size, 1)
         else:
             if self.experts_per_token:
-                raise ValueError(f"experts_per_token ({self.experts_per_token}) needs "
+                raise ConfigError(f"experts_per_token ({self.experts_per_token}) needs "
                                  "num_experts > 0")
             if self.dense_layers:
-                raise ValueError("dense_layers is for MoE models (num_experts > 0)")
+                raise ConfigError("dense_layers is for MoE models (num_experts > 0)")
             _check_int("intermediate_size", self.intermediate_size, 1)
 
     def layer_kinds(self) -> list[tuple[bool, int]]:
@@ -177,7 +179,7 @@ class LoRASpec:
             else tuple(self.target_modules)
         unknown = [t for t in targets if t not in LORA_TARGETS]
         if unknown or not targets:
-            raise ValueError(f"target_modules must be a non-empty subset of {LORA_TARGETS}, "
+            raise ConfigError(f"target_modules must be a non-empty subset of {LORA_TARGETS}, "
                              f"got {targets!r}")
         object.__setattr__(self, "target_modules", targets)
 
@@ -379,7 +381,7 @@ def param_count(arch: ArchSpec) -> int:
 def lora_param_count(arch: ArchSpec, lora: LoRASpec) -> int:
     """r·(in+out) per adapted module per layer (a fused module has one adapter)."""
     if not isinstance(lora, LoRASpec):
-        raise ValueError(f"lora must be a LoRASpec, got {type(lora).__name__}")
+        raise ConfigError(f"lora must be a LoRASpec, got {type(lora).__name__}")
     return int(_per_layer(arch, lambda dense: sum(lora.rank * (lin.fan_in + lin.fan_out) * lin.copies
                                                   for lin in _layer_linears(arch, dense) if _adapted(lin, lora))))
 

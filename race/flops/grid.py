@@ -340,8 +340,16 @@ def plan_grid(config: GridConfig, *, prompt_len: float | None = None,
     (the pilot runner passes the calibrated ones). Raises ``ConfigError`` naming
     the first unreachable ρ.
     """
-    P = float(prompt_len if prompt_len is not None else config.prompt_len)
-    C = float(completion_len if completion_len is not None else config.completion_len)
+    from race.core import arguments as A
+
+    A.instance("config", config, GridConfig, error=ConfigError,
+               expected="a race.GridConfig (race.load_config reads a file; race.config.configfile.config_from_dict a mapping)")
+    P = A.number("prompt_len", prompt_len if prompt_len is not None else config.prompt_len, gt=0, error=ConfigError)
+    C = A.number("completion_len", completion_len if completion_len is not None else config.completion_len, gt=0,
+                 error=ConfigError)
+    if arch is not None:
+        A.instance("arch", arch, F.ArchSpec, error=ConfigError, expected="a race.flops.formulas.ArchSpec (or None: "
+                   "the config's model)")
     arch = arch or policy_arch(config)
     cm = CostModel(config, arch, reward_spec(config), P, C)
     schedules = tuple(plan_schedule(cm, rho) for rho in config.grid)

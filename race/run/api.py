@@ -93,8 +93,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
     cfg, full, options = _checked_run(**locals())          # every argument checked before any compute
     from race.run.extend import run_extended
 
-    out = out_dir or tempfile.mkdtemp(prefix="race-")
-    os.makedirs(out, exist_ok=True)
+    out = out_dir or tempfile.mkdtemp(prefix="race-")     # a folder named is made by the grid, once its checks pass
     results = run_extended(cfg, options.with_(out_dir=out))                                  # extend 0: run_grid
     return _diagnosis(results, out, full=full, force=force_forecast, probe=probe, device=device)
 

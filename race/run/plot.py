@@ -33,13 +33,14 @@ import numpy as np
 from race.core.records import Forecast, PilotResult, TargetVerdict
 from race.stats.report import fmt_flops
 from race.stats.results import Results, diagnose_results, load_results
+from race.core.errors import RaceError
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 SPLIT_COLORS = {"search": "#4c72b0", "learning": "#dd8452", "reward": "#55a868"}
 CURVE_BINS = 40
 
 
-class PlotError(ValueError):
+class PlotError(RaceError):
     """A figure that cannot be drawn (file type, missing matplotlib, unknown target): one line."""
 
 

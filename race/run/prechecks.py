@@ -92,6 +92,20 @@ def _flops(config: GridConfig, o: RunOptions) -> None:
     flop_warnings(config)        # an architecture RACE cannot count, or a LoRA target no module has, stops here
 
 
+def _budget_floor(config: GridConfig, o: RunOptions) -> None:
+    """A budget below the cheapest rollout there is (one sample of one token after a one-token prompt) cannot
+    buy a step whatever calibration measures: refused here, not after calibration has loaded the model. The
+    exact check, at the calibrated lengths, stays race.flops.grid.choose_batch's."""
+    from race.core.errors import ConfigError
+    from race.flops import formulas as F
+    from race.flops.grid import policy_arch
+
+    floor = F.search_flops(policy_arch(config), prompt_len=1.0, completion_len=1.0, n=1)
+    if config.budget < floor:
+        raise ConfigError(f"budget {config.budget:.3g} FLOPs is less than one rollout of one token ({floor:.3g} FLOPs "
+                          f"for {config.model}): expected a budget of many steps (race plan shows what a step costs)")
+
+
 def _backend(config: GridConfig, o: RunOptions) -> None:
     from race.engine.backends import BACKENDS, resolve_backend
 
@@ -184,6 +198,7 @@ CHECKS: tuple[Check, ...] = (
     Check("eval tasks", "an eval.tasks file that does not load", _eval_tasks),
     Check("imported pilots", "--import-pilots of another config or another plan", _import_pilots),
     Check("FLOP accounting", "an architecture RACE cannot count, or a LoRA target no module has", _flops),
+    Check("budget floor", "a budget below one rollout of one token", _budget_floor),
     Check("vocabulary", "a prompt holding a token the model has no embedding for", _vocabulary),
     Check("backend", "a backend this RACE lacks, vLLM sleep mode off CUDA, or vLLM with budget halving", _backend),
     Check("judge model", "an eval.judge_model that cannot be loaded", _judge),

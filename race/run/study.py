@@ -61,7 +61,8 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
     run_checks(config, o)
     backend = resolve_backend(config.backend)
     url = storage or S.default_url(out_dir)
-    fresh = [p for p in (out_dir, os.path.join(out_dir, "race.db")) if not os.path.exists(p)] if storage is None else []
+    fresh = [*_missing_folders(out_dir), os.path.join(out_dir, "race.db")] if storage is None else []
+    fresh = [p for p in fresh if not os.path.exists(p)]
     st = S.Store(url, study or config.name, heartbeat=heartbeat or S.DEFAULT_HEARTBEAT)
     if banner is not None and not o.quiet:     # every check before compute has passed, the storage is open
         from race.core.safeio import terminal_safe
@@ -80,6 +81,16 @@ def run_study(config: GridConfig, options: RunOptions | None = None, *, calibrat
                 if os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
         raise
+
+
+def _missing_folders(path: str) -> list[str]:
+    """The folders of ``path`` that do not exist yet, outermost first (the storage makes them all): what a
+    refusal removes again, when they are still empty."""
+    missing, p = [], os.path.abspath(path)
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        missing.append(p)
+        p = os.path.dirname(p)
+    return missing[::-1]
 
 
 # the name the CLI, race.diagnose and the benchmarks call: calibrate, plan and run every pilot of a

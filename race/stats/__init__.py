@@ -2,7 +2,8 @@
 
 Interface:
 - ``fit``: response fits of reward against ρ and the bootstrap.
-- ``regime``: ``classify``, fits → the verdict (search-, update- or reward-heavy, a ρ range).
+- ``regime``: ``classify``, fits → the verdict (search-, update- or reward-heavy, a ρ range); ``classify_input``:
+  its arguments checked before any fit, and the settings a results file may store for it.
 - ``confidence``: simulated reruns of a grid; the verdict's confidence is the share that states it.
 - ``instability``: the rule that flags a pilot whose held-out checkpoints fell back.
 - ``drift``: the ρ range at the full-run budget; ``rate``: the learning rate for it.

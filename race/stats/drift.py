@@ -109,22 +109,7 @@ def fit_joint(obs: Sequence[Observation], *, se_floor: float = 0.005) -> JointFi
     w = 1.0 / np.maximum(np.array([o.se for o in pts]), se_floor)
     nl = len(keep)
 
-    def resid(p):
-        alpha, k, c0, d = p[:nl], p[nl], p[nl + 1], p[nl + 2]
-        return w * (alpha[L] - k * (r - c0 - d * x) ** 2 - y)
-
-    rows = np.arange(len(pts))
-
-    def jac(p):             # the residuals' exact derivatives (a numerical Jacobian was half of a fit's time)
-        k, c0, d = p[nl], p[nl + 1], p[nl + 2]
-        u = r - c0 - d * x
-        J = np.zeros((len(pts), nl + 3))
-        J[rows, L] = w
-        J[:, nl] = -w * u ** 2
-        J[:, nl + 1] = 2 * w * k * u
-        J[:, nl + 2] = 2 * w * k * u * x
-        return J
-
+    resid, jac = _surface(L, x, r, y, w, nl)
     a0 = np.array([max(o.y for o in by_level[lv]) for lv in keep])
     best = None
     for c_start in (float(np.mean(r)), float(r.min()), float(r.max())):
@@ -148,6 +133,30 @@ def fit_joint(obs: Sequence[Observation], *, se_floor: float = 0.005) -> JointFi
     if not math.isfinite(d_se) or d_se == 0.0:
         d_se = math.inf
     return JointFit(c0=float(p[nl + 1]), d=float(p[nl + 2]), d_se=d_se, k=float(p[nl]), levels=nl, n=len(pts))
+
+
+def _surface(L, x, r, y, w, nl: int):  # noqa: ANN001, ANN202 — numpy arrays
+    """The weighted residuals of R = α_level − k (ρ − c0 − d x)² at parameters p = (α…, k, c0, d), and their
+    exact Jacobian (scipy's numerical one was half of a fit's time)."""
+    import numpy as np
+
+    rows = np.arange(len(y))
+
+    def resid(p):  # noqa: ANN001, ANN202
+        alpha, k, c0, d = p[:nl], p[nl], p[nl + 1], p[nl + 2]
+        return w * (alpha[L] - k * (r - c0 - d * x) ** 2 - y)
+
+    def jac(p):  # noqa: ANN001, ANN202
+        k, c0, d = p[nl], p[nl + 1], p[nl + 2]
+        u = r - c0 - d * x
+        J = np.zeros((len(y), nl + 3))
+        J[rows, L] = w
+        J[:, nl] = -w * u ** 2
+        J[:, nl + 1] = 2 * w * k * u
+        J[:, nl + 2] = 2 * w * k * u * x
+        return J
+
+    return resid, jac
 
 
 def shrink(d_own: float, se_own: float, d_pop: float = POPULATION_DRIFT,

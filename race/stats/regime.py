@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from race.stats.classify_input import ClassifyError, checked
 from race.stats.confidence import SimulatedReruns, simulate_reruns
 from race.stats.instability import learned, stability, stability_notes
 from race.stats.fit import (BootstrapResponse, GridScores, bootstrap_response, compare_fits, grid_scores,
@@ -83,7 +84,9 @@ def classify(results: Sequence[PilotResult], *, targets: Sequence[str] | None = 
     shared cores, docs/benchmarks.md); None: when ``CONFIDENCE_METHOD`` is ``"rerun"`` (the default), and then the confidence is
     it; False: the confidence is the bootstrap share, and ``fits["rerun_confidence"]`` is None.
     """
-    simulate = CONFIDENCE_METHOD == "rerun" if rerun_confidence is None else bool(rerun_confidence)
+    results, targets = checked(results, targets, primary_target, reward_share_threshold, n_boot, confidence_level,
+                                seed, meta, rerun_confidence)
+    simulate = CONFIDENCE_METHOD == "rerun" if rerun_confidence is None else rerun_confidence
     complete = _complete_results(results, confidence_level)
     names, notes = _resolve_targets(complete, targets, primary_target)
     verdicts = {name: _verdict(complete, name, tau=reward_share_threshold, n_boot=n_boot,
@@ -111,15 +114,15 @@ def _complete_results(results: Sequence[PilotResult], confidence_level: float) -
     """The complete pilots in canonical order (ρ, seed); ValueError when there are none, or they
     cover fewer than MIN_GRID_POINTS grid points, or the confidence level is outside (0, 1)."""
     if not 0.0 < confidence_level < 1.0:
-        raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
+        raise ClassifyError(f"confidence_level must be in (0, 1), got {confidence_level}")
     complete = sorted((r for r in results if r.status == "complete"), key=lambda r: (r.rho_target, r.seed))
     if not complete:
         statuses = sorted({r.status for r in results})
-        raise ValueError(f"no complete results among {len(results)} (statuses: {statuses}); "
+        raise ClassifyError(f"no complete results among {len(results)} (statuses: {statuses}); "
                          "expected at least one with status 'complete'")
     grid_rhos = sorted({r.rho_target for r in complete})
     if len(grid_rhos) < MIN_GRID_POINTS:
-        raise ValueError(f"complete results cover {len(grid_rhos)} grid points (ρ={grid_rhos}); "
+        raise ClassifyError(f"complete results cover {len(grid_rhos)} grid points (ρ={grid_rhos}); "
                          f"expected ≥ {MIN_GRID_POINTS}")
     return complete
 
@@ -214,16 +217,16 @@ def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,
             notes.append(f"targets {sorted(every - common)} are missing from some pilots and were left out")
         names = sorted(common)
         if primary not in names:
-            raise ValueError(f"primary_target {primary!r} is not reported by every complete pilot; "
+            raise ClassifyError(f"primary_target {primary!r} is not reported by every complete pilot; "
                              f"expected one of {names}")
     else:
         names = list(dict.fromkeys(targets))
         if primary not in names:
-            raise ValueError(f"primary_target {primary!r} is not in targets {names}")
+            raise ClassifyError(f"primary_target {primary!r} is not in targets {names}")
         for name in names:
             if name not in common:
                 bad = next(r for r in complete if name not in r.evals)
-                raise ValueError(f"target {name!r} is missing from pilot (rho_target={bad.rho_target}, "
+                raise ClassifyError(f"target {name!r} is missing from pilot (rho_target={bad.rho_target}, "
                                  f"seed={bad.seed}); expected one of {sorted(bad.evals)}")
     return [primary] + [n for n in names if n != primary], notes
 
@@ -231,7 +234,7 @@ def _resolve_targets(complete: list[PilotResult], targets: Sequence[str] | None,
 def _grid(complete: list[PilotResult], target: str) -> GridScores:
     lengths = {len(r.evals[target]) for r in complete}
     if len(lengths) > 1:
-        raise ValueError(f"target {target!r} has prompt counts {sorted(lengths)} across pilots; "
+        raise ClassifyError(f"target {target!r} has prompt counts {sorted(lengths)} across pilots; "
                          "expected the same index-aligned prompt set in every pilot")
     return grid_scores(rho_targets=[r.rho_target for r in complete], pilot_seeds=[r.seed for r in complete],
                        pilot_rho=[r.rho for r in complete], scores=[r.evals[target] for r in complete])

@@ -225,6 +225,7 @@ def results_schema() -> Any:
         pilots: list[PilotResult] = Field(default_factory=list)
         diagnosis: Optional[Diagnosis] = None
         classify: dict[str, Any] = Field(default_factory=dict)
+        failed: list[str] = Field(default_factory=list)     # one line per pilot given up on (failure_message)
 
         @model_validator(mode="wrap")
         @classmethod
@@ -244,6 +245,12 @@ def results_schema() -> Any:
         @model_validator(mode="after")
         def _numbers(self) -> "ResultsFile":
             check_numbers(self.pilots, self.diagnosis, budget=self.config.get("budget"))
+            from race.stats.classify_input import CLASSIFY_KEYS
+
+            unknown = sorted(set(self.classify) - set(CLASSIFY_KEYS))
+            if unknown:
+                raise ValueError(f"classify has the unknown setting {unknown[0][:60]!r}: expected some of "
+                                 f"{', '.join(CLASSIFY_KEYS)} (race.classify's arguments)")
             where = non_finite(self.plan, "plan")
             if where:
                 raise ValueError(f"{where} is not a finite number: expected the plan RACE wrote (its FLOPs, lengths "
@@ -272,7 +279,8 @@ def non_finite(value: Any, where: str) -> str | None:
 def pilot_budget(p: PilotResult, budget: float) -> float:
     """What pilot ``p`` was meant to spend: ``budget``, or for a pilot budget halving stopped at a rung
     (``extra["budget_halving"]["mark"]``, race.run.rungs) that rung's mark, when it lies in (0, budget)."""
-    mark = (p.extra.get("budget_halving") or {}).get("mark") if isinstance(p.extra, Mapping) else None
+    halving = p.extra.get("budget_halving") if isinstance(p.extra, Mapping) else None
+    mark = halving.get("mark") if isinstance(halving, Mapping) else None
     if isinstance(mark, (int, float)) and not isinstance(mark, bool) and math.isfinite(mark) and 0 < mark < budget:
         return float(mark)
     return budget

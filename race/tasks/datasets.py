@@ -29,12 +29,13 @@ import os
 import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
+from race.core.errors import RaceError
 
 DEFAULT_EVAL_FRACTION = 0.1
 SPLITS = ("train", "eval")
 
 
-class TaskError(ValueError):
+class TaskError(RaceError):
     """A bad task or dataset; the message is one line and names the bad value."""
 
 

@@ -16,6 +16,7 @@ from typing import Callable, Sequence, Union
 
 from race.tasks.rewards.answers import answer_format, math_answer
 from race.tasks.rewards.rules import dense, sparse, structured
+from race.core.errors import RaceError
 
 RewardFn = Callable[[str, str, str], float]
 """``fn(prompt, completion, reference) -> float``; higher is better."""
@@ -26,7 +27,7 @@ REWARDS: dict[str, RewardFn] = {"sparse": sparse, "structured": structured, "den
                                 "math": math_answer, "format": answer_format}
 
 
-class RewardError(ValueError):
+class RewardError(RaceError):
     """A reward that cannot be resolved; the message is one line and names the value."""
 
 

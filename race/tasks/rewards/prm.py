@@ -41,6 +41,7 @@ import time
 from typing import Sequence
 
 from race.tasks.rewards.rules import STEP_SEPARATOR, split_steps  # noqa: F401 (split_steps: re-exported)
+from race.core.errors import RaceError
 
 AGGREGATIONS = ("min", "product", "last", "mean")
 STEP_TOKEN = "<extra_0>"                 # Qwen2.5-Math-PRM's step separator token
@@ -48,7 +49,7 @@ QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer within 
 CONVENTIONS = ("auto", "step-classification", "value-head", "sequence")
 
 
-class PRMError(ValueError):
+class PRMError(RaceError):
     """A PRM that cannot be built or used; the message is one line and names the value."""
 
 

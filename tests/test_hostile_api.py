@@ -1,0 +1,142 @@
+"""The Python API under hostile arguments and edited results files (a review of session 36): each is a
+one-line ``race.RaceError`` before any compute, never a KeyError / TypeError / AttributeError from inside."""
+import copy
+import gzip
+import json
+import os
+
+import pytest
+
+import race
+from conftest import ROOT
+
+RUN = os.path.join(ROOT, "docs", "runs", "default.results.json.gz")
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return json.load(gzip.open(RUN))
+
+
+@pytest.fixture(scope="module")
+def pilots():
+    return list(race.load_results(RUN).pilots)
+
+
+def test_every_error_class_a_user_meets_is_a_race_error():
+    from race.core.records import RecordError
+    from race.run.plot import PlotError
+    from race.stats.classify_input import ClassifyError
+    from race.tasks.datasets import TaskError
+    from race.tasks.rewards.base import RewardError
+    from race.tasks.rewards.prm import PRMError
+
+    for cls in (RecordError, PlotError, ClassifyError, TaskError, RewardError, PRMError, race.ConfigError):
+        assert issubclass(cls, race.RaceError), cls
+    with pytest.raises(race.RaceError, match=r"^Diagnosis\.primary_target: Field required"):
+        race.Diagnosis.from_dict({})
+    assert "RaceError" in race.__all__ and "ConfigError" in race.__all__
+
+
+def _edited(stored, tmp_path, edit):
+    d = copy.deepcopy(stored)
+    edit(d)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+@pytest.mark.parametrize("name, edit, message", [
+    ("no verdict for the primary target", lambda d: d["diagnosis"].__setitem__("primary_target", "nope"),
+     "primary_target 'nope' has no verdict: expected one of ['best@4', 'pass@1', 'reward', 'worst@4']"),
+    ("failed is a number", lambda d: d.__setitem__("failed", 5), "failed: Input should be a valid list, got 5"),
+    ("an unknown classify setting", lambda d: d.__setitem__("classify", {"bogus": 1}),
+     "classify has the unknown setting 'bogus'"),
+])
+def test_an_edited_results_file_is_refused_in_one_line(stored, tmp_path, name, edit, message):
+    path = _edited(stored, tmp_path, edit)
+    with pytest.raises(race.RaceError) as err:
+        race.load_results(path)
+    assert message in str(err.value) and "\n" not in str(err.value), name
+
+
+def test_a_budget_halving_record_that_is_not_a_mapping_is_no_mark(stored, tmp_path):
+    path = _edited(stored, tmp_path, lambda d: d["pilots"][0].setdefault("extra", {}).__setitem__("budget_halving", [1]))
+    assert len(race.load_results(path).pilots) == 12
+
+
+def test_integers_past_any_number_race_writes_are_refused_in_results_and_configs(stored, tmp_path):
+    text = json.dumps(stored).replace('"schema_version": 1', '"schema_version": 1, "x": ' + "9" * 5000, 1)
+    (tmp_path / "r.json").write_text(text)
+    with pytest.raises(race.RaceError, match="holds an integer of 5,000 digits"):
+        race.load_results(str(tmp_path / "r.json"))
+    (tmp_path / "c.yaml").write_text("model: race/tiny-arith\nbudget: " + "9" * 5000 + "\n")
+    with pytest.raises(race.ConfigError, match="holds an integer of more than 4,300 digits"):
+        race.load_config(str(tmp_path / "c.yaml"))
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"results": None}, "results None must be a list of race.PilotResult records"),
+    ({"as_dicts": True}, "results[0] {'rho_target': 0.5"),
+    ({"n_boot": True}, "n_boot True must be a whole number ≥ 1 and ≤ 100000"),
+    ({"n_boot": 10 ** 12}, "n_boot 1000000000000 must be a whole number"),
+    ({"seed": -1}, "seed -1 must be a whole number ≥ 0"),
+    ({"meta": 5}, "meta 5 must be a mapping"),
+    ({"targets": "reward"}, "targets 'reward' must be a list of target names"),
+    ({"reward_share_threshold": float("nan")}, "reward_share_threshold nan must be a finite number > 0 and ≤ 1"),
+    ({"confidence_level": 0}, "confidence_level 0 must be a finite number > 0 and < 1"),
+    ({"rerun_confidence": "yes"}, "rerun_confidence 'yes' must be True or False"),
+    ({"results": []}, "no complete results among 0"),
+])
+def test_classify_checks_its_arguments_before_any_fit(pilots, kw, message):
+    kw = dict(kw)
+    results = kw.pop("results", pilots)
+    if kw.pop("as_dicts", False):
+        results = [p.to_dict() for p in pilots]
+    with pytest.raises(race.RaceError) as err:
+        race.classify(results, **kw)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"budget": "x"}, "budget 'x' is not a FLOP count"),
+    ({"budget": float("nan")}, "budget nan must be a positive finite FLOP count"),
+    ({"grid": "abc"}, "grid value 'abc' is not a number"),
+    ({"reward": {"kind": "x"}}, "reward {'kind': 'x'} must be a race.config.configfile.RewardSettings"),
+    ({"lora": None}, "lora None must be a race.config.configfile.LoRASettings"),
+    ({"task": 5}, "task 5 must be a built-in task name or a dataset path"),
+])
+def test_a_grid_config_built_in_python_is_typed(kw, message):
+    with pytest.raises(race.ConfigError) as err:
+        race.GridConfig(model="race/tiny-arith", **{"budget": 1e10, **kw})
+    assert message in str(err.value)
+
+
+def test_a_grid_config_reads_strings_as_a_file_would_and_refuses_unknown_overrides():
+    c = race.GridConfig(model="race/tiny-arith", budget="2e11", grid=[0.7, 0.3, 0.5])
+    assert c.budget == 2e11 and c.grid == (0.7, 0.3, 0.5)
+    with pytest.raises(race.ConfigError, match="'bogus' is not a config field: expected one of model, budget"):
+        c.with_overrides(bogus=1)
+
+
+@pytest.mark.parametrize("args, kw, message", [
+    (None, {}, "config None must be a race.GridConfig"),
+    ({}, {}, "config {} must be a race.GridConfig"),
+    ("ok", {"prompt_len": float("nan")}, "prompt_len nan must be a finite number > 0"),
+    ("ok", {"completion_len": float("inf")}, "completion_len inf must be a finite number > 0"),
+    ("ok", {"arch": "llama"}, "arch 'llama' must be a race.flops.formulas.ArchSpec"),
+])
+def test_plan_grid_checks_its_arguments(args, kw, message):
+    config = race.GridConfig(model="race/tiny-arith", budget=1e12) if args == "ok" else args
+    with pytest.raises(race.ConfigError) as err:
+        race.plan_grid(config, **kw)
+    assert message in str(err.value)
+
+
+def test_diagnose_refuses_an_unknown_model_and_a_budget_below_one_rollout_before_making_any_folder(tmp_path):
+    out = tmp_path / "left" / "over"
+    with pytest.raises(race.ConfigError, match="unknown model 'no/such'"):
+        race.diagnose(model="no/such", budget=1e10, quiet=True, out_dir=str(out))
+    with pytest.raises(race.ConfigError, match=r"budget 1 FLOPs is less than one rollout of one token \(1.48e\+06"):
+        race.diagnose(budget=1, quiet=True, out_dir=str(out))
+    assert os.listdir(tmp_path) == []     # the checks before calibration refused both (that line is the floor's)

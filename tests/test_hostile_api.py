@@ -140,3 +140,43 @@ def test_diagnose_refuses_an_unknown_model_and_a_budget_below_one_rollout_before
     with pytest.raises(race.ConfigError, match=r"budget 1 FLOPs is less than one rollout of one token \(1.48e\+06"):
         race.diagnose(budget=1, quiet=True, out_dir=str(out))
     assert os.listdir(tmp_path) == []     # the checks before calibration refused both (that line is the floor's)
+
+
+def test_load_config_and_load_results_take_paths_only_and_say_what_a_path_is(tmp_path):
+    for bad in (None, {}, 5):
+        with pytest.raises(race.ConfigError, match="must be a file path"):
+            race.load_config(bad)
+        with pytest.raises(race.RaceError, match="must be a file or folder path"):
+            race.load_results(bad)
+    with pytest.raises(race.ConfigError, match="is not a regular file"):
+        race.load_config(str(tmp_path))
+    (tmp_path / "nul.yaml").write_bytes(b"\0\0\0\0")
+    (tmp_path / "key.yaml").write_text("? [1, 2]\n: 3\n")
+    for name, message in (("nul.yaml", "is not valid YAML: unacceptable character #x0000"),
+                          ("key.yaml", "has a key that is a list or a mapping")):
+        with pytest.raises(race.ConfigError) as err:
+            race.load_config(str(tmp_path / name))
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("reward, message", [
+    (lambda p, c, r: 0.0, "a callable cannot cross into pilot processes"),
+    (5, "reward 5 must be a name (sparse"), (["sparse"], "reward ['sparse'] must be a name"),
+])
+def test_diagnose_names_a_reward_it_cannot_take(reward, message):
+    with pytest.raises(race.ConfigError) as err:
+        race.diagnose(reward=reward, budget=1e10, quiet=True)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("args, kw, message", [
+    ((None,), {}, "results 'None' must be a race Results"),
+    (("R", 5), {}, "plot file '5' must be a file path"),
+    (("R",), {"refit": "yes"}, "refit 'yes' must be True or False"),
+    (("R",), {"target": "nope"}, "target 'nope' is not in this diagnosis"),
+])
+def test_plot_results_checks_its_arguments(args, kw, message):
+    args = tuple(race.load_results(RUN) if a == "R" else a for a in args)
+    with pytest.raises(race.RaceError) as err:
+        race.plot_results(*args, **kw)
+    assert message in str(err.value)

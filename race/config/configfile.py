@@ -464,8 +464,11 @@ def load_config(path: str) -> GridConfig:
 
     from race.core.safeio import MAX_CONFIG_BYTES, UnsafeInput, load_yaml, read_capped
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"config path {quote(path, 80)} must be a file path (config_from_dict reads a mapping)")
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} does not exist: expected a YAML pilot-grid config")
+        what = "is not a regular file" if os.path.exists(path) else "does not exist"
+        raise ConfigError(f"config file {str(path)!r} {what}: expected a YAML pilot-grid config")
     try:
         raw = load_yaml(read_capped(path, limit=MAX_CONFIG_BYTES, what="config file"), what=f"config file {path!r}")
     except UnsafeInput as e:
@@ -475,7 +478,11 @@ def load_config(path: str) -> GridConfig:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())       # one line, whatever the parser said
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {problem}") from None
+    except TypeError:       # a key YAML can write and Python cannot hash (a list or a mapping as a key)
+        raise ConfigError(f"config file {path!r} has a key that is a list or a mapping: expected names as keys") \
+            from None
     if raw is None:
         raise ConfigError(f"config file {path!r} is empty: expected a YAML mapping with model and budget")
     return config_from_dict(raw, base_dir=os.path.dirname(os.path.abspath(path)))

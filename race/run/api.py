@@ -27,11 +27,18 @@ def build_config(config: str | Mapping[str, Any] | GridConfig | None = None, **o
     if reward is not None:
         from dataclasses import replace
 
+        from race.core.errors import ConfigError
+
         if callable(reward):
-            raise ValueError("reward: pass a name (sparse, structured, dense, math, format) or 'module:function'; "
+            raise ConfigError("reward: pass a name (sparse, structured, dense, math, format) or 'module:function'; "
                              "a callable cannot cross into pilot processes")
         from race.config.rules import RULE_REWARDS
 
+        if not isinstance(reward, str) or not reward:
+            from race.core.safeio import quote
+
+            raise ConfigError(f"reward {quote(reward, 80)} must be a name ({', '.join(RULE_REWARDS)}) or a "
+                              "'module:function' string")
         kind = reward if reward in RULE_REWARDS else "custom"
         cfg = replace(cfg, reward=replace(cfg.reward, kind=kind, function=None if kind != "custom" else reward,
                                           mix=None))

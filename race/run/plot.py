@@ -48,6 +48,9 @@ def check_plot_path(path: str) -> str:
     """``path`` when its suffix is one RACE writes and matplotlib is importable; else PlotError.
 
     Called before any pilot runs, so a bad ``--plot`` never costs a grid."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise PlotError(f"plot file {str(path)[:80]!r} must be a file path ending in {', '.join(PLOT_SUFFIXES)}")
+    path = os.fspath(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in PLOT_SUFFIXES:
         raise PlotError(f"plot file {path!r} has suffix {suffix or '(none)'!r}: "
@@ -124,7 +127,12 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
     ``results``: a :class:`Results` or the path of a results file / its folder."""
     if path is not None:
         check_plot_path(path)
-    res = load_results(results) if isinstance(results, str) else results
+    res = load_results(results) if isinstance(results, (str, os.PathLike)) else results
+    if not isinstance(res, Results):
+        raise PlotError(f"results {str(results)[:80]!r} must be a race Results (race.load_results) or the path of a "
+                        "results file")
+    if not isinstance(refit, bool):
+        raise PlotError(f"refit {str(refit)[:40]!r} must be True or False")
     diag = diagnose_results(res, refit=refit)
     name = target or diag.primary_target
     if name not in diag.verdicts:

@@ -111,6 +111,11 @@ def load_results(path: str) -> Results:
     docs/runs/ keeps them, ``*.json.gz``) is read as well, recognised by its first bytes."""
     import race.stats.report  # noqa: F401  (registers the renderer: print(results.diagnosis) is the text report)
 
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        from race.core.safeio import quote
+
+        raise ResultsError(f"results path {quote(path, 80)} must be a file or folder path (a string)")
+    path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):

@@ -180,3 +180,24 @@ def test_plot_results_checks_its_arguments(args, kw, message):
     with pytest.raises(race.RaceError) as err:
         race.plot_results(*args, **kw)
     assert message in str(err.value)
+
+
+def test_run_models_and_run_probe_check_their_arguments_before_any_work(tmp_path):
+    from race.run.api import run_models, run_probe
+
+    one = race.GridConfig(model="race/tiny-arith", budget=1e10)
+    two = race.GridConfig(model="race/tiny-arith", models=("race/tiny-arith", "race/tiny-reasoner"), budget=1e10)
+    out = str(tmp_path / "m")
+    for config, kw, message in ((None, {}, "config None must be a race.GridConfig naming models"),
+                                (one, {}, "config names one policy ('race/tiny-arith')"),
+                                (two, {"retries": "2"}, "retries 2: expected a whole number from 0 to 100"),
+                                (two, {"storage": 5}, "storage 5 must be a non-empty string")):
+        with pytest.raises(race.RaceError) as err:
+            run_models(config, out_dir=out, quiet=True, **kw)
+        assert message in str(err.value)
+    assert os.listdir(tmp_path) == []
+    results = race.load_results(RUN)
+    for kw, message in (({"force": "yes"}, "force 'yes' must be True or False"),
+                        ({"progress": 5}, "progress 5 must be a function"), ({"out": 5}, "out 5 must be")):
+        with pytest.raises(race.RaceError, match=message):
+            run_probe(results, full_run_budget=6e12, **kw)

@@ -213,8 +213,18 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
 
     import time
 
-    if isinstance(results, str):
+    from race.core import arguments as A
+    from race.stats.results import Results
+
+    if isinstance(results, (str, os.PathLike)):
         results = load_results(results)
+    A.instance("results", results, Results, expected="a race Results (race.load_results) or a results path")
+    A.flag("force", force)
+    for name, fn in (("announce", announce), ("progress", progress)):
+        if fn is not None:
+            A.function(name, fn)
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        A.text("out", out)                       # refused: a folder or a .json file path is a string
     device = check_device(device)
     plan = plan_probe(results, full_run_budget, rho=rho, lr=lr)     # one line before any compute
     if out:
@@ -273,6 +283,10 @@ def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, 
     from race.run.multimodel import joint_view, part_configs, save_joint
     from race.stats.results import failure_message
     from race.run.study import run_grid
+
+    _checked_models(config, out_dir=out_dir, storage=storage, study=study, workers=workers, device=device, quiet=quiet,
+                    adaptive=adaptive, adaptive_share=adaptive_share, retries=retries, heartbeat=heartbeat,
+                    target=target, engine=engine)
     parts = part_configs(config)
     for _, part in parts:                 # before anything runs: every policy loads and is counted
         check_loadable(part.model, "models")
@@ -302,3 +316,23 @@ def run_models(config: GridConfig, *, out_dir: str, storage: str | None = None, 
         raise RaceError(f"the grid over models in {out_dir} ended with {len(done)} of {len(parts)} policies "
                         "diagnosed: re-run the same command to finish it")
     return view
+
+
+def _checked_models(config: Any, *, out_dir: Any, storage: Any, study: Any, target: Any, quiet: Any, device: Any,
+                    **options: Any) -> None:
+    """run_models' arguments, checked before any policy loads or any folder is made (one RaceError line)."""
+    from race.core import arguments as A
+    from race.core.errors import RaceError
+    from race.engine.loading import check_device
+    from race.run.options import RunOptions
+
+    A.instance("config", config, GridConfig, expected="a race.GridConfig naming models (race.load_config)")
+    if not config.models:
+        raise RaceError(f"config names one policy ({config.model!r}): run_models runs a grid over config.models; "
+                        "race.diagnose runs one policy")
+    A.flag("quiet", quiet)
+    for name, value in (("storage", storage), ("study", study), ("target", target)):
+        if value is not None:
+            A.text(name, value)
+    RunOptions(out_dir=out_dir, storage=storage, study=study, device=device, quiet=quiet, **options).check()
+    check_device(device)

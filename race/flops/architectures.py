@@ -26,6 +26,7 @@ counts equal the model's and peft's (tests/test_architectures.py, bench/flop_acc
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -42,6 +43,9 @@ LEAN_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 # which is what race.flops.formulas counts and what FlopCounterMode can see (grouped_mm does the same
 # arithmetic in kernels the counter does not record).
 EXPERTS_IMPLEMENTATION = "eager"
+
+
+MAX_SIZE = 2 ** 40      # any size in a model's config.json (hidden, heads, layers, vocabulary …) is far below this
 
 
 class UnsupportedArchitecture(RaceError):
@@ -279,8 +283,12 @@ class _ConfigReader:
         return bool(self.get(setting, False)) if isinstance(setting, str) else bool(setting)
 
     def integer(self, key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise ConfigError(f"{self.what} config '{key}' is {value!r}: expected an integer")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or int(value) != value:
+            raise ConfigError(f"{self.what} config '{key}' is {str(value)[:40]}: expected an integer")
+        if not 0 <= value <= MAX_SIZE:
+            raise ConfigError(f"{self.what} config '{key}' is {str(value)[:40]}: expected a size from 0 to {MAX_SIZE:,} "
+                              "(a config.json of a real model)")
         return int(value)
 
 
@@ -291,6 +299,8 @@ def _arch_spec(r: _ConfigReader, model_type: str, *, top: Mapping, name: str | N
     heads = integer("num_attention_heads", need("num_attention_heads"))
     layers = integer("num_hidden_layers", need("num_hidden_layers"))
     kv = heads if not family.gqa else integer("num_key_value_heads", get("num_key_value_heads") or heads)
+    if heads < 1:
+        raise ConfigError(f"{r.what} config 'num_attention_heads' is {heads}: expected at least 1")
     head_dim = integer("head_dim", get("head_dim") or hidden // heads)
     moe = family.mlp == "moe"
     experts, dense_layers = _experts(r, model_type, layers) if moe else (0, ())

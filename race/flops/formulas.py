@@ -51,11 +51,14 @@ from race.core.errors import ConfigError
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+MAX_TOKENS = 1e9           # a sequence length past any context window; FLOP products stay finite below it
+
+
 def _check_length(name: str, value: Any) -> float:
-    """Token counts may be expected (fractional) values; they must be finite and >= 0."""
+    """Token counts may be expected (fractional) values; they must be finite, >= 0 and at most MAX_TOKENS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise ConfigError(f"{name} must be a finite number of tokens >= 0, got {value!r}")
+            or not 0 <= value <= MAX_TOKENS:
+        raise ConfigError(f"{name} must be a number of tokens from 0 to {MAX_TOKENS:.0e}, got {value!r}")
     return float(value)
 
 

@@ -145,10 +145,14 @@ def command_lines(rec: Recipe) -> list[str]:
     return ["python3 -m openrlhf.cli.train_ppo_ray \\"] + [f"    {x} \\" for x in out[:-1]] + [f"    {out[-1]}"]
 
 
+# no YAML rendering: race recipe refuses --format yaml with this line before it computes or writes anything
+YAML_REFUSAL = ("OpenRLHF 0.11's train_ppo_ray.py takes command-line flags only (it has no --config): use --format "
+                "text for the command, or --format json")
+
+
 def yaml_document(rec: Recipe) -> tuple[dict[str, Any], list[str]]:
     """Refused: OpenRLHF's trainer reads command-line flags only."""
-    raise RaceError("OpenRLHF 0.11's train_ppo_ray.py takes command-line flags only (it has no --config): "
-                    "use --format text for the command, or --format json")
+    raise RaceError(YAML_REFUSAL)
 
 
-__all__ = ["LORA_SYNC_NOTE", "RUN", "VERSION", "command_lines", "settings", "yaml_document"]
+__all__ = ["LORA_SYNC_NOTE", "RUN", "VERSION", "YAML_REFUSAL", "command_lines", "settings", "yaml_document"]

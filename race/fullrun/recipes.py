@@ -491,4 +491,12 @@ def render_recipe(rec: Recipe, fmt: str = "text") -> str:
                       + [f"# {x}" for x in flop_lines(rec) + notes]) + "\n"
 
 
-__all__ = ["TRAINERS", "VERSIONS", "Recipe", "TrainerRun", "RUNS", "recipe", "render_recipe", "trainer_step_cost"]
+def check_format(trainer: Any, fmt: str) -> None:
+    """Refuse, before anything is computed or written, a rendering the trainer has not (OpenRLHF has no YAML)."""
+    refusal = getattr(TRAINER_MODULES.get(str(trainer).lower()), "YAML_REFUSAL", None)
+    if fmt == "yaml" and refusal:
+        raise RaceError(refusal)
+
+
+__all__ = ["TRAINERS", "VERSIONS", "Recipe", "TrainerRun", "RUNS", "check_format", "recipe", "render_recipe",
+           "trainer_step_cost"]

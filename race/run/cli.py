@@ -365,9 +365,10 @@ def recipe(source: str | None, trainer: str, full_run: str | None, rho: str | No
     per step, generations, mini-batches so that μ optimizer steps follow each rollout batch, steps
     from the full-run budget, the √B learning rate, LoRA, lengths, loss, β, temperature, sized for
     --gpus × --nodes; with RACE's FLOP count of it as that trainer runs it (docs/recipes.md)."""
+    from race.fullrun.recipes import check_format, render_recipe
     from race.fullrun.recipes import recipe as make_recipe
-    from race.fullrun.recipes import render_recipe
 
+    check_format(trainer, fmt)             # before a file is emitted
     if storage or study:
         if not (storage and study) or source:
             raise click.UsageError("a recipe from storage takes --storage URL and --study NAME (and no SOURCE)")

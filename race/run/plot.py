@@ -60,6 +60,12 @@ def check_plot_path(path: str) -> str:
                         "link nor replaces one; remove it or choose another file")
     if os.path.lexists(path) and not os.path.isfile(path):
         raise PlotError(f"plot file {path!r} exists and is not a regular file: choose another file")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:      # the folders it would make
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        why = "is not a folder" if not os.path.isdir(folder) else "is not writable"
+        raise PlotError(f"plot file {path!r} cannot be written: {folder!r} {why}; choose another file")
     _figure_class()
     return path
 
@@ -169,8 +175,11 @@ def save_figure(fig: Any, path: str) -> str:
     from race.core.safeio import write_inside
 
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
-    return write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path),
-                        lambda fh: fig.savefig(fh, dpi=150, format=fmt), what="figure")
+    try:
+        return write_inside(os.path.dirname(os.path.abspath(path)), os.path.basename(path),
+                            lambda fh: fig.savefig(fh, dpi=150, format=fmt), what="figure")
+    except OSError as e:            # the folder changed since check_plot_path, or the disk is full
+        raise PlotError(f"plot file {path!r} cannot be written: {e.strerror or type(e).__name__}") from None
 
 
 def drift_points(pilots: Sequence[PilotResult], pilot_budget: float, target: str) -> list[tuple[float, float]]:

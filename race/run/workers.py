@@ -234,6 +234,7 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
     from race.run.processes import default_workers
 
     check_device(device)
+    S.require_storage_file(storage, "no study to join")
     st = S.Store(storage, study)
     info = st.load()
     check_reward_consent(info, trust_reward=trust_reward, quiet=quiet)

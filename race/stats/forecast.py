@@ -373,7 +373,8 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
                             "full run), or full_run_budget in the config")
         return diag
     F = parse_flops(raw, "--full-run" if full_run_budget is not None else "full_run_budget")
-    settings = dict(diag.meta.get("classify") or results.classify or {})
+    stored = diag.meta.get("classify") if isinstance(diag.meta, Mapping) else None
+    settings = dict(stored if isinstance(stored, Mapping) else results.classify or {})
     for other in pool:
         same = {k: (other.config or {}).get(k) for k in ("model", "task")}
         mine = {k: (results.config or {}).get(k) for k in ("model", "task")}

@@ -19,7 +19,7 @@ from race.run.store.base import (ATTR_LIMIT, COORDINATOR, CURVE_POINTS, DEFAULT_
 from race.run.store.codec import decode_floats, encode_floats
 from race.run.store.engine import default_url, mask_url, open_storage
 from race.run.store.liveness import owner_info, owner_is_dead
-from race.run.store.study import Claim, Store, StudyInfo, load_results
+from race.run.store.study import Claim, Store, StudyInfo, load_results, require_storage_file
 from race.run.store.trials import Key, is_pilot_failure, key_of, pilot_attrs, pilot_from_attrs
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -28,4 +28,4 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 __all__ = ["ATTR_LIMIT", "COORDINATOR", "CURVE_POINTS", "Claim", "DEFAULT_HEARTBEAT", "ENCODED", "GRACE_FACTOR",
            "HEARTBEAT", "Key", "OWNER", "SCHEMA", "Store", "StoreError", "StudyInfo", "decode_floats", "default_url",
            "encode_floats", "is_pilot_failure", "key_of", "load_results", "mask_url", "open_storage", "owner_info",
-           "owner_is_dead", "pilot_attrs", "pilot_from_attrs", "UnreadyStudy"]
+           "owner_is_dead", "pilot_attrs", "pilot_from_attrs", "require_storage_file", "UnreadyStudy"]

@@ -451,20 +451,24 @@ for _name in ("exists", "load", "create", "update_heartbeat", "claim_coordinatio
     setattr(Store, _name, _named_system_failures(getattr(Store, _name)))
 
 
-def load_results(url: str, study_name: str):
-    """A ``race.stats.results.Results`` built from storage alone (for ``race report --storage``)."""
+def require_storage_file(url: str, why: str) -> None:
+    """Refuse a file storage that is not there (sqlite:///FILE, journal:FILE, FILE.log) where a study must exist
+    already (``race report --storage``, ``race worker``): opening it would create the file."""
     import os
-
-    from race.stats.results import Results, pilots_meta
 
     from race.core.urls import file_path
 
-    # a file storage that is not there (sqlite:///FILE, journal:FILE, FILE.log): nothing to read, and opening it
-    # would create it
     path = file_path(url)
     if path and not os.path.exists(path):
-        raise StoreError(f"storage file {path!r} does not exist: nothing to read (expected the storage a grid "
-                         "wrote; its URL is in that grid's results.json)")
+        raise StoreError(f"storage file {path!r} does not exist: {why} (expected the storage a grid wrote; its URL is "
+                         "in that grid's results.json)")
+
+
+def load_results(url: str, study_name: str):
+    """A ``race.stats.results.Results`` built from storage alone (for ``race report --storage``)."""
+    from race.stats.results import Results, pilots_meta
+
+    require_storage_file(url, "nothing to read")
     store = Store(url, study_name)
     info = store.load(wait=0)
     pilots = store.pilots()

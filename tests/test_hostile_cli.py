@@ -68,3 +68,13 @@ def test_stored_classify_settings_that_are_not_a_mapping_are_read_as_absent(tmp_
     (tmp_path / "r.json").write_text(json.dumps(d))
     r = CliRunner().invoke(main, ["report", str(tmp_path / "r.json"), "--full-run", "6e12"])
     assert r.exit_code == 0 and "range at F" in r.output, r.output[-800:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--storage", ""], "storage '': expected a storage URL"),
+    (["--study", " "], "study ' ': expected a study name"),
+    (["--share", "0.1"], "share 0.1 sizes pilots from the full run: give a design too"),
+])
+def test_a_pilot_option_given_empty_or_without_its_partner_is_refused_not_ignored(tmp_path, args, message):
+    r = CliRunner().invoke(main, ["pilot", "--budget", "1e10", "--out", str(tmp_path / "run"), *args])
+    assert message in _one_line(r) and not (tmp_path / "run").exists()

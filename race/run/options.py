@@ -96,6 +96,11 @@ class RunOptions:
 
         if not isinstance(self.out_dir, str) or not self.out_dir:
             raise RaceError(f"out_dir {self.out_dir!r}: expected a folder path")
+        for name, value, what in (("storage", self.storage, "a storage URL (sqlite:///FILE, postgresql://…, journal:FILE)"),
+                                  ("study", self.study, "a study name"),
+                                  ("import_pilots", self.import_pilots, "a results file")):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise RaceError(f"{name} {str(value)[:40]!r}: expected {what}, or leave it out")
         if self.workers is not None:
             whole("workers", self.workers, 0, MAX_WORKERS, f"a whole number from 0 (coordinate only) to {MAX_WORKERS}")
         whole("retries", self.retries, 0, 100, "a whole number from 0 to 100")

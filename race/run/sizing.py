@@ -47,7 +47,7 @@ def size_pilots(cfg: GridConfig, *, full_run: float | None, design: str | None =
     name = cfg.pilot_design if design is None else design
     s = cfg.pilot_share if share is None else share
     if name == AS_WRITTEN:
-        if share is not None and share != cfg.pilot_share:
+        if share is not None:           # given and unused would be a silent no-op, whatever its value
             raise SizingError(f"share {share!r} sizes pilots from the full run: give a design too (--design fit)")
         return cfg, None
     from race.flops.grid import eval_flops, plan_grid, policy_arch

@@ -34,6 +34,8 @@ def test_a_plot_into_a_place_that_cannot_hold_it_is_refused_before_the_grid(tmp_
     ({"num_attention_heads": 0}, "'num_attention_heads' is 0: expected at least 1"),
     ({"hidden_size": float("inf")}, "'hidden_size' is inf: expected an integer"),
     ({"hidden_size": 1e300}, "expected a size from 0 to 1,099,511,627,776"),
+    ({"num_key_value_heads": 0}, "'num_key_value_heads' is 0: expected at least 1"),
+    ({"head_dim": 0}, "head_dim must be an integer >= 1, got 0"),
 ])
 def test_a_model_config_json_that_breaks_the_arithmetic_is_one_line(tmp_path, config, message):
     base = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

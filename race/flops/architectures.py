@@ -298,10 +298,12 @@ def _arch_spec(r: _ConfigReader, model_type: str, *, top: Mapping, name: str | N
     hidden = integer("hidden_size", need("hidden_size"))
     heads = integer("num_attention_heads", need("num_attention_heads"))
     layers = integer("num_hidden_layers", need("num_hidden_layers"))
-    kv = heads if not family.gqa else integer("num_key_value_heads", get("num_key_value_heads") or heads)
-    if heads < 1:
-        raise ConfigError(f"{r.what} config 'num_attention_heads' is {heads}: expected at least 1")
-    head_dim = integer("head_dim", get("head_dim") or hidden // heads)
+    kv_given, dim_given = get("num_key_value_heads"), get("head_dim")       # null: not given (0 is an error)
+    kv = heads if not family.gqa or kv_given is None else integer("num_key_value_heads", kv_given)
+    for key, value in (("num_attention_heads", heads), ("num_key_value_heads", kv)):
+        if value < 1:
+            raise ConfigError(f"{r.what} config '{key}' is {value}: expected at least 1")
+    head_dim = integer("head_dim", hidden // heads if dim_given is None else dim_given)
     moe = family.mlp == "moe"
     experts, dense_layers = _experts(r, model_type, layers) if moe else (0, ())
     tie = get("tie_word_embeddings")

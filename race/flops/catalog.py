@@ -96,10 +96,18 @@ def known_models() -> list[str]:
 
 
 def _read_json(path: Path) -> dict:
+    from race.core.safeio import MAX_CONFIG_BYTES, UnsafeInput, read_capped
+
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(read_capped(str(path), limit=4 * MAX_CONFIG_BYTES, what=f"model config {str(path)!r}"))
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path} is not valid JSON: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text: expected a model's config.json") from None
+    except UnsafeInput as e:
+        raise ConfigError(str(e)) from None
+    except ValueError as e:      # an integer past Python's 4,300 digits
+        raise ConfigError(f"{path} holds a number Python cannot read: {str(e)[:80]}") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path} holds a {type(cfg).__name__}, expected a JSON object")
     return cfg

@@ -119,7 +119,8 @@ def load_results(path: str) -> Results:
     if os.path.isdir(path):
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):
-        raise ResultsError(f"results file {path!r} does not exist: expected DIR/results.json from race pilot")
+        what = "is not a regular file" if os.path.exists(path) else "does not exist"
+        raise ResultsError(f"results file {path!r} {what}: expected DIR/results.json from race pilot")
     from race.core.safeio import MAX_RESULTS_BYTES, UnsafeInput, loads_json, read_capped
 
     try:

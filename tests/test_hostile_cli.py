@@ -73,8 +73,8 @@ def test_stored_classify_settings_that_are_not_a_mapping_are_read_as_absent(tmp_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--storage", ""], "storage '': expected a storage URL"),
-    (["--study", " "], "study ' ': expected a study name"),
+    (["--storage", ""], "--storage '' is empty: give a value, or leave the option out"),
+    (["--study", " "], "--study ' ' is empty"), (["--plot="], "argument '--plot=' is empty"),
     (["--share", "0.1"], "share 0.1 sizes pilots from the full run: give a design too"),
 ])
 def test_a_pilot_option_given_empty_or_without_its_partner_is_refused_not_ignored(tmp_path, args, message):

@@ -31,6 +31,11 @@ class OneLineGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
         on_sigterm()
+        empty = next((i for i, a in enumerate(argv)
+                      if not (str(a).split("=", 1)[-1] if str(a).startswith("--") else str(a)).strip()), None)
+        if empty is not None:       # '' would read as "not given" (the default), silently
+            named = f"{argv[empty - 1]} " if empty and str(argv[empty - 1]).startswith("-") else "argument "
+            exit_one_line(f"{named}{argv[empty]!r} is empty: give a value, or leave the option out", 2)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as e:

@@ -201,3 +201,12 @@ def test_run_models_and_run_probe_check_their_arguments_before_any_work(tmp_path
                         ({"progress": 5}, "progress 5 must be a function"), ({"out": 5}, "out 5 must be")):
         with pytest.raises(race.RaceError, match=message):
             run_probe(results, full_run_budget=6e12, **kw)
+
+
+@pytest.mark.parametrize("kw, message", [({"emit_dir": 5}, "emit_dir 5 must be a non-empty string"),
+                                         ({"emit_dir": ""}, "emit_dir '' must be a non-empty string"),
+                                         ({"force": "yes"}, "force 'yes' must be True or False")])
+def test_recipe_checks_emit_dir_and_force(kw, message):
+    with pytest.raises(race.RaceError) as err:
+        race.recipe(RUN, trainer="trl", full_run_budget=1e14, **kw)
+    assert message in str(err.value)

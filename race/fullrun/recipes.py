@@ -400,7 +400,12 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     """
     from race.flops.grid import learning_rate
 
+    from race.core import arguments as A
+
     key = _trainer_key(trainer)
+    A.flag("force", force)
+    if emit_dir is not None:
+        A.text("emit_dir", emit_dir if not isinstance(emit_dir, str) or emit_dir.strip() else "")
     shape = Shape(gpus if gpus is not None else (1 if key == "trl" else 8), nodes).check()
     cfg, r, P, C, label, results = _load_source(source, rho)
     full = _full_budget(cfg, full_run_budget)

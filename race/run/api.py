@@ -94,7 +94,7 @@ def diagnose(*, model: str | None = None, reward: str | None = None, budget: flo
             (race.run.sizing; a design with no pilots within the share raises ``SizingError``).
         share: with a design, the share of the full run the pilots spend.
 
-    Raises ``race.core.errors.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
+    Raises ``race.RaceError`` (a ``ValueError``; ``ConfigError``, ``PilotsFailed``, …) with
     the one-line message the CLI prints where it exits 2; it never returns None.
     """
     cfg, full, options = _checked_run(**locals())          # every argument checked before any compute

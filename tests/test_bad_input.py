@@ -779,6 +779,7 @@ def test_a_full_disk_reaches_the_user_as_one_line_and_exit_2(tmp_path, monkeypat
     import race.run.workers
 
     url = f"sqlite:///{tmp_path}/race.db"
+    (tmp_path / "race.db").touch()              # a worker joins a storage that exists (an empty SQLite file is one)
     monkeypatch.setattr(optuna, "load_study", lambda **kw: (_ for _ in ()).throw(_disk_full()))
     r = CliRunner().invoke(main, ["worker", "--storage", url, "--study", "grid"])
     assert r.exit_code == 2 and _one_error_line(r) == f"Error: storage {url!r} {FULL_DISK}"

@@ -215,9 +215,11 @@ def test_missing_study_and_incompatible_config_are_refused(tmp_path):
     study's, stop before any work with one line (exit 2); the study is left as it was."""
     url = f"sqlite:///{tmp_path / 'race.db'}"
     r = run("worker", "--storage", url, "--study", "nobody")
-    assert r.exit_code == 2 and "study 'nobody' does not exist" in r.output
+    assert r.exit_code == 2 and "does not exist: no study to join" in r.output and not os.listdir(tmp_path)
     cfg = tiny_config(name="s", grid=[0.45, 0.6, 0.73], seeds=1, budget=2e10)
     store = make_store(url, "s", cfg)
+    r = run("worker", "--storage", url, "--study", "nobody")
+    assert r.exit_code == 2 and "study 'nobody' does not exist" in r.output
     store.enqueue((0.45, 0))
     cfg_file = tmp_path / "c.yaml"
     import yaml

@@ -191,7 +191,7 @@ def test_run_models_and_run_probe_check_their_arguments_before_any_work(tmp_path
     for config, kw, message in ((None, {}, "config None must be a race.GridConfig naming models"),
                                 (one, {}, "config names one policy ('race/tiny-arith')"),
                                 (two, {"retries": "2"}, "retries 2: expected a whole number from 0 to 100"),
-                                (two, {"storage": 5}, "storage 5 must be a non-empty string")):
+                                (two, {"storage": 5}, "storage '5': expected a storage URL")):
         with pytest.raises(race.RaceError) as err:
             run_models(config, out_dir=out, quiet=True, **kw)
         assert message in str(err.value)

@@ -331,8 +331,7 @@ def _checked_models(config: Any, *, out_dir: Any, storage: Any, study: Any, targ
         raise RaceError(f"config names one policy ({config.model!r}): run_models runs a grid over config.models; "
                         "race.diagnose runs one policy")
     A.flag("quiet", quiet)
-    for name, value in (("storage", storage), ("study", study), ("target", target)):
-        if value is not None:
-            A.text(name, value)
+    if target is not None:
+        A.text("target", target)
     RunOptions(out_dir=out_dir, storage=storage, study=study, device=device, quiet=quiet, **options).check()
     check_device(device)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from race.flops import formulas as flops  # noqa: E402
-from race.flops.architectures import peft_target_modules, read_arch, resolve_lora_targets  # noqa: E402
+from race.flops.architectures import peft_module_paths, peft_target_modules, read_arch, resolve_lora_targets  # noqa: E402
 
 PROMPT_LEN, COMPLETION_LEN, SEQUENCES, LORA_RANK = 10, 12, 2, 4
 _COMMON = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -85,11 +85,11 @@ def build_model(arch_name: str, auto_class: str = "AutoModelForCausalLM", **extr
 
 def add_lora(model, arch: flops.ArchSpec, targets=flops.LORA_TARGETS):
     """PEFT LoRA on the modules playing ``targets`` (default: every linear module), no dropout,
-    with the module names RACE gives peft: (peft model, matching LoRASpec)."""
+    with the module paths RACE gives peft: (peft model, matching LoRASpec)."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
-                     target_modules=peft_target_modules(arch, targets))
+    paths = peft_module_paths(peft_target_modules(arch, targets), [n for n, _ in model.named_modules()])
+    cfg = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules=paths)
     return get_peft_model(model, cfg), flops.LoRASpec(rank=LORA_RANK,
                                                       target_modules=resolve_lora_targets(arch, targets))
 

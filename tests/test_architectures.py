@@ -177,6 +177,34 @@ def test_check_adapted_modules_refuses_a_mismatch():
         check_adapted_modules(arch, lora, good[:3])
 
 
+def test_peft_module_paths_picks_full_names_by_their_last_part():
+    from race.flops.architectures import peft_module_paths
+    names = ["", "model", "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.experts",
+             "model.layers.0.mlp.shared_expert.down_proj", "model.layers.0.mlp.shared_expert.down_proj.x"]
+    assert peft_module_paths(["q_proj", "down_proj"], names) == [
+        "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.shared_expert.down_proj"]
+    assert peft_module_paths(["gate_proj"], names) == []
+
+
+def test_the_pilot_loader_keeps_peft_off_a_moes_routed_experts(bench):
+    """peft ≥ 0.22 maps a bare ``down_proj`` on a Qwen2-MoE onto the fused experts' parameters too;
+    the paths the pilot loader gives it adapt exactly the linear modules RACE counts."""
+    from peft import LoraConfig, get_peft_model
+
+    from race.engine.loading import _check_peft_adapters, _peft_targets
+    model, arch = bench.build_model("qwen2_moe")
+    lora = F.LoRASpec(rank=4, target_modules=resolve_lora_targets(arch, F.LORA_TARGETS))
+    paths = _peft_targets(arch, lora, model)
+    assert all("experts." not in p for p in paths) and any("shared_expert.down_proj" in p for p in paths)
+    policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=paths))
+    _check_peft_adapters(arch, lora, policy)
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    assert trainable == F.lora_param_count(arch, lora)
+    assert not [n for n, p in policy.named_parameters() if p.requires_grad and ".experts." in n]
+    from race.engine.backends.vllm import policy_adapter      # the adapter vLLM gets names modules as before
+    assert policy_adapter(policy)[3] == tuple(sorted(peft_target_modules(arch, lora.target_modules)))
+
+
 def _tiny_model_folder(tmp_path: Path, model_type: str, **extra) -> str:
     """A random model of ``model_type`` with the shipped tiny policy's tokenizer, saved as a user's
     model is: ``save_pretrained`` (which drops values equal to the class defaults)."""

@@ -134,19 +134,18 @@ def _pretrained(config: GridConfig, arch, device: str):
 
 
 def _peft_targets(arch, lora, model) -> list[str]:
-    """The module names peft adapts: the architecture's for the configured roles; for an
-    approximate reading (allow_approximate_flops, a family RACE does not know) only the names the
-    model has, and ``UnsupportedArchitecture`` when it has none."""
-    from race.flops.architectures import FAMILIES, UnsupportedArchitecture, peft_target_modules
+    """The full paths of the modules peft adapts: the model's modules named as the architecture
+    names the configured roles (for an approximate reading, a family RACE does not know, only the
+    names the model has), and ``UnsupportedArchitecture`` when it has none. Full paths keep peft
+    ≥ 0.22 off a MoE's routed experts (``race.flops.architectures.peft_module_paths``)."""
+    from race.flops.architectures import UnsupportedArchitecture, peft_module_paths, peft_target_modules
 
     targets = peft_target_modules(arch, lora.target_modules)
-    if arch.model_type not in FAMILIES:
-        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        targets = [t for t in targets if t in present]
-        if not targets:
-            raise UnsupportedArchitecture(f"model type {arch.model_type!r} has none of the LoRA modules "
-                                          f"{', '.join(lora.target_modules)}: RACE cannot place adapters on it")
-    return targets
+    paths = peft_module_paths(targets, [name for name, _ in model.named_modules()])
+    if not paths:
+        raise UnsupportedArchitecture(f"model type {arch.model_type!r} has none of the LoRA modules "
+                                      f"{', '.join(lora.target_modules)}: RACE cannot place adapters on it")
+    return paths
 
 
 def _check_peft_adapters(arch, lora, policy) -> None:

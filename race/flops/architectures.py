@@ -15,7 +15,8 @@ Pure module (stdlib and ``race.flops.formulas`` only; no torch, no transformers)
 - ``resolve_lora_targets`` / ``peft_target_modules``: ``lora.targets`` are *roles* named as in
   Llama (``q_proj`` … ``down_proj``; the family's own module names are accepted too), mapped
   per family to the modules peft will adapt. A target that matches no module is refused, and so
-  is a target that names part of a fused module only;
+  is a target that names part of a fused module only; ``peft_module_paths`` turns the names into
+  the model's full module paths, which peft ≥ 0.22 does not extend to a MoE's routed experts;
 - ``sliding_window_warning``: local attention is counted as full causal attention (an upper
   bound); the warning says so when a window is shorter than the sequences.
 
@@ -61,8 +62,8 @@ class Family:
 
     ``names``: role → module name in a decoder layer (two roles with one name: a fused module).
     ``mlp``: "gated" (act(gate)·up → down), "plain" (act(up) → down) or "moe" (routed experts,
-    3-D parameters peft's ``target_modules`` cannot reach; ``shared_expert`` adds an always-on
-    gated MLP that it can). Bias flags are True / False or the config key that sets them.
+    3-D parameters RACE does not adapt; ``shared_expert`` adds an always-on gated MLP of linear
+    modules that it does). Bias flags are True / False or the config key that sets them.
     ``norm``: "rms" (weight) or "layer" (weight and bias); ``post_mlp_norm``: a norm reads the
     MLP output (its input is saved, so checkpointing recomputes the layer's last matmul).
     ``qk_norm``: "" none, "head" (one weight of d per q and k: Qwen3, Gemma3), "full" (over the
@@ -389,7 +390,7 @@ def _family_of(arch: ArchSpec) -> Family:
 
 def adaptable_modules(arch: ArchSpec) -> dict[str, tuple[str, ...]]:
     """Module name → roles, for the linear modules of a decoder layer peft's ``target_modules``
-    can adapt (routed experts are 3-D parameters, not modules; a shared expert's are)."""
+    can adapt (routed experts are 3-D parameters, not linear modules; a shared expert's are)."""
     fam = _family_of(arch)
     out = {}
     for name, roles in fam.fused().items():
@@ -438,14 +439,26 @@ def peft_target_modules(arch: ArchSpec, roles: Any) -> list[str]:
     return sorted(name for name, played in adaptable_modules(arch).items() if set(played) <= chosen)
 
 
+def peft_module_paths(targets: list[str], module_names: Any) -> list[str]:
+    """The full names, among a model's ``module_names``, of the modules whose last name part is in
+    ``targets`` (what ``peft_target_modules`` returns), in the model's order.
+
+    RACE gives peft these paths rather than the bare names: from peft 0.22, a bare ``gate_proj`` /
+    ``up_proj`` / ``down_proj`` on a Qwen2-MoE also puts LoRA on the routed experts' 3-D parameters
+    (peft maps transformers 4's per-expert names onto transformers 5's fused ones), which RACE
+    neither counts nor adapts. A full path names one linear module and is left as it is."""
+    wanted = set(targets)
+    return [name for name in module_names if name.rsplit(".", 1)[-1] in wanted]
+
+
 def lora_note(arch: ArchSpec, roles: Any) -> str | None:
     """A line for plans and reports when LoRA reaches fewer modules than the roles name
     (MoE: routed experts are not adapted)."""
     chosen = resolve_lora_targets(arch, roles)
     if arch.num_experts and any(r in chosen for r in ("gate_proj", "up_proj", "down_proj")):
         reached = "the shared expert's MLP" if arch.shared_expert_intermediate_size else "no MLP"
-        return (f"LoRA on {arch.model_type}: the routed experts are not adapted (peft's target_modules cannot reach "
-                f"their 3-D parameters); the MLP roles reach {reached}")
+        return (f"LoRA on {arch.model_type}: the routed experts are not adapted (RACE adapts linear modules; the "
+                f"experts are 3-D parameters); the MLP roles reach {reached}")
     return None
 
 

@@ -139,7 +139,9 @@ def policy_adapter(policy) -> tuple[dict, int, float, tuple[str, ...]]:
 
     cfg = policy.peft_config["default"]
     state = {k: v for k, v in get_peft_model_state_dict(policy).items()}
-    return state, cfg.r, cfg.lora_alpha, tuple(sorted(cfg.target_modules))
+    # RACE's peft policies are built on full module paths (race.flops.architectures.peft_module_paths);
+    # the adapter names the modules as a saved peft adapter usually does, by their last name part
+    return state, cfg.r, cfg.lora_alpha, tuple(sorted({t.rsplit(".", 1)[-1] for t in cfg.target_modules}))
 
 
 def lora_request(ids: _LoRAIds, name: str, path: str, int_id: int):

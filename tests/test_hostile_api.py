@@ -4,6 +4,7 @@ import copy
 import gzip
 import json
 import os
+import re
 
 import pytest
 
@@ -198,7 +199,7 @@ def test_run_models_and_run_probe_check_their_arguments_before_any_work(tmp_path
     assert os.listdir(tmp_path) == []
     results = race.load_results(RUN)
     for kw, message in (({"force": "yes"}, "force 'yes' must be True or False"),
-                        ({"progress": 5}, "progress 5 must be a function"), ({"out": 5}, "out 5 must be")):
+                        ({"progress": 5}, "progress 5 must be a function"), ({"out": 5}, "out 5 must be a folder or a .json path")):
         with pytest.raises(race.RaceError, match=message):
             run_probe(results, full_run_budget=6e12, **kw)
 
@@ -210,3 +211,14 @@ def test_recipe_checks_emit_dir_and_force(kw, message):
     with pytest.raises(race.RaceError) as err:
         race.recipe(RUN, trainer="trl", full_run_budget=1e14, **kw)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda w: w.check_means([(0, 0.5), (1, 10 ** 400)], prompts=50), "step 1: score 0 is '1000"),
+    (lambda w: w.check_means([(0, 0.5), (1, 0.2)], prompts=10 ** 400), "must be a whole number from 2 to 1e+12"),
+    (lambda w: w.check_scores([(0, [1, 0, 1]), (1, [10 ** 400, 0, 1])]), "expected a finite number"),
+])
+def test_the_watch_refuses_integers_past_a_float_in_one_line(call, message):
+    from race.fullrun import watch
+    with pytest.raises(watch.WatchError, match=re.escape(message)):
+        call(watch)

@@ -80,3 +80,14 @@ def test_stored_classify_settings_that_are_not_a_mapping_are_read_as_absent(tmp_
 def test_a_pilot_option_given_empty_or_without_its_partner_is_refused_not_ignored(tmp_path, args, message):
     r = CliRunner().invoke(main, ["pilot", "--budget", "1e10", "--out", str(tmp_path / "run"), *args])
     assert message in _one_line(r) and not (tmp_path / "run").exists()
+
+
+def test_json_with_another_format_is_refused_not_silently_json(tmp_path):
+    cfg = os.path.join(ROOT, "pilots", "tiny-cpu.yaml")
+    line = _one_line(CliRunner().invoke(main, ["plan", cfg, "--json", "--format", "md"]))
+    assert "--json means --format json, but --format md was given too" in line
+    line = _one_line(CliRunner().invoke(main, ["pilot", "--budget", "1e10", "--json", "--format", "latex", "--out",
+                                               str(tmp_path / "run")]))
+    assert "--format latex was given too" in line and not (tmp_path / "run").exists()
+    r = CliRunner().invoke(main, ["plan", cfg, "--json", "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.output)

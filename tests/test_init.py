@@ -100,7 +100,9 @@ def test_cli_init_writes_a_config_race_plan_accepts(tmp_path):
 
 @pytest.mark.parametrize("extra,msg", [
     (("--full-run", "6e9"), "too small for one step at ρ=0.3"),
-    (("--full-run", "6e13", "--share", "0"), "share 0.0 is outside (0, 1]"),
+    (("--full-run", "6e13", "--share", "0"), "--share 0.0 is outside (0, 1)"),
+    (("--full-run", "6e13", "--share", "1"), "--share 1.0 is outside (0, 1)"),
+    (("--full-run", "6e13", "--share", "nan", "--task", "missing.jsonl"), "--share nan is outside (0, 1)"),
     (("--full-run", "-1"), "full run budget"),
     (("--full-run", "6e13", "--task", "missing.jsonl"), "task file 'missing.jsonl' does not exist"),
 ])

@@ -84,9 +84,13 @@ def _scores(scores: Sequence[Any], where: str) -> tuple[float, ...]:
     if isinstance(scores, (str, bytes, Mapping)) or not hasattr(scores, "__iter__"):
         raise WatchError(f"{where}: scores {str(scores)[:60]!r} must be a list of finite numbers, one per prompt")
     for i, s in enumerate(scores):
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(float(s)):
+        try:
+            x = float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else math.nan
+        except OverflowError:       # an int past a float's range
+            x = math.nan
+        if not math.isfinite(x):
             raise WatchError(f"{where}: score {i} is {str(s)[:60]!r}: expected a finite number")
-        out.append(float(s))
+        out.append(x)
     if not out:
         raise WatchError(f"{where}: no scores: expected one per held-out prompt")
     return tuple(out)
@@ -190,8 +194,8 @@ def check_means(history: Sequence[tuple[int, Any]], *, prompts: int) -> dict[str
     fall (``find_instability``'s fields), or None."""
     from race.stats.instability import first_fall
 
-    prompts = A.whole("prompts", prompts, ge=2, floats=False, error=WatchError,
-                      expected="a whole number ≥ 2 (the validation set's size)")
+    prompts = A.whole("prompts", prompts, ge=2, le=MAX_STEPS, floats=False, error=WatchError,
+                      expected=f"a whole number from 2 to {MAX_STEPS:.0e} (the validation set's size)")
     history = _pairs("history", history)
     if not history:
         raise WatchError("no validation means: expected [(step, mean), …], the base policy's first")

@@ -224,7 +224,9 @@ def run_probe(results: Any, *, full_run_budget: float, rho: float | None = None,
         if fn is not None:
             A.function(name, fn)
     if out is not None and not isinstance(out, (str, os.PathLike)):
-        A.text("out", out)                       # refused: a folder or a .json file path is a string
+        from race.core.errors import RaceError
+
+        raise RaceError(f"out {A.shown(out)} must be a folder or a .json path (a string or a path), or None")
     device = check_device(device)
     plan = plan_probe(results, full_run_budget, rho=rho, lr=lr)     # one line before any compute
     if out:

@@ -15,7 +15,7 @@ import click
 from race.core.signals import on_sigterm
 from race.run.cli_pilot import pilot, worker
 from race.run.cli_support import (ALLOW_APPROXIMATE, BAD_INPUT, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP, draw, echo,
-                                  exit_aborted, exit_internal, exit_one_line)
+                                  exit_aborted, exit_internal, exit_one_line, output_format)
 from race.stats.report import FORMATS
 
 
@@ -153,9 +153,10 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.run.newconfig import (EVAL_PROMPTS, design_budget, expected_lengths, fit_grid, init_raw, render_init,
-                                    set_warnings, task_sizes)
+    from race.run.newconfig import (EVAL_PROMPTS, check_share, design_budget, expected_lengths, fit_grid, init_raw,
+                                    render_init, set_warnings, task_sizes)
 
+    check_share(share, "--share")            # before the task and the model are read
     if out_path and os.path.exists(out_path) and not force:
         raise click.UsageError(f"{out_path!r} exists: pass --force to overwrite it, or another --out")
     note, held, train = task_sizes(task)
@@ -219,9 +220,9 @@ def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | No
     from race.flops.grid import plan_grid
     from race.stats.report import render_plan
 
+    fmt = output_format(fmt, as_json)
     cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory,
                                                   allow_approximate_flops=allow_approximate or None)
-    fmt = "json" if as_json else fmt
     if cfg.models:                       # a grid over policies: one plan per policy, same budget per pilot
         from race.run.multimodel import part_configs
         from race.stats.report import heading

@@ -13,7 +13,7 @@ import click
 
 from race.run.adaptive import ADAPTIVE_POLICIES
 from race.run.cli_support import (ADAPTIVE_GROUP, ALLOW_APPROXIMATE, ENGINE_HELP, FORCE_HELP, FULL_RUN_HELP, PLOT_HELP,
-                                  Failed, PilotCommand, draw, echo, full_run_budget)
+                                  Failed, PilotCommand, draw, echo, full_run_budget, output_format)
 from race.run.options import ENGINES
 from race.stats.report import FORMATS
 
@@ -99,6 +99,7 @@ def pilot(config_path: str | None, **given: Any) -> None:
 
     g = PilotCommand.grouped(given)
     grid, out = g["Grid"], g["Output"]
+    out["fmt"] = output_format(out["fmt"], out["as_json"])      # before any work: --json with --format md is refused
     if out["as_json"] and not out["quiet"]:        # a deprecated alias, kept one release (docs/reference/cli.md)
         echo("warning: --json is deprecated: use --format json", err=True)
     cfg, full, design = _pilot_config(config_path, grid, g["Engine"], g["Full run"], out)
@@ -112,14 +113,14 @@ def pilot(config_path: str | None, **given: Any) -> None:
     if cfg.models:
         if options.extend:
             raise click.UsageError("--extend takes one policy's grid: run a grid over models without it")
-        _pilot_models(cfg, options, full=full, plot_path=out["plot_path"], fmt=out["fmt"], as_json=out["as_json"])
+        _pilot_models(cfg, options, full=full, plot_path=out["plot_path"], fmt=out["fmt"])
         return
 
     results = run_extended(cfg, options, banner=_banner(cfg, options))      # extend 0: run_grid itself
     if results.diagnosis is not None:
         results = _pilot_full_run(results, options, full=full, force=g["Full run"]["force_forecast"],
                                   probe=g["Full run"]["probe_f"])
-        echo(_render(results.diagnosis, "json" if out["as_json"] else out["fmt"]), nl=False)
+        echo(_render(results.diagnosis, out["fmt"]), nl=False)
         if out["plot_path"]:
             draw(results, out["plot_path"], options.quiet)
     failed = failure_message(results)
@@ -208,8 +209,7 @@ def _pilot_full_run(results: Any, options: Any, *, full: float | None, force: bo
     return results
 
 
-def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str | None, fmt: str,
-                  as_json: bool) -> None:
+def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str | None, fmt: str) -> None:
     """``race pilot`` of a grid over policies: every part, then the joint report (race.run.multimodel)."""
     from race.run.api import run_models
     from race.run.multimodel import render_joint
@@ -227,7 +227,7 @@ def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str 
                       workers=options.workers, device=options.device, adaptive=options.adaptive,
                       adaptive_share=options.adaptive_share, retries=options.retries, heartbeat=options.heartbeat,
                       engine=options.engine)
-    echo(render_joint(view, "json" if as_json else fmt), nl=False)
+    echo(render_joint(view, fmt), nl=False)
     if plot_path:
         from race.run.plot import plot_models
 

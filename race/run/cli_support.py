@@ -191,6 +191,14 @@ def full_run_budget(full_run: str | None, force: bool, configured: float | None)
     return full
 
 
+def output_format(fmt: str, as_json: bool) -> str:
+    """The format a command prints: ``--json`` is ``--format json``; with another ``--format`` too it
+    is refused in one line (it silently won before)."""
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json means --format json, but --format {fmt} was given too: give one of them")
+    return "json" if as_json else fmt
+
+
 def draw(results: Any, path: str, quiet: bool) -> None:
     from race.run.plot import plot_results
 

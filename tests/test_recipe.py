@@ -489,3 +489,18 @@ def test_the_emitted_trl_script_on_the_reasoner_with_lengths_varying_within_a_ba
     m = bench.run_emitted(cfg, bench.on_policy_rho(cfg), tmp_path, logging_steps=1, triton_head=triton_head)
     assert any(len(set(b["lengths"])) > 1 for b in m["batches"])          # lengths varied inside a batch
     _check_split(bench, cfg, m)
+
+
+def test_a_qwen2_moe_recipe_says_peft_022_adapts_the_routed_experts_its_split_does_not_count(tmp_path):
+    config = {"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "intermediate_size": 96, "moe_intermediate_size": 48,
+              "shared_expert_intermediate_size": 80, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 101}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    moe = {**dict(presets.DEFAULT), "model": str(tmp_path)}
+    rec = recipe(moe, trainer="trl", rho=0.6, full_run_budget=6e12)
+    assert [n for n in rec.notes if "peft ≥ 0.22" in n and "routed experts" in n]
+    attention_only = recipe({**moe, "lora": {"rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}},
+                            trainer="trl", rho=0.6, full_run_budget=6e12)
+    assert not [n for n in attention_only.notes if "routed experts" in n]
+    assert not [n for n in recipe(dict(presets.DEFAULT), trainer="trl", rho=0.6, full_run_budget=6e12).notes
+                if "routed experts" in n]

@@ -269,6 +269,7 @@ def _plan(cfg: GridConfig, key: str, r: float, P: float, C: float, shape: Shape)
     nearest the trainer can express when it cannot train a subset of a prompt's rollouts, and the
     prompts per step fitted to ``shape``; with one note per change."""
     from race.flops.grid import CostModel, choose_knobs, learning_rate
+    from race.flops.architectures import lora_note
     from race.flops.specs import lora_spec, policy_arch, reward_spec
 
     arch = policy_arch(cfg)
@@ -291,6 +292,11 @@ def _plan(cfg: GridConfig, key: str, r: float, P: float, C: float, shape: Shape)
                      f"({how}, lower_rho_by: {cfg.schedule.lower_rho_by}) and {_trainer_name(key)} trains every "
                      f"generated rollout: the recipe is the nearest expressible one, {n} generated and trained per "
                      f"prompt with μ={mu} (ρ={near:.3f} as RACE's pilots count it, {knobs.per_prompt.rho:.3f} asked)")
+    if lora_note(arch, lora.target_modules) and arch.model_type == "qwen2_moe":   # the MoE names peft ≥ 0.22 maps
+        notes.append("LoRA on qwen2_moe: this split counts adapters on attention and the shared expert only; with "
+                     "peft ≥ 0.22 the target_modules names below adapt the routed experts too (peft maps gate_proj / "
+                     "up_proj / down_proj onto their fused parameters), which it does not count: leave the MLP roles "
+                     "out of lora.targets for the recipe to match it")
     fitted = _fit_prompts(bp, n, shape.world)
     if fitted != bp:
         notes.append(f"prompts per step {bp} → {fitted}: {fitted} × {n} sequences split evenly over "

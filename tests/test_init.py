@@ -183,3 +183,13 @@ def test_a_shipped_policy_is_sized_with_its_own_lengths(tmp_path):
     p, c, m, note = expected_lengths("race/tiny-reasoner", "word-problems", completion_len=80)
     assert p > 45 and (c, m) == (80.0, 160) and note == ("Lengths: race/tiny-reasoner's own (prompt measured on "
                                                           "256 training prompts, cap 160).")
+
+
+@pytest.mark.parametrize("share", [0, 1, 1.5, float("nan"), True])
+def test_the_configs_pilot_share_and_inits_share_refuse_the_same_values(share):
+    from race.config.configfile import ConfigError, config_from_dict
+    from race.config.rules import check_share
+    with pytest.raises(ConfigError, match=re.escape(f"pilot_share {share!r}") + " is (outside|not valid)"):
+        config_from_dict({"model": "race/tiny-arith", "task": "arithmetic-easy", "budget": 1e10, "pilot_share": share})
+    with pytest.raises(ConfigError, match=re.escape(f"--share {share!r} is outside (0, 1)")):
+        check_share(share, "--share")

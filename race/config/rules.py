@@ -227,10 +227,16 @@ def _check_sizing(c: Any) -> None:
     """pilot_design is a known design; pilot_share a fraction in (0, 1)."""
     if c.pilot_design not in PILOT_DESIGNS:
         raise ConfigError(f"pilot_design {c.pilot_design!r} is unknown: expected one of {', '.join(PILOT_DESIGNS)}")
-    share = c.pilot_share
+    check_share(c.pilot_share)
+
+
+def check_share(share: Any, what: str = "pilot_share") -> float:
+    """The share of the full run pilots spend (``pilot_share``, ``race init --share``): a number in (0, 1)
+    (1 leaves nothing for the full run); ``ConfigError`` naming ``what`` otherwise."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 < share < 1.0:
-        raise ConfigError(f"pilot_share {share!r} is outside (0, 1): expected the fraction of the full run the pilots "
+        raise ConfigError(f"{what} {share!r} is outside (0, 1): expected the fraction of the full run the pilots "
                           "spend, e.g. 0.1")
+    return float(share)
 
 
 def _validate_mix(r: Any) -> None:

@@ -153,8 +153,9 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
     arithmetic, and the config is planned before it is written."""
     import os
 
-    from race.run.newconfig import (EVAL_PROMPTS, check_share, design_budget, expected_lengths, fit_grid, init_raw,
-                                    render_init, set_warnings, task_sizes)
+    from race.config.rules import check_share
+    from race.run.newconfig import (EVAL_PROMPTS, design_budget, expected_lengths, fit_grid, init_raw, render_init,
+                                    set_warnings, task_sizes)
 
     check_share(share, "--share")            # before the task and the model are read
     if out_path and os.path.exists(out_path) and not force:

@@ -13,7 +13,7 @@ import os
 from typing import Any, Sequence
 
 from race.config.configfile import ConfigError, GridConfig, config_from_dict, parse_flops, parse_grid
-from race.config.rules import RULE_REWARDS
+from race.config.rules import RULE_REWARDS, check_share
 
 DEFAULT_SHARE = 0.10                       # share of the full run spent on the pilot grid
 DEFAULT_GRID = (0.3, 0.45, 0.6, 0.72, 0.85)
@@ -151,15 +151,6 @@ def expected_lengths(model: str, task: str, *, prompt_len: float | None = None, 
     return float(prompt_len), float(completion_len), int(max_completion_len), note
 
 
-def check_share(share: Any, what: str = "share") -> float:
-    """``share`` as the config's ``pilot_share`` takes it: a fraction in (0, 1) (1 would leave nothing for
-    the full run); ``ConfigError`` naming ``what`` otherwise."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 < share < 1.0:
-        raise ConfigError(f"{what} {share!r} is outside (0, 1): expected the fraction of the full run spent on pilots, "
-                          "e.g. 0.1")
-    return float(share)
-
-
 def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "sparse",
              reward_model: str | None = None, share: float = DEFAULT_SHARE,
              grid: Sequence[float] | str | None = None, seeds: int = 2, prompt_len: float = 256,
@@ -170,7 +161,7 @@ def init_raw(*, model: str, task: str, full_run: float | str, reward: str = "spa
     ``eval_prompts``: held-out prompts per pilot evaluation (at most what the dataset holds);
     ``allow_approximate``: count a model type outside the architecture table anyway (warned)."""
     full = parse_flops(full_run, "full run budget")
-    check_share(share)
+    check_share(share, "share")
     rhos = parse_grid(grid) if grid is not None else DEFAULT_GRID
     tiny = model.startswith("race/")
     return {

@@ -133,7 +133,7 @@ def test_an_unknown_model_type_is_refused_in_one_line_or_warned_when_allowed():
 def test_lora_targets_are_roles_or_module_names_and_must_match():
     phi3 = read_arch({"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
                       "intermediate_size": 96, "vocab_size": 101}).arch
-    assert peft_target_modules(phi3, F.LORA_TARGETS) == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"]
+    assert peft_target_modules(phi3, F.LORA_TARGETS) == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     assert resolve_lora_targets(phi3, ["qkv_proj"]) == ("q_proj", "k_proj", "v_proj")
     with pytest.raises(ValueError, match="part of the fused module 'qkv_proj'"):
         resolve_lora_targets(phi3, ["q_proj", "v_proj"])
@@ -203,6 +203,24 @@ def test_the_pilot_loader_keeps_peft_off_a_moes_routed_experts(bench):
     assert not [n for n, p in policy.named_parameters() if p.requires_grad and ".experts." in n]
     from race.engine.backends.vllm import policy_adapter      # the adapter vLLM gets names modules as before
     assert policy_adapter(policy)[3] == tuple(sorted(peft_target_modules(arch, lora.target_modules)))
+
+
+@pytest.mark.parametrize("arch_name", [a for a in BENCH_ARCHS if not a.startswith("qwen2_moe")])
+def test_a_recipes_target_modules_adapt_in_peft_what_race_counts(bench, tmp_path, arch_name):
+    """The trainer's peft, given a recipe's ``target_modules``, adapts the modules RACE's split counts: the
+    family's names (``qkv_proj`` on a Phi-3; role names reached only ``o_proj`` and ``down_proj`` there).
+    Qwen2-MoE is left out: under peft ≥ 0.22 those names reach its routed experts, and the recipe says so
+    (tests/test_recipe.py)."""
+    from peft import LoraConfig, get_peft_model
+
+    from race.config import presets
+    from race.fullrun.recipes import recipe
+    bench.hf_config(arch_name).save_pretrained(tmp_path)
+    rec = recipe({**dict(presets.DEFAULT), "model": str(tmp_path)}, trainer="trl", rho=0.6, full_run_budget=6e12)
+    model, arch = bench.build_model(arch_name)
+    policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=rec.model["lora_target_modules"]))
+    lora = F.LoRASpec(rank=4, target_modules=resolve_lora_targets(arch, F.LORA_TARGETS))
+    assert sum(p.numel() for p in policy.parameters() if p.requires_grad) == F.lora_param_count(arch, lora)
 
 
 def _tiny_model_folder(tmp_path: Path, model_type: str, **extra) -> str:

@@ -434,9 +434,10 @@ def resolve_lora_targets(arch: ArchSpec, targets: Any) -> tuple[str, ...]:
 
 
 def peft_target_modules(arch: ArchSpec, roles: Any) -> list[str]:
-    """The module names to give peft's ``LoraConfig(target_modules=…)`` for resolved ``roles``."""
+    """The module names to give peft's ``LoraConfig(target_modules=…)`` for resolved ``roles``, in the
+    family's layer order (``q_proj`` … ``down_proj`` on a Llama; ``qkv_proj`` … on a Phi-3)."""
     chosen = set(resolve_lora_targets(arch, roles))
-    return sorted(name for name, played in adaptable_modules(arch).items() if set(played) <= chosen)
+    return [name for name, played in adaptable_modules(arch).items() if set(played) <= chosen]
 
 
 def peft_module_paths(targets: list[str], module_names: Any) -> list[str]:

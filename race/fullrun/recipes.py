@@ -364,10 +364,16 @@ def _trainer_settings(cfg: GridConfig, key: str, schedule: Schedule, P: float, s
                       emit_dir: str | None, rows: int | None) -> tuple[dict, dict, list[str]]:
     """(settings, model arguments, notes): the trainer module's config for ``schedule``, pointed at the
     emitted data and reward (race.fullrun.emit.data_settings; TRL's are script arguments, beside the model's)."""
+    from race.flops.architectures import peft_target_modules
+    from race.flops.specs import policy_arch
     from race.fullrun.emit import chat_format, data_settings, model_location
 
-    settings, model, notes = TRAINER_MODULES[key].settings(replace(cfg, model=model_location(cfg.model, emit_dir)),
-                                                           schedule, P, shape)
+    # the trainer's peft gets the family's module names (qkv_proj on a Phi-3), as RACE's pilots and its split do:
+    # role names would reach only the modules that share a role's name (o_proj and down_proj on a Phi-3)
+    names = tuple(peft_target_modules(policy_arch(cfg), cfg.lora.targets))
+    settings, model, notes = TRAINER_MODULES[key].settings(
+        replace(cfg, model=model_location(cfg.model, emit_dir), lora=replace(cfg.lora, targets=names)),
+        schedule, P, shape)
     chat, chat_notes = chat_format(cfg)
     data, more = data_settings(key, emit_dir, steps=schedule.steps, prompts_per_step=schedule.prompts_per_step,
                                rows=rows, chat=chat)

@@ -201,6 +201,11 @@ def test_the_pilot_loader_keeps_peft_off_a_moes_routed_experts(bench):
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     assert trainable == F.lora_param_count(arch, lora)
     assert not [n for n, p in policy.named_parameters() if p.requires_grad and ".experts." in n]
+    from race.flops.architectures import lora_note            # what plans and reports say of it
+    assert lora_note(arch, lora.target_modules) == (
+        "LoRA on qwen2_moe: the routed experts are not adapted (RACE adapts linear modules; the experts are 3-D "
+        "parameters); the MLP roles reach the shared expert's MLP")
+    assert lora_note(arch, ("q_proj", "v_proj")) is None
     from race.engine.backends.vllm import policy_adapter      # the adapter vLLM gets names modules as before
     assert policy_adapter(policy)[3] == tuple(sorted(peft_target_modules(arch, lora.target_modules)))
 

@@ -361,16 +361,15 @@ def _emitted_rows(cfg: GridConfig, key: str, emit_dir: str | None, force: bool, 
 
 
 def _trainer_settings(cfg: GridConfig, key: str, schedule: Schedule, P: float, shape: Shape,
-                      emit_dir: str | None, rows: int | None) -> tuple[dict, dict, list[str]]:
+                      emit_dir: str | None, rows: int | None, plan: _Plan) -> tuple[dict, dict, list[str]]:
     """(settings, model arguments, notes): the trainer module's config for ``schedule``, pointed at the
     emitted data and reward (race.fullrun.emit.data_settings; TRL's are script arguments, beside the model's)."""
     from race.flops.architectures import peft_target_modules
-    from race.flops.specs import policy_arch
     from race.fullrun.emit import chat_format, data_settings, model_location
 
     # the trainer's peft gets the family's module names (qkv_proj on a Phi-3), as RACE's pilots and its split do:
     # role names would reach only the modules that share a role's name (o_proj and down_proj on a Phi-3)
-    names = tuple(peft_target_modules(policy_arch(cfg), cfg.lora.targets))
+    names = tuple(peft_target_modules(plan.arch, plan.lora.target_modules))
     settings, model, notes = TRAINER_MODULES[key].settings(
         replace(cfg, model=model_location(cfg.model, emit_dir), lora=replace(cfg.lora, targets=names)),
         schedule, P, shape)
@@ -433,7 +432,7 @@ def recipe(source: Any, *, trainer: str, full_run_budget: float | str | None = N
     schedule = Schedule(rho_target=r, prompts_per_step=bp, n_gen=n, n_train=n, mu=mu, steps=steps,
                         learning_rate=lr, lora_rank=cfg.lora.rank, flops_per_step=planned,
                         flops=planned.scaled(steps))
-    settings, model, more = _trainer_settings(cfg, key, schedule, P, shape, emit_dir, rows)
+    settings, model, more = _trainer_settings(cfg, key, schedule, P, shape, emit_dir, rows, plan)
     notes += more + _closing_notes(cfg, key, at_risk, rate)
     if rho_source != "given":
         notes.insert(0, _rho_line(r, rho_source, at_f, results))

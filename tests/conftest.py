@@ -7,6 +7,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# pytest-xdist (the README's ``-n 2``) runs one test process per core: each one's torch gets one thread, so two
+# workers do not run four threads on two cores. Set before any test imports torch; pilot processes inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 TINY_MODEL = os.path.join(ROOT, "race", "assets", "tiny-arith")
 PILOTS = os.path.join(ROOT, "pilots")
 
@@ -76,11 +81,14 @@ def untimed_diagnosis(d: dict) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line per model type from tests/test_architectures.py (FLOPs and parameters vs torch)."""
-    module = sys.modules.get("tests.test_architectures") or sys.modules.get("test_architectures")
-    rows = getattr(module, "_ROWS", None)
+    """One line per model type from tests/test_architectures.py (FLOPs and parameters vs torch), in that
+    file's order: the ``flop_accuracy_row`` property (index, line) of each call's report, which
+    pytest-xdist hands to its controller."""
+    rows = sorted(tuple(value) for reports in terminalreporter.stats.values() for r in reports
+                  if getattr(r, "when", None) == "call" for name, value in getattr(r, "user_properties", ())
+                  if name == "flop_accuracy_row")
     if rows:
         terminalreporter.write_line("")
         terminalreporter.write_line("FLOP accuracy per model type (RACE vs FlopCounterMode; parameters vs torch / peft):")
-        for row in rows:
+        for _, row in rows:
             terminalreporter.write_line("  " + row)

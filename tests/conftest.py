@@ -7,8 +7,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# pytest-xdist (the README's ``-n 2``) runs one test process per core: each one's torch gets one thread, so two
-# workers do not run four threads on two cores. Set before any test imports torch; pilot processes inherit it.
+# pytest-xdist (the README's ``-n 2``) runs two test processes: each one's torch gets one thread, so on CI's two
+# cores the workers do not run four threads. Set before any test imports torch; pilot processes inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -52,6 +52,19 @@ def test_plan_tiny(tmp_path):
     assert [round(s["rho_target"], 2) for s in data["schedules"]] == [0.35, 0.45, 0.6, 0.73, 0.84]
 
 
+def test_plan_without_config_plans_the_embedded_default_grid():
+    """`race plan` with no CONFIG plans what `race pilot` with no CONFIG runs (race.config.presets.DEFAULT)."""
+    from race.config.presets import DEFAULT
+
+    d = json.loads(run("plan", "--json").output)
+    assert [s["rho_target"] for s in d["schedules"]] == pytest.approx(DEFAULT["grid"])
+    assert d["budget_per_pilot"] == pytest.approx(float(DEFAULT["budget"])) and d["seeds"] == DEFAULT["seeds"]
+    r = run("plan", "--full-run", "1.8e13")                         # 30 × the pilot budget
+    assert r.exit_code == 0 and "F / B = 30" in r.output, r.output
+    r = run("plan", "--budget", "2e10", "--seeds", "2", "--json")   # the Grid options still override it
+    assert json.loads(r.output)["seeds"] == 2
+
+
 @pytest.mark.parametrize("extra,msg", [
     (("--grid", "0.3,1.4"), "ρ=1.4 is outside (0, 1)"),
     (("--budget", "-3e12"), "budget '-3e12' must be a positive"),

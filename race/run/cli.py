@@ -189,7 +189,7 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
 
 
 @main.command()
-@click.argument("config_path", metavar="CONFIG.yaml")
+@click.argument("config_path", metavar="[CONFIG.yaml]", required=False)
 @click.option("--budget", default=None, help="FLOPs per pilot (overrides the config), e.g. 2e17.")
 @click.option("--grid", default=None, help="Comma-separated ρ targets, e.g. 0.3,0.5,0.7.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Seeds per grid point.")
@@ -210,19 +210,21 @@ def init(model: str, task: str, full_run: str, reward: str, reward_model: str | 
                    "share) (docs/pilot.md).  "
                    "[default: the config's pilot_design, else fit]")
 @ALLOW_APPROXIMATE
-def plan(config_path: str, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
+def plan(config_path: str | None, budget: str | None, grid: str | None, seeds: int | None, fmt: str,
          as_json: bool, gpu_memory: str | None, full_run: str | None, share: float | None, design: str | None,
          allow_approximate: bool) -> None:
     """Plan the IsoFLOP grid of CONFIG.yaml: one GRPO schedule per ρ with its FLOP breakdown; with
-    --full-run F, what the pilots cost of F, what a share of F buys, and what pilots are worth."""
+    --full-run F, what the pilots cost of F, what a share of F buys, and what pilots are worth.
+
+    With no CONFIG, plans the embedded default grid (what `race pilot` with no config runs)."""
     import os
 
-    from race.config.configfile import load_config
     from race.flops.grid import plan_grid
+    from race.run.api import build_config
     from race.stats.report import render_plan
 
     fmt = output_format(fmt, as_json)
-    cfg = load_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory,
+    cfg = build_config(config_path).with_overrides(budget=budget, grid=grid, seeds=seeds, gpu_memory=gpu_memory,
                                                   allow_approximate_flops=allow_approximate or None)
     if cfg.models:                       # a grid over policies: one plan per policy, same budget per pilot
         from race.run.multimodel import part_configs

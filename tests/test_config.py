@@ -95,3 +95,44 @@ def test_dot_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_config(str(sub / "g.yaml")).task == str(sub / "data" / "p.jsonl")
     assert load_config(str(sub / "h.yaml")).task == "p.jsonl"        # a bare name: as given (cwd, or HF)
+
+
+@pytest.mark.parametrize("section,kw,msg", [
+    ("grpo", {"beta": "x"}, "grpo.beta 'x' is not valid: expected a number"),
+    ("grpo", {"top_p": 5.0}, "grpo.top_p 5.0 is not valid: expected a number ≤ 1"),
+    ("grpo", {"temperature": float("nan")}, "grpo.temperature nan is not valid: expected a finite number"),
+    ("lora", {"targets": 5}, "lora.targets 5 is not valid: expected a list"),
+    ("reward", {"trust_remote_code": "false"}, "reward.trust_remote_code 'false' is not valid: expected true or false"),
+    ("eval", {"judge_trust_remote_code": "no"}, "eval.judge_trust_remote_code 'no' is not valid"),
+    ("learning_rate", {"ref": float("inf")}, "learning_rate.ref inf is not valid: expected a finite number"),
+    ("schedule", {"prefix_shared": "no"}, "schedule.prefix_shared 'no' is not valid: expected true or false"),
+])
+def test_a_config_built_in_python_is_checked_as_a_config_file_is(section, kw, msg):
+    """GridConfig(...) with its sections built directly: the schema's types, finiteness and strict booleans hold
+    there too (a string 'false' never opts into remote code)."""
+    from race.config import configfile
+
+    cls = {"grpo": configfile.GRPOSettings, "lora": configfile.LoRASettings, "reward": configfile.RewardSettings,
+           "eval": configfile.EvalSettings, "learning_rate": configfile.LearningRate,
+           "schedule": configfile.ScheduleKnobs}[section]
+    with pytest.raises(ConfigError) as e:
+        GridConfig(model="race/tiny-arith", budget=5e12, **{section: cls(**kw)})
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ({"schedule": {"prompts_per_step": 10**9}}, "schedule.prompts_per_step 1000000000 is more than 16,384"),
+    ({"schedule": {"max_mu": 10**9}}, "schedule.max_mu 1000000000 is more than 64"),
+    ({"schedule": {"max_n_gen": 10**9}}, "schedule.max_n_gen 1000000000 is more than 1,024"),
+    ({"schedule": {"mu": 10**400}}, "schedule.mu 1000"),
+    ({"reward": {"kind": "custom", "function": "m:f", "timeout": 1e300}}, "reward.timeout 1e+300 is more than 86,400"),
+    ({"grpo": {"max_completion_len": 10**400}}, "grpo.max_completion_len 1000"),
+    ({"eval": {"samples": 10**9}}, "eval.samples 1000000000 is more than 1,024"),
+    ({"grid": [10**400]}, "grid value 1000"),
+])
+def test_sizes_past_their_bound_are_refused_before_the_planner_runs(raw, msg):
+    """An untrusted config cannot make the planner run for minutes or allocate without bound, nor overflow a
+    float: each size has an upper bound, and the error is one line."""
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"model": "race/tiny-arith", "budget": 6e11, **raw})
+    assert msg in str(e.value) and "\n" not in str(e.value)

@@ -56,7 +56,7 @@ def parse_grid(value: Any) -> tuple[float, ...]:
             if isinstance(item, bool):
                 raise TypeError
             rho = float(item)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"grid value {quote(item)} is not a number: expected ρ values in (0, 1)") from None
         if not 0.0 < rho < 1.0:
             raise ConfigError(f"grid value ρ={rho:g} is outside (0, 1): ρ = C_learning / C_total")
@@ -231,6 +231,9 @@ class GridConfig:
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(f"{name} {quote(getattr(self, name), 80)} must be a race.config.configfile.{cls.__name__} "
                                   "(a mapping in a config file or config_from_dict)")
+        from race.config import schema
+
+        schema.check_built(self)            # every section's fields as a config file's are checked (types, ranges)
 
     @property
     def pilots(self) -> int:

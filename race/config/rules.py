@@ -39,6 +39,14 @@ MAX_SEEDS = 64            # the rule's seeds-needed advice tops out far below th
 MAX_FIRST_SEED = 2**31 - 1 - MAX_SEEDS - 20_011   # a pilot's generators seed at 20_011 + seed (race.engine.loop)
 MAX_GRID_POINTS = 32      # an IsoFLOP grid is 3–8 points; race pilot --extend adds a few
 MAX_MODELS = 16           # a grid over policies runs one full grid per model
+# the planner (race.flops.grid) tries every rollout count and every μ up to these bounds at every batch size up
+# to 2 × B_p, so its time grows with their product (about 3 s for a grid at all three bounds)
+MAX_PROMPTS_PER_STEP = 16_384
+MAX_ROLLOUTS = 1_024      # rollouts per prompt: n_train, n_gen, max_n_gen, min_n_train (GRPO runs use 4–64)
+MAX_MU = 64               # update passes over one batch: mu, max_mu (past a few passes the batch is far off-policy)
+MAX_TOKENS = 1 << 20      # grpo.max_completion_len: a million new tokens per rollout
+MAX_REWARD_SECONDS = 86_400.0   # reward.timeout: a day for one batch; reward.check_timeout: an hour for one answer
+MAX_COUNT = 1 << 30       # any other count (lora.rank, batch sizes, eval prompts): past it, a typo
 
 # a grid's name and an eval.tasks entry's: it names a folder (runs/NAME) and a study
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -68,6 +76,12 @@ def _positive_int(name: str, v: Any) -> None:
     whole(name, v, ge=1, error=ConfigError, expected="a positive integer", floats=False)
 
 
+def _at_most(name: str, v: Any, cap: float, why: str) -> None:
+    """``v`` (already checked as a number) is at most ``cap``; ``why`` says what the bound keeps."""
+    if v > cap:
+        raise ConfigError(f"{name} {quote(v, 60)} is more than {cap:,g}: {why}")
+
+
 def _non_negative_int(name: str, v: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ConfigError(f"{name} {v!r} must be a whole number ≥ 0")
@@ -81,6 +95,7 @@ def validate_config(c: Any) -> None:
     _check_grpo(c.grpo)
     _check_schedule(c.schedule)
     _positive_int("lora.rank", c.lora.rank)
+    _at_most("lora.rank", c.lora.rank, MAX_COUNT, "expected a LoRA rank")
     _check_learning_rate(c.learning_rate)
     _check_eval(c)
     _check_runtime(c)
@@ -114,6 +129,7 @@ def _check_grid(c: Any) -> None:
         v = getattr(c, name)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{name} {v!r} must be a positive number of tokens")
+        _at_most(name, v, MAX_TOKENS, "expected tokens per prompt or completion")
 
 
 def _check_reward(r: Any) -> None:
@@ -130,10 +146,13 @@ def _check_reward(r: Any) -> None:
     if r.step_separator is not None and (not isinstance(r.step_separator, str) or not r.step_separator):
         raise ConfigError(f"reward.step_separator {r.step_separator!r} must be a non-empty string")
     _positive_int("reward.batch_size", r.batch_size)
-    for name in ("timeout", "check_timeout"):
+    _at_most("reward.batch_size", r.batch_size, MAX_COUNT, "expected sequences per reward-model forward")
+    _at_most("reward.num_labels", r.num_labels, MAX_COUNT, "expected the reward model's head size")
+    for name, cap in (("timeout", MAX_REWARD_SECONDS), ("check_timeout", MAX_REWARD_SECONDS / 24)):
         t = getattr(r, name)
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ConfigError(f"reward.{name} {t!r} must be a positive number of seconds")
+        _at_most(f"reward.{name}", t, cap, "expected a time limit in seconds that a clock can count to")
     _validate_mix(r)
 
 
@@ -150,14 +169,23 @@ def _check_grpo(g: Any) -> None:
         raise ConfigError(f"grpo.clip_eps_high ({g.clip_eps_high}) must be ≥ grpo.clip_eps ({g.clip_eps}): "
                           "it widens the upper clip bound (clip-higher), it never narrows it")
     _positive_int("grpo.max_completion_len", g.max_completion_len)
+    _at_most("grpo.max_completion_len", g.max_completion_len, MAX_TOKENS, "expected new tokens per rollout")
     if g.micro_batch is not None:
         _positive_int("grpo.micro_batch", g.micro_batch)
+        _at_most("grpo.micro_batch", g.micro_batch, MAX_COUNT, "expected sequences per update forward")
 
 
 def _check_schedule(s: Any) -> None:
     """``schedule``: the planner's knobs and how ρ goes below on-policy."""
     for name in ("prompts_per_step", "n_train", "max_n_gen", "max_mu"):
         _positive_int(f"schedule.{name}", getattr(s, name))
+    for name, cap, what in (("prompts_per_step", MAX_PROMPTS_PER_STEP, "prompts per step"),
+                            ("n_train", MAX_ROLLOUTS, "rollouts per prompt"), ("max_n_gen", MAX_ROLLOUTS, "rollouts per prompt"),
+                            ("n_gen", MAX_ROLLOUTS, "rollouts per prompt"), ("min_n_train", MAX_ROLLOUTS, "rollouts per prompt"),
+                            ("max_mu", MAX_MU, "update passes per batch"), ("mu", MAX_MU, "update passes per batch")):
+        v = getattr(s, name)
+        if v is not None:
+            _at_most(f"schedule.{name}", v, cap, f"expected {what}; the planner tries every value up to it")
     if s.n_train > s.max_n_gen:
         raise ConfigError(f"schedule.n_train ({s.n_train}) must be ≤ schedule.max_n_gen ({s.max_n_gen})")
     if s.lower_rho_by not in ("generate", "keep"):
@@ -177,6 +205,7 @@ def _check_learning_rate(lr: Any) -> None:
     if lr.ref <= 0:
         raise ConfigError(f"learning_rate.ref {lr.ref!r} must be > 0")
     _positive_int("learning_rate.ref_batch", lr.ref_batch)
+    _at_most("learning_rate.ref_batch", lr.ref_batch, MAX_COUNT, "expected sequences per gradient step")
     if lr.schedule not in LR_SCHEDULES:
         raise ConfigError(f"learning_rate.schedule {lr.schedule!r} is unknown: expected one of "
                           f"{', '.join(LR_SCHEDULES)}")
@@ -193,6 +222,8 @@ def _check_eval(c: Any) -> None:
     """``eval``: held-out prompts and samples, checkpoints, the judge, the checker, downstream sets."""
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
+    _at_most("eval.prompts", c.eval.prompts, MAX_COUNT, "expected held-out prompts")
+    _at_most("eval.samples", c.eval.samples, MAX_ROLLOUTS, "expected samples per held-out prompt (pass@k's k)")
     _validate_checkpoints(c.eval)
     if c.eval.judge_model is not None and (not isinstance(c.eval.judge_model, str) or not c.eval.judge_model):
         raise ConfigError(f"eval.judge_model {c.eval.judge_model!r} must be a model id or folder")

@@ -180,6 +180,21 @@ def _describe(err: Mapping[str, Any]) -> str:
     return f"{loc} {shown} is not valid: expected {expected}"
 
 
+def check_built(config: Any) -> None:
+    """A config dataclass built in Python (``GridConfig(...)``, ``dataclasses.replace``) checked as a config
+    file is: every field's type, finiteness and range, booleans strict. Numbers must be numbers here: a
+    numeric string is how YAML spells ``1e-3``, and ``race.config.configfile.config_from_dict`` reads it
+    before this runs; in Python it is a mistake. Raises ``ConfigError`` (one line)."""
+    from race.core.errors import ConfigError
+    from race.core.safeio import quote
+
+    raw = dataclasses.asdict(config)
+    bad = first_non_number(raw, type(config))
+    if bad is not None:
+        raise ConfigError(f"{bad[0]} {quote(bad[1], 60)} is not valid: expected a number")
+    validate(raw, type(config))
+
+
 def validate(raw: Mapping[str, Any], cls: type) -> dict[str, Any]:
     """``raw`` (a config mapping already normalised by race.config.configfile) checked against the schema of
     dataclass ``cls``; returns plain values (sections as dicts). Raises ``ConfigError`` (one line)."""

@@ -1,6 +1,7 @@
 """The generated reference pages: docs/reference/cli.md from the click commands,
 docs/reference/config.md from the config dataclasses (race/config/configfile.py: fields, types, defaults and
-the comment beside each field) with the schema's ranges (race/config/schema.py CONSTRAINTS), and
+the comment beside each field) with the schema's ranges (race/config/schema.py CONSTRAINTS, and the upper bounds of
+race/config/rules.py UPPER_BOUNDS), and
 docs/reference/api.md from the public Python names (``race.__all__`` and the modules a user calls:
 their signatures and docstrings).
 
@@ -81,6 +82,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def config_page() -> str:
     from race.config import configfile as C
+    from race.config.rules import UPPER_BOUNDS, bound_text
     from race.config.schema import CONSTRAINTS
 
     sections = [("", C.GridConfig)] + [(name, cls) for name, cls in C._SECTIONS.items()] + [
@@ -97,6 +99,8 @@ def config_page() -> str:
             key = f"{prefix}.{f.name}" if prefix and not prefix.endswith("[]") else f.name
             rng = ", ".join(f"{k} {v}" for k, v in CONSTRAINTS.get(key, {}).items()).replace("ge ", "≥ ") \
                 .replace("gt ", "> ").replace("le ", "≤ ")
+            if key in UPPER_BOUNDS:                     # race.config.rules' bounds, each with its reason in the error
+                rng = ", ".join(filter(None, (rng, f"≤ {bound_text(UPPER_BOUNDS[key][0])}")))
             typ = str(f.type).replace("|", "or")
             meaning = notes.get(f.name, "").replace("|", "/")
             if _default(f) == "(section)":

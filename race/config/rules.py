@@ -47,6 +47,24 @@ MAX_MU = 64               # update passes over one batch: mu, max_mu (past a few
 MAX_TOKENS = 1 << 20      # grpo.max_completion_len: a million new tokens per rollout
 MAX_REWARD_SECONDS = 86_400.0   # reward.timeout: a day for one batch; reward.check_timeout: an hour for one answer
 MAX_COUNT = 1 << 30       # any other count (lora.rank, batch sizes, eval prompts): past it, a typo
+_PLANNER = "the planner tries every value up to it"
+# field → (its upper bound, what the field holds): validate_config checks them, docs/reference/config.md lists them
+UPPER_BOUNDS: dict[str, tuple[float, str]] = {
+    "seeds": (MAX_SEEDS, "seeds per grid point"), "first_seed": (MAX_FIRST_SEED, "the first seed"),
+    "prompt_len": (MAX_TOKENS, "expected prompt tokens"), "completion_len": (MAX_TOKENS, "expected completion tokens"),
+    "reward.batch_size": (MAX_COUNT, "sequences per reward-model forward"),
+    "reward.num_labels": (MAX_COUNT, "the reward model's head size"),
+    "reward.timeout": (MAX_REWARD_SECONDS, "seconds a batch of custom rewards may take"),
+    "reward.check_timeout": (MAX_REWARD_SECONDS / 24, "seconds one answer check may take"),
+    "grpo.max_completion_len": (MAX_TOKENS, "new tokens per rollout"),
+    "grpo.micro_batch": (MAX_COUNT, "sequences per update forward"),
+    "schedule.prompts_per_step": (MAX_PROMPTS_PER_STEP, f"prompts per step; {_PLANNER}"),
+    **{f"schedule.{k}": (MAX_ROLLOUTS, f"rollouts per prompt; {_PLANNER}")
+       for k in ("n_train", "max_n_gen", "n_gen", "min_n_train")},
+    **{f"schedule.{k}": (MAX_MU, f"update passes per batch; {_PLANNER}") for k in ("max_mu", "mu")},
+    "lora.rank": (MAX_COUNT, "a LoRA rank"), "learning_rate.ref_batch": (MAX_COUNT, "sequences per gradient step"),
+    "eval.prompts": (MAX_COUNT, "held-out prompts"), "eval.samples": (MAX_ROLLOUTS, "samples per held-out prompt"),
+}
 
 # a grid's name and an eval.tasks entry's: it names a folder (runs/NAME) and a study
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -76,10 +94,16 @@ def _positive_int(name: str, v: Any) -> None:
     whole(name, v, ge=1, error=ConfigError, expected="a positive integer", floats=False)
 
 
-def _at_most(name: str, v: Any, cap: float, why: str) -> None:
-    """``v`` (already checked as a number) is at most ``cap``; ``why`` says what the bound keeps."""
-    if v > cap:
-        raise ConfigError(f"{name} {quote(v, 60)} is more than {cap:,g}: {why}")
+def bound_text(cap: float) -> str:
+    """An upper bound as a message and docs/reference/config.md write it: 16,384 (a whole number), else 0.5."""
+    return f"{cap:,.0f}" if float(cap).is_integer() else f"{cap:g}"
+
+
+def _at_most(name: str, v: Any) -> None:
+    """``v`` (already checked as a number, or None: unset) is at most the bound ``UPPER_BOUNDS`` gives ``name``."""
+    cap, what = UPPER_BOUNDS[name]
+    if v is not None and v > cap:
+        raise ConfigError(f"{name} {quote(v, 60)} is more than {bound_text(cap)}: expected {what}")
 
 
 def _non_negative_int(name: str, v: Any) -> None:
@@ -95,7 +119,7 @@ def validate_config(c: Any) -> None:
     _check_grpo(c.grpo)
     _check_schedule(c.schedule)
     _positive_int("lora.rank", c.lora.rank)
-    _at_most("lora.rank", c.lora.rank, MAX_COUNT, "expected a LoRA rank")
+    _at_most("lora.rank", c.lora.rank)
     _check_learning_rate(c.learning_rate)
     _check_eval(c)
     _check_runtime(c)
@@ -129,7 +153,7 @@ def _check_grid(c: Any) -> None:
         v = getattr(c, name)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{name} {v!r} must be a positive number of tokens")
-        _at_most(name, v, MAX_TOKENS, "expected tokens per prompt or completion")
+        _at_most(name, v)
 
 
 def _check_reward(r: Any) -> None:
@@ -146,13 +170,13 @@ def _check_reward(r: Any) -> None:
     if r.step_separator is not None and (not isinstance(r.step_separator, str) or not r.step_separator):
         raise ConfigError(f"reward.step_separator {r.step_separator!r} must be a non-empty string")
     _positive_int("reward.batch_size", r.batch_size)
-    _at_most("reward.batch_size", r.batch_size, MAX_COUNT, "expected sequences per reward-model forward")
-    _at_most("reward.num_labels", r.num_labels, MAX_COUNT, "expected the reward model's head size")
-    for name, cap in (("timeout", MAX_REWARD_SECONDS), ("check_timeout", MAX_REWARD_SECONDS / 24)):
+    _at_most("reward.batch_size", r.batch_size)
+    _at_most("reward.num_labels", r.num_labels)
+    for name in ("timeout", "check_timeout"):
         t = getattr(r, name)
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ConfigError(f"reward.{name} {t!r} must be a positive number of seconds")
-        _at_most(f"reward.{name}", t, cap, "expected a time limit in seconds that a clock can count to")
+        _at_most(f"reward.{name}", t)
     _validate_mix(r)
 
 
@@ -169,23 +193,18 @@ def _check_grpo(g: Any) -> None:
         raise ConfigError(f"grpo.clip_eps_high ({g.clip_eps_high}) must be ≥ grpo.clip_eps ({g.clip_eps}): "
                           "it widens the upper clip bound (clip-higher), it never narrows it")
     _positive_int("grpo.max_completion_len", g.max_completion_len)
-    _at_most("grpo.max_completion_len", g.max_completion_len, MAX_TOKENS, "expected new tokens per rollout")
+    _at_most("grpo.max_completion_len", g.max_completion_len)
     if g.micro_batch is not None:
         _positive_int("grpo.micro_batch", g.micro_batch)
-        _at_most("grpo.micro_batch", g.micro_batch, MAX_COUNT, "expected sequences per update forward")
+        _at_most("grpo.micro_batch", g.micro_batch)
 
 
 def _check_schedule(s: Any) -> None:
     """``schedule``: the planner's knobs and how ρ goes below on-policy."""
     for name in ("prompts_per_step", "n_train", "max_n_gen", "max_mu"):
         _positive_int(f"schedule.{name}", getattr(s, name))
-    for name, cap, what in (("prompts_per_step", MAX_PROMPTS_PER_STEP, "prompts per step"),
-                            ("n_train", MAX_ROLLOUTS, "rollouts per prompt"), ("max_n_gen", MAX_ROLLOUTS, "rollouts per prompt"),
-                            ("n_gen", MAX_ROLLOUTS, "rollouts per prompt"), ("min_n_train", MAX_ROLLOUTS, "rollouts per prompt"),
-                            ("max_mu", MAX_MU, "update passes per batch"), ("mu", MAX_MU, "update passes per batch")):
-        v = getattr(s, name)
-        if v is not None:
-            _at_most(f"schedule.{name}", v, cap, f"expected {what}; the planner tries every value up to it")
+    for name in ("prompts_per_step", "n_train", "max_n_gen", "n_gen", "min_n_train", "max_mu", "mu"):
+        _at_most(f"schedule.{name}", getattr(s, name))
     if s.n_train > s.max_n_gen:
         raise ConfigError(f"schedule.n_train ({s.n_train}) must be ≤ schedule.max_n_gen ({s.max_n_gen})")
     if s.lower_rho_by not in ("generate", "keep"):
@@ -205,7 +224,7 @@ def _check_learning_rate(lr: Any) -> None:
     if lr.ref <= 0:
         raise ConfigError(f"learning_rate.ref {lr.ref!r} must be > 0")
     _positive_int("learning_rate.ref_batch", lr.ref_batch)
-    _at_most("learning_rate.ref_batch", lr.ref_batch, MAX_COUNT, "expected sequences per gradient step")
+    _at_most("learning_rate.ref_batch", lr.ref_batch)
     if lr.schedule not in LR_SCHEDULES:
         raise ConfigError(f"learning_rate.schedule {lr.schedule!r} is unknown: expected one of "
                           f"{', '.join(LR_SCHEDULES)}")
@@ -222,8 +241,8 @@ def _check_eval(c: Any) -> None:
     """``eval``: held-out prompts and samples, checkpoints, the judge, the checker, downstream sets."""
     _positive_int("eval.prompts", c.eval.prompts)
     _positive_int("eval.samples", c.eval.samples)
-    _at_most("eval.prompts", c.eval.prompts, MAX_COUNT, "expected held-out prompts")
-    _at_most("eval.samples", c.eval.samples, MAX_ROLLOUTS, "expected samples per held-out prompt (pass@k's k)")
+    _at_most("eval.prompts", c.eval.prompts)
+    _at_most("eval.samples", c.eval.samples)
     _validate_checkpoints(c.eval)
     if c.eval.judge_model is not None and (not isinstance(c.eval.judge_model, str) or not c.eval.judge_model):
         raise ConfigError(f"eval.judge_model {c.eval.judge_model!r} must be a model id or folder")

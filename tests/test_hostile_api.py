@@ -222,3 +222,64 @@ def test_the_watch_refuses_integers_past_a_float_in_one_line(call, message):
     from race.fullrun import watch
     with pytest.raises(watch.WatchError, match=re.escape(message)):
         call(watch)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"evals": None}, r"results\[0\]\.evals None must be a mapping"),
+    ({"extra": None}, r"results\[0\]\.extra None must be a mapping"),
+    ({"flops": None}, r"results\[0\]\.flops None must be a race\.core\.records\.FlopBreakdown"),
+    ({"seed": 10**30}, r"results\[0\]\.seed 1000000000000000000000000000000 must be a whole number ≥ 0 and ≤ 2147483647"),
+    ({"curve": "x"}, r"results\[0\]\.curve 'x' must be a list of \(FLOPs, reward\) pairs"),
+    ({"flops": "learning0"}, r"results\[0\]\.flops has no learning FLOPs \(ρ 0\)"),
+    ({"evals": "nan"}, r"results\[0\]\.evals\['reward'\]\[0\] nan must be a finite number"),
+])
+def test_classify_checks_each_pilot_record_before_any_fit(pilots, change, message):
+    """Records built in Python (dataclasses.replace) reach classify unchecked by any file's schema: each field
+    classify reads is checked first, one ClassifyError line naming it (a review of session 39)."""
+    import dataclasses
+
+    from race.core.records import FlopBreakdown
+
+    first = pilots[0]
+    if change.get("flops") == "learning0":
+        change = {"flops": FlopBreakdown(1e12, 0.0, 0.0)}
+    if change.get("evals") == "nan":
+        change = {"evals": {**first.evals, "reward": (float("nan"),) * len(first.evals["reward"])}}
+    with pytest.raises(race.RaceError, match=message):
+        race.classify([dataclasses.replace(first, **change)] + pilots[1:], rerun_confidence=False)
+
+
+def test_records_refuse_numbers_given_as_strings_or_booleans(pilots):
+    from race.core.records import FlopBreakdown, PilotResult
+
+    d = pilots[0].to_dict()
+    assert PilotResult.from_dict(d) == pilots[0]
+    for key, value, kind in (("seed", True, "a boolean"), ("seed", "3", "a string"), ("rho_target", "0.5", "a string")):
+        with pytest.raises(race.RaceError, match=rf"^PilotResult\.{key} .* is {kind}: expected a number$"):
+            PilotResult.from_dict({**d, key: value})
+    with pytest.raises(race.RaceError, match=r"FlopBreakdown\.search True is a boolean"):
+        FlopBreakdown.from_dict({"search": True})
+    with pytest.raises(race.RaceError, match=r"primary_target 'reward' has no verdict"):
+        race.Diagnosis(primary_target="reward", verdicts={})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r["pilots"][0].update(seed=10**30), r"has seed 1000000000000000000000000000000: expected a whole number"),
+    (lambda r: r["pilots"].append(copy.deepcopy(r["pilots"][0])), r"seed 0 is recorded twice"),
+    (lambda r: r["pilots"][0]["evals"]["reward"].__setitem__(0, float("nan")), r"evals\.reward\[0\] is not a finite"),
+    (lambda r: r["diagnosis"]["verdicts"]["reward"].update(slope_ci=[float("nan"), 1e308]),
+     r"diagnosis\.verdicts\.reward\.slope_ci\[0\] is not a finite number"),
+    (lambda r: r["diagnosis"]["verdicts"]["reward"]["points"][0].update(n_seeds=-3), r"with n_seeds -3: expected"),
+])
+def test_load_results_refuses_what_classify_and_the_report_cannot_use(tmp_path, stored, edit, message):
+    """A results file is untrusted: a seed past a generator's range, a pilot twice, a non-finite score or diagnosis
+    number (the JSON report would print NaN), a point of no seeds: one ResultsError line each."""
+    with pytest.raises(race.RaceError, match=message):
+        race.load_results(_edited(stored, tmp_path, edit))
+
+
+def test_a_corrupt_gzip_is_one_line(tmp_path):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00garbagegarbage")
+    with pytest.raises(race.RaceError, match=r"is not a JSON text file \(nor gzip-compressed JSON\): error: "):
+        race.load_results(str(path))

@@ -216,7 +216,7 @@ def test_errors_name_the_bad_value():
     short = PilotResult(0.45, 77, results[0].flops, {"reward": (1.0, 0.0)})
     with pytest.raises(ValueError, match=r"prompt counts \[2, 50\]"):
         classify(results + [short])
-    with pytest.raises(ValueError, match=r"duplicate pilot \(rho_target=0.3, seed=1000\)"):
+    with pytest.raises(ValueError, match=r"repeats the complete pilot ρ=0.3 seed 1000 of results\[0\]"):
         classify(results + [results[0]])
 
 

@@ -34,10 +34,14 @@ def shown(value: Any) -> str:
         return f"<an integer of {value.bit_length():,} bits>" if isinstance(value, int) else f"<a {type(value).__name__}>"
 
 
+def _bound(x: float) -> str:
+    """A bound as a message writes it: a whole number in full (2147483647), anything else as %g (0.5, 1e+30)."""
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
 def _bounds(gt: float | None, ge: float | None, lt: float | None, le: float | None) -> str:
-    parts = [f"> {gt:g}" if gt is not None else "", f"≥ {ge:g}" if ge is not None else "",
-             f"< {lt:g}" if lt is not None else "", f"≤ {le:g}" if le is not None else ""]
-    return " and ".join(p for p in parts if p)
+    parts = [f"{op} {_bound(b)}" for op, b in (("> ", gt), ("≥ ", ge), ("< ", lt), ("≤ ", le)) if b is not None]
+    return " and ".join(p.replace("  ", " ") for p in parts)
 
 
 def _within(x: float, gt: float | None, ge: float | None, lt: float | None, le: float | None) -> bool:

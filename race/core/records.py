@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import numbers
 from dataclasses import MISSING as dataclasses_MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -92,6 +93,34 @@ def validation_line(err: Any, name: str = "") -> str:
     return f"{'.'.join(x for x in (name, where) if x) or 'the file'}: {msg}, got {got}{more}"
 
 
+def coerced_number(given: Any, read: Any, where: str = "") -> tuple[str, Any] | None:
+    """(dotted path, value) of the first number that validation read (``read``, the validated data as plain values)
+    from something in ``given`` that is not a number (a string "0.3", a boolean), or None. pydantic's lax mode
+    would read those as 0.3 or 1; RACE writes numbers as numbers, so a record refuses them (an int stands for a
+    float). The walk follows ``read``: pydantic decides where a number belongs."""
+    if isinstance(read, bool) or read is None:
+        return None
+    if isinstance(read, (int, float)):
+        return None if isinstance(given, numbers.Real) and not isinstance(given, bool) else (where, given)
+    if isinstance(read, Mapping) and isinstance(given, Mapping):
+        for k, v in read.items():
+            if k in given:
+                found = coerced_number(given[k], v, f"{where}.{k}" if where else str(k))
+                if found:
+                    return found
+    elif isinstance(read, (list, tuple)) and isinstance(given, (list, tuple)):
+        for i, (a, b) in enumerate(zip(given, read)):
+            found = coerced_number(a, b, f"{where}.{i}")
+            if found:
+                return found
+    return None
+
+
+def number_kind(value: Any) -> str:
+    """What a refused number was given as, for its message: a string, a boolean, or its type."""
+    return "a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else type(value).__name__
+
+
 @functools.lru_cache(maxsize=None)
 def _defaulted(cls: type) -> frozenset[str]:
     """The fields of ``cls`` with a non-null default."""
@@ -124,9 +153,15 @@ class Record:
         from pydantic import ValidationError
 
         try:
-            return _adapter(cls).validate_python(d)
+            record = _adapter(cls).validate_python(d)
         except ValidationError as e:
             raise RecordError(validation_line(e, cls.__name__)) from None
+        bad = coerced_number(d, record.to_dict())
+        if bad:
+            where, value = bad
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise RecordError(f"{cls.__name__}.{where} {shown} is {number_kind(value)}: expected a number")
+        return record
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
@@ -343,7 +378,7 @@ class TargetVerdict(Record):
 
     def __post_init__(self) -> None:
         if self.open_side not in OPEN_SIDES:
-            raise ValueError(f"open_side {self.open_side!r}: expected one of {OPEN_SIDES}")
+            raise RecordError(f"open_side {self.open_side!r}: expected one of {OPEN_SIDES}")
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -550,8 +585,10 @@ class Diagnosis(Record):
     forecast: Forecast | None = None
 
     def __post_init__(self) -> None:
-        if self.primary_target not in self.verdicts:
-            raise ValueError(f"primary_target {str(self.primary_target)[:60]!r} has no verdict: expected one of "
+        if not isinstance(self.verdicts, Mapping):
+            raise RecordError(f"verdicts {str(self.verdicts)[:60]!r} must be a mapping of target names to TargetVerdicts")
+        if not isinstance(self.primary_target, str) or self.primary_target not in self.verdicts:
+            raise RecordError(f"primary_target {str(self.primary_target)[:60]!r} has no verdict: expected one of "
                              f"{sorted(self.verdicts)[:8]}")
 
     @property

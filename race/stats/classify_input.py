@@ -27,10 +27,17 @@ def checked(results: Any, targets: Any, primary_target: Any, threshold: Any, n_b
     """classify's arguments, each checked before any fit (ClassifyError, one line naming the value)."""
     E = ClassifyError
     results = A.items("results", results, error=E, what="race.PilotResult records")
+    seen: dict[tuple[float, int], int] = {}
     for i, r in enumerate(results):
         A.instance(f"results[{i}]", r, PilotResult, error=E, expected="a race.PilotResult (PilotResult.from_dict "
                    "reads a stored one)")
-        A.number(f"results[{i}].rho_target", r.rho_target, gt=0.0, lt=1.0, error=E)
+        _check_pilot(f"results[{i}]", r)
+        if r.status == "complete":
+            key = (float(r.rho_target), int(r.seed))
+            if key in seen:
+                raise E(f"results[{i}] repeats the complete pilot ρ={key[0]:g} seed {key[1]} of results[{seen[key]}]: "
+                        "expected one record per grid point and seed")
+            seen[key] = i
     if targets is not None:
         targets = [A.text(f"targets[{i}]", t, error=E)
                    for i, t in enumerate(A.items("targets", targets, error=E, what="target names"))]
@@ -44,3 +51,36 @@ def checked(results: Any, targets: Any, primary_target: Any, threshold: Any, n_b
     if rerun_confidence is not None:
         A.flag("rerun_confidence", rerun_confidence, error=E)
     return results, targets
+
+
+MAX_SEED = 2**31 - 1           # a pilot's generators are seeded from its seed (race.engine.loop)
+
+
+def _check_pilot(name: str, r: PilotResult) -> None:
+    """One pilot record's fields, as classify reads them: ρ target in (0, 1), a seed, a status, FLOPs whose ρ is
+    defined (a complete pilot spent on learning), per-prompt scores as finite numbers, and the mappings and lists
+    the notes read. ClassifyError, one line naming the field."""
+    from race.core.records import FlopBreakdown
+
+    E = ClassifyError
+    A.number(f"{name}.rho_target", r.rho_target, gt=0.0, lt=1.0, error=E)
+    A.whole(f"{name}.seed", r.seed, ge=0, le=MAX_SEED, error=E, floats=False)
+    A.text(f"{name}.status", r.status, error=E)
+    A.instance(f"{name}.flops", r.flops, FlopBreakdown, error=E)
+    for part in ("search", "learning", "reward"):
+        A.number(f"{name}.flops.{part}", getattr(r.flops, part), ge=0.0, error=E)
+    if r.status == "complete" and not r.flops.learning > 0:
+        raise E(f"{name}.flops has no learning FLOPs (ρ 0): expected a complete pilot that trained")
+    A.mapping(f"{name}.evals", r.evals, error=E)
+    for target, scores in r.evals.items():
+        for j, x in enumerate(A.items(f"{name}.evals[{target!r}]", scores, error=E, what="per-prompt scores")):
+            A.number(f"{name}.evals[{target!r}][{j}]", x, error=E)
+    A.mapping(f"{name}.extra", r.extra, error=E)
+    A.mapping(f"{name}.wall_seconds", r.wall_seconds, error=E)
+    for j, point in enumerate(A.items(f"{name}.curve", r.curve, error=E, what="(FLOPs, reward) pairs")):
+        pair = A.items(f"{name}.curve[{j}]", point, error=E, what="two numbers (FLOPs, reward)")
+        if len(pair) != 2:
+            raise E(f"{name}.curve[{j}] {A.shown(point)} must be a pair (FLOPs, reward)")
+        for x in pair:
+            A.number(f"{name}.curve[{j}]", x, finite=False, error=E)
+    A.items(f"{name}.checkpoints", r.checkpoints, error=E, what="race.core.records.Checkpoint records")

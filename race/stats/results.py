@@ -17,11 +17,14 @@ import functools
 import json
 import math
 import os
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from race.core.errors import RaceError
-from race.core.records import Diagnosis, PilotResult, validation_line
+from race.core.records import Diagnosis, PilotResult, _plain, validation_line
+from race.core.safeio import quote
+from race.stats.classify_input import MAX_SEED
 
 SCHEMA_VERSION = 1
 
@@ -130,7 +133,7 @@ def load_results(path: str) -> Results:
         raise ResultsError(str(e)) from None
     except json.JSONDecodeError as e:
         raise ResultsError(f"results file {path!r} is not valid JSON (line {e.lineno}): {e.msg}") from None
-    except (UnicodeDecodeError, OSError, EOFError) as e:
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as e:
         raise ResultsError(f"results file {path!r} is not a JSON text file (nor gzip-compressed JSON): "
                            f"{type(e).__name__}: {e}") from None
     if not isinstance(raw, dict) or "schema_version" not in raw:
@@ -171,26 +174,10 @@ def not_a_number(raw: Mapping[str, Any], doc: Any) -> tuple[str, Any] | None:
     wrote with numbers as numbers (ints stand for floats), so here each is refused: the validated
     document ``doc`` is walked beside ``raw`` (pydantic decides where a number belongs), and the
     run config by its dataclass types (race.config.schema.first_non_number)."""
-    def walk(given: Any, read: Any, where: str) -> tuple[str, Any] | None:
-        if isinstance(read, bool) or read is None:
-            return None
-        if isinstance(read, (int, float)):
-            return None if isinstance(given, (int, float)) and not isinstance(given, bool) else (where, given)
-        if isinstance(read, Mapping) and isinstance(given, Mapping):
-            for k, v in read.items():
-                if k in given:
-                    found = walk(given[k], v, f"{where}.{k}" if where else str(k))
-                    if found:
-                        return found
-        elif isinstance(read, (list, tuple)) and isinstance(given, (list, tuple)):
-            for i, (a, b) in enumerate(zip(given, read)):
-                found = walk(a, b, f"{where}.{i}")
-                if found:
-                    return found
-        return None
+    from race.core.records import coerced_number
 
     read = doc.model_dump(include={"pilots", "diagnosis"})
-    found = walk({k: raw.get(k) for k in read}, read, "")
+    found = coerced_number({k: raw.get(k) for k in read}, read)
     if found:
         return found
     from race.config.configfile import GridConfig
@@ -241,10 +228,10 @@ def results_schema() -> Any:
             if bad:
                 from race.core.safeio import quote
 
+                from race.core.records import number_kind
+
                 where, value = bad
-                kind = "a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else \
-                    type(value).__name__
-                raise ValueError(f"{where} {quote(value, 60)} is {kind}: expected a JSON number (a results file "
+                raise ValueError(f"{where} {quote(value, 60)} is {number_kind(value)}: expected a JSON number (a results file "
                                  "holds numbers as numbers)")
             return doc
 
@@ -297,7 +284,19 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
     C_learning / C_total, each pilot within a step of its budget (``pilot_budget``: a rung's mark for a
     point budget halving dropped); a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
     ValueError (one line; the schema's model validator, ``results_schema``)."""
+    seen: set[tuple[float, int]] = set()
     for p in pilots:
+        if isinstance(p.seed, bool) or not isinstance(p.seed, int) or not 0 <= p.seed <= MAX_SEED:
+            raise ValueError(f"pilot ρ={p.rho_target!r} has seed {quote(p.seed, 40)}: expected a whole number in "
+                             f"[0, {MAX_SEED}]")
+        if p.status == "complete" and (p.rho_target, p.seed) in seen:
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed} is recorded twice: expected one complete "
+                             "record per grid point and seed")
+        seen.add((p.rho_target, p.seed))
+        where = non_finite({k: list(v) for k, v in p.evals.items()}, "evals")
+        if where:
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed}: {where} is not a finite number: expected "
+                             "per-prompt scores")
         f = p.flops
         parts = (f.search, f.learning, f.reward, f.total)
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in parts):
@@ -336,6 +335,10 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
     if diag is None:
         return
     for name, v in diag.verdicts.items():
+        for pt in v.points:
+            if isinstance(pt.n_seeds, bool) or not isinstance(pt.n_seeds, int) or pt.n_seeds < 1:
+                raise ValueError(f"target {name!r} has a point at ρ={pt.rho_target!r} with n_seeds "
+                                 f"{quote(pt.n_seeds, 40)}: expected a whole number ≥ 1")
         lo, hi = v.rho_range
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and 0 < x < 1 for x in (lo, hi)) or lo > hi:
             raise ValueError(f"target {name!r} has rho_range {[lo, hi]!r}: expected two numbers in (0, 1), low ≤ high")
@@ -343,6 +346,9 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
             raise ValueError(f"target {name!r} has confidence {v.confidence!r}: expected a share in [0, 1]")
         if not (isinstance(v.best_rho, (int, float)) and 0 < v.best_rho < 1):
             raise ValueError(f"target {name!r} has best_rho {v.best_rho!r}: expected a grid point's ρ in (0, 1)")
+    where = non_finite(_plain(diag.to_dict()), "diagnosis")
+    if where:
+        raise ValueError(f"{where} is not a finite number: expected the diagnosis RACE wrote (its numbers are finite)")
 
 
 def software_line(pilots: Sequence[PilotResult]) -> str:

@@ -253,3 +253,23 @@ def test_a_probe_whose_record_cannot_be_stored_is_refused_before_it_runs(tmp_pat
     monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).startswith(str(tmp_path)) else real(p, mode))
     with pytest.raises(RaceError, match="is not writable by this user; nothing was run"):
         run_probe(str(tmp_path), full_run_budget=6e11, out=str(tmp_path))
+
+
+def test_a_probe_into_a_linked_results_file_is_refused_before_it_runs(tmp_path, monkeypatch):
+    """The writer never writes through a link; the probe says so before its compute, not after (a review of
+    session 39: race probe ran its whole budget, then refused the link)."""
+    import shutil
+
+    import race.engine.pilot
+    from race.run.api import run_probe
+
+    shutil.copy(os.path.join(ROOT, "docs", "runs", "tiny-steps-sparse.results.json"), tmp_path / "real.json")
+    (tmp_path / "run").mkdir()
+    os.symlink(tmp_path / "real.json", tmp_path / "run" / "results.json")
+
+    def run_pilot(*a, **k):
+        raise AssertionError("the probe ran before its record's file was checked")
+
+    monkeypatch.setattr(race.engine.pilot, "run_pilot", run_pilot)
+    with pytest.raises(RaceError, match="is a symbolic link, and RACE never writes through a link"):
+        run_probe(str(tmp_path / "real.json"), full_run_budget=6e11, out=str(tmp_path / "run"))

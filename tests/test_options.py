@@ -25,6 +25,24 @@ def test_run_options_are_checked_once_in_one_line():
             RunOptions(**{"out_dir": "runs/x", **bad}).check()
     with pytest.raises(TypeError, match="unexpected run option"):
         RunOptions.from_kwargs(out_dir="x", wokers=2)
+    with pytest.raises(RaceError, match=re.escape("profile splits the wall time of the pilots run here: with "
+                                                   "workers 0 they run in race worker")):
+        RunOptions(out_dir="runs/x", workers=0, profile=True).check()       # it crashed after the grid before
+    from race.run.options import ladder
+
+    for given in ({"rungs": 5000}, {"rungs": 10**8}, {"eta": "9" * 5000}):   # refused at once, no η^rungs computed
+        with pytest.raises(RaceError, match="halving"):
+            ladder(given)
+
+
+def test_a_grid_over_models_refuses_the_options_of_one_grid(tmp_path):
+    """--profile and a halving ladder shape one grid: a grid over models refuses them before any pilot (they were
+    silently dropped)."""
+    for extra in (["--profile"], ["--adaptive-policy", "budget-halving", "--halving-eta", "3"]):
+        out = tmp_path / extra[-1].strip("-")
+        r = CliRunner().invoke(main, ["pilot", "--models", "race/tiny-arith-s,race/tiny-arith", "--budget", "2e10",
+                                      "--seeds", "1", "--out", str(out), *extra])
+        assert r.exit_code == 2 and "run a policy alone" in r.output and not out.exists(), r.output
 
 
 def test_race_pilot_help_groups_its_options_and_json_is_a_deprecated_alias(tmp_path):

@@ -129,3 +129,13 @@ def test_a_real_grid_on_postgresql_stores_and_prints_no_spelling_of_a_hostile_pa
              *(p.read_text(errors="replace") for p in run.rglob("*") if p.is_file() and p.suffix != ".db")]
     for spelling in _spellings(pw):
         assert all(spelling not in t for t in texts), spelling
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_storage_is_refused_in_one_line(url):
+    """No pilot process, worker or report can share a database that ends with its process (a review of session 39:
+    race report --storage sqlite:// and race worker ended in an internal error)."""
+    from race.core.urls import check
+
+    with pytest.raises(ConfigError, match=r"in-memory SQLite storage .* expected sqlite:///FILE"):
+        check(url)

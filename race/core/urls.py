@@ -53,6 +53,9 @@ def check(url: str) -> None:
                           "mysql://USER@HOST/DB or journal:FILE")
     if journal_path(url) is not None or "://" not in url:
         return
+    if url.startswith("sqlite") and file_path(url) is None:
+        raise ConfigError("an in-memory SQLite storage (sqlite:// or :memory:) ends with the process that opened it, "
+                          "so no pilot process, worker or report can share it: expected sqlite:///FILE")
     authority = url.split("://", 1)[1].split("?", 1)[0]
     if authority.count("@") > 1:
         raise ConfigError("the storage URL has more than one unescaped '@', so its password cannot be told apart "

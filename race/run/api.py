@@ -260,6 +260,10 @@ def _check_writable(out: str) -> None:
     from race.core.errors import RaceError
 
     path = out if out.endswith(".json") else os.path.join(out, "results.json")
+    if os.path.islink(path):              # the writer (race.core.safeio.write_inside) would refuse it after the probe
+        raise RaceError(f"cannot store the probe's record: results file {path!r} is a symbolic link, and RACE never "
+                        "writes through a link nor replaces one; nothing was run (remove the link, or give the "
+                        "file it points to)")
     folder = os.path.dirname(os.path.abspath(path))
     probe = folder
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:

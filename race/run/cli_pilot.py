@@ -220,6 +220,13 @@ def _pilot_models(cfg: Any, options: Any, *, full: float | None, plot_path: str 
     if options.import_pilots:
         raise click.UsageError("--import-pilots takes one policy's results: import into a part with "
                                "race pilot --out DIR/LABEL, then re-run the grid over models")
+    if options.halving_ladder is not None:
+        raise click.UsageError("--halving-eta / --halving-rungs / --halving-keep set one grid's ladder: a grid over "
+                               "models runs budget-halving at its default ladder (η 11, one rung, the best half); "
+                               "run a policy alone (race pilot --out DIR/LABEL) for another ladder")
+    if options.profile:
+        raise click.UsageError("--profile splits one grid's wall time: run a policy alone (race pilot --out DIR/LABEL "
+                               "--profile) to see where its time went")
     if not options.quiet:
         echo(f"RACE grid over models {cfg.name}: {len(cfg.models)} policies × {len(cfg.grid)} points × "
               f"{cfg.seeds} seeds, {cfg.budget:.3g} FLOPs per pilot → {options.out_dir}/models.json", err=True)

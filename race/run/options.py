@@ -40,7 +40,7 @@ def ladder(given: Any) -> Ladder:
 
     def whole(name: str, v: Any, lo: int, what: str) -> int:
         text = str(v).strip() if isinstance(v, (str, int)) and not isinstance(v, bool) else None
-        if text is None or not text.isdigit() or int(text) < lo:
+        if text is None or not text.isdigit() or len(text) > 9 or int(text) < lo:
             raise RaceError(f"halving {name} {str(v)[:40]!r}: expected {what}")
         return int(text)
 
@@ -48,9 +48,12 @@ def ladder(given: Any) -> Ladder:
     eta = dflt.eta if given.get("eta") is None else whole("eta", given["eta"], 2, "a whole number ≥ 2 (each rung η × the last)")
     rungs = dflt.rungs if given.get("rungs") is None else whole("rungs", given["rungs"], 1,
                                                                  "a whole number ≥ 1 of rungs below the budget")
-    if eta ** rungs > MAX_DEPTH:
-        raise RaceError(f"halving ladder η = {eta}, {rungs} rungs: its lowest mark B/{eta ** rungs} is below "
-                        f"B/{MAX_DEPTH}; expected η^rungs ≤ {MAX_DEPTH}")
+    depth = 1
+    for _ in range(rungs):                  # η ≥ 2: past MAX_DEPTH within 10 rungs, whatever rungs says
+        depth *= eta
+        if depth > MAX_DEPTH:
+            raise RaceError(f"halving ladder η = {eta}, {rungs} rungs: its lowest mark is below B/{MAX_DEPTH}; "
+                            f"expected η^rungs ≤ {MAX_DEPTH}")
     keep = given.get("keep")
     if keep is None or keep in ("ci", "top-half"):
         return Ladder(eta, rungs, keep or dflt.keep)
@@ -131,6 +134,9 @@ class RunOptions:
             ladder(self.halving_ladder)
         if self.extend and self.workers == 0:
             raise RaceError("extend coordinates its own rounds: it needs pilots run here (workers ≥ 1, not 0)")
+        if self.profile and self.workers == 0:
+            raise RaceError("profile splits the wall time of the pilots run here: with workers 0 they run in race "
+                            "worker, so there is nothing to split (give workers ≥ 1)")
         return self
 
     @property

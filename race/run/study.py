@@ -387,7 +387,9 @@ class Coordinator:
         from race.run.processes import render_wall_split, wall_split
 
         pool = self.queue.pool
-        if pool is None:                    # no pilot ran here (all imported, or a coordinator of workers)
+        if pool is None or not pool.workers:    # no pilot ran here: all imported, or --workers 0 (race worker's time)
+            print("profile: no pilot ran in this process (imported, or run by `race worker`), so there is no wall "
+                  "split to give", file=sys.stderr, flush=True)
             return
         self.profile = wall_split(list(self.queue.ran), pool.profile(), calibration_seconds=self.setup,
                                   total_seconds=time.monotonic() - self.started)

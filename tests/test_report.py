@@ -160,3 +160,15 @@ def test_a_regime_prints_as_the_report_names_it():
 
 def test_a_diagnosis_prints_as_its_report():
     assert str(_diag()) == render_diagnosis(_diag()) and _diag()._repr_markdown_() == render_diagnosis(_diag(), "md")
+
+
+def test_latex_and_markdown_escape_text_from_files():
+    """A model path or a name read from a results file prints as itself: LaTeX's $ { } ~ are escaped in one pass
+    (the report's own $\\rho$ is not escaped again), and a Markdown cell's | does not open a column (a review of
+    session 39)."""
+    from race.stats.report import _escape, render_table
+
+    assert _escape("a_b$c{d}~e\\f ρ ≤ 0.5", "latex") == \
+        r"a\_b\$c\{d\}\textasciitilde{}e\textbackslash{}f $\rho$ $\leq$ 0.5"
+    table = render_table([["models/a|b", "1"]], ["model", "n"], "md").splitlines()
+    assert table[2].count("|") - table[2].count("\\|") == 3 and "models/a\\|b" in table[2]

@@ -45,17 +45,19 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-_LATEX = [("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
-          ("ρ", r"$\rho$"), ("μ", r"$\mu$"), ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
-          ("√", r"$\surd$"), ("×", r"$\times$"), ("→", r"$\to$"), ("∈", r"$\in$"), ("…", r"\ldots{}"),
-          ("·", r"$\cdot$"), ("^", r"\textasciicircum{}")]
+# every character LaTeX reads as markup, and the report's symbols, each replaced in one pass (str.translate: a
+# replacement's own braces and dollars are never escaped again), so a model path or a task name holding $ { } ~
+# prints as itself
+_LATEX = str.maketrans({"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                        "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                        "ρ": r"$\rho$", "μ": r"$\mu$", "±": r"$\pm$", "≥": r"$\geq$", "≤": r"$\leq$", "√": r"$\surd$",
+                        "×": r"$\times$", "→": r"$\to$", "∈": r"$\in$", "…": r"\ldots{}", "·": r"$\cdot$"})
 
 
 def _escape(s: str, fmt: str) -> str:
-    if fmt == "latex":
-        for a, b in _LATEX:
-            s = s.replace(a, b)
-    return s
+    """``s`` as text in ``fmt``: LaTeX's special characters escaped; in Markdown a table cell's ``|`` (which
+    would open a column) as ``\\|``, done by ``render_table``."""
+    return s.translate(_LATEX) if fmt == "latex" else s
 
 
 def render_table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
@@ -69,6 +71,9 @@ def render_table(rows: list[list[Any]], headers: list[str], fmt: str) -> str:
         return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"])
     from tabulate import tabulate
 
+    if fmt == "md":                     # a | in a cell (a model path, a name from a file) would open a column
+        rows = [[c.replace("|", "\\|") if isinstance(c, str) else c for c in r] for r in rows]
+        headers = [h.replace("|", "\\|") for h in headers]
     return tabulate(rows, headers=headers, tablefmt=_TABLEFMT[fmt], disable_numparse=True)
 
 

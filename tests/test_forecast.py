@@ -262,7 +262,9 @@ def test_race_report_full_run_on_a_stored_tiny_real_grid(tmp_path):
     assert fc["r0"] == pytest.approx(0.29125)                # the base policy's checkpoint, both seeds
     for args, msg in [(["--full-run", "-1"], "--full-run '-1' must be a positive finite FLOP count"),
                       (["--full-run", "lots"], "--full-run 'lots' is not a FLOP count"),
-                      (["--force-forecast"], "--force-forecast and --pool need a full-run budget")]:
+                      (["--force-forecast"], "--force-forecast and --pool need a full-run budget"),
+                      (["--full-run", "2e11", "--pool", TINY],          # the same pilots twice: narrower intervals
+                       "pool[0] holds the pilot ρ=0.5 seed 0 at")]:
         r = CliRunner().invoke(main, ["report", TINY, *args])
         assert r.exit_code == 2 and r.output.strip().splitlines() == [f"Error: {r.output.strip()[7:]}"]
         assert msg in r.output

@@ -340,6 +340,19 @@ def results_budget(results: Any) -> float:
     return float(budget)
 
 
+def _no_pilot_twice(runs: Sequence[tuple[Sequence[Any], float]]) -> None:
+    """Pooled runs hold other pilots than the run and each other (another budget, or other seeds): a pilot counted
+    twice (the same budget, ρ and seed: the same file given again) would narrow every interval of the forecast."""
+    seen: dict[tuple[float, float, int], int] = {}
+    for i, (pilots, budget) in enumerate(runs):
+        for p in pilots:
+            key = (float(budget), float(p.rho_target), int(p.seed))
+            if p.status == "complete" and seen.setdefault(key, i) != i:
+                first = "the run" if seen[key] == 0 else f"pool[{seen[key] - 1}]"
+                raise RaceError(f"pool[{i - 1}] holds the pilot ρ={key[1]:g} seed {key[2]} at {key[0]:.3g} FLOPs that "
+                                f"{first} holds: pool other runs of the setup (another budget or other seeds), each once")
+
+
 def with_forecast(results: Any, *, full_run_budget: float | str | None = None, force: bool = False,
                   pool: Sequence[Any] = (), refit: bool = False, n_boot: int | None = None) -> Any:
     """The diagnosis of ``results`` (race.stats.results.Results) with its forecast at ``full_run_budget``
@@ -382,6 +395,7 @@ def with_forecast(results: Any, *, full_run_budget: float | str | None = None, f
             raise RaceError(f"a pooled results file ran {same['model']} on {same['task']}, this one "
                             f"{mine['model']} on {mine['task']}: pool runs of one setup only")
     runs = [(results.pilots, results_budget(results))] + [(o.pilots, results_budget(o)) for o in pool]
+    _no_pilot_twice(runs)
     v = diag.primary
     fc = forecast(runs, target=diag.primary_target, full_run_budget=F, pilot_regime=v.regime,
                   pilot_best_rho=v.best_rho, force=force,

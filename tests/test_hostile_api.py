@@ -283,3 +283,42 @@ def test_a_corrupt_gzip_is_one_line(tmp_path):
     path.write_bytes(b"\x1f\x8b\x08\x00garbagegarbage")
     with pytest.raises(race.RaceError, match=r"is not a JSON text file \(nor gzip-compressed JSON\): error: "):
         race.load_results(str(path))
+
+
+def test_plot_models_and_joint_views_check_their_arguments(tmp_path):
+    """A review of session 39: plot_models passed its arguments on unchecked (TypeError, AttributeError, ValueError
+    from inside)."""
+    results = race.load_results(RUN)
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "grid" / "models.json").write_text(json.dumps({"parts": {"a": "../../etc"}}))
+    for args, kw, message in (((None,), {}, r"parts None must be \(label, race Results\) pairs"),
+                              (([results, results],), {}, r"must be \(label, race Results\) pairs"),
+                              (([("a", results)],), {}, r"a joint view needs at least 2 policies' grids, got 1"),
+                              (([("a", results), ("b", results)],), {"target": ["reward"]},
+                               r"target \['reward'\] must be a target name"),
+                              ((str(tmp_path / "nowhere"),), {}, r"is not a RACE grid over models: FileNotFoundError"),
+                              ((str(tmp_path / "grid"),), {}, r"part 'a' names '../../etc': expected a folder beside")):
+        with pytest.raises(race.RaceError, match=message):
+            race.plot_models(*args, **kw)
+    with pytest.raises(race.RaceError, match=r"target \['reward'\] must be a target name"):
+        race.plot_results(results, target=["reward"])
+
+
+def test_run_models_refuses_an_out_dir_that_is_a_file(tmp_path):
+    cfg = race.GridConfig(model="race/tiny-arith-s", models=("race/tiny-arith-s", "race/tiny-arith"), budget=2e10)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(race.RaceError, match=r"out_dir .* is not a folder"):
+        race.run_models(cfg, out_dir=str(tmp_path / "afile"))
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": "1+1", "answer": ' + "9" * 5000 + "}", "holds an integer of 5,000 digits"),
+    ('{"prompt": ' + "[" * 100000 + "]" * 100000 + ', "answer": 1}', "nests JSON too deeply"),
+])
+def test_a_dataset_line_a_parser_cannot_take_is_one_line(tmp_path, line, message):
+    from race.tasks.datasets import load_jsonl
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(race.RaceError, match=rf"d\.jsonl line 1 {message}"):
+        load_jsonl(str(path))

@@ -340,4 +340,7 @@ def _checked_models(config: Any, *, out_dir: Any, storage: Any, study: Any, targ
     if target is not None:
         A.text("target", target)
     RunOptions(out_dir=out_dir, storage=storage, study=study, device=device, quiet=quiet, **options).check()
+    if os.path.lexists(out_dir) and (os.path.islink(out_dir) or not os.path.isdir(out_dir)):
+        raise RaceError(f"out_dir {A.shown(out_dir)} is {'a link' if os.path.islink(out_dir) else 'not a folder'}: "
+                        "expected a folder for the policies' grids (or a path to make one)")
     check_device(device)

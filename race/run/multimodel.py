@@ -37,6 +37,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from race.config.configfile import GridConfig
+from race.core.arguments import shown
+from race.core.errors import RaceError
 from race.core.records import PilotResult, format_rho_range, rho_bounds
 from race.stats.report import SCHEMA_VERSION, check_format, heading, render_lines, render_table, fmt_flops
 from race.stats.results import Results, diagnose_results, load_results, write_json_atomic
@@ -69,7 +71,7 @@ def part_configs(config: GridConfig) -> list[tuple[str, GridConfig]]:
     """(label, config) of each policy of a grid over models: the same config with ``model`` set
     and ``name`` = ``NAME--LABEL`` (its study and results name)."""
     if not config.models:
-        raise ValueError("config has no models: a grid over policies needs models: [A, B, …]")
+        raise RaceError("config has no models: a grid over policies needs models: [A, B, …]")
     return [(label, config.with_overrides(model=m, name=f"{config.name}--{label}"[:128]))
             for label, m in zip(part_labels(config.models), config.models)]
 
@@ -207,16 +209,22 @@ def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = Non
     from race.stats.fit import bootstrap_paired_grids, percentile_ci
     from race.stats.regime import seed_scale
 
+    if isinstance(parts, (str, bytes, Mapping)) or not isinstance(parts, Sequence) or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], Results)
+            for p in parts):
+        raise RaceError(f"parts {shown(parts)} must be (label, race Results) pairs, one per policy")
+    if target is not None and (not isinstance(target, str) or not target):
+        raise RaceError(f"target {shown(target)} must be a target name (a string)")
     if len(parts) < 2:
-        raise ValueError(f"a joint view needs at least 2 policies' grids, got {len(parts)}")
+        raise RaceError(f"a joint view needs at least 2 policies' grids, got {len(parts)}")
     diags = [diagnose_results(r) for _, r in parts]
     name = target or diags[0].primary_target
     for (label, _), d in zip(parts, diags):
         if name not in d.verdicts:
-            raise ValueError(f"policy {label!r} has no target {name!r}: expected one of {', '.join(d.verdicts)}")
+            raise RaceError(f"policy {label!r} has no target {name!r}: expected one of {', '.join(d.verdicts)}")
     budgets = {float(r.config.get("budget") or 0) for _, r in parts}
     if len(budgets) != 1:
-        raise ValueError(f"the policies' grids have budgets {sorted(budgets)} per pilot: a joint view compares "
+        raise RaceError(f"the policies' grids have budgets {sorted(budgets)} per pilot: a joint view compares "
                          "policies at one budget (race compare reads grids at several)")
     classify = dict(parts[0][1].classify)
     level = float(classify.get("confidence_level", 0.9))
@@ -343,13 +351,21 @@ def is_joint(path: str) -> bool:
 
 def load_parts(path: str) -> list[tuple[str, Results]]:
     """The parts of the grid over models at ``path`` (its folder or models.json), in config order."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise RaceError(f"a grid over models {str(path)[:60]!r} must be its folder or its {JOINT_FILE} (a path)")
+    path = os.fspath(path)
     folder = os.path.dirname(path) if path.endswith(".json") else path
+    joint = os.path.join(folder, JOINT_FILE)
     try:
-        with open(os.path.join(folder, JOINT_FILE), encoding="utf-8") as fh:
+        with open(joint, encoding="utf-8") as fh:
             raw = json.load(fh)
         parts = dict(raw["parts"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{os.path.join(folder, JOINT_FILE)!r} is not a RACE grid over models: {e}") from None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        raise RaceError(f"{joint!r} is not a RACE grid over models: {type(e).__name__}: {str(e)[:120]}") from None
+    for label, sub in parts.items():        # each part is a folder beside models.json, as race pilot writes it
+        if not isinstance(sub, str) or not re.fullmatch(r"[A-Za-z0-9_+][A-Za-z0-9._+-]*", sub):
+            raise RaceError(f"{joint!r}: part {str(label)[:40]!r} names {str(sub)[:60]!r}: expected a folder beside "
+                            f"{JOINT_FILE} (letters, digits, '.', '_', '+', '-')")
     return [(label, load_results(os.path.join(folder, sub))) for label, sub in parts.items()]
 
 

@@ -139,6 +139,10 @@ def plot_results(results: Results | str, path: str | None = None, *, target: str
                         "results file")
     if not isinstance(refit, bool):
         raise PlotError(f"refit {str(refit)[:40]!r} must be True or False")
+    if target is not None and not isinstance(target, str):
+        from race.core.arguments import shown
+
+        raise PlotError(f"target {shown(target)} must be a target name (a string), or None for the primary one")
     diag = diagnose_results(res, refit=refit)
     name = target or diag.primary_target
     if name not in diag.verdicts:
@@ -354,8 +358,8 @@ def plot_models(path_or_parts: str | Sequence[tuple[str, Results]], path: str | 
 
     if path is not None:
         check_plot_path(path)
-    parts = load_parts(path_or_parts) if isinstance(path_or_parts, str) else list(path_or_parts)
-    view = joint_view(parts, target=target)
+    parts = load_parts(path_or_parts) if isinstance(path_or_parts, (str, os.PathLike)) else path_or_parts
+    view = joint_view(parts, target=target)           # checks the parts and the target (one RaceError line)
     fig = _figure_class()(figsize=(14, 4.4), layout="constrained")
     ax_r, ax_c = fig.subplots(1, 2, width_ratios=[1.4, 1])
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]

@@ -111,7 +111,9 @@ def _backend(config: GridConfig, o: RunOptions) -> None:
 
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
+        from race.core.errors import ConfigError
+
+        raise ConfigError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
     if backend == "vllm" and config.vllm_sleep == "on" and not str(o.device).startswith("cuda"):
         from race.core.errors import ConfigError
 

@@ -30,6 +30,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 from race.core.errors import RaceError
+from race.core.safeio import UnsafeInput, loads_json
 
 DEFAULT_EVAL_FRACTION = 0.1
 SPLITS = ("train", "eval")
@@ -256,7 +257,9 @@ def load_jsonl(path: str, *, prompt_field: str = "prompt", answer_field: str = "
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads_json(line, what=where)          # nesting, 400-digit integers, repeated keys: one line
+            except UnsafeInput as e:
+                raise TaskError(str(e)) from None
             except json.JSONDecodeError as e:
                 raise TaskError(f"{where}: invalid JSON ({e.msg}): expected one JSON object a line") from None
             out.append(_problem(row, len(out), prompt_field, answer_field, where))

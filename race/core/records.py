@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import enum
 import functools
-import numbers
 from dataclasses import MISSING as dataclasses_MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from race.core.errors import RaceError
+from race.core.validation import coerced_number, number_kind, validation_line
 
 # renderers by record kind ("diagnosis" → fn(diagnosis, fmt) -> str): race.stats.report registers its
 # own when it is imported, so records never import the renderer (the layer above them)
@@ -78,49 +78,6 @@ def _adapter(cls: type) -> Any:
     return TypeAdapter(cls)
 
 
-def validation_line(err: Any, name: str = "") -> str:
-    """The first error of a pydantic ``ValidationError`` as one line: ``name.field: problem, got
-    value`` (the value cut to 80 characters); an object-level check (``ValueError`` from a model
-    validator or ``__post_init__``) keeps its own sentence. Used for records and results files."""
-    e = err.errors(include_url=False)[0]
-    where = ".".join(str(x) for x in e.get("loc", ()))
-    msg = str(e.get("msg", "")).removeprefix("Value error, ")
-    if e.get("type") == "value_error" and not where:
-        return f"{name}: {msg}" if name else msg
-    got = repr(e.get("input"))
-    got = got if len(got) <= 80 else got[:77] + "..."
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{'.'.join(x for x in (name, where) if x) or 'the file'}: {msg}, got {got}{more}"
-
-
-def coerced_number(given: Any, read: Any, where: str = "") -> tuple[str, Any] | None:
-    """(dotted path, value) of the first number that validation read (``read``, the validated data as plain values)
-    from something in ``given`` that is not a number (a string "0.3", a boolean), or None. pydantic's lax mode
-    would read those as 0.3 or 1; RACE writes numbers as numbers, so a record refuses them (an int stands for a
-    float). The walk follows ``read``: pydantic decides where a number belongs."""
-    if isinstance(read, bool) or read is None:
-        return None
-    if isinstance(read, (int, float)):
-        return None if isinstance(given, numbers.Real) and not isinstance(given, bool) else (where, given)
-    if isinstance(read, Mapping) and isinstance(given, Mapping):
-        for k, v in read.items():
-            if k in given:
-                found = coerced_number(given[k], v, f"{where}.{k}" if where else str(k))
-                if found:
-                    return found
-    elif isinstance(read, (list, tuple)) and isinstance(given, (list, tuple)):
-        for i, (a, b) in enumerate(zip(given, read)):
-            found = coerced_number(a, b, f"{where}.{i}")
-            if found:
-                return found
-    return None
-
-
-def number_kind(value: Any) -> str:
-    """What a refused number was given as, for its message: a string, a boolean, or its type."""
-    return "a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else type(value).__name__
-
-
 @functools.lru_cache(maxsize=None)
 def _defaulted(cls: type) -> frozenset[str]:
     """The fields of ``cls`` with a non-null default."""
@@ -158,9 +115,7 @@ class Record:
             raise RecordError(validation_line(e, cls.__name__)) from None
         bad = coerced_number(d, record.to_dict())
         if bad:
-            where, value = bad
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise RecordError(f"{cls.__name__}.{where} {shown} is {number_kind(value)}: expected a number")
+            raise RecordError(f"{cls.__name__}.{bad[0]} {bad[1]!r:.60} is {number_kind(bad[1])}: expected a number")
         return record
 
     @classmethod

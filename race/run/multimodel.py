@@ -201,14 +201,8 @@ def _grid(results: Results, target: str):
                        pilot_rho=[p.rho for p in ps], scores=[p.evals[target] for p in ps])
 
 
-def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = None,
-               n_boot: int | None = None, seed: int = 0) -> JointView:
-    """The joint view of ``parts`` ((label, results) per policy, each with a diagnosis or enough
-    complete pilots for one). Raises ValueError (one line) when the parts do not share a budget,
-    a target or the held-out prompts."""
-    from race.stats.fit import bootstrap_paired_grids, percentile_ci
-    from race.stats.regime import seed_scale
-
+def _check_parts(parts: Any, target: Any) -> None:
+    """joint_view's arguments: at least two (label, Results) pairs, and a target name or None (RaceError, one line)."""
     if isinstance(parts, (str, bytes, Mapping)) or not isinstance(parts, Sequence) or not all(
             isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], Results)
             for p in parts):
@@ -217,6 +211,17 @@ def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = Non
         raise RaceError(f"target {shown(target)} must be a target name (a string)")
     if len(parts) < 2:
         raise RaceError(f"a joint view needs at least 2 policies' grids, got {len(parts)}")
+
+
+def joint_view(parts: Sequence[tuple[str, Results]], *, target: str | None = None,
+               n_boot: int | None = None, seed: int = 0) -> JointView:
+    """The joint view of ``parts`` ((label, results) per policy, each with a diagnosis or enough
+    complete pilots for one). Raises ValueError (one line) when the parts do not share a budget,
+    a target or the held-out prompts."""
+    from race.stats.fit import bootstrap_paired_grids, percentile_ci
+    from race.stats.regime import seed_scale
+
+    _check_parts(parts, target)
     diags = [diagnose_results(r) for _, r in parts]
     name = target or diags[0].primary_target
     for (label, _), d in zip(parts, diags):

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from race.core.errors import RaceError
-from race.core.records import Diagnosis, PilotResult, _plain, validation_line
+from race.core.records import Diagnosis, PilotResult
+from race.core.validation import validation_line
 from race.core.safeio import quote
 from race.stats.classify_input import MAX_SEED
 
@@ -174,7 +175,7 @@ def not_a_number(raw: Mapping[str, Any], doc: Any) -> tuple[str, Any] | None:
     wrote with numbers as numbers (ints stand for floats), so here each is refused: the validated
     document ``doc`` is walked beside ``raw`` (pydantic decides where a number belongs), and the
     run config by its dataclass types (race.config.schema.first_non_number)."""
-    from race.core.records import coerced_number
+    from race.core.validation import coerced_number
 
     read = doc.model_dump(include={"pilots", "diagnosis"})
     found = coerced_number({k: raw.get(k) for k in read}, read)
@@ -228,7 +229,7 @@ def results_schema() -> Any:
             if bad:
                 from race.core.safeio import quote
 
-                from race.core.records import number_kind
+                from race.core.validation import number_kind
 
                 where, value = bad
                 raise ValueError(f"{where} {quote(value, 60)} is {number_kind(value)}: expected a JSON number (a results file "
@@ -279,24 +280,32 @@ def pilot_budget(p: PilotResult, budget: float) -> float:
     return budget
 
 
-def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:
-    """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
-    C_learning / C_total, each pilot within a step of its budget (``pilot_budget``: a rung's mark for a
-    point budget halving dropped); a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
-    ValueError (one line; the schema's model validator, ``results_schema``)."""
+def _check_pilot_ids(pilots: Sequence[PilotResult]) -> None:
+    """Each pilot's seed a whole number a generator can take, one complete record per grid point and seed, and
+    finite per-prompt scores (ValueError, one line)."""
     seen: set[tuple[float, int]] = set()
     for p in pilots:
         if isinstance(p.seed, bool) or not isinstance(p.seed, int) or not 0 <= p.seed <= MAX_SEED:
             raise ValueError(f"pilot ρ={p.rho_target!r} has seed {quote(p.seed, 40)}: expected a whole number in "
                              f"[0, {MAX_SEED}]")
-        if p.status == "complete" and (p.rho_target, p.seed) in seen:
-            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed} is recorded twice: expected one complete "
-                             "record per grid point and seed")
-        seen.add((p.rho_target, p.seed))
+        if p.status == "complete":
+            if (p.rho_target, p.seed) in seen:
+                raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed} is recorded twice: expected one complete "
+                                 "record per grid point and seed")
+            seen.add((p.rho_target, p.seed))
         where = non_finite({k: list(v) for k, v in p.evals.items()}, "evals")
         if where:
             raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed}: {where} is not a finite number: expected "
                              "per-prompt scores")
+
+
+def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:
+    """A results file is untrusted: finite, non-negative FLOPs whose ρ lies in [0, 1] and matches
+    C_learning / C_total, each pilot within a step of its budget (``pilot_budget``: a rung's mark for a
+    point budget halving dropped); a stored range and recommended ρ finite, in (0, 1) and ordered. Raises
+    ValueError (one line; the schema's model validator, ``results_schema``)."""
+    _check_pilot_ids(pilots)
+    for p in pilots:
         f = p.flops
         parts = (f.search, f.learning, f.reward, f.total)
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in parts):
@@ -346,7 +355,7 @@ def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budg
             raise ValueError(f"target {name!r} has confidence {v.confidence!r}: expected a share in [0, 1]")
         if not (isinstance(v.best_rho, (int, float)) and 0 < v.best_rho < 1):
             raise ValueError(f"target {name!r} has best_rho {v.best_rho!r}: expected a grid point's ρ in (0, 1)")
-    where = non_finite(_plain(diag.to_dict()), "diagnosis")
+    where = non_finite(diag.to_dict(), "diagnosis")
     if where:
         raise ValueError(f"{where} is not a finite number: expected the diagnosis RACE wrote (its numbers are finite)")
 

@@ -194,3 +194,14 @@ def test_the_wall_split_of_a_grid_by_hand():
     assert "counted pilot work" in lines[1] and "5.0 s" in lines[1]
     assert lines[-2] == "counted FLOPs 6e+09; at the matmul peak (1 GFLOP/s) 6.0 s: 46.2% of the physical limit"
     assert lines[-1] == "counted work runs at 0.6 GFLOP/s per slot: 120.0% of a slot's peak"
+    # budget halving: a stage paused at its rung and dropped there is pilot work too (its rung reading held-out
+    # evaluation), not "process start and the rest"; its training FLOPs are counted (a review of session 39)
+    from race.engine.continuation import PilotPaused
+
+    dropped = PilotPaused(rho_target=0.85, seed=0, mark=1e9, flops=FlopBreakdown(search=4e8, learning=6e8), steps=3,
+                          evals={}, wall_seconds={"setup": 0.5, "rollout": 1.0, "update": 1.0, "readings": 0.5})
+    pool = {"seconds": 10.0, "slots": 2, "process_seconds": 17.0 + 3.0, "idle_seconds": 0.0}
+    split = wall_split([a, b], pool, stopped=[dropped])
+    assert split["slot_seconds"] == {"counted_work": 12.0, "held_out_eval": 2.5, "loading": 2.5,
+                                     "process_start_and_other": 3.0, "idle": 0.0}
+    assert split["counted_flops"] == 7e9

@@ -49,11 +49,12 @@ def ladder(given: Any) -> Ladder:
     rungs = dflt.rungs if given.get("rungs") is None else whole("rungs", given["rungs"], 1,
                                                                  "a whole number ≥ 1 of rungs below the budget")
     depth = 1
-    for _ in range(rungs):                  # η ≥ 2: past MAX_DEPTH within 10 rungs, whatever rungs says
+    for k in range(1, rungs + 1):           # η ≥ 2: past MAX_DEPTH within 10 rungs, whatever rungs says
         depth *= eta
         if depth > MAX_DEPTH:
-            raise RaceError(f"halving ladder η = {eta}, {rungs} rungs: its lowest mark is below B/{MAX_DEPTH}; "
-                            f"expected η^rungs ≤ {MAX_DEPTH}")
+            lowest = f"B/{depth}" if k == rungs else f"B/{eta}^{rungs}"
+            raise RaceError(f"halving ladder η = {eta}, {rungs} rungs: its lowest mark {lowest} is below "
+                            f"B/{MAX_DEPTH}; expected η^rungs ≤ {MAX_DEPTH}")
     keep = given.get("keep")
     if keep is None or keep in ("ci", "top-half"):
         return Ladder(eta, rungs, keep or dflt.keep)

@@ -352,11 +352,11 @@ def finished_results(events: Iterator[Event]) -> list[PilotResult]:
 # a pilot's wall_seconds by what they bought: the counted step (its FLOPs are the pilot's budget), the
 # held-out evaluations (their FLOPs are recorded apart, never in C_total), loading the policy
 COUNTED_PHASES = ("rollout", "reward", "update", "sync")
-EVAL_PHASES = ("eval", "checkpoints", "downstream")
+EVAL_PHASES = ("eval", "checkpoints", "downstream", "readings")    # readings: budget halving's at each rung
 
 
 def wall_split(pilots: list[PilotResult], pool: dict, *, calibration_seconds: float | None = None,
-               total_seconds: float | None = None) -> dict:
+               total_seconds: float | None = None, stopped: Iterable[Any] = ()) -> dict:
     """Where a grid's wall time went, from its pilots' ``wall_seconds`` and its pool's ``profile()``.
 
     The pool's slot-seconds (``slots`` × its seconds) split into counted pilot work, held-out
@@ -364,16 +364,22 @@ def wall_split(pilots: list[PilotResult], pool: dict, *, calibration_seconds: fl
     process's life (imports, data, results back: its lifetime less its pilots' phases) and idle
     slots; each divided by ``slots`` is its share of the pool's wall seconds. With
     ``total_seconds``, the rest of the grid's wall beside calibration and the pool is ``coordination``
-    (storage, planning, classifying). ``counted_flops``: the complete pilots' metered FLOPs."""
+    (storage, planning, classifying). ``counted_flops``: the complete pilots' metered FLOPs. ``stopped``: budget
+    halving's stages that paused at a rung and went no further (race.engine.continuation.PilotPaused): their
+    seconds and training FLOPs count as a pilot's."""
+    stopped = list(stopped)
+    walls = [p.wall_seconds for p in pilots] + [s.wall_seconds for s in stopped]
+
     def phase(names: tuple[str, ...]) -> float:
-        return sum(p.wall_seconds.get(k, 0.0) for p in pilots for k in names)
+        return sum(w.get(k, 0.0) for w in walls for k in names)
 
     work, evals, loading = phase(COUNTED_PHASES), phase(EVAL_PHASES), phase(("setup",))
-    start = pool["process_seconds"] - sum(sum(p.wall_seconds.values()) for p in pilots)
+    start = pool["process_seconds"] - sum(sum(w.values()) for w in walls)
     slots = {"counted_work": work, "held_out_eval": evals, "loading": loading,
              "process_start_and_other": max(0.0, start), "idle": pool["idle_seconds"]}
     out = {"slots": pool["slots"], "pool_seconds": pool["seconds"], "slot_seconds": slots,
-           "counted_flops": sum(p.flops.total for p in pilots if p.status == "complete"),
+           "counted_flops": sum(p.flops.total for p in pilots if p.status == "complete")
+           + sum(s.flops.total for s in stopped),
            "calibration_seconds": calibration_seconds, "total_seconds": total_seconds}
     if total_seconds is not None:
         out["coordination_seconds"] = max(0.0, total_seconds - pool["seconds"] - (calibration_seconds or 0.0))

@@ -392,7 +392,7 @@ class Coordinator:
                   "split to give", file=sys.stderr, flush=True)
             return
         self.profile = wall_split(list(self.queue.ran), pool.profile(), calibration_seconds=self.setup,
-                                  total_seconds=time.monotonic() - self.started)
+                                  total_seconds=time.monotonic() - self.started, stopped=self.queue.stopped.values())
         print("\n".join(render_wall_split(self.profile)), file=sys.stderr, flush=True)
 
     def classify(self) -> Results:

@@ -38,6 +38,7 @@ class PilotQueue:
         self.primary = self.info.classify.get("primary_target", "reward")
         self.held: dict[Key, Any] = {}
         self.ran: list[PilotResult] = []
+        self.stopped: dict[Any, Any] = {}      # budget halving: each stage paused here and not (yet) continued to an end
         self.Job = Job
         self.progress = Progress(0, self.run_config.budget, enabled=not quiet)
         self.group_size = max(1, group_size)
@@ -101,12 +102,14 @@ class PilotQueue:
 
     def _paused(self, job, paused: Any) -> None:
         claim = self.held.pop(job.key)
+        self.stopped[job.key] = paused
         self.store.pause(claim, paused, self.primary)
         self.progress.paused(job, paused, claim.rung)
 
     def _finished(self, job, result: PilotResult) -> None:
         claim = self.held.pop(job.key)
         self.ran.append(result)
+        self.stopped.pop(job.key, None)         # its stages' seconds and FLOPs are in its result now
         self.progress.total = max(self.progress.total, self.progress.done + 1)
         if result.status == "complete":
             self.store.complete(claim, result, self.primary)

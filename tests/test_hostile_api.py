@@ -267,6 +267,7 @@ def test_records_refuse_numbers_given_as_strings_or_booleans(pilots):
     (lambda r: r["pilots"][0].update(seed=10**30), r"has seed 1000000000000000000000000000000: expected a whole number"),
     (lambda r: r["pilots"].append(copy.deepcopy(r["pilots"][0])), r"seed 0 is recorded twice"),
     (lambda r: r["pilots"][0]["evals"]["reward"].__setitem__(0, float("nan")), r"evals\.reward\[0\] is not a finite"),
+    (lambda r: r["pilots"][0]["evals"]["reward"].__setitem__(0, 1e308), r"evals\.reward\[0\] is past ±1e\+12"),
     (lambda r: r["diagnosis"]["verdicts"]["reward"].update(slope_ci=[float("nan"), 1e308]),
      r"diagnosis\.verdicts\.reward\.slope_ci\[0\] is not a finite number"),
     (lambda r: r["diagnosis"]["verdicts"]["reward"]["points"][0].update(n_seeds=-3), r"with n_seeds -3: expected"),
@@ -322,3 +323,12 @@ def test_a_dataset_line_a_parser_cannot_take_is_one_line(tmp_path, line, message
     path.write_text(line + "\n")
     with pytest.raises(race.RaceError, match=rf"d\.jsonl line 1 {message}"):
         load_jsonl(str(path))
+
+
+def test_integers_past_a_float_are_one_line_in_the_api(tmp_path):
+    results = race.load_results(RUN)
+    with pytest.raises(race.RaceError, match=r"^ρ 1000.* is not a number in \(0, 1\)"):
+        race.recipe(results, trainer="trl", full_run_budget=1e15, rho=10**400)
+    with pytest.raises(race.RaceError, match=r"^adaptive share 1000.* is outside \(0, 1\]"):
+        race.diagnose(out_dir=str(tmp_path / "d"), adaptive_share=10**400)
+    assert not (tmp_path / "d").exists()

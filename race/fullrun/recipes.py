@@ -178,8 +178,10 @@ def _check_rho(rho: Any) -> float:
         if isinstance(rho, bool):
             raise TypeError
         r = float(rho)
-    except (TypeError, ValueError):
-        raise RaceError(f"ρ {rho!r} is not a number: expected a value in (0, 1)") from None
+    except (TypeError, ValueError, OverflowError):
+        from race.core.arguments import shown
+
+        raise RaceError(f"ρ {shown(rho)} is not a number in (0, 1): expected a value in (0, 1)") from None
     if not 0.0 < r < 1.0:
         raise RaceError(f"ρ={r:g} is outside (0, 1): ρ = C_learning / C_total")
     return r

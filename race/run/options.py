@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
+from race.core.arguments import shown
 from race.core.errors import RaceError
 from race.run.adaptive import (DEFAULT_SHARE, AdaptivePolicy, BudgetHalving, Ladder, adaptive_most, is_budget, policy_named,
                                resolve_adaptive)
@@ -116,8 +117,8 @@ class RunOptions:
         self.policy                                         # an unknown adaptive policy: one line
         if self.adaptive_share is not None and (isinstance(self.adaptive_share, bool)
                                                 or not isinstance(self.adaptive_share, (int, float))
-                                                or not 0.0 < float(self.adaptive_share) <= 1.0):
-            raise RaceError(f"adaptive share {self.adaptive_share!r} is outside (0, 1]: expected the fraction of the "
+                                                or not 0.0 < self.adaptive_share <= 1.0):
+            raise RaceError(f"adaptive share {shown(self.adaptive_share)} is outside (0, 1]: expected the fraction of the "
                             "full grid's pilots an adaptive grid runs, e.g. 0.5 or 0.67")
         if self.extend and (self.adaptive or self.adaptive_share is not None):
             raise RaceError("extend runs the full grid of each round: it does not combine with an adaptive grid")

@@ -54,6 +54,7 @@ def checked(results: Any, targets: Any, primary_target: Any, threshold: Any, n_b
 
 
 MAX_SEED = 2**31 - 1           # a pilot's generators are seeded from its seed (race.engine.loop)
+MAX_SCORE = 1e12               # |a per-prompt score|: the fits square and sum them, which past ~1e150 overflows
 
 
 def _check_pilot(name: str, r: PilotResult) -> None:
@@ -74,7 +75,7 @@ def _check_pilot(name: str, r: PilotResult) -> None:
     A.mapping(f"{name}.evals", r.evals, error=E)
     for target, scores in r.evals.items():
         for j, x in enumerate(A.items(f"{name}.evals[{target!r}]", scores, error=E, what="per-prompt scores")):
-            A.number(f"{name}.evals[{target!r}][{j}]", x, error=E)
+            A.number(f"{name}.evals[{target!r}][{j}]", x, ge=-MAX_SCORE, le=MAX_SCORE, error=E)
     A.mapping(f"{name}.extra", r.extra, error=E)
     A.mapping(f"{name}.wall_seconds", r.wall_seconds, error=E)
     for j, point in enumerate(A.items(f"{name}.curve", r.curve, error=E, what="(FLOPs, reward) pairs")):

@@ -25,7 +25,7 @@ from race.core.errors import RaceError
 from race.core.records import Diagnosis, PilotResult
 from race.core.validation import validation_line
 from race.core.safeio import quote
-from race.stats.classify_input import MAX_SEED
+from race.stats.classify_input import MAX_SCORE, MAX_SEED
 
 SCHEMA_VERSION = 1
 
@@ -297,6 +297,10 @@ def _check_pilot_ids(pilots: Sequence[PilotResult]) -> None:
         if where:
             raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed}: {where} is not a finite number: expected "
                              "per-prompt scores")
+        big = next((f"evals.{k}[{i}]" for k, v in p.evals.items() for i, x in enumerate(v) if abs(x) > MAX_SCORE), None)
+        if big:
+            raise ValueError(f"pilot ρ={p.rho_target!r} seed {p.seed}: {big} is past ±{MAX_SCORE:g}: expected "
+                             "per-prompt scores (the fits square them)")
 
 
 def check_numbers(pilots: Sequence[PilotResult], diag: Diagnosis | None, *, budget: Any = None) -> None:

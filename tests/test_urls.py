@@ -139,3 +139,15 @@ def test_an_in_memory_sqlite_storage_is_refused_in_one_line(url):
 
     with pytest.raises(ConfigError, match=r"in-memory SQLite storage .* expected sqlite:///FILE"):
         check(url)
+
+
+def test_a_results_file_records_a_file_storage_by_its_absolute_path(tmp_path, monkeypatch):
+    """race pilot --storage sqlite:///run1/race.db recorded that relative URL, which names the file only from the
+    folder it ran in (a review of session 39); servers' URLs stay as given."""
+    from race.core.urls import absolute
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute("sqlite:///run1/race.db?timeout=5") == f"sqlite:///{tmp_path}/run1/race.db?timeout=5"
+    assert absolute("journal:j.log") == f"journal:{tmp_path}/j.log" and absolute("j.jsonl") == f"{tmp_path}/j.jsonl"
+    for url in ("sqlite:////abs/x.db", "postgresql://u:p@h/db", "sqlite://"):
+        assert absolute(url) == url

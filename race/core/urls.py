@@ -14,6 +14,8 @@ Pure module: SQLAlchemy only (optuna depends on it), imported when a URL is look
 """
 from __future__ import annotations
 
+import os
+
 from urllib.parse import quote, unquote
 
 from race.core.errors import ConfigError
@@ -43,6 +45,20 @@ def file_path(url: str) -> str | None:
     parsed = _parse(url) if isinstance(url, str) and url.startswith("sqlite") else None
     database = getattr(parsed, "database", None)
     return database if database and database != ":memory:" else None
+
+
+def absolute(url: str) -> str:
+    """``url`` with a file storage's relative path made absolute (``sqlite:///runs/a/race.db`` →
+    ``sqlite:////HOME/runs/a/race.db``, ``journal:j.log`` → ``journal:/HOME/j.log``), so a results file that records
+    it names the same file from any folder; other URLs as given."""
+    path = file_path(url)
+    if path is None or os.path.isabs(path):
+        return url
+    full = os.path.abspath(path)
+    if journal_path(url) is not None:
+        return f"journal:{full}" if url.startswith("journal:") else full
+    parsed = _parse(url)
+    return parsed.set(database=full).render_as_string(hide_password=False) if parsed is not None else url
 
 
 def check(url: str) -> None:

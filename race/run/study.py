@@ -344,7 +344,7 @@ class Coordinator:
             probes = stored_probes(self.o.out_dir)
             res = Results(pilots=tuple(sorted(pilots + failures, key=lambda p: (p.rho_target, p.seed))),
                           diagnosis=diagnosis, config=info.run_config, plan=info.plan, classify=info.classify,
-                          meta={"backend": info.meta.get("backend"), "device": self.o.device, "storage": st.masked,
+                          meta={"backend": info.meta.get("backend"), "device": self.o.device, "storage": st.recorded,
                                 "study": st.name,
                                 **({"adaptive": policy_named(self.policy).stored["policy"]} if self.policy else {}),
                                 **({"design": design_meta(self.o.design)} if self.o.design else {}),

@@ -287,4 +287,4 @@ def run_worker(storage: str, study: str, *, workers: int | None = None, device: 
                 break
     done = [p for p in loop.ran if p.status == "complete"]
     return {"ran": len(loop.ran), "complete": len(done), "failed": len(loop.ran) - len(done),
-            "study": st.name, "storage": st.masked}
+            "study": st.name, "storage": st.recorded}

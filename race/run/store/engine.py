@@ -109,7 +109,7 @@ def open_storage(url: str, *, heartbeat: int = DEFAULT_HEARTBEAT, on_stale: Call
         cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e
         raise StoreError(f"storage {masked!r} needs a Python driver that is not installed "
                          f"({first_line(cause, url)}): pip install race-rl[postgres] for PostgreSQL, "
-                         "pymysql for MySQL") from None
+                         "pymysql for MySQL with a mysql+pymysql:// URL") from None
     except Exception as e:  # noqa: BLE001 — SQLAlchemy / driver errors: unreachable, refused, bad database
         raise system_failure(e, url) or StoreError(f"storage {masked!r} is unreachable: {first_line(e, url)}") from None
 

@@ -74,6 +74,7 @@ class Store(Coordination, Heartbeats):
     def __init__(self, url: str, study_name: str, *, heartbeat: int = DEFAULT_HEARTBEAT):
         urls.check(url)
         self.url, self.masked, self.name = url, urls.masked(url), study_name
+        self.recorded = urls.masked(urls.absolute(url))     # what a results file keeps: the same file from any folder
         self.heartbeat = max(1, int(heartbeat))
         self.storage = open_storage(url, heartbeat=self.heartbeat, on_stale=self._on_stale)
         self.me = owner_info()
@@ -476,4 +477,4 @@ def load_results(url: str, study_name: str):
     return Results(pilots=tuple(pilots), diagnosis=diagnosis, config=info.run_config, plan=info.plan,
                    classify={**info.classify, "meta": pilots_meta(info.meta, pilots, adaptive=info.adaptive,
                                                                    full_grid=len(info.grid) * info.seeds)},
-                   meta={"storage": store.masked, "study": study_name})
+                   meta={"storage": store.recorded, "study": study_name})

@@ -86,6 +86,7 @@ def _pydantic_type(annotation: str, path: str):
     return typing.Optional[t] if optional else t
 
 
+@functools.lru_cache(maxsize=None)
 def _sections(cls: type) -> dict[str, type]:
     """Field name → dataclass, for the fields of ``cls`` that are config sections (nested dataclasses)."""
     hints = typing.get_type_hints(cls)

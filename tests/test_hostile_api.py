@@ -249,6 +249,38 @@ def test_classify_checks_each_pilot_record_before_any_fit(pilots, change, messag
         race.classify([dataclasses.replace(first, **change)] + pilots[1:], rerun_confidence=False)
 
 
+@pytest.mark.parametrize("bad, message", [
+    (float("nan"), r"results\[0\]\.evals\['reward'\]\[3\] nan must be a finite number"),
+    (1e13, r"results\[0\]\.evals\['reward'\]\[3\] 10000000000000\.0 must be a finite number ≥ -1e\+12 and ≤ 1e\+12"),
+    (True, r"results\[0\]\.evals\['reward'\]\[3\] True must be a finite number"),
+    ("0.5", r"results\[0\]\.evals\['reward'\]\[3\] '0\.5' must be a finite number"),
+])
+def test_classify_names_one_bad_score_among_plain_ones(pilots, bad, message):
+    """Plain scores pass in one sweep (race.stats.classify_input._plain_scores); one bad score among them is still
+    named by its index."""
+    import dataclasses
+
+    first = pilots[0]
+    scores = list(first.evals["reward"])
+    scores[3] = bad
+    with pytest.raises(race.RaceError, match=message):
+        race.classify([dataclasses.replace(first, evals={**first.evals, "reward": tuple(scores)})] + pilots[1:],
+                      rerun_confidence=False)
+
+
+def test_a_record_names_a_string_or_boolean_among_plain_scores(pilots):
+    """A list of plain numbers skips the coerced-number walk (race.core.validation.coerced_number); a string or a
+    boolean inside it is still found and named."""
+    from race.core.records import PilotResult
+
+    d = pilots[0].to_dict()
+    for value, kind in (("0.5", "a string"), (True, "a boolean")):
+        scores = list(d["evals"]["reward"])
+        scores[3] = value
+        with pytest.raises(race.RaceError, match=rf"^PilotResult\.evals\.reward\.3 .* is {kind}: expected a number$"):
+            PilotResult.from_dict({**d, "evals": {**d["evals"], "reward": scores}})
+
+
 def test_records_refuse_numbers_given_as_strings_or_booleans(pilots):
     from race.core.records import FlopBreakdown, PilotResult
 

@@ -52,18 +52,24 @@ def _within(x: float, gt: float | None, ge: float | None, lt: float | None, le: 
 def number(name: str, value: Any, *, error: type[RaceError] = RaceError, gt: float | None = None,
            ge: float | None = None, lt: float | None = None, le: float | None = None, finite: bool = True,
            strings: bool = False, expected: str | None = None) -> float:
-    """``value`` as a float, checked (see the module docstring)."""
-    bounds = _bounds(gt, ge, lt, le)
-    want = expected or ("a finite number" if finite else "a number") + (f" {bounds}" if bounds else "")
+    """``value`` as a float, checked (see the module docstring). The message is built only for a refusal: a
+    results file's per-prompt scores pass through here by the million."""
+    def refused() -> RaceError:
+        bounds = _bounds(gt, ge, lt, le)
+        want = expected or ("a finite number" if finite else "a number") + (f" {bounds}" if bounds else "")
+        return error(f"{name} {shown(value)} must be {want}")
+
     if isinstance(value, bool) or (isinstance(value, str) and not strings):
-        raise error(f"{name} {shown(value)} must be {want}")
+        raise refused()
     try:
         x = float(value.strip().replace("_", "")) if isinstance(value, str) else float(value)
     except (TypeError, ValueError, OverflowError):
-        raise error(f"{name} {shown(value)} must be {want}") from None
-    if (finite and not math.isfinite(x)) or (not math.isnan(x) and not _within(x, gt, ge, lt, le)) or (
-            math.isnan(x) and bounds):
-        raise error(f"{name} {shown(value)} must be {want}")
+        raise refused() from None
+    if math.isnan(x):
+        if finite or any(b is not None for b in (gt, ge, lt, le)):
+            raise refused()
+    elif (finite and not math.isfinite(x)) or not _within(x, gt, ge, lt, le):
+        raise refused()
     return x
 
 

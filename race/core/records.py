@@ -67,6 +67,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
+        if all(type(v) is float or type(v) is int or type(v) is str for v in value):   # a results file's scores
+            return list(value)
         return [_plain(v) for v in value]
     return value
 

@@ -29,6 +29,8 @@ def coerced_number(given: Any, read: Any, where: str = "") -> tuple[str, Any] | 
                 if found:
                     return found
     elif isinstance(read, (list, tuple)) and isinstance(given, (list, tuple)):
+        if all(type(a) is float or type(a) is int for a in given):   # plain numbers: nothing was coerced
+            return None
         for i, (a, b) in enumerate(zip(given, read)):
             found = coerced_number(a, b, f"{where}.{i}")
             if found:

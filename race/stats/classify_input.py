@@ -57,6 +57,12 @@ MAX_SEED = 2**31 - 1           # a pilot's generators are seeded from its seed (
 MAX_SCORE = 1e12               # |a per-prompt score|: the fits square and sum them, which past ~1e150 overflows
 
 
+def _plain_scores(scores: list) -> bool:
+    """Every score a plain int or float within ±MAX_SCORE (NaN fails the comparison): what ``A.number`` would pass,
+    in one pass over a list that can hold thousands."""
+    return all((type(x) is float or type(x) is int) and -MAX_SCORE <= x <= MAX_SCORE for x in scores)
+
+
 def _check_pilot(name: str, r: PilotResult) -> None:
     """One pilot record's fields, as classify reads them: ρ target in (0, 1), a seed, a status, FLOPs whose ρ is
     defined (a complete pilot spent on learning), per-prompt scores as finite numbers, and the mappings and lists
@@ -74,8 +80,10 @@ def _check_pilot(name: str, r: PilotResult) -> None:
         raise E(f"{name}.flops has no learning FLOPs (ρ 0): expected a complete pilot that trained")
     A.mapping(f"{name}.evals", r.evals, error=E)
     for target, scores in r.evals.items():
-        for j, x in enumerate(A.items(f"{name}.evals[{target!r}]", scores, error=E, what="per-prompt scores")):
-            A.number(f"{name}.evals[{target!r}][{j}]", x, ge=-MAX_SCORE, le=MAX_SCORE, error=E)
+        scores = A.items(f"{name}.evals[{target!r}]", scores, error=E, what="per-prompt scores")
+        if not _plain_scores(scores):      # the one-by-one check only to name the first bad score
+            for j, x in enumerate(scores):
+                A.number(f"{name}.evals[{target!r}][{j}]", x, ge=-MAX_SCORE, le=MAX_SCORE, error=E)
     A.mapping(f"{name}.extra", r.extra, error=E)
     A.mapping(f"{name}.wall_seconds", r.wall_seconds, error=E)
     for j, point in enumerate(A.items(f"{name}.curve", r.curve, error=E, what="(FLOPs, reward) pairs")):

@@ -40,8 +40,7 @@ def _bound(x: float) -> str:
 
 
 def _bounds(gt: float | None, ge: float | None, lt: float | None, le: float | None) -> str:
-    parts = [f"{op} {_bound(b)}" for op, b in (("> ", gt), ("≥ ", ge), ("< ", lt), ("≤ ", le)) if b is not None]
-    return " and ".join(p.replace("  ", " ") for p in parts)
+    return " and ".join(f"{op} {_bound(b)}" for op, b in ((">", gt), ("≥", ge), ("<", lt), ("≤", le)) if b is not None)
 
 
 def _within(x: float, gt: float | None, ge: float | None, lt: float | None, le: float | None) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from race.config.configfile import GridConfig
+from race.core.errors import ConfigError
 from race.run.options import RunOptions
 from race.run.adaptive import is_budget, policy_named
 
@@ -27,8 +28,6 @@ class Check:
 
 
 def _one_policy(config: GridConfig, o: RunOptions) -> None:
-    from race.core.errors import ConfigError
-
     if config.models:                     # one study is one policy: race.run.api.run_models runs one per model
         raise ConfigError(f"config names models {list(config.models)}: run a grid over policies with "
                           "race.run.api.run_models (race pilot does), one study per policy")
@@ -41,7 +40,6 @@ def _device(config: GridConfig, o: RunOptions) -> None:
 
 
 def _grid_points(config: GridConfig, o: RunOptions) -> None:
-    from race.core.errors import ConfigError
     from race.stats.regime import MIN_GRID_POINTS
 
     if len(config.grid) < MIN_GRID_POINTS:   # the verdict needs them: refuse before any pilot runs
@@ -96,7 +94,6 @@ def _budget_floor(config: GridConfig, o: RunOptions) -> None:
     """A budget below the cheapest rollout there is (one sample of one token after a one-token prompt) cannot
     buy a step whatever calibration measures: refused here, not after calibration has loaded the model. The
     exact check, at the calibrated lengths, stays race.flops.grid.choose_batch's."""
-    from race.core.errors import ConfigError
     from race.flops import formulas as F
     from race.flops.grid import policy_arch
 
@@ -111,18 +108,12 @@ def _backend(config: GridConfig, o: RunOptions) -> None:
 
     backend = resolve_backend(config.backend)
     if backend not in BACKENDS:
-        from race.core.errors import ConfigError
-
         raise ConfigError(f"backend {backend!r} is not available in this RACE: expected one of {', '.join(BACKENDS)}")
     if backend == "vllm" and config.vllm_sleep == "on" and not str(o.device).startswith("cuda"):
-        from race.core.errors import ConfigError
-
         raise ConfigError(f"vllm_sleep 'on' needs a CUDA GPU (vLLM's sleep mode is CUDA only), but pilots run on "
                           f"{o.device!r}: set vllm_sleep to auto or off")
 
     if backend == "vllm" and o.policy and is_budget(policy_named(o.policy)):
-        from race.core.errors import ConfigError
-
         raise ConfigError("budget halving pauses pilots and continues them, which the vllm backend cannot (its "
                           "engine's sampling state is not saved): use backend hf")
 
@@ -219,7 +210,6 @@ def check_task_size(config: Any) -> None:
     """A local dataset with fewer held-out problems than ``eval.prompts`` fails here, once, with
     the number to set, instead of in every pilot (a Hugging Face dataset is checked by the pilots,
     which download it anyway)."""
-    from race.core.errors import ConfigError
     from race.tasks import TASKS, load_task
 
     task = config.task
@@ -241,7 +231,6 @@ def check_task_size(config: Any) -> None:
 def check_eval_tasks(config: Any) -> None:
     """Every local ``eval.tasks`` set loads (a bad file fails here, once, in one line, instead of in
     every pilot; a Hugging Face dataset is loaded by the pilots)."""
-    from race.core.errors import ConfigError
     from race.tasks import TASKS, TaskError, load_heldout_set
 
     for t in config.eval.tasks:

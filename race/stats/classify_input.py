@@ -9,7 +9,7 @@ from typing import Any
 
 from race.core import arguments as A
 from race.core.errors import RaceError
-from race.core.records import PilotResult
+from race.core.records import FlopBreakdown, PilotResult
 
 MAX_BOOT = 100_000             # bootstrap resamples classify takes (the default 1000; more only costs time)
 
@@ -67,8 +67,6 @@ def _check_pilot(name: str, r: PilotResult) -> None:
     """One pilot record's fields, as classify reads them: ρ target in (0, 1), a seed, a status, FLOPs whose ρ is
     defined (a complete pilot spent on learning), per-prompt scores as finite numbers, and the mappings and lists
     the notes read. ClassifyError, one line naming the field."""
-    from race.core.records import FlopBreakdown
-
     E = ClassifyError
     A.number(f"{name}.rho_target", r.rho_target, gt=0.0, lt=1.0, error=E)
     A.whole(f"{name}.seed", r.seed, ge=0, le=MAX_SEED, error=E, floats=False)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from race.core.errors import RaceError
 from race.core.records import Diagnosis, PilotResult
-from race.core.validation import validation_line
+from race.core.validation import coerced_number, number_kind, validation_line
 from race.core.safeio import quote
 from race.stats.classify_input import MAX_SCORE, MAX_SEED
 
@@ -116,8 +116,6 @@ def load_results(path: str) -> Results:
     import race.stats.report  # noqa: F401  (registers the renderer: print(results.diagnosis) is the text report)
 
     if not isinstance(path, (str, os.PathLike)) or not str(path):
-        from race.core.safeio import quote
-
         raise ResultsError(f"results path {quote(path, 80)} must be a file or folder path (a string)")
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -141,8 +139,6 @@ def load_results(path: str) -> Results:
         raise ResultsError(f"results file {path!r} has no schema_version: expected a RACE results file")
     if isinstance(raw["schema_version"], bool) or raw["schema_version"] != SCHEMA_VERSION:
         v = raw["schema_version"]
-        from race.core.safeio import quote
-
         raise ResultsError(f"results file {path!r} has schema_version {quote(v, 40)}"
                            + (" (a string)" if isinstance(v, str) else "") + f": this RACE reads the number {SCHEMA_VERSION}")
     from pydantic import ValidationError
@@ -175,8 +171,6 @@ def not_a_number(raw: Mapping[str, Any], doc: Any) -> tuple[str, Any] | None:
     wrote with numbers as numbers (ints stand for floats), so here each is refused: the validated
     document ``doc`` is walked beside ``raw`` (pydantic decides where a number belongs), and the
     run config by its dataclass types (race.config.schema.first_non_number)."""
-    from race.core.validation import coerced_number
-
     read = doc.model_dump(include={"pilots", "diagnosis"})
     found = coerced_number({k: raw.get(k) for k in read}, read)
     if found:
@@ -227,10 +221,6 @@ def results_schema() -> Any:
             doc = handler(data)
             bad = not_a_number(data, doc) if isinstance(data, Mapping) else None
             if bad:
-                from race.core.safeio import quote
-
-                from race.core.validation import number_kind
-
                 where, value = bad
                 raise ValueError(f"{where} {quote(value, 60)} is {number_kind(value)}: expected a JSON number (a results file "
                                  "holds numbers as numbers)")
